@@ -1,0 +1,23 @@
+//! fp8c's graph IR.
+//!
+//! A [`Graph`] holds nodes (an [`Op`] over input [`Value`]s with typed outputs) and an
+//! interface of inputs, parameters (FP32 master weights), state (amax histories, scales) and
+//! outputs. State is threaded functionally: `state` nodes read it at the start of a step and
+//! `state_updates` say what it becomes at the end, so every pass is a pure graph rewrite.
+
+mod attr;
+mod dtype;
+mod error;
+mod graph;
+pub mod infer;
+mod op;
+mod shape;
+mod tensor;
+
+pub use attr::{Attr, AttrMap, AttrValue};
+pub use dtype::DType;
+pub use error::{IrError, Result};
+pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
+pub use op::{AmaxSource, AutoPad, GeluApprox, Op, PadMode};
+pub use shape::{Dim, Shape, TensorType, shape_of};
+pub use tensor::{MAX_ELEMENTS, Tensor, checked_numel};

@@ -1,0 +1,277 @@
+//! The closed set of IR operations.
+//!
+//! One table ([`define_ops!`]) declares every op: its variant, its text name and its typed
+//! attributes. The macro derives the name, the attribute list (for the printer) and the
+//! constructor from attributes (for the parser), so adding an op is one line here, one arm in
+//! `infer.rs` and one in the CPU runtime.
+//!
+//! Conventions shared by every op:
+//! - Inputs are positional. Ops whose ONNX form has optional inputs get them filled in by the
+//!   importer (e.g. `clip` always has 3 inputs, `slice` always 5), so no op has holes.
+//! - Axes attributes may be negative (counted from the end), as in ONNX.
+//! - FP8 ops follow TransformerEngine's convention: `scale` multiplies before the cast
+//!   (`q = cast(x * scale)`), `scale_inv = 1 / scale` multiplies after decoding.
+
+use crate::attr::{AttrMap, AttrValue, word_enum};
+use crate::{Attr, DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+word_enum!(
+    /// GELU variant (ONNX `Gelu.approximate`).
+    GeluApprox { None => "none", Tanh => "tanh" }
+);
+word_enum!(
+    /// ONNX `auto_pad` for convolutions and pooling.
+    AutoPad { NotSet => "notset", SameUpper => "same_upper", SameLower => "same_lower", Valid => "valid" }
+);
+word_enum!(
+    /// ONNX `Pad.mode`.
+    PadMode { Constant => "constant", Reflect => "reflect", Edge => "edge", Wrap => "wrap" }
+);
+word_enum!(
+    /// Where `compute_scale` takes its amax from.
+    AmaxSource {
+        /// Maximum over the whole amax history (delayed scaling, TE `max`).
+        HistoryMax => "history_max",
+        /// The most recent history entry (delayed scaling, TE `most_recent`).
+        HistoryMostRecent => "history_most_recent",
+        /// The amax of the tensor itself, given as a scalar (current scaling).
+        Current => "current",
+    }
+);
+
+macro_rules! define_ops {
+    ($( $(#[$doc:meta])* $variant:ident $({ $($field:ident : $fty:ty),* $(,)? })? => $text:literal, )*) => {
+        /// An IR operation with its attributes.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case")]
+        pub enum Op {
+            $( $(#[$doc])* $variant $({ $($field: $fty),* })?, )*
+        }
+
+        impl Op {
+            /// Every op's text name, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$($text),*];
+
+            /// The op's text name (`matmul`, `scaled_matmul`, ...).
+            pub fn name(&self) -> &'static str {
+                match self { $( Op::$variant { .. } => $text, )* }
+            }
+
+            /// The attributes in their fixed (declaration) order.
+            pub fn attrs(&self) -> Vec<(&'static str, Attr)> {
+                match self {
+                    $( Op::$variant $({ $($field),* })? => vec![$($( (stringify!($field), AttrValue::to_attr($field)) ),*)?], )*
+                }
+            }
+
+            /// Builds an op from its text name and attributes (the parser's entry point).
+            pub fn from_parts(name: &str, mut attrs: AttrMap) -> Result<Op, String> {
+                let op = match name {
+                    $( $text => Op::$variant $({ $($field: attrs.take(stringify!($field))?),* })?, )*
+                    _ => return Err(format!("unknown op `{name}`")),
+                };
+                attrs.finish(name)?;
+                Ok(op)
+            }
+        }
+    };
+}
+
+define_ops! {
+    // ---- graph interface (no inputs) ----
+    /// A graph input, fed by the caller.
+    Input { name: String } => "input",
+    /// A parameter (an FP32 master weight or other initializer); data lives in `Graph::weights`.
+    Param { name: String } => "param",
+    /// A piece of persistent state (amax history, scale, optimizer moment), read at step start.
+    State { name: String } => "state",
+    /// A constant tensor held inline.
+    Constant { value: Tensor } => "constant",
+
+    // ---- elementwise unary ----
+    /// Returns its input unchanged.
+    Identity => "identity",
+    Neg => "neg",
+    Abs => "abs",
+    Sqrt => "sqrt",
+    Reciprocal => "reciprocal",
+    Exp => "exp",
+    Log => "log",
+    Erf => "erf",
+    Tanh => "tanh",
+    Sigmoid => "sigmoid",
+    Relu => "relu",
+    Floor => "floor",
+    Ceil => "ceil",
+    Sin => "sin",
+    Cos => "cos",
+    /// ONNX Gelu (opset 20); decomposed erf-GELU patterns are recognised into this.
+    Gelu { approximate: GeluApprox } => "gelu",
+    LeakyRelu { alpha: f32 } => "leaky_relu",
+    Not => "not",
+    IsNaN => "is_nan",
+    IsInf { detect_negative: bool, detect_positive: bool } => "is_inf",
+
+    // ---- elementwise binary (numpy broadcasting) ----
+    Add => "add",
+    Sub => "sub",
+    Mul => "mul",
+    Div => "div",
+    Pow => "pow",
+    Max => "max",
+    Min => "min",
+    Mod { fmod: bool } => "mod",
+    Equal => "equal",
+    Less => "less",
+    LessOrEqual => "less_or_equal",
+    Greater => "greater",
+    GreaterOrEqual => "greater_or_equal",
+    And => "and",
+    Or => "or",
+    Xor => "xor",
+    /// `where(cond, a, b)`.
+    Where => "where",
+    /// `clip(x, min, max)`; the importer fills absent bounds with the type's extremes.
+    Clip => "clip",
+    /// Element type conversion; `saturate` as in ONNX Cast (only matters for FP8 targets).
+    Cast { to: DType, saturate: bool } => "cast",
+
+    // ---- linear algebra ----
+    /// numpy matmul semantics (batched, broadcasting).
+    MatMul => "matmul",
+    /// `alpha * op(A) * op(B) + beta * C` with 2 or 3 inputs.
+    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool } => "gemm",
+    /// N-d convolution, NCHW; inputs x, w and an optional bias.
+    Conv { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv",
+
+    // ---- pooling and normalisation ----
+    MaxPool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool",
+    AveragePool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool",
+    GlobalAveragePool => "global_average_pool",
+    GlobalMaxPool => "global_max_pool",
+    /// Inference-mode batch norm; inputs x, scale, bias, mean, var.
+    BatchNormalization { epsilon: f32 } => "batch_norm",
+    /// Inputs x, scale and an optional bias; normalises over axes `axis..rank`.
+    LayerNormalization { axis: i64, epsilon: f32 } => "layer_norm",
+    Softmax { axis: i64 } => "softmax",
+    LogSoftmax { axis: i64 } => "log_softmax",
+
+    // ---- reductions (axes None = all axes, as ONNX) ----
+    ReduceMean { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_mean",
+    ReduceSum { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_sum",
+    ReduceMax { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_max",
+    ReduceMin { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_min",
+    ReduceProd { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_prod",
+
+    // ---- shape and data movement ----
+    /// The shape of its input as i64[rank], sliced to `start..end`.
+    Shape { start: i64, end: Option<i64> } => "shape",
+    /// Inputs data and a shape tensor (i64[n]); 0 copies the input dim unless allowzero.
+    Reshape { allowzero: bool } => "reshape",
+    Transpose { perm: Vec<i64> } => "transpose",
+    Unsqueeze { axes: Vec<i64> } => "unsqueeze",
+    /// `axes` None removes every size-1 axis.
+    Squeeze { axes: Option<Vec<i64>> } => "squeeze",
+    Flatten { axis: i64 } => "flatten",
+    Concat { axis: i64 } => "concat",
+    /// Splits into `split.len()` outputs along `axis`.
+    Split { axis: i64, split: Vec<i64> } => "split",
+    /// Inputs data, starts, ends, axes, steps (the importer fills absent axes/steps).
+    Slice => "slice",
+    Gather { axis: i64 } => "gather",
+    /// Inputs data and a target shape (i64[n]), numpy broadcasting.
+    Expand => "expand",
+    /// Input: shape (i64[n]); output filled with `value` (a one-element tensor).
+    ConstantOfShape { value: Tensor } => "constant_of_shape",
+    /// Inputs start, limit, delta (scalars).
+    Range => "range",
+    /// Inputs data, pads (i64[2*rank]), constant value (scalar).
+    Pad { mode: PadMode } => "pad",
+    /// Inputs data, repeats.
+    Tile => "tile",
+
+    // ---- ONNX quantization ----
+    /// ONNX QuantizeLinear: inputs x, y_scale, y_zero_point; `to` is the quantized type.
+    QuantizeLinear { axis: i64, saturate: bool, to: DType } => "quantize_linear",
+    /// ONNX DequantizeLinear: inputs x, x_scale, x_zero_point; output has the scale's type.
+    DequantizeLinear { axis: i64 } => "dequantize_linear",
+
+    // ---- fp8c's FP8 ops (inserted by the scaling pass) ----
+    /// Max of |x| over the whole tensor: f32[] (NaN propagates).
+    Amax => "amax",
+    /// Inputs: amax source (history f32[L] or current amax f32[]) and previous scale f32[];
+    /// outputs scale and scale_inv (both f32[]), TE's rules for zero/non-finite amax.
+    ComputeScale { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "compute_scale",
+    /// Inputs history f32[L] and this step's amax f32[]: TE's roll (shift left, new slot 0).
+    AmaxHistoryUpdate => "amax_history_update",
+    /// `cast(x * scale)` to an FP8 type; inputs x and scale f32[].
+    Quantize { to: DType, saturate: bool } => "quantize",
+    /// `f32(q) * scale_inv` to `to`; inputs q and scale_inv f32[].
+    Dequantize { to: DType } => "dequantize",
+    /// FP8 matmul with f32 accumulation: inputs qa, qb, scale_inv_a, scale_inv_b; numpy
+    /// matmul shape rules; output type `out`.
+    ScaledMatMul { out: DType } => "scaled_matmul",
+}
+
+impl Op {
+    /// True for ops that read no inputs and define the graph's interface.
+    pub fn is_interface(&self) -> bool {
+        matches!(self, Op::Input { .. } | Op::Param { .. } | Op::State { .. })
+    }
+
+    /// True for elementwise ops with one input and one output of the same shape.
+    pub fn is_elementwise_unary(&self) -> bool {
+        matches!(
+            self,
+            Op::Identity
+                | Op::Neg
+                | Op::Abs
+                | Op::Sqrt
+                | Op::Reciprocal
+                | Op::Exp
+                | Op::Log
+                | Op::Erf
+                | Op::Tanh
+                | Op::Sigmoid
+                | Op::Relu
+                | Op::Floor
+                | Op::Ceil
+                | Op::Sin
+                | Op::Cos
+                | Op::Gelu { .. }
+                | Op::LeakyRelu { .. }
+                | Op::Not
+                | Op::IsNaN
+                | Op::IsInf { .. }
+        )
+    }
+
+    /// True for broadcasting binary elementwise ops.
+    pub fn is_elementwise_binary(&self) -> bool {
+        matches!(
+            self,
+            Op::Add
+                | Op::Sub
+                | Op::Mul
+                | Op::Div
+                | Op::Pow
+                | Op::Max
+                | Op::Min
+                | Op::Mod { .. }
+                | Op::Equal
+                | Op::Less
+                | Op::LessOrEqual
+                | Op::Greater
+                | Op::GreaterOrEqual
+                | Op::And
+                | Op::Or
+                | Op::Xor
+        )
+    }
+
+    /// True for GEMM-like ops the precision policy may put in FP8.
+    pub fn is_gemm_like(&self) -> bool {
+        matches!(self, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. })
+    }
+}

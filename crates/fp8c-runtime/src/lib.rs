@@ -1,0 +1,1 @@
+//! fp8c-runtime

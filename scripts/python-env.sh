@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the project's Python virtual environment in .venv with the pinned
+# packages of scripts/requirements.txt, and prints the path of its python on stdout.
+# Usage: PY=$(scripts/python-env.sh)   — safe to call repeatedly; it installs only once.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+req="$root/scripts/requirements.txt"
+stamp="$venv/.requirements.sha"
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" >&2
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
+  echo "$want" > "$stamp"
+fi
+echo "$venv/bin/python"
