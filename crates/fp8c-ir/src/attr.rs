@@ -168,7 +168,7 @@ macro_rules! word_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $word:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-        pub enum $name { $($(#[$vm])* $variant),+ }
+        pub enum $name { $($(#[$vm])* #[serde(rename = $word)] $variant),+ }
         impl $name {
             /// The word used in the text form.
             pub fn word(self) -> &'static str {

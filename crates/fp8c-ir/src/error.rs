@@ -55,7 +55,11 @@ pub enum IrError {
 impl IrError {
     /// An error about one node.
     pub fn node(node: impl Into<String>, op: &str, msg: impl Into<String>) -> Self {
-        IrError::Node { node: node.into(), op: op.to_string(), msg: msg.into() }
+        IrError::Node {
+            node: node.into(),
+            op: op.to_string(),
+            msg: msg.into(),
+        }
     }
 }
 

@@ -106,7 +106,9 @@ pub struct Graph {
 
 impl fmt::Debug for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Graph").field("def", &self.to_def()).finish()
+        f.debug_struct("Graph")
+            .field("def", &self.to_def())
+            .finish()
     }
 }
 
@@ -149,11 +151,29 @@ impl Graph {
             .expect("an unused name exists")
     }
 
-    fn insert(&mut self, name: String, op: Op, inputs: Vec<Value>, outputs: Vec<TensorType>) -> NodeId {
+    fn insert(
+        &mut self,
+        name: String,
+        op: Op,
+        inputs: Vec<Value>,
+        outputs: Vec<TensorType>,
+    ) -> NodeId {
         self.names.insert(name.clone());
-        let ix = self.g.add_node(Node { name, op, inputs: inputs.clone(), outputs });
+        let ix = self.g.add_node(Node {
+            name,
+            op,
+            inputs: inputs.clone(),
+            outputs,
+        });
         for (i, v) in inputs.iter().enumerate() {
-            self.g.add_edge(v.node.ix(), ix, Edge { slot: v.slot, input: i as u32 });
+            self.g.add_edge(
+                v.node.ix(),
+                ix,
+                Edge {
+                    slot: v.slot,
+                    input: i as u32,
+                },
+            );
         }
         NodeId::of(ix)
     }
@@ -165,7 +185,10 @@ impl Graph {
     /// Adds a graph input.
     pub fn add_input(&mut self, name: &str, ty: TensorType) -> Result<Value> {
         if self.interface_names(&self.inputs).any(|n| n == name) {
-            return Err(IrError::Duplicate { kind: "input", name: name.into() });
+            return Err(IrError::Duplicate {
+                kind: "input",
+                name: name.into(),
+            });
         }
         let node_name = self.fresh_name(name);
         let id = self.insert(node_name, Op::Input { name: name.into() }, vec![], vec![ty]);
@@ -176,15 +199,18 @@ impl Graph {
     /// Adds a parameter with optional data (checked against `ty`).
     pub fn add_param(&mut self, name: &str, ty: TensorType, data: Option<Tensor>) -> Result<Value> {
         if self.interface_names(&self.params).any(|n| n == name) {
-            return Err(IrError::Duplicate { kind: "param", name: name.into() });
+            return Err(IrError::Duplicate {
+                kind: "param",
+                name: name.into(),
+            });
         }
-        if let Some(t) = &data {
-            if t.ty() != ty {
-                return Err(IrError::Other(format!(
-                    "param \"{name}\": data has type {}, declared {ty}",
-                    t.ty()
-                )));
-            }
+        if let Some(t) = &data
+            && t.ty() != ty
+        {
+            return Err(IrError::Other(format!(
+                "param \"{name}\": data has type {}, declared {ty}",
+                t.ty()
+            )));
         }
         let node_name = self.fresh_name(name);
         let id = self.insert(node_name, Op::Param { name: name.into() }, vec![], vec![ty]);
@@ -197,8 +223,15 @@ impl Graph {
 
     /// Adds a state entry whose elements all start at `init`.
     pub fn add_state(&mut self, name: &str, ty: TensorType, init: f64) -> Result<Value> {
-        if self.state.iter().any(|&(id, _)| interface_name(&self.node(id).op) == name) {
-            return Err(IrError::Duplicate { kind: "state", name: name.into() });
+        if self
+            .state
+            .iter()
+            .any(|&(id, _)| interface_name(&self.node(id).op) == name)
+        {
+            return Err(IrError::Duplicate {
+                kind: "state",
+                name: name.into(),
+            });
         }
         let node_name = self.fresh_name(name);
         let id = self.insert(node_name, Op::State { name: name.into() }, vec![], vec![ty]);
@@ -210,7 +243,11 @@ impl Graph {
     /// Errors name the node and say which input is wrong.
     pub fn add_node(&mut self, name: &str, op: Op, inputs: &[Value]) -> Result<Vec<Value>> {
         if op.is_interface() {
-            return Err(IrError::node(name, op.name(), "use add_input/add_param/add_state for interface ops"));
+            return Err(IrError::node(
+                name,
+                op.name(),
+                "use add_input/add_param/add_state for interface ops",
+            ));
         }
         let outputs = self.infer_node(name, &op, inputs)?;
         self.add_node_typed(name, op, inputs, outputs)
@@ -218,9 +255,16 @@ impl Graph {
 
     /// Adds a node with given output types (the parser and importer use this; `verify`
     /// checks the types later).
-    pub fn add_node_typed(&mut self, name: &str, op: Op, inputs: &[Value], outputs: Vec<TensorType>) -> Result<Vec<Value>> {
+    pub fn add_node_typed(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: &[Value],
+        outputs: Vec<TensorType>,
+    ) -> Result<Vec<Value>> {
         for (i, v) in inputs.iter().enumerate() {
-            self.check_value(*v).map_err(|m| IrError::node(name, op.name(), format!("input {i}: {m}")))?;
+            self.check_value(*v)
+                .map_err(|m| IrError::node(name, op.name(), format!("input {i}: {m}")))?;
         }
         let n = outputs.len() as u32;
         let name = self.fresh_name(name);
@@ -232,15 +276,22 @@ impl Graph {
     pub fn infer_node(&self, name: &str, op: &Op, inputs: &[Value]) -> Result<Vec<TensorType>> {
         let mut ins = Vec::with_capacity(inputs.len());
         for (i, v) in inputs.iter().enumerate() {
-            self.check_value(*v).map_err(|m| IrError::node(name, op.name(), format!("input {i}: {m}")))?;
-            ins.push(InferInput { ty: self.value_type(*v), value: self.constant_value(*v) });
+            self.check_value(*v)
+                .map_err(|m| IrError::node(name, op.name(), format!("input {i}: {m}")))?;
+            ins.push(InferInput {
+                ty: self.value_type(*v),
+                value: self.constant_value(*v),
+            });
         }
         infer(op, &ins).map_err(|m| IrError::node(name, op.name(), m))
     }
 
     fn check_value(&self, v: Value) -> std::result::Result<(), String> {
         match self.g.node_weight(v.node.ix()) {
-            None => Err(format!("refers to a node (#{}) that does not exist", v.node.0)),
+            None => Err(format!(
+                "refers to a node (#{}) that does not exist",
+                v.node.0
+            )),
             Some(n) if v.slot as usize >= n.outputs.len() => Err(format!(
                 "refers to output {} of node \"{}\", which has {} output(s)",
                 v.slot,
@@ -253,10 +304,14 @@ impl Graph {
 
     /// Adds (or replaces) a named graph output.
     pub fn set_output(&mut self, name: &str, value: Value) -> Result<()> {
-        self.check_value(value).map_err(|m| IrError::Other(format!("output \"{name}\": {m}")))?;
+        self.check_value(value)
+            .map_err(|m| IrError::Other(format!("output \"{name}\": {m}")))?;
         match self.outputs.iter_mut().find(|o| o.name == name) {
             Some(o) => o.value = value,
-            None => self.outputs.push(Output { name: name.into(), value }),
+            None => self.outputs.push(Output {
+                name: name.into(),
+                value,
+            }),
         }
         Ok(())
     }
@@ -265,9 +320,18 @@ impl Graph {
     pub fn select_outputs(&mut self, keep: &[String]) -> Result<()> {
         let mut out = Vec::new();
         for k in keep {
-            let o = self.outputs.iter().find(|o| &o.name == k).cloned().ok_or_else(|| {
-                IrError::NotFound { kind: "output", name: format!("{k}\" (outputs are: {})", self.outputs.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(", ")) }
-            })?;
+            let o = self
+                .outputs
+                .iter()
+                .find(|o| &o.name == k)
+                .cloned()
+                .ok_or_else(|| {
+                    let names: Vec<&str> = self.outputs.iter().map(|o| o.name.as_str()).collect();
+                    IrError::Other(format!(
+                        "no output named \"{k}\" (outputs are: {})",
+                        names.join(", ")
+                    ))
+                })?;
             out.push(o);
         }
         self.outputs = out;
@@ -276,10 +340,18 @@ impl Graph {
 
     /// Sets the value a state entry takes at the end of a step.
     pub fn set_state_update(&mut self, state: &str, value: Value) -> Result<()> {
-        if !self.state.iter().any(|&(id, _)| interface_name(&self.node(id).op) == state) {
-            return Err(IrError::NotFound { kind: "state", name: state.into() });
+        if !self
+            .state
+            .iter()
+            .any(|&(id, _)| interface_name(&self.node(id).op) == state)
+        {
+            return Err(IrError::NotFound {
+                kind: "state",
+                name: state.into(),
+            });
         }
-        self.check_value(value).map_err(|m| IrError::Other(format!("state update \"{state}\": {m}")))?;
+        self.check_value(value)
+            .map_err(|m| IrError::Other(format!("state update \"{state}\": {m}")))?;
         self.state_updates.insert(state.to_string(), value);
         Ok(())
     }
@@ -291,7 +363,10 @@ impl Graph {
             .iter()
             .copied()
             .find(|&id| interface_name(&self.node(id).op) == name)
-            .ok_or_else(|| IrError::NotFound { kind: "param", name: name.into() })?;
+            .ok_or_else(|| IrError::NotFound {
+                kind: "param",
+                name: name.into(),
+            })?;
         if self.node(id).outputs[0] != data.ty() {
             return Err(IrError::Other(format!(
                 "param \"{name}\": data has type {}, declared {}",
@@ -397,7 +472,10 @@ impl Graph {
 
     /// The node called `name`, if any.
     pub fn find_node(&self, name: &str) -> Option<NodeId> {
-        self.g.node_indices().map(NodeId::of).find(|&id| self.node(id).name == name)
+        self.g
+            .node_indices()
+            .map(NodeId::of)
+            .find(|&id| self.node(id).name == name)
     }
 
     /// Every (node, input index) that reads `v`, sorted.
@@ -457,7 +535,20 @@ impl Graph {
     /// Makes input `index` of node `id` read `v`.
     pub fn set_input(&mut self, id: NodeId, index: usize, v: Value) -> Result<()> {
         let op = self.node(id).op.name();
-        self.check_value(v).map_err(|m| IrError::node(self.node(id).name.clone(), op, format!("input {index}: {m}")))?;
+        if index >= self.node(id).inputs.len() {
+            return Err(IrError::node(
+                self.node(id).name.clone(),
+                op,
+                format!("has no input {index}"),
+            ));
+        }
+        self.check_value(v).map_err(|m| {
+            IrError::node(
+                self.node(id).name.clone(),
+                op,
+                format!("input {index}: {m}"),
+            )
+        })?;
         let old_edge = self
             .g
             .edges_directed(id.ix(), Direction::Incoming)
@@ -467,7 +558,41 @@ impl Graph {
             self.g.remove_edge(e);
         }
         self.g[id.ix()].inputs[index] = v;
-        self.g.add_edge(v.node.ix(), id.ix(), Edge { slot: v.slot, input: index as u32 });
+        self.g.add_edge(
+            v.node.ix(),
+            id.ix(),
+            Edge {
+                slot: v.slot,
+                input: index as u32,
+            },
+        );
+        Ok(())
+    }
+
+    /// Turns node `id` into a `constant` holding `value` (dropping its inputs). Its single
+    /// output keeps its slot, so every reader now reads the constant.
+    pub fn make_constant(&mut self, id: NodeId, value: Tensor) -> Result<()> {
+        let n = self.node(id);
+        if n.op.is_interface() || n.outputs.len() != 1 {
+            return Err(IrError::node(
+                n.name.clone(),
+                n.op.name(),
+                "only single-output, non-interface nodes can become constants",
+            ));
+        }
+        let incoming: Vec<_> = self
+            .g
+            .edges_directed(id.ix(), Direction::Incoming)
+            .map(|e| e.id())
+            .collect();
+        for e in incoming {
+            self.g.remove_edge(e);
+        }
+        let ty = value.ty();
+        let n = &mut self.g[id.ix()];
+        n.inputs.clear();
+        n.outputs = vec![ty];
+        n.op = Op::Constant { value };
         Ok(())
     }
 
@@ -492,13 +617,25 @@ impl Graph {
     /// Removes a node nobody reads. Errors if it is still used.
     pub fn remove_node(&mut self, id: NodeId) -> Result<()> {
         let n = self.node(id);
-        let used = self.g.edges_directed(id.ix(), Direction::Outgoing).next().is_some()
+        let used = self
+            .g
+            .edges_directed(id.ix(), Direction::Outgoing)
+            .next()
+            .is_some()
             || (0..n.outputs.len() as u32).any(|s| self.is_graph_result(Value::new(id, s)));
         if used {
-            return Err(IrError::node(n.name.clone(), n.op.name(), "cannot remove a node whose results are used"));
+            return Err(IrError::node(
+                n.name.clone(),
+                n.op.name(),
+                "cannot remove a node whose results are used",
+            ));
         }
         if matches!(n.op, Op::Input { .. }) {
-            return Err(IrError::node(n.name.clone(), "input", "graph inputs cannot be removed"));
+            return Err(IrError::node(
+                n.name.clone(),
+                "input",
+                "graph inputs cannot be removed",
+            ));
         }
         let n = self.g.remove_node(id.ix()).expect("live node");
         self.names.remove(&n.name);
@@ -529,7 +666,10 @@ impl Graph {
             .collect();
         // A state that is updated must be kept as long as its update is kept, and the reverse.
         for (id, _) in &self.state {
-            if self.state_updates.contains_key(interface_name(&self.node(*id).op)) {
+            if self
+                .state_updates
+                .contains_key(interface_name(&self.node(*id).op))
+            {
                 stack.push(id.ix());
             }
         }
@@ -538,7 +678,11 @@ impl Graph {
                 stack.extend(self.g.neighbors_directed(ix, Direction::Incoming));
             }
         }
-        let dead: Vec<NodeIndex> = self.g.node_indices().filter(|ix| !live.contains(ix)).collect();
+        let dead: Vec<NodeIndex> = self
+            .g
+            .node_indices()
+            .filter(|ix| !live.contains(ix))
+            .collect();
         let count = dead.len();
         // Remove in reverse topological order so each removal sees no users.
         let order = self.topo_order().unwrap_or_default();
@@ -570,7 +714,11 @@ impl Graph {
     pub fn set_interface_type(&mut self, id: NodeId, ty: TensorType) -> Result<()> {
         let n = &mut self.g[id.ix()];
         if !n.op.is_interface() {
-            return Err(IrError::node(n.name.clone(), n.op.name(), "not an interface node"));
+            return Err(IrError::node(
+                n.name.clone(),
+                n.op.name(),
+                "not an interface node",
+            ));
         }
         n.outputs = vec![ty];
         Ok(())
@@ -581,26 +729,56 @@ impl Graph {
     /// The canonical, index-free description of the graph: nodes in topological order with
     /// inputs as positions in that order. Two graphs are equal when their defs are.
     pub fn to_def(&self) -> GraphDef {
-        let order = match self.topo_order() {
+        // Interface nodes first (inputs, params, state, in interface order), then the rest in
+        // topological order: a valid topological order that does not depend on when a pass
+        // added a state entry.
+        let interface: Vec<NodeId> = self
+            .inputs
+            .iter()
+            .chain(self.params.iter())
+            .chain(self.state.iter().map(|(id, _)| id))
+            .copied()
+            .collect();
+        let rest = match self.topo_order() {
             Ok(o) => o,
             Err(_) => self.node_ids(),
         };
-        let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
-        let vref = |v: &Value| ValueRef { node: pos[&v.node], slot: v.slot };
+        let mut seen: HashSet<NodeId> = interface.iter().copied().collect();
+        let mut order = interface;
+        order.extend(rest.into_iter().filter(|id| seen.insert(*id)));
+        let pos: HashMap<NodeId, usize> =
+            order.iter().enumerate().map(|(i, &id)| (id, i)).collect();
+        let vref = |v: &Value| ValueRef {
+            node: pos[&v.node],
+            slot: v.slot,
+        };
         GraphDef {
             name: self.name.clone(),
             nodes: order
                 .iter()
                 .map(|&id| {
                     let n = self.node(id);
-                    NodeDef { name: n.name.clone(), op: n.op.clone(), inputs: n.inputs.iter().map(vref).collect(), outputs: n.outputs.clone() }
+                    NodeDef {
+                        name: n.name.clone(),
+                        op: n.op.clone(),
+                        inputs: n.inputs.iter().map(vref).collect(),
+                        outputs: n.outputs.clone(),
+                    }
                 })
                 .collect(),
             inputs: self.inputs.iter().map(|i| pos[i]).collect(),
             params: self.params.iter().map(|i| pos[i]).collect(),
             state: self.state.iter().map(|(i, init)| (pos[i], *init)).collect(),
-            outputs: self.outputs.iter().map(|o| (o.name.clone(), vref(&o.value))).collect(),
-            state_updates: self.state_updates.iter().map(|(k, v)| (k.clone(), vref(v))).collect(),
+            outputs: self
+                .outputs
+                .iter()
+                .map(|o| (o.name.clone(), vref(&o.value)))
+                .collect(),
+            state_updates: self
+                .state_updates
+                .iter()
+                .map(|(k, v)| (k.clone(), vref(v)))
+                .collect(),
             weights: self.weights.clone(),
         }
     }
@@ -613,24 +791,47 @@ impl Graph {
             let mut inputs = Vec::with_capacity(n.inputs.len());
             for r in &n.inputs {
                 if r.node >= i {
-                    return Err(IrError::node(n.name.clone(), n.op.name(), format!("input refers to node #{} which does not come before it", r.node)));
+                    return Err(IrError::node(
+                        n.name.clone(),
+                        n.op.name(),
+                        format!(
+                            "input refers to node #{} which does not come before it",
+                            r.node
+                        ),
+                    ));
                 }
                 inputs.push(Value::new(ids[r.node], r.slot));
             }
             if g.names.contains(&n.name) {
-                return Err(IrError::Duplicate { kind: "node", name: n.name.clone() });
+                return Err(IrError::Duplicate {
+                    kind: "node",
+                    name: n.name.clone(),
+                });
             }
             let id = g.insert(n.name.clone(), n.op.clone(), vec![], n.outputs.clone());
             for (k, v) in inputs.iter().enumerate() {
-                g.check_value(*v).map_err(|m| IrError::node(n.name.clone(), n.op.name(), format!("input {k}: {m}")))?;
+                g.check_value(*v).map_err(|m| {
+                    IrError::node(n.name.clone(), n.op.name(), format!("input {k}: {m}"))
+                })?;
             }
             g.g[id.ix()].inputs = inputs.clone();
             for (k, v) in inputs.iter().enumerate() {
-                g.g.add_edge(v.node.ix(), id.ix(), Edge { slot: v.slot, input: k as u32 });
+                g.g.add_edge(
+                    v.node.ix(),
+                    id.ix(),
+                    Edge {
+                        slot: v.slot,
+                        input: k as u32,
+                    },
+                );
             }
             ids.push(id);
         }
-        let get = |i: usize| ids.get(i).copied().ok_or_else(|| IrError::Other(format!("node index {i} out of range")));
+        let get = |i: usize| {
+            ids.get(i)
+                .copied()
+                .ok_or_else(|| IrError::Other(format!("node index {i} out of range")))
+        };
         for &i in &def.inputs {
             g.inputs.push(get(i)?);
         }
@@ -683,8 +884,8 @@ pub struct ValueRef {
 pub struct NodeDef {
     /// Node name.
     pub name: String,
-    /// Operation.
-    #[serde(flatten)]
+    /// Operation, as its own object (`"op": {"op": "gemm", "alpha": 1.0, ...}`): flattening
+    /// it into the node would clash with `input`/`param`/`state`'s own `name` field.
     pub op: Op,
     /// Inputs by position.
     pub inputs: Vec<ValueRef>,

@@ -13,6 +13,8 @@ pub mod infer;
 mod op;
 mod shape;
 mod tensor;
+pub mod text;
+mod verify;
 
 pub use attr::{Attr, AttrMap, AttrValue};
 pub use dtype::DType;
@@ -21,3 +23,7 @@ pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef,
 pub use op::{AmaxSource, AutoPad, GeluApprox, Op, PadMode};
 pub use shape::{Dim, Shape, TensorType, shape_of};
 pub use tensor::{MAX_ELEMENTS, Tensor, checked_numel};
+pub use text::{
+    from_json, parse, print, read_weights, to_json, to_json_with_weights, write_weights,
+};
+pub use verify::verify;

@@ -46,7 +46,7 @@ macro_rules! define_ops {
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "op", rename_all = "snake_case")]
         pub enum Op {
-            $( $(#[$doc])* $variant $({ $($field: $fty),* })?, )*
+            $( $(#[$doc])* #[serde(rename = $text)] $variant $({ $($field: $fty),* })?, )*
         }
 
         impl Op {
@@ -200,10 +200,17 @@ define_ops! {
     // ---- fp8c's FP8 ops (inserted by the scaling pass) ----
     /// Max of |x| over the whole tensor: f32[] (NaN propagates).
     Amax => "amax",
-    /// Inputs: amax source (history f32[L] or current amax f32[]) and previous scale f32[];
-    /// outputs scale and scale_inv (both f32[]), TE's rules for zero/non-finite amax.
+    /// Inputs: the amax source and the previous scale f32[]; outputs scale and scale_inv
+    /// (both f32[]). The source is the recorded history f32[L] (first output of
+    /// `amax_history_update`) for `history_max` / `history_most_recent` (most recent = slot 0,
+    /// as TE), or this step's amax f32[] for `current` (then `max(amax, epsilon)`, and the
+    /// scale rounded down to a power of two if `power_2`). TE's rules: amax 0, inf or NaN keeps
+    /// the previous scale; an infinite result becomes f32::MAX; `scale = fmt_max / amax / 2^margin`.
     ComputeScale { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "compute_scale",
-    /// Inputs history f32[L] and this step's amax f32[]: TE's roll (shift left, new slot 0).
+    /// Inputs history f32[L] and this step's amax f32[]; two outputs, both f32[L]:
+    /// `recorded` = history with slot 0 set to amax (what the scale is computed from), and
+    /// `next` = TE's roll of `recorded` (shift left by one, the old slot 0 moves to the end,
+    /// then slot 0 zeroed), which becomes the state for the next step.
     AmaxHistoryUpdate => "amax_history_update",
     /// `cast(x * scale)` to an FP8 type; inputs x and scale f32[].
     Quantize { to: DType, saturate: bool } => "quantize",

@@ -29,8 +29,8 @@ pub fn checked_numel(shape: &[u64]) -> Option<u64> {
 impl Tensor {
     /// Builds a tensor from raw little-endian bytes; errors if the length does not match.
     pub fn from_bytes(dtype: DType, shape: Vec<u64>, data: Vec<u8>) -> Result<Self, String> {
-        let n = checked_numel(&shape)
-            .ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
+        let n =
+            checked_numel(&shape).ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
         let want = n
             .checked_mul(dtype.size() as u64)
             .ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
@@ -45,32 +45,52 @@ impl Tensor {
 
     /// A tensor of zeros (all bits zero).
     pub fn zeros(dtype: DType, shape: Vec<u64>) -> Result<Self, String> {
-        let n = checked_numel(&shape)
-            .ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
+        let n =
+            checked_numel(&shape).ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
         let bytes = (n as usize)
             .checked_mul(dtype.size())
             .ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
-        Ok(Tensor { dtype, shape, data: vec![0; bytes] })
+        Ok(Tensor {
+            dtype,
+            shape,
+            data: vec![0; bytes],
+        })
     }
 
     /// An f32 tensor. Panics only if `values.len()` does not match `shape` (a caller bug).
     pub fn from_f32(shape: Vec<u64>, values: &[f32]) -> Self {
-        Self::from_le(DType::F32, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::from_le(
+            DType::F32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// An f64 tensor.
     pub fn from_f64(shape: Vec<u64>, values: &[f64]) -> Self {
-        Self::from_le(DType::F64, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::from_le(
+            DType::F64,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// An i64 tensor.
     pub fn from_i64(shape: Vec<u64>, values: &[i64]) -> Self {
-        Self::from_le(DType::I64, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::from_le(
+            DType::I64,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// An i32 tensor.
     pub fn from_i32(shape: Vec<u64>, values: &[i32]) -> Self {
-        Self::from_le(DType::I32, shape, values.iter().flat_map(|v| v.to_le_bytes()))
+        Self::from_le(
+            DType::I32,
+            shape,
+            values.iter().flat_map(|v| v.to_le_bytes()),
+        )
     }
 
     /// A bool tensor.
@@ -83,12 +103,30 @@ impl Tensor {
     pub fn from_f64_as(dtype: DType, shape: Vec<u64>, values: &[f64]) -> Result<Self, String> {
         let bytes: Vec<u8> = match dtype {
             DType::F64 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::F32 => values.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect(),
-            DType::F16 => values.iter().flat_map(|&v| f16::from_f64(v).to_le_bytes()).collect(),
-            DType::BF16 => values.iter().flat_map(|&v| bf16::from_f64(v).to_le_bytes()).collect(),
-            DType::I64 => values.iter().flat_map(|&v| (v as i64).to_le_bytes()).collect(),
-            DType::I32 => values.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect(),
-            DType::I16 => values.iter().flat_map(|&v| (v as i16).to_le_bytes()).collect(),
+            DType::F32 => values
+                .iter()
+                .flat_map(|&v| (v as f32).to_le_bytes())
+                .collect(),
+            DType::F16 => values
+                .iter()
+                .flat_map(|&v| f16::from_f64(v).to_le_bytes())
+                .collect(),
+            DType::BF16 => values
+                .iter()
+                .flat_map(|&v| bf16::from_f64(v).to_le_bytes())
+                .collect(),
+            DType::I64 => values
+                .iter()
+                .flat_map(|&v| (v as i64).to_le_bytes())
+                .collect(),
+            DType::I32 => values
+                .iter()
+                .flat_map(|&v| (v as i32).to_le_bytes())
+                .collect(),
+            DType::I16 => values
+                .iter()
+                .flat_map(|&v| (v as i16).to_le_bytes())
+                .collect(),
             DType::I8 => values.iter().map(|&v| (v as i8) as u8).collect(),
             DType::U8 => values.iter().map(|&v| v as u8).collect(),
             DType::Bool => values.iter().map(|&v| (v != 0.0) as u8).collect(),
@@ -170,13 +208,34 @@ impl Tensor {
     pub fn to_f64_vec(&self) -> Result<Vec<f64>, String> {
         let d = &self.data;
         Ok(match self.dtype {
-            DType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
-            DType::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-            DType::F16 => d.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-            DType::BF16 => d.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-            DType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-            DType::I32 => d.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-            DType::I16 => d.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f64).collect(),
+            DType::F64 => d
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            DType::F32 => d
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DType::F16 => d
+                .chunks_exact(2)
+                .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            DType::BF16 => d
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                .collect(),
+            DType::I64 => d
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DType::I32 => d
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DType::I16 => d
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]) as f64)
+                .collect(),
             DType::I8 => d.iter().map(|&b| b as i8 as f64).collect(),
             DType::U8 | DType::Bool => d.iter().map(|&b| b as f64).collect(),
             DType::F8E4M3 | DType::F8E5M2 => {
@@ -201,9 +260,18 @@ impl Tensor {
     pub fn to_i64_vec(&self) -> Result<Vec<i64>, String> {
         let d = &self.data;
         Ok(match self.dtype {
-            DType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
-            DType::I32 => d.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64).collect(),
-            DType::I16 => d.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as i64).collect(),
+            DType::I64 => d
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            DType::I32 => d
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            DType::I16 => d
+                .chunks_exact(2)
+                .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64)
+                .collect(),
             DType::I8 => d.iter().map(|&b| b as i8 as i64).collect(),
             DType::U8 | DType::Bool => d.iter().map(|&b| b as i64).collect(),
             other => return Err(format!("expected an integer tensor, got {other}")),

@@ -1,0 +1,632 @@
+//! ONNX `ModelProto` -> [`fp8c_ir::Graph`].
+//!
+//! The import runs in checked stages, each on the proto, so that a model is rejected with a
+//! complete message before any IR is built:
+//! 1. opset: the ai.onnx opset must be in [`MIN_OPSET`]..=[`MAX_OPSET`] (13–21 fully,
+//!    7–12 where the older op forms are cheap, 22–25 where nothing changed that matters);
+//! 2. definitions: every value has one producer (node output, graph input or initializer);
+//! 3. pruning: only nodes that feed a selected output are kept, so an unsupported op in an
+//!    unused branch does not fail the import;
+//! 4. order: kept nodes are sorted topologically (a cycle is one error naming its nodes);
+//! 5. support: every kept node's op must be in the registry (all others listed at once);
+//! 6. mapping: graph inputs, then the initializers the kept nodes read (float -> params,
+//!    others -> constants), then each node through its builder (`ops/`), then the outputs.
+
+use crate::ops::{NodeCx, lookup};
+use crate::proto::tensor_shape_proto::dimension;
+use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, type_proto};
+use crate::tensor::{dtype_from_onnx, tensor_from_proto};
+use crate::{OnnxError, UnsupportedOp};
+use fp8c_ir::{DType, Dim, Graph, Op, Shape, Tensor, TensorType, Value, shape_of};
+use prost::Message;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::ops::RangeInclusive;
+use std::path::Path;
+
+/// Oldest ai.onnx opset the importer accepts (older op forms are mapped where cheap).
+pub const MIN_OPSET: i64 = 7;
+/// Newest ai.onnx opset the importer accepts. Opsets 22–25 changed the mapped ops only by
+/// adding element types and the attributes Cast/CastLike `round_mode` (FLOAT8E8M0 only, a
+/// type the IR rejects), QuantizeLinear `precision` and DequantizeLinear `output_dtype`,
+/// which the builders handle; ONNX's backend tests use these opsets.
+pub const MAX_OPSET: i64 = 25;
+
+/// What to import and how.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Keep only these outputs (graph outputs or any other value name), in this order; nodes
+    /// that feed none of them are dropped before op mapping. `None` keeps every graph output.
+    pub outputs: Option<Vec<String>>,
+    /// Replaces the dims of these graph inputs (the rank must match the declared one).
+    pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Makes these graph inputs constants with the given values (dtype and rank must match
+    /// the declared type, and known dims too). For inputs the IR needs as attributes
+    /// (`axes`, `split`, `pads` fed as graph inputs, as in ONNX's backend tests).
+    pub constant_inputs: BTreeMap<String, Tensor>,
+}
+
+/// An imported model: the IR graph and what the model says about itself.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// The graph: ONNX inputs, float initializers as params, nodes, outputs.
+    pub graph: Graph,
+    /// The model's ai.onnx opset version.
+    pub opset: i64,
+    /// The model's IR version.
+    pub ir_version: i64,
+    /// `producer_name` (e.g. `pytorch`).
+    pub producer: String,
+    /// `producer_version`.
+    pub producer_version: String,
+    /// Every imported ONNX value name and the IR value it became.
+    pub values: BTreeMap<String, Value>,
+}
+
+/// Decodes model bytes; an empty or graph-less message is an error.
+pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
+    let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        what: "model",
+        reason: e.to_string(),
+    })?;
+    if model.graph.is_none() {
+        return Err(OnnxError::NoGraph);
+    }
+    Ok(model)
+}
+
+/// The model's ai.onnx opset version, checked against the supported range.
+pub fn ai_onnx_opset(model: &ModelProto) -> Result<i64, OnnxError> {
+    let v = model
+        .opset_import
+        .iter()
+        .find(|o| is_default_domain(o.domain()))
+        .map(|o| o.version())
+        .ok_or_else(|| OnnxError::Opset("the model imports no ai.onnx opset".into()))?;
+    if !(MIN_OPSET..=MAX_OPSET).contains(&v) {
+        return Err(OnnxError::Opset(format!(
+            "ai.onnx opset {v} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})"
+        )));
+    }
+    Ok(v)
+}
+
+pub(crate) fn is_default_domain(domain: &str) -> bool {
+    domain.is_empty() || domain == "ai.onnx"
+}
+
+/// Reads and imports an ONNX model file; external data is looked up next to it.
+/// Every error is prefixed with the file name.
+pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxError> {
+    let run = || {
+        let bytes = std::fs::read(path)?;
+        import_bytes(&bytes, path.parent(), opts)
+    };
+    run().map_err(|e| e.in_file(path))
+}
+
+/// Imports serialized model bytes; `base_dir` is where external data files are looked up.
+pub fn import_bytes(
+    bytes: &[u8],
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported, OnnxError> {
+    import_model(&decode_model(bytes)?, base_dir, opts)
+}
+
+/// Imports a decoded model.
+pub fn import_model(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported, OnnxError> {
+    let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
+    let opset = ai_onnx_opset(model)?;
+    let plan = plan(graph, opts)?;
+    let (graph, values) = build(graph, &plan, opset, base_dir, opts)?;
+    Ok(Imported {
+        graph,
+        opset,
+        ir_version: model.ir_version(),
+        producer: model.producer_name().into(),
+        producer_version: model.producer_version().into(),
+        values: values.into_iter().collect(),
+    })
+}
+
+/// What the checks before mapping decide (stages 2 to 5).
+struct Plan<'m> {
+    /// Node names, `{op_type}_{index}` where the model has none.
+    names: Vec<String>,
+    /// Graph inputs that are not initializers.
+    inputs: Vec<&'m ValueInfoProto>,
+    /// Names of sparse initializers.
+    sparse: HashSet<&'m str>,
+    /// The outputs to produce, in order.
+    selected: Vec<String>,
+    /// Every value the kept nodes and the outputs read.
+    used: HashSet<String>,
+    /// Kept nodes in topological order.
+    order: Vec<usize>,
+}
+
+/// Checks definitions, prunes to the selected outputs, orders the kept nodes and checks
+/// that every one of them is supported.
+fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, OnnxError> {
+    let nodes = &graph.node;
+    let names: Vec<String> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            if n.name().is_empty() {
+                format!("{}_{i}", n.op_type())
+            } else {
+                n.name().to_string()
+            }
+        })
+        .collect();
+
+    // ---- definitions
+    let mut inits: HashMap<&str, &TensorProto> = HashMap::new();
+    for t in &graph.initializer {
+        if inits.insert(t.name(), t).is_some() {
+            return Err(OnnxError::tensor(
+                t.name(),
+                "is defined by two initializers",
+            ));
+        }
+    }
+    let sparse: HashSet<&str> = graph
+        .sparse_initializer
+        .iter()
+        .filter_map(|s| s.values.as_ref())
+        .map(|v| v.name())
+        .collect();
+    let inputs: Vec<&ValueInfoProto> = graph
+        .input
+        .iter()
+        .filter(|i| !inits.contains_key(i.name()))
+        .collect();
+    let mut defined: HashMap<&str, String> = HashMap::new();
+    for i in &inputs {
+        if defined.insert(i.name(), "a graph input".into()).is_some() {
+            return Err(value_err("graph input", i.name(), "is listed twice"));
+        }
+    }
+    for name in inits.keys().chain(sparse.iter()) {
+        defined
+            .entry(name)
+            .or_insert_with(|| "an initializer".into());
+    }
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (k, n) in nodes.iter().enumerate() {
+        for o in n.output.iter().filter(|o| !o.is_empty()) {
+            let by = format!("node \"{}\"", names[k]);
+            if let Some(prev) = defined.insert(o, by.clone()) {
+                return Err(value_err(
+                    "value",
+                    o,
+                    format!("is defined twice: by {prev} and by {by}"),
+                ));
+            }
+            producer.insert(o, k);
+        }
+    }
+
+    // ---- selected outputs
+    let selected: Vec<String> = match &opts.outputs {
+        Some(list) => {
+            for o in list {
+                if !defined.contains_key(o.as_str()) {
+                    let outs: Vec<&str> = graph.output.iter().map(|o| o.name()).collect();
+                    return Err(OnnxError::Options(format!(
+                        "no value named \"{o}\" to output (graph outputs are: {})",
+                        outs.join(", ")
+                    )));
+                }
+            }
+            list.clone()
+        }
+        None => graph.output.iter().map(|o| o.name().to_string()).collect(),
+    };
+    for o in &selected {
+        if !defined.contains_key(o.as_str()) {
+            return Err(value_err(
+                "graph output",
+                o,
+                "is not produced by any node, graph input or initializer",
+            ));
+        }
+    }
+
+    // ---- pruning
+    let mut keep = vec![false; nodes.len()];
+    let mut used: HashSet<&str> = selected.iter().map(String::as_str).collect();
+    let mut stack: Vec<&str> = selected.iter().map(String::as_str).collect();
+    let mut missing: Vec<(usize, &str)> = Vec::new();
+    while let Some(v) = stack.pop() {
+        let Some(&k) = producer.get(v) else { continue };
+        if std::mem::replace(&mut keep[k], true) {
+            continue;
+        }
+        for i in nodes[k].input.iter().filter(|i| !i.is_empty()) {
+            if !defined.contains_key(i.as_str()) {
+                missing.push((k, i));
+            }
+            if used.insert(i) {
+                stack.push(i);
+            }
+        }
+    }
+    if let Some(&(k, value)) = missing.iter().min() {
+        return Err(OnnxError::MissingInput {
+            node: names[k].clone(),
+            op_type: nodes[k].op_type().into(),
+            value: value.into(),
+        });
+    }
+
+    // ---- order
+    let order = topo_order(nodes, &keep, &producer)
+        .map_err(|cycle| OnnxError::Cycle(cycle.into_iter().map(|k| names[k].clone()).collect()))?;
+
+    // ---- support
+    let unsupported: Vec<UnsupportedOp> = (0..nodes.len())
+        .filter(|&k| keep[k])
+        .filter(|&k| !is_default_domain(nodes[k].domain()) || lookup(nodes[k].op_type()).is_none())
+        .map(|k| UnsupportedOp {
+            node: names[k].clone(),
+            op_type: nodes[k].op_type().into(),
+            domain: if is_default_domain(nodes[k].domain()) {
+                String::new()
+            } else {
+                nodes[k].domain().into()
+            },
+        })
+        .collect();
+    if !unsupported.is_empty() {
+        return Err(OnnxError::Unsupported(unsupported));
+    }
+
+    let used = used.into_iter().map(String::from).collect();
+    Ok(Plan {
+        names,
+        inputs,
+        sparse,
+        selected,
+        used,
+        order,
+    })
+}
+
+/// Builds the IR graph from a plan: inputs, the initializers read, nodes, outputs.
+fn build(
+    graph: &GraphProto,
+    plan: &Plan<'_>,
+    opset: i64,
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<(Graph, HashMap<String, Value>), OnnxError> {
+    let Plan {
+        names,
+        inputs,
+        sparse,
+        selected,
+        used,
+        order,
+    } = plan;
+    let nodes = &graph.node;
+    let mut g = Graph::new(if graph.name().is_empty() {
+        "main"
+    } else {
+        graph.name()
+    });
+    let mut values: HashMap<String, Value> = HashMap::new();
+    for (what, name) in opts
+        .input_shapes
+        .keys()
+        .map(|n| ("input_shapes", n))
+        .chain(opts.constant_inputs.keys().map(|n| ("constant_inputs", n)))
+    {
+        if !inputs.iter().any(|i| i.name() == name) {
+            let all: Vec<&str> = inputs.iter().map(|i| i.name()).collect();
+            return Err(OnnxError::Options(format!(
+                "{what}: no graph input named \"{name}\" (inputs are: {})",
+                all.join(", ")
+            )));
+        }
+    }
+    for vi in inputs {
+        let v = match opts.constant_inputs.get(vi.name()) {
+            Some(t) => constant_input(&mut g, vi, t)?,
+            None => {
+                let ty = input_type(vi, opts.input_shapes.get(vi.name()))?;
+                g.add_input(vi.name(), ty)?
+            }
+        };
+        values.insert(vi.name().to_string(), v);
+    }
+    for t in graph.initializer.iter().filter(|t| used.contains(t.name())) {
+        let v = add_initializer(&mut g, t, base_dir)?;
+        values.insert(t.name().to_string(), v);
+    }
+    if let Some(s) = sparse
+        .iter()
+        .find(|s| used.contains(**s) && !values.contains_key(**s))
+    {
+        return Err(OnnxError::tensor(
+            s,
+            "sparse initializers are not supported",
+        ));
+    }
+    for &k in order {
+        map_node(
+            &mut g,
+            &mut values,
+            &nodes[k],
+            &names[k],
+            opset,
+            used,
+            base_dir,
+        )?;
+    }
+    for o in selected {
+        let v = *values
+            .get(o)
+            .ok_or_else(|| value_err("graph output", o, "was not imported"))?;
+        g.set_output(o, v)?;
+    }
+    Ok((g, values))
+}
+
+fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxError {
+    OnnxError::Value {
+        kind,
+        name: name.into(),
+        msg: msg.into(),
+    }
+}
+
+/// Kept nodes in topological order, ties broken by position in the model. On a cycle, the
+/// nodes on one cycle in dataflow order.
+fn topo_order(
+    nodes: &[NodeProto],
+    keep: &[bool],
+    producer: &HashMap<&str, usize>,
+) -> Result<Vec<usize>, Vec<usize>> {
+    let preds = |k: usize| {
+        nodes[k]
+            .input
+            .iter()
+            .filter_map(|i| producer.get(i.as_str()).copied())
+            .filter(|&p| keep[p])
+    };
+    let mut indeg = vec![0usize; nodes.len()];
+    let mut succs: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for k in (0..nodes.len()).filter(|&k| keep[k]) {
+        for p in preds(k) {
+            indeg[k] += 1;
+            succs[p].push(k);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..nodes.len())
+        .filter(|&k| keep[k] && indeg[k] == 0)
+        .map(Reverse)
+        .collect();
+    let mut order = Vec::new();
+    while let Some(Reverse(k)) = ready.pop() {
+        order.push(k);
+        for &s in &succs[k] {
+            indeg[s] -= 1;
+            if indeg[s] == 0 {
+                ready.push(Reverse(s));
+            }
+        }
+    }
+    if order.len() == keep.iter().filter(|&&k| k).count() {
+        return Ok(order);
+    }
+    // Every node left has a predecessor left: walk predecessors until one repeats.
+    let left = |k: usize| keep[k] && indeg[k] > 0;
+    let start = (0..nodes.len()).find(|&k| left(k)).unwrap_or(0);
+    let mut path = vec![start];
+    let mut k = start;
+    loop {
+        let Some(p) = preds(k).find(|&p| left(p)) else {
+            return Err(path);
+        };
+        if let Some(pos) = path.iter().position(|&q| q == p) {
+            let mut cycle = path.split_off(pos);
+            cycle.reverse();
+            // Start at the node that comes first in the model, for a stable message.
+            let first = cycle
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, k)| **k)
+                .map_or(0, |(i, _)| i);
+            cycle.rotate_left(first);
+            return Err(cycle);
+        }
+        path.push(p);
+        k = p;
+    }
+}
+
+fn dim_from_proto(d: &crate::proto::tensor_shape_proto::Dimension) -> Dim {
+    match &d.value {
+        Some(dimension::Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
+        // "?" is how some exporters spell an unnamed dimension.
+        Some(dimension::Value::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
+        _ => Dim::Unknown,
+    }
+}
+
+/// The tensor element type and shape of a value info, if it has them.
+pub(crate) fn value_info_parts(vi: &ValueInfoProto) -> Result<(i32, Option<Shape>), &'static str> {
+    let tp = vi.r#type.as_ref().ok_or("has no type")?;
+    match &tp.value {
+        Some(type_proto::Value::TensorType(tt)) => Ok((
+            tt.elem_type(),
+            tt.shape
+                .as_ref()
+                .map(|s| s.dim.iter().map(dim_from_proto).collect()),
+        )),
+        Some(_) => {
+            Err("is not a tensor (sequence, map, optional and sparse values are not supported)")
+        }
+        None => Err("has no type"),
+    }
+}
+
+/// A graph input's IR type, with its dims replaced by an `input_shapes` entry.
+fn input_type(vi: &ValueInfoProto, dims: Option<&Vec<u64>>) -> Result<TensorType, OnnxError> {
+    let name = vi.name();
+    let (code, declared) = value_info_parts(vi).map_err(|m| value_err("graph input", name, m))?;
+    let dtype = dtype_from_onnx(code).map_err(|m| value_err("graph input", name, m))?;
+    let shape = match (dims, declared) {
+        (Some(d), Some(decl)) if d.len() != decl.len() => {
+            return Err(OnnxError::Options(format!(
+                "input_shapes: input \"{name}\" has rank {}, but {} dims were given ({d:?})",
+                decl.len(),
+                d.len()
+            )));
+        }
+        (Some(d), _) => shape_of(d),
+        (None, Some(decl)) => decl,
+        (None, None) => {
+            return Err(value_err(
+                "graph input",
+                name,
+                "has no shape (unknown rank); give its dims in input_shapes",
+            ));
+        }
+    };
+    Ok(TensorType::new(dtype, shape))
+}
+
+/// A graph input frozen to a constant (checked against its declared type).
+fn constant_input(g: &mut Graph, vi: &ValueInfoProto, t: &Tensor) -> Result<Value, OnnxError> {
+    let name = vi.name();
+    let (code, shape) = value_info_parts(vi).map_err(|m| value_err("graph input", name, m))?;
+    let dtype = dtype_from_onnx(code).map_err(|m| value_err("graph input", name, m))?;
+    let fits = dtype == t.dtype()
+        && shape.as_ref().is_none_or(|s| {
+            s.len() == t.shape().len()
+                && s.iter()
+                    .zip(t.shape())
+                    .all(|(d, &n)| d.known().is_none_or(|k| k == n))
+        });
+    if !fits {
+        let declared = shape.map_or_else(
+            || format!("{dtype}[..]"),
+            |s| TensorType::new(dtype, s).to_string(),
+        );
+        return Err(OnnxError::Options(format!(
+            "constant_inputs: input \"{name}\" is declared {declared}, but the value is {}",
+            t.ty()
+        )));
+    }
+    g.add_node(name, Op::Constant { value: t.clone() }, &[])
+        .map(|v| v[0])
+        .map_err(OnnxError::from)
+}
+
+/// Float initializers become params (weights); integer, bool and FP8 ones become constants
+/// (exporters use them as shape constants and quantized data).
+fn add_initializer(
+    g: &mut Graph,
+    t: &TensorProto,
+    base_dir: Option<&Path>,
+) -> Result<Value, OnnxError> {
+    let tensor = tensor_from_proto(t, base_dir)?;
+    if t.name().is_empty() {
+        return Err(OnnxError::tensor("", "initializers must have a name"));
+    }
+    if matches!(
+        tensor.dtype(),
+        DType::F32 | DType::F16 | DType::BF16 | DType::F64
+    ) {
+        Ok(g.add_param(t.name(), tensor.ty(), Some(tensor))?)
+    } else {
+        let name = t.name();
+        g.add_node(name, Op::Constant { value: tensor }, &[])
+            .map(|v| v[0])
+            .map_err(|e| OnnxError::tensor(name, e.to_string()))
+    }
+}
+
+fn arity_text(r: &RangeInclusive<usize>) -> String {
+    match (*r.start(), *r.end()) {
+        (a, b) if a == b => format!("{a}"),
+        (a, usize::MAX) => format!("at least {a}"),
+        (a, b) => format!("{a} to {b}"),
+    }
+}
+
+/// Maps one ONNX node through its builder and records its outputs.
+fn map_node(
+    g: &mut Graph,
+    values: &mut HashMap<String, Value>,
+    node: &NodeProto,
+    name: &str,
+    opset: i64,
+    used: &HashSet<String>,
+    base_dir: Option<&Path>,
+) -> Result<(), OnnxError> {
+    let op_type = node.op_type();
+    let err = |msg: String| OnnxError::node(name, op_type, msg);
+    let (build, arity) = lookup(op_type).ok_or_else(|| err("op is not supported".into()))?;
+    let given = node
+        .input
+        .iter()
+        .rposition(|i| !i.is_empty())
+        .map_or(0, |p| p + 1);
+    if !arity.contains(&given) {
+        return Err(err(format!(
+            "expects {} input(s), got {given}",
+            arity_text(&arity)
+        )));
+    }
+    let mut inputs = Vec::with_capacity(given);
+    for i in &node.input[..given] {
+        if i.is_empty() {
+            inputs.push(None);
+            continue;
+        }
+        let v = values
+            .get(i)
+            .copied()
+            .ok_or_else(|| OnnxError::MissingInput {
+                node: name.into(),
+                op_type: op_type.into(),
+                value: i.clone(),
+            })?;
+        inputs.push(Some(v));
+    }
+    let used_outputs = node
+        .output
+        .iter()
+        .map(|o| !o.is_empty() && used.contains(o.as_str()))
+        .collect();
+    let mut cx = NodeCx::new(g, node, name, opset, inputs, used_outputs, base_dir);
+    let outs = build(&mut cx)?;
+    for (slot, o) in node
+        .output
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.is_empty())
+    {
+        match outs.get(slot) {
+            Some(&v) => {
+                values.insert(o.clone(), v);
+            }
+            None if used.contains(o.as_str()) => {
+                return Err(err(format!(
+                    "output {slot} (\"{o}\") is used, but the importer does not produce it"
+                )));
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}

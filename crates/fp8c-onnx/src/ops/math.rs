@@ -1,0 +1,152 @@
+//! Elementwise math, casts, matrix products.
+
+use super::NodeCx;
+use crate::OnnxError;
+use crate::tensor::dtype_from_onnx;
+use fp8c_ir::{DType, Op, Value};
+
+/// One input, one IR op.
+pub(super) fn unary(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
+    let x = cx.input(0)?;
+    Ok(vec![cx.add(op, &[x])?])
+}
+
+/// Two inputs, one IR op.
+pub(super) fn binary(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
+    let (a, b) = (cx.input(0)?, cx.input(1)?);
+    Ok(vec![cx.add(op, &[a, b])?])
+}
+
+/// Every input in order, one IR op.
+pub(super) fn plain(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
+    let inputs = cx.all_inputs()?;
+    Ok(vec![cx.add(op, &inputs)?])
+}
+
+/// Variadic Max/Min/Sum: a left fold of the binary op (one input: identity).
+pub(super) fn variadic(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
+    Ok(vec![fold(cx, op)?])
+}
+
+fn fold(cx: &mut NodeCx<'_>, op: Op) -> Result<Value, OnnxError> {
+    let inputs = cx.all_inputs()?;
+    let [first, rest @ ..] = inputs.as_slice() else {
+        return Err(cx.err("needs at least one input"));
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return cx.add(Op::Identity, &[*first]);
+    };
+    let mut acc = *first;
+    for (i, v) in middle.iter().enumerate() {
+        acc = cx.add_helper(&i.to_string(), op.clone(), &[acc, *v])?;
+    }
+    cx.add(op, &[acc, *last])
+}
+
+/// Mean = Sum / n.
+pub(super) fn mean(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let inputs = cx.all_inputs()?;
+    let n = inputs.len();
+    if n == 1 {
+        return Ok(vec![cx.add(Op::Identity, &inputs)?]);
+    }
+    let mut acc = inputs[0];
+    for (i, v) in inputs[1..].iter().enumerate() {
+        acc = cx.add_helper(&format!("sum{i}"), Op::Add, &[acc, *v])?;
+    }
+    let dtype = cx.ty(acc).dtype;
+    let count = cx.scalar("count", dtype, n as f64)?;
+    Ok(vec![cx.add(Op::Div, &[acc, count])?])
+}
+
+pub(super) fn modulo(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let fmod = cx.attr_bool("fmod", false)?;
+    binary(cx, Op::Mod { fmod })
+}
+
+pub(super) fn is_inf(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let detect_negative = cx.attr_bool("detect_negative", true)?;
+    let detect_positive = cx.attr_bool("detect_positive", true)?;
+    unary(
+        cx,
+        Op::IsInf {
+            detect_negative,
+            detect_positive,
+        },
+    )
+}
+
+/// Clip: bounds are inputs from opset 11, `min`/`max` attributes before. Absent bounds become
+/// the type's extremes (infinities for floats), so the IR op always has 3 inputs.
+pub(super) fn clip(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let x = cx.input(0)?;
+    let dtype = cx.ty(x).dtype;
+    let (lo, hi) = if cx.opset < 11 {
+        let lo = cx.attr_float_opt("min")?.map(f64::from);
+        let hi = cx.attr_float_opt("max")?.map(f64::from);
+        (
+            lo.map(|v| cx.scalar("min", dtype, v)).transpose()?,
+            hi.map(|v| cx.scalar("max", dtype, v)).transpose()?,
+        )
+    } else {
+        (cx.opt_input(1), cx.opt_input(2))
+    };
+    let lo = match lo {
+        Some(v) => v,
+        None => cx.scalar("min", dtype, extreme(dtype, false))?,
+    };
+    let hi = match hi {
+        Some(v) => v,
+        None => cx.scalar("max", dtype, extreme(dtype, true))?,
+    };
+    Ok(vec![cx.add(Op::Clip, &[x, lo, hi])?])
+}
+
+/// The largest (or smallest) value of `dtype`, infinities for floats; the conversion in
+/// `Tensor::from_f64_as` saturates, so the integer extremes come out exact.
+fn extreme(dtype: DType, high: bool) -> f64 {
+    match (dtype.is_float(), high) {
+        (true, true) => f64::INFINITY,
+        (true, false) => f64::NEG_INFINITY,
+        (false, true) => f64::MAX,
+        (false, false) => f64::MIN,
+    }
+}
+
+pub(super) fn cast(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let code = cx
+        .attr_int_opt("to")?
+        .ok_or_else(|| cx.err("attribute `to` is required"))?;
+    let to = i32::try_from(code)
+        .map_err(|_| format!("unknown element type code {code}"))
+        .and_then(dtype_from_onnx)
+        .map_err(|e| cx.err(format!("attribute `to`: {e}")))?;
+    let saturate = cx.attr_bool("saturate", true)?;
+    unary(cx, Op::Cast { to, saturate })
+}
+
+/// CastLike: a Cast to the second input's element type.
+pub(super) fn cast_like(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let (x, like) = (cx.input(0)?, cx.input(1)?);
+    let to = cx.ty(like).dtype;
+    let saturate = cx.attr_bool("saturate", true)?;
+    Ok(vec![cx.add(Op::Cast { to, saturate }, &[x])?])
+}
+
+pub(super) fn gemm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let alpha = cx.attr_float("alpha", 1.0)?;
+    let beta = cx.attr_float("beta", 1.0)?;
+    let trans_a = cx.attr_bool("transA", false)?;
+    let trans_b = cx.attr_bool("transB", false)?;
+    let mut inputs = vec![cx.input(0)?, cx.input(1)?];
+    inputs.extend(cx.opt_input(2));
+    Ok(vec![cx.add(
+        Op::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        },
+        &inputs,
+    )?])
+}

@@ -1,0 +1,291 @@
+//! `TensorProto` <-> [`fp8c_ir::Tensor`], element-type mapping, external data, and the
+//! `.pb` tensor files of the ONNX backend tests.
+//!
+//! Decoding never trusts the proto: dims must be non-negative, the element count goes through
+//! [`checked_numel`] (absurd sizes are an error, never an allocation), and every data field's
+//! length is checked against the dims before anything is copied.
+
+use crate::OnnxError;
+use crate::proto::TensorProto;
+use crate::proto::tensor_proto::{DataLocation, DataType};
+use fp8c_ir::{DType, Tensor, checked_numel};
+use prost::Message;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Component, Path};
+
+/// The IR dtype of an ONNX `TensorProto.DataType` code, or the ONNX name of an unsupported one.
+pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
+    Ok(match DataType::try_from(code) {
+        Ok(DataType::Float) => DType::F32,
+        Ok(DataType::Uint8) => DType::U8,
+        Ok(DataType::Int8) => DType::I8,
+        Ok(DataType::Int16) => DType::I16,
+        Ok(DataType::Int32) => DType::I32,
+        Ok(DataType::Int64) => DType::I64,
+        Ok(DataType::Bool) => DType::Bool,
+        Ok(DataType::Float16) => DType::F16,
+        Ok(DataType::Double) => DType::F64,
+        Ok(DataType::Bfloat16) => DType::BF16,
+        Ok(DataType::Float8e4m3fn) => DType::F8E4M3,
+        Ok(DataType::Float8e5m2) => DType::F8E5M2,
+        Ok(other) => return Err(format!("unsupported element type {}", other.as_str_name())),
+        Err(_) => return Err(format!("unknown element type code {code}")),
+    })
+}
+
+/// The ONNX `TensorProto.DataType` code of an IR dtype.
+pub fn dtype_to_onnx(dtype: DType) -> i32 {
+    let t = match dtype {
+        DType::F64 => DataType::Double,
+        DType::F32 => DataType::Float,
+        DType::F16 => DataType::Float16,
+        DType::BF16 => DataType::Bfloat16,
+        DType::F8E4M3 => DataType::Float8e4m3fn,
+        DType::F8E5M2 => DataType::Float8e5m2,
+        DType::I64 => DataType::Int64,
+        DType::I32 => DataType::Int32,
+        DType::I16 => DataType::Int16,
+        DType::I8 => DataType::Int8,
+        DType::U8 => DataType::Uint8,
+        DType::Bool => DataType::Bool,
+    };
+    t as i32
+}
+
+/// The name ONNX gives a data type code (`FLOAT`, `UINT16`, ...), for diagnostics.
+pub fn onnx_dtype_name(code: i32) -> String {
+    DataType::try_from(code).map_or_else(
+        |_| format!("type code {code}"),
+        |t| t.as_str_name().to_string(),
+    )
+}
+
+/// Element size in bytes of an ONNX data type code, where it is a whole number of bytes.
+pub(crate) fn onnx_dtype_size(code: i32) -> Option<u64> {
+    Some(match DataType::try_from(code).ok()? {
+        DataType::Double | DataType::Int64 | DataType::Uint64 | DataType::Complex64 => 8,
+        DataType::Complex128 => 16,
+        DataType::Float | DataType::Int32 | DataType::Uint32 => 4,
+        DataType::Float16 | DataType::Bfloat16 | DataType::Int16 | DataType::Uint16 => 2,
+        DataType::Uint8
+        | DataType::Int8
+        | DataType::Bool
+        | DataType::Float8e4m3fn
+        | DataType::Float8e4m3fnuz
+        | DataType::Float8e5m2
+        | DataType::Float8e5m2fnuz
+        | DataType::Float8e8m0 => 1,
+        _ => return None,
+    })
+}
+
+/// The checked dims of a tensor proto (non-negative, element count within bounds).
+pub(crate) fn tensor_dims(t: &TensorProto) -> Result<(Vec<u64>, u64), OnnxError> {
+    let name = t.name();
+    let mut dims = Vec::with_capacity(t.dims.len());
+    for &d in &t.dims {
+        if d < 0 {
+            return Err(OnnxError::tensor(
+                name,
+                format!("negative dimension {d} in dims {:?}", t.dims),
+            ));
+        }
+        dims.push(d as u64);
+    }
+    let numel = checked_numel(&dims).ok_or_else(|| {
+        OnnxError::tensor(
+            name,
+            format!(
+                "dims {:?} are too large ({} elements at most)",
+                t.dims,
+                fp8c_ir::MAX_ELEMENTS
+            ),
+        )
+    })?;
+    Ok((dims, numel))
+}
+
+/// Decodes a tensor proto; `base_dir` is where external data files are looked up.
+pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, OnnxError> {
+    let name = t.name();
+    let err = |msg: String| OnnxError::tensor(name, msg);
+    let dtype = dtype_from_onnx(t.data_type()).map_err(err)?;
+    let (dims, numel) = tensor_dims(t)?;
+    if t.segment.is_some() {
+        return Err(err("segmented tensors are not supported".into()));
+    }
+    // numel * size fits: numel <= MAX_ELEMENTS (2^34) and size <= 8.
+    let want = numel * dtype.size() as u64;
+    let bytes = if t.data_location == Some(DataLocation::External as i32) {
+        read_external(t, base_dir, want)?
+    } else if let Some(raw) = &t.raw_data {
+        if raw.len() as u64 != want {
+            return Err(err(format!(
+                "raw_data has {} bytes, but {dtype} dims {dims:?} need {want}",
+                raw.len()
+            )));
+        }
+        raw.clone()
+    } else {
+        typed_bytes(t, dtype, numel).map_err(err)?
+    };
+    Tensor::from_bytes(dtype, dims, bytes).map_err(err)
+}
+
+/// The little-endian bytes held in the typed `*_data` fields.
+fn typed_bytes(t: &TensorProto, dtype: DType, numel: u64) -> Result<Vec<u8>, String> {
+    fn check<T>(field: &str, v: &[T], numel: u64, dtype: DType) -> Result<(), String> {
+        if v.len() as u64 != numel {
+            if v.is_empty() {
+                return Err(format!(
+                    "has no data ({dtype} needs raw_data or {field} with {numel} values)"
+                ));
+            }
+            return Err(format!(
+                "{field} has {} values, but the dims hold {numel}",
+                v.len()
+            ));
+        }
+        Ok(())
+    }
+    Ok(match dtype {
+        DType::F32 => {
+            check("float_data", &t.float_data, numel, dtype)?;
+            t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        DType::F64 => {
+            check("double_data", &t.double_data, numel, dtype)?;
+            t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        DType::I64 => {
+            check("int64_data", &t.int64_data, numel, dtype)?;
+            t.int64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        DType::I32 => {
+            check("int32_data", &t.int32_data, numel, dtype)?;
+            t.int32_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        // 16-bit types (f16 and bf16 as bit patterns) live in int32_data, one per element.
+        DType::I16 | DType::F16 | DType::BF16 => {
+            check("int32_data", &t.int32_data, numel, dtype)?;
+            t.int32_data
+                .iter()
+                .flat_map(|&v| (v as u16).to_le_bytes())
+                .collect()
+        }
+        DType::Bool => {
+            check("int32_data", &t.int32_data, numel, dtype)?;
+            t.int32_data.iter().map(|&v| (v != 0) as u8).collect()
+        }
+        // 8-bit types (FP8 as bit patterns) also live in int32_data.
+        DType::I8 | DType::U8 | DType::F8E4M3 | DType::F8E5M2 => {
+            check("int32_data", &t.int32_data, numel, dtype)?;
+            t.int32_data.iter().map(|&v| v as u8).collect()
+        }
+    })
+}
+
+/// Reads `want` bytes of external data, checking the path stays inside `base_dir`.
+fn read_external(
+    t: &TensorProto,
+    base_dir: Option<&Path>,
+    want: u64,
+) -> Result<Vec<u8>, OnnxError> {
+    let name = t.name();
+    let err = |msg: String| OnnxError::tensor(name, msg);
+    let mut location = None;
+    let mut offset = 0u64;
+    let mut length = None;
+    for kv in &t.external_data {
+        let parse = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("external data {}: `{v}` is not a byte count", kv.key()))
+        };
+        match kv.key() {
+            "location" => location = Some(kv.value()),
+            "offset" => offset = parse(kv.value()).map_err(err)?,
+            "length" => length = Some(parse(kv.value()).map_err(err)?),
+            _ => {}
+        }
+    }
+    let location = location
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| err("external data has no location".into()))?;
+    let rel = Path::new(location);
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(err(format!(
+            "external data location \"{location}\" must be a relative path inside the model's directory"
+        )));
+    }
+    let base = base_dir.ok_or_else(|| {
+        err(format!(
+            "external data \"{location}\" needs the model's directory (load the model from a file)"
+        ))
+    })?;
+    let path = base.join(rel);
+    let ioerr = |e: std::io::Error| err(format!("external data file \"{}\": {e}", path.display()));
+    let mut file = std::fs::File::open(&path).map_err(ioerr)?;
+    let file_len = file.metadata().map_err(ioerr)?.len();
+    let length = match length {
+        Some(l) => l,
+        None => file_len.saturating_sub(offset),
+    };
+    if length != want {
+        return Err(err(format!(
+            "external data length is {length} bytes, but the dims need {want}"
+        )));
+    }
+    match offset.checked_add(length) {
+        Some(end) if end <= file_len => {}
+        _ => {
+            return Err(err(format!(
+                "external data file \"{}\" has {file_len} bytes, too short for offset {offset} + length {length}",
+                path.display()
+            )));
+        }
+    }
+    file.seek(SeekFrom::Start(offset)).map_err(ioerr)?;
+    let mut buf = vec![0u8; length as usize];
+    file.read_exact(&mut buf).map_err(ioerr)?;
+    Ok(buf)
+}
+
+/// A tensor proto holding `tensor` as raw little-endian data.
+pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> TensorProto {
+    TensorProto {
+        name: Some(name.to_string()),
+        dims: tensor.shape().iter().map(|&d| d as i64).collect(),
+        data_type: Some(dtype_to_onnx(tensor.dtype())),
+        raw_data: Some(tensor.bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+/// Decodes a serialized `TensorProto` (an ONNX backend test's `input_0.pb`). FP8 tensors
+/// keep their raw bytes with dtype F8E4M3 / F8E5M2; external data is not allowed.
+pub fn decode_tensor_pb(bytes: &[u8]) -> Result<Tensor, OnnxError> {
+    let t = TensorProto::decode(bytes).map_err(|e| OnnxError::Decode {
+        what: "tensor",
+        reason: e.to_string(),
+    })?;
+    tensor_from_proto(&t, None)
+}
+
+/// Reads a serialized `TensorProto` file (see [`decode_tensor_pb`]).
+pub fn load_tensor_pb(path: &Path) -> Result<Tensor, OnnxError> {
+    let run = || {
+        let bytes = std::fs::read(path)?;
+        decode_tensor_pb(&bytes)
+    };
+    run().map_err(|e| e.in_file(path))
+}
+
+/// Writes `tensor` as a serialized `TensorProto` named `name`.
+pub fn save_tensor_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), OnnxError> {
+    std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec())
+        .map_err(|e| OnnxError::Io(e).in_file(path))
+}

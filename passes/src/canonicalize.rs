@@ -1,0 +1,167 @@
+//! Canonicalize: turn an imported graph into a clean static graph without changing what it
+//! computes.
+//!
+//! One walk in topological order re-infers every node's types (so shapes given for the
+//! inputs flow through) and folds every node whose inputs are all constants, using the CPU
+//! reference evaluator (the same code that runs the model, so folding cannot disagree with
+//! execution). `shape` of a statically shaped value folds even when the value is not
+//! constant: that is what removes the Shape→Gather→Unsqueeze→Concat→Reshape chains exports
+//! are full of. Then no-op nodes (identity, casts to the same type, reshapes and expands to
+//! the same static shape) are bypassed and dead nodes removed.
+//!
+//! Parameters are never folded: they stay parameters (FP32 master weights).
+
+use crate::{Pass, PassCx};
+use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
+
+/// Folded constants larger than this (in elements) are left as computations: they would
+/// bloat the IR and the folding buys nothing.
+pub const FOLD_LIMIT_ELEMENTS: u64 = 1 << 16;
+
+/// The canonicalize pass (see the module docs).
+pub struct Canonicalize;
+
+impl Pass for Canonicalize {
+    fn name(&self) -> &'static str {
+        "canonicalize"
+    }
+
+    fn about(&self) -> &'static str {
+        "shape inference, constant folding of shape subgraphs, no-op removal, dead-code elimination"
+    }
+
+    fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
+        let folded = infer_and_fold(g, cx)?;
+        let bypassed = bypass_noops(g)?;
+        let removed = g.dce();
+        if folded + bypassed + removed > 0 {
+            cx.notes.push(format!(
+                "canonicalize: folded {folded} node(s), bypassed {bypassed} no-op(s), removed {removed} dead node(s)"
+            ));
+        }
+        Ok(folded + bypassed + removed > 0)
+    }
+}
+
+/// Re-infers types in topological order and folds constant nodes. Returns the fold count.
+pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> {
+    let mut folded = 0;
+    for id in g.topo_order()? {
+        let node = g.node(id);
+        if node.op.is_interface() || matches!(node.op, Op::Constant { .. }) {
+            continue;
+        }
+        let (name, op, inputs) = (node.name.clone(), node.op.clone(), node.inputs().to_vec());
+        let outputs = g.infer_node(&name, &op, &inputs)?;
+        g.set_op(id, op.clone(), outputs.clone());
+        if outputs.len() != 1
+            || outputs[0]
+                .num_elements()
+                .is_none_or(|n| n > FOLD_LIMIT_ELEMENTS)
+        {
+            continue;
+        }
+        if let Some(value) = fold_shape(g, &op, &inputs) {
+            g.make_constant(id, value)?;
+            folded += 1;
+            continue;
+        }
+        let consts: Option<Vec<&Tensor>> = inputs.iter().map(|v| g.constant_value(*v)).collect();
+        let Some(consts) = consts else { continue };
+        if !is_foldable(&op) {
+            continue;
+        }
+        match fp8c_runtime::cpu::eval_op(&op, &consts) {
+            Ok(mut vals) if vals.len() == 1 => {
+                let value = vals.pop().expect("one value");
+                if value.ty() != outputs[0] {
+                    return Err(IrError::node(
+                        name,
+                        op.name(),
+                        format!(
+                            "folding produced {} but inference said {}",
+                            value.ty(),
+                            outputs[0]
+                        ),
+                    ));
+                }
+                g.make_constant(id, value)?;
+                folded += 1;
+            }
+            Ok(_) => {}
+            // A constant computation that fails is a model error the runtime will report in
+            // context; folding just leaves it alone.
+            Err(e) => cx.notes.push(format!(
+                "canonicalize: node \"{name}\" ({}) not folded: {e}",
+                op.name()
+            )),
+        }
+    }
+    Ok(folded)
+}
+
+/// `shape(x)` of a statically shaped `x`, without needing x's value.
+fn fold_shape(g: &Graph, op: &Op, inputs: &[Value]) -> Option<Tensor> {
+    let Op::Shape { start, end } = op else {
+        return None;
+    };
+    let dims = g.value_type(*inputs.first()?).known_dims()?;
+    let r = dims.len() as i64;
+    let clamp = |i: i64| if i < 0 { (i + r).clamp(0, r) } else { i.clamp(0, r) } as usize;
+    let (s, e) = (clamp(*start), clamp(end.unwrap_or(r)));
+    let picked: Vec<i64> = dims.get(s..e.max(s))?.iter().map(|&d| d as i64).collect();
+    Some(Tensor::from_i64(vec![picked.len() as u64], &picked))
+}
+
+/// Ops folding may evaluate: pure, deterministic, and not FP8 scaling machinery (whose
+/// state must stay visible as state).
+fn is_foldable(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Input { .. }
+            | Op::Param { .. }
+            | Op::State { .. }
+            | Op::Constant { .. }
+            | Op::Amax
+            | Op::ComputeScale { .. }
+            | Op::AmaxHistoryUpdate
+            | Op::Quantize { .. }
+            | Op::Dequantize { .. }
+            | Op::ScaledMatMul { .. }
+    )
+}
+
+/// Bypasses nodes that return their first input unchanged. Returns how many.
+pub fn bypass_noops(g: &mut Graph) -> Result<usize, IrError> {
+    let mut count = 0;
+    for id in g.topo_order()? {
+        let n = g.node(id);
+        let Some(&first) = n.inputs().first() else {
+            continue;
+        };
+        let in_ty = g.value_type(first);
+        let same_type = n.outputs.len() == 1 && in_ty == &n.outputs[0];
+        let noop = match &n.op {
+            Op::Identity => true,
+            Op::Concat { .. } => n.inputs().len() == 1 && same_type,
+            Op::Cast { to, .. } => same_type && *to == in_ty.dtype,
+            Op::Reshape { .. }
+            | Op::Expand
+            | Op::Squeeze { .. }
+            | Op::Unsqueeze { .. }
+            | Op::Flatten { .. } => same_type && in_ty.is_static(),
+            _ => false,
+        };
+        if noop {
+            let out = Value::new(id, 0);
+            // A graph output that would become a bare graph input keeps its identity node:
+            // outputs must be produced by the graph.
+            if g.is_graph_result(out) && g.node(first.node).op.is_interface() {
+                continue;
+            }
+            g.replace_uses(out, first)?;
+            count += 1;
+        }
+    }
+    Ok(count)
+}

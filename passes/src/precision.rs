@@ -1,0 +1,520 @@
+//! The precision policy: decides, for every GEMM-like node, whether it runs in FP8 or in high
+//! precision, and why. Every other op computes in high precision (only GEMM operands are
+//! quantized), as in TransformerEngine.
+//!
+//! Rules, first match wins (the reason string says which one fired):
+//! 1. `--precision f32|bf16`: no FP8 at all (the high-precision baselines).
+//! 2. `--keep-high GLOB` on the node name → high ("user: --keep-high").
+//! 3. `--force-fp8 GLOB` → FP8 ("user: --force-fp8"), if the shapes allow it at all.
+//! 4. `--keep-first-last` → the first and last GEMM in topological order stay high.
+//! 5. Both operands are activations (attention's QKᵀ and PV) → high unless `--fp8-attention`
+//!    (TE's `fp8_dpa=False` default).
+//! 6. GEMM dims (M, N, K; for Conv the channel counts) not multiples of 16 (Hopper's
+//!    cuBLASLt FP8 rule) → high, unless `--pad-to-16`.
+//! 7. Fewer than `--min-fp8-flops` → high ("too small to gain").
+//! 8. Otherwise FP8.
+//!
+//! In bf16 mode the pass also rewrites each GEMM to compute in bf16 (casts in, cast out), so
+//! the bf16 baseline is a real graph, not a flag.
+
+use crate::{Pass, PassCx};
+use fp8c_ir::{DType, Graph, IrError, NodeId, Op, Value};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+
+/// Default `--min-fp8-flops`: 2^24 ≈ 16.8 MFLOP. Below this a GEMM takes a few microseconds
+/// on an H100 even in BF16, so the extra amax/scale/quantize launches cost more than FP8 saves.
+/// To be refined from GPU measurements (BENCHMARKS.md).
+pub const DEFAULT_MIN_FP8_FLOPS: u64 = 1 << 24;
+
+/// The precision mode of a whole compile.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrecisionMode {
+    /// Everything in f32.
+    F32,
+    /// GEMMs in bf16, the rest in f32.
+    Bf16,
+    /// GEMMs in FP8 where the policy allows.
+    #[default]
+    Fp8,
+}
+
+impl std::str::FromStr for PrecisionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(PrecisionMode::F32),
+            "bf16" => Ok(PrecisionMode::Bf16),
+            "fp8" => Ok(PrecisionMode::Fp8),
+            _ => Err(format!(
+                "unknown precision `{s}`; expected f32, bf16 or fp8"
+            )),
+        }
+    }
+}
+
+/// What the user asked of the policy.
+#[derive(Clone, Debug)]
+pub struct PolicyOptions {
+    /// Overall mode.
+    pub mode: PrecisionMode,
+    /// Node-name globs forced to high precision.
+    pub keep_high: Vec<String>,
+    /// Node-name globs forced to FP8.
+    pub force_fp8: Vec<String>,
+    /// Keep the first and last GEMM high.
+    pub keep_first_last: bool,
+    /// Allow activation×activation GEMMs (attention) in FP8.
+    pub fp8_attention: bool,
+    /// Pad GEMM dims to multiples of 16 instead of falling back to high precision.
+    pub pad_to_16: bool,
+    /// GEMMs below this many FLOPs stay high.
+    pub min_fp8_flops: u64,
+}
+
+impl Default for PolicyOptions {
+    fn default() -> Self {
+        PolicyOptions {
+            mode: PrecisionMode::Fp8,
+            keep_high: Vec::new(),
+            force_fp8: Vec::new(),
+            keep_first_last: false,
+            fp8_attention: false,
+            pad_to_16: false,
+            min_fp8_flops: DEFAULT_MIN_FP8_FLOPS,
+        }
+    }
+}
+
+/// Compiles a list of globs, naming the flag and pattern on error.
+pub fn compile_globs(flag: &str, pats: &[String]) -> Result<GlobSet, String> {
+    let mut b = GlobSetBuilder::new();
+    for p in pats {
+        let g = Glob::new(p).map_err(|e| format!("{flag} '{p}': invalid pattern: {e}"))?;
+        b.add(g);
+    }
+    b.build().map_err(|e| format!("{flag}: {e}"))
+}
+
+impl PolicyOptions {
+    /// Checks the globs (so a bad pattern fails before any work).
+    pub fn validate(&self) -> Result<(), String> {
+        compile_globs("--keep-high", &self.keep_high)?;
+        compile_globs("--force-fp8", &self.force_fp8)?;
+        Ok(())
+    }
+}
+
+/// The decided precision of one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Operands quantized to FP8, f32 accumulation.
+    Fp8,
+    /// bf16 compute.
+    Bf16,
+    /// f32 compute.
+    F32,
+}
+
+/// GEMM dimensions of a GEMM-like node (Conv as implicit GEMM).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GemmDims {
+    /// Rows of the output (batch dims folded in when the second operand is 2-D).
+    pub m: Option<u64>,
+    /// Columns of the output.
+    pub n: Option<u64>,
+    /// Reduction length.
+    pub k: Option<u64>,
+    /// Independent GEMMs (batched matmul).
+    pub batch: Option<u64>,
+}
+
+impl GemmDims {
+    /// 2·batch·M·N·K, if every dim is known.
+    pub fn flops(&self) -> Option<u64> {
+        [self.batch?, self.m?, self.n?, self.k?]
+            .iter()
+            .try_fold(2u64, |a, &b| a.checked_mul(b))
+    }
+}
+
+/// One row of the explain report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decision {
+    /// Node name.
+    pub name: String,
+    /// ONNX-level op (`matmul`, `gemm`, `conv`).
+    pub op: String,
+    /// GEMM dims.
+    #[serde(flatten)]
+    pub dims: GemmDims,
+    /// 2·M·N·K·batch.
+    pub flops: Option<u64>,
+    /// The decision.
+    pub precision: Precision,
+    /// Why.
+    pub reason: String,
+}
+
+/// The precision pass.
+pub struct PrecisionPass;
+
+impl Pass for PrecisionPass {
+    fn name(&self) -> &'static str {
+        "precision"
+    }
+
+    fn about(&self) -> &'static str {
+        "per-GEMM FP8 / high-precision decision with a reason (--report shows them)"
+    }
+
+    fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
+        let decisions = decide(g, &cx.options.policy).map_err(IrError::Other)?;
+        let mut changed = false;
+        if cx.options.policy.mode == PrecisionMode::Bf16 {
+            for d in &decisions {
+                if let Some(id) = g.find_node(&d.name) {
+                    changed |= compute_in(g, id, DType::BF16)?;
+                }
+            }
+        }
+        cx.others = other_nodes(g, &cx.options.policy);
+        cx.decisions = decisions;
+        Ok(changed)
+    }
+}
+
+/// Is `v` a weight: a param or constant, possibly through layout-only ops?
+pub fn is_weight(g: &Graph, mut v: Value) -> bool {
+    loop {
+        let n = g.node(v.node);
+        match &n.op {
+            Op::Param { .. } | Op::Constant { .. } => return true,
+            Op::Transpose { .. }
+            | Op::Reshape { .. }
+            | Op::Squeeze { .. }
+            | Op::Unsqueeze { .. }
+            | Op::Flatten { .. }
+            | Op::Cast { .. }
+            | Op::Identity
+            | Op::DequantizeLinear { .. } => match n.inputs().first() {
+                Some(&i) => v = i,
+                None => return false,
+            },
+            _ => return false,
+        }
+    }
+}
+
+/// GEMM dims of a MatMul / Gemm / Conv node.
+pub fn gemm_dims(g: &Graph, id: NodeId) -> GemmDims {
+    let n = g.node(id);
+    let dim = |v: Value, i: isize| -> Option<u64> {
+        let s = &g.value_type(v).shape;
+        let idx = if i < 0 { s.len() as isize + i } else { i };
+        s.get(usize::try_from(idx).ok()?)?.known()
+    };
+    let prod = |v: Value, range: std::ops::Range<usize>| -> Option<u64> {
+        g.value_type(v)
+            .shape
+            .get(range)?
+            .iter()
+            .try_fold(1u64, |a, d| a.checked_mul(d.known()?))
+    };
+    let ins = n.inputs();
+    match &n.op {
+        Op::MatMul if ins.len() == 2 => {
+            let (a, b) = (ins[0], ins[1]);
+            let (ra, rb) = (g.value_type(a).rank(), g.value_type(b).rank());
+            let k = dim(a, -1);
+            let nn = if rb >= 2 { dim(b, -1) } else { Some(1) };
+            if rb <= 2 {
+                // A weight-like right operand: fold every leading dim of A into M.
+                GemmDims {
+                    m: prod(a, 0..ra.saturating_sub(1)),
+                    n: nn,
+                    k,
+                    batch: Some(1),
+                }
+            } else {
+                let out = &g.node(id).outputs[0];
+                let batch = out
+                    .shape
+                    .get(..out.rank().saturating_sub(2))
+                    .and_then(|s| s.iter().try_fold(1u64, |a, d| a.checked_mul(d.known()?)));
+                let m = if ra >= 2 { dim(a, -2) } else { Some(1) };
+                GemmDims { m, n: nn, k, batch }
+            }
+        }
+        Op::Gemm {
+            trans_a, trans_b, ..
+        } if ins.len() >= 2 => {
+            let (a, b) = (ins[0], ins[1]);
+            let (m, k) = if *trans_a {
+                (dim(a, 1), dim(a, 0))
+            } else {
+                (dim(a, 0), dim(a, 1))
+            };
+            let nn = if *trans_b { dim(b, 0) } else { dim(b, 1) };
+            GemmDims {
+                m,
+                n: nn,
+                k,
+                batch: Some(1),
+            }
+        }
+        Op::Conv { group, .. } if ins.len() >= 2 => {
+            let (w, out) = (ins[1], &g.node(id).outputs[0]);
+            let m = out.shape.first().and_then(|d| d.known()).and_then(|b| {
+                out.shape
+                    .get(2..)?
+                    .iter()
+                    .try_fold(b, |a, d| a.checked_mul(d.known()?))
+            });
+            let k = prod(w, 1..g.value_type(w).rank());
+            let _ = group;
+            GemmDims {
+                m,
+                n: dim(w, 0),
+                k,
+                batch: Some(1),
+            }
+        }
+        _ => GemmDims::default(),
+    }
+}
+
+/// Checks the multiple-of-16 rule; returns the offending dims as text if it fails.
+fn misaligned(g: &Graph, id: NodeId, d: &GemmDims) -> Option<String> {
+    let n = g.node(id);
+    let bad = |name: &str, v: Option<u64>| match v {
+        Some(x) if x % 16 != 0 => Some(format!("{name}={x}")),
+        None => Some(format!("{name}=?")),
+        _ => None,
+    };
+    let list: Vec<String> = match &n.op {
+        // Convolutions: the channel counts (per group) are the GEMM's K and N dims.
+        Op::Conv { group, .. } => {
+            let w = g.value_type(n.inputs()[1]);
+            let cin_g = w.shape.get(1).and_then(|d| d.known());
+            let cout = w.shape.first().and_then(|d| d.known());
+            let cout_g = cout.map(|c| c / (*group).max(1) as u64);
+            [bad("C_in/group", cin_g), bad("C_out/group", cout_g)]
+                .into_iter()
+                .flatten()
+                .collect()
+        }
+        // M may stay symbolic (a dynamic batch); K and N come from the weight.
+        _ => [
+            d.m.and_then(|m| bad("M", Some(m))),
+            bad("N", d.n),
+            bad("K", d.k),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
+    };
+    (!list.is_empty()).then(|| list.join(", "))
+}
+
+/// Decides every GEMM-like node (in topological order).
+pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
+    let keep_high = compile_globs("--keep-high", &o.keep_high)?;
+    let force_fp8 = compile_globs("--force-fp8", &o.force_fp8)?;
+    let gemms: Vec<NodeId> = g
+        .topo_order()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|&id| g.node(id).op.is_gemm_like())
+        .collect();
+    let high = match o.mode {
+        PrecisionMode::Bf16 => Precision::Bf16,
+        _ => Precision::F32,
+    };
+    let mut out = Vec::new();
+    for (i, &id) in gemms.iter().enumerate() {
+        let n = g.node(id);
+        let dims = gemm_dims(g, id);
+        let flops = dims.flops();
+        let both_activations =
+            n.inputs().len() >= 2 && !is_weight(g, n.inputs()[0]) && !is_weight(g, n.inputs()[1]);
+        let mis = misaligned(g, id, &dims);
+        let (precision, reason) = if o.mode != PrecisionMode::Fp8 {
+            (
+                high,
+                format!(
+                    "--precision {}",
+                    if o.mode == PrecisionMode::Bf16 {
+                        "bf16"
+                    } else {
+                        "f32"
+                    }
+                ),
+            )
+        } else if keep_high.is_match(&n.name) {
+            (high, "user: --keep-high".to_string())
+        } else if force_fp8.is_match(&n.name) && (mis.is_none() || o.pad_to_16) {
+            (Precision::Fp8, "user: --force-fp8".to_string())
+        } else if force_fp8.is_match(&n.name) {
+            (
+                high,
+                format!(
+                    "user: --force-fp8, but dims not multiples of 16 ({})",
+                    mis.unwrap_or_default()
+                ),
+            )
+        } else if o.keep_first_last && (i == 0 || i + 1 == gemms.len()) {
+            (
+                high,
+                format!(
+                    "user: --keep-first-last ({} GEMM)",
+                    if i == 0 { "first" } else { "last" }
+                ),
+            )
+        } else if both_activations && !o.fp8_attention {
+            (high, "attention (use --fp8-attention)".to_string())
+        } else if let Some(m) = mis.as_ref().filter(|_| !o.pad_to_16) {
+            (
+                high,
+                format!("dims not multiples of 16 ({m}); use --pad-to-16"),
+            )
+        } else if flops.is_some_and(|f| f < o.min_fp8_flops) {
+            (
+                high,
+                format!(
+                    "too small to gain ({} FLOP < --min-fp8-flops {})",
+                    flops.unwrap_or(0),
+                    o.min_fp8_flops
+                ),
+            )
+        } else if mis.is_some() {
+            (
+                Precision::Fp8,
+                "gemm (padded to multiples of 16)".to_string(),
+            )
+        } else if both_activations {
+            (
+                Precision::Fp8,
+                "attention in fp8 (--fp8-attention)".to_string(),
+            )
+        } else {
+            (Precision::Fp8, "gemm with a weight operand".to_string())
+        };
+        out.push(Decision {
+            name: n.name.clone(),
+            op: n.op.name().to_string(),
+            dims,
+            flops,
+            precision,
+            reason,
+        });
+    }
+    Ok(out)
+}
+
+/// Makes node `id` compute in `dt`: float inputs are cast to `dt`, and each float output is
+/// cast back to its original type for the readers. Returns whether anything changed.
+pub fn compute_in(g: &mut Graph, id: NodeId, dt: DType) -> Result<bool, IrError> {
+    let n = g.node(id).clone();
+    if n.outputs.iter().all(|t| t.dtype == dt) {
+        return Ok(false);
+    }
+    for (i, &v) in n.inputs().iter().enumerate() {
+        let ty = g.value_type(v).clone();
+        if ty.dtype.is_float() && ty.dtype != dt {
+            let c = g.add_node(
+                &format!("{}.in{i}.{}", n.name, dt.name()),
+                Op::Cast {
+                    to: dt,
+                    saturate: false,
+                },
+                &[v],
+            )?;
+            g.set_input(id, i, c[0])?;
+        }
+    }
+    let new_outs = g.infer_node(&n.name, &n.op, g.node(id).inputs())?;
+    g.set_op(id, n.op.clone(), new_outs.clone());
+    for (slot, (old, new)) in n.outputs.iter().zip(&new_outs).enumerate() {
+        if old.dtype != new.dtype {
+            let v = Value::new(id, slot as u32);
+            let back = g.add_node(
+                &format!("{}.out.{}", n.name, old.dtype.name()),
+                Op::Cast {
+                    to: old.dtype,
+                    saturate: false,
+                },
+                &[v],
+            )?;
+            let users = g.users(v);
+            for (u, idx) in users {
+                if u != back[0].node {
+                    g.set_input(u, idx, back[0])?;
+                }
+            }
+            // Graph outputs and state updates read the cast-back value too.
+            let tmp = back[0];
+            let outputs: Vec<_> = g
+                .outputs()
+                .iter()
+                .filter(|o| o.value == v)
+                .map(|o| o.name.clone())
+                .collect();
+            for name in outputs {
+                g.set_output(&name, tmp)?;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Rows for every non-GEMM computing node: they all stay in high precision.
+pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
+    let high = if o.mode == PrecisionMode::Bf16 {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    };
+    let Ok(order) = g.topo_order() else {
+        return Vec::new();
+    };
+    order
+        .into_iter()
+        .filter_map(|id| {
+            let n = g.node(id);
+            if n.op.is_interface() || n.op.is_gemm_like() || matches!(n.op, Op::Constant { .. }) {
+                return None;
+            }
+            let reason = match &n.op {
+                Op::LayerNormalization { .. } | Op::BatchNormalization { .. } => {
+                    "blacklist: normalization stays high"
+                }
+                Op::Softmax { .. } | Op::LogSoftmax { .. } => "blacklist: softmax stays high",
+                Op::Exp | Op::Log | Op::Pow | Op::Sqrt | Op::Reciprocal => {
+                    "blacklist: numerically sensitive math stays high"
+                }
+                Op::ReduceMean { .. }
+                | Op::ReduceSum { .. }
+                | Op::ReduceMax { .. }
+                | Op::ReduceMin { .. }
+                | Op::ReduceProd { .. } => "blacklist: reductions stay high",
+                _ => "not a GEMM: computes in high precision (only GEMM operands are quantized)",
+            };
+            let high = if n.outputs.iter().all(|t| t.dtype.is_float()) {
+                high
+            } else {
+                Precision::F32
+            };
+            Some(Decision {
+                name: n.name.clone(),
+                op: n.op.name().to_string(),
+                dims: GemmDims::default(),
+                flops: None,
+                precision: high,
+                reason: reason.into(),
+            })
+        })
+        .collect()
+}

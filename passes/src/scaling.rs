@@ -1,0 +1,313 @@
+//! The scaling pass: materialises every FP8 decision of the precision pass.
+//!
+//! For each FP8 operand tensor it inserts one `amax`, one `compute_scale` and one `quantize`
+//! node (named `{gemm}.x.*` for activations, `{gemm}.w.*` for weights), plus its scaling state
+//! exposed as graph state. A tensor read by several FP8 GEMMs (a weight shared by two layers,
+//! or the LayerNorm output feeding Q, K and V) is quantized once per step.
+//!
+//! Delayed scaling (TE's default), for tensor `t` with state `t.amax_history`, `t.scale`,
+//! `t.scale_inv`:
+//! ```text
+//! q          = quantize(x, t.scale)                 # this step uses last step's scale
+//! a          = amax(x)
+//! rec, next  = amax_history_update(t.amax_history, a)
+//! s, s_inv   = compute_scale(rec, t.scale)           # scale from the history, then roll
+//! update t.amax_history = next; t.scale = s; t.scale_inv = s_inv
+//! ```
+//! and the GEMM reads `t.scale_inv` (the inverse of the scale `q` was made with).
+//! Current scaling: `a = amax(x); s, s_inv = compute_scale(a, 1.0); q = quantize(x, s)`.
+//!
+//! GEMMs become `scaled_matmul(qa, qb, sa_inv, sb_inv)` with f32 accumulation (Gemm's
+//! transposes, alpha and C become transpose / mul / add around it). Convolutions are kept as
+//! convolutions over dequantized FP8 operands (quantize→dequantize→conv), which computes
+//! exactly what an FP8 implicit GEMM with f32 accumulation computes, up to summation order.
+
+use crate::precision::Precision;
+use crate::{Pass, PassCx};
+use fp8c_core::{AmaxComputeAlgo, Recipe};
+use fp8c_ir::{AmaxSource, DType, Graph, IrError, NodeId, Op, Tensor, TensorType, Value};
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// What the scaling pass inserted (for the report).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScalingStats {
+    /// `amax` nodes.
+    pub amax: usize,
+    /// `compute_scale` nodes.
+    pub compute_scale: usize,
+    /// `quantize` nodes.
+    pub quantize: usize,
+    /// `amax_history_update` nodes.
+    pub history_update: usize,
+    /// State entries added.
+    pub state_entries: usize,
+    /// Params that are quantized (their FP8 copy replaces them in deployment).
+    pub quantized_params: Vec<String>,
+}
+
+impl ScalingStats {
+    /// amax + compute_scale + quantize nodes (the report's `inserted_nodes`).
+    pub fn inserted_nodes(&self) -> usize {
+        self.amax + self.compute_scale + self.quantize
+    }
+}
+
+/// The scaling pass.
+pub struct ScalingPass;
+
+impl Pass for ScalingPass {
+    fn name(&self) -> &'static str {
+        "scaling"
+    }
+
+    fn about(&self) -> &'static str {
+        "per FP8 operand: amax, compute_scale, quantize nodes and scaling state; GEMM -> scaled_matmul"
+    }
+
+    fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
+        let recipe = cx.options.recipe;
+        recipe
+            .validate()
+            .map_err(|e| IrError::Other(format!("recipe: {e}")))?;
+        let fp8: Vec<String> = cx
+            .decisions
+            .iter()
+            .filter(|d| d.precision == Precision::Fp8)
+            .map(|d| d.name.clone())
+            .collect();
+        let mut s = Scaler {
+            recipe,
+            cache: HashMap::new(),
+            stats: ScalingStats::default(),
+        };
+        for name in &fp8 {
+            let id = g
+                .find_node(name)
+                .ok_or_else(|| IrError::Other(format!("scaling: FP8 node \"{name}\" is gone")))?;
+            s.rewrite(g, id)?;
+        }
+        g.dce();
+        let changed = !fp8.is_empty();
+        cx.scaling = s.stats;
+        Ok(changed)
+    }
+}
+
+struct Scaler {
+    recipe: Recipe,
+    /// Quantized form of each tensor already handled: (q, scale_inv).
+    cache: HashMap<Value, (Value, Value)>,
+    stats: ScalingStats,
+}
+
+impl Scaler {
+    fn fmt(&self) -> DType {
+        match self.recipe.fp8_format().forward() {
+            fp8c_core::Fp8Format::E4M3 => DType::F8E4M3,
+            fp8c_core::Fp8Format::E5M2 => DType::F8E5M2,
+        }
+    }
+
+    /// Quantizes `v` once; `t` is the tensor's name (`fc1.x`).
+    fn quantize(&mut self, g: &mut Graph, v: Value, t: &str) -> Result<(Value, Value), IrError> {
+        if let Some(&hit) = self.cache.get(&v) {
+            return Ok(hit);
+        }
+        let fmt = self.fmt();
+        let scalar = TensorType::scalar(DType::F32);
+        let q_op = Op::Quantize {
+            to: fmt,
+            saturate: true,
+        };
+        let out = match self.recipe {
+            Recipe::Delayed(r) => {
+                let len = r.amax_history_len as u64;
+                let h = g.add_state(
+                    &format!("{t}.amax_history"),
+                    TensorType::fixed(DType::F32, &[len]),
+                    0.0,
+                )?;
+                let sc = g.add_state(&format!("{t}.scale"), scalar.clone(), 1.0)?;
+                let si = g.add_state(&format!("{t}.scale_inv"), scalar, 1.0)?;
+                let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc])?[0];
+                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
+                let hist = g.add_node(&format!("{t}.history"), Op::AmaxHistoryUpdate, &[h, a])?;
+                let source = match r.amax_compute_algo {
+                    AmaxComputeAlgo::Max => AmaxSource::HistoryMax,
+                    AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
+                };
+                let cs = Op::ComputeScale {
+                    fmt,
+                    margin: r.margin,
+                    source,
+                    epsilon: 0.0,
+                    power_2: false,
+                };
+                let new = g.add_node(&format!("{t}.scale"), cs, &[hist[0], sc])?;
+                g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
+                g.set_state_update(&format!("{t}.scale"), new[0])?;
+                g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
+                self.stats.history_update += 1;
+                self.stats.state_entries += 3;
+                (q, si)
+            }
+            Recipe::Current(r) => {
+                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
+                let one = g.add_node(
+                    &format!("{t}.scale_init"),
+                    Op::Constant {
+                        value: Tensor::scalar_f32(1.0),
+                    },
+                    &[],
+                )?[0];
+                let cs = Op::ComputeScale {
+                    fmt,
+                    margin: 0.0,
+                    source: AmaxSource::Current,
+                    epsilon: r.amax_epsilon,
+                    power_2: r.power_2_scale,
+                };
+                let sc = g.add_node(&format!("{t}.scale"), cs, &[a, one])?;
+                let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc[0]])?[0];
+                (q, sc[1])
+            }
+        };
+        self.stats.amax += 1;
+        self.stats.compute_scale += 1;
+        self.stats.quantize += 1;
+        if let Op::Param { name } = &g.node(v.node).op {
+            self.stats.quantized_params.push(name.clone());
+        }
+        self.cache.insert(v, out);
+        Ok(out)
+    }
+
+    /// Name of operand `i` of GEMM `gemm`: `.w` for weights, `.x` (then `.y`) for activations.
+    fn operand_name(g: &Graph, gemm: &str, v: Value, i: usize) -> String {
+        if crate::precision::is_weight(g, v) {
+            format!("{gemm}.w")
+        } else if i == 0 {
+            format!("{gemm}.x")
+        } else {
+            format!("{gemm}.y")
+        }
+    }
+
+    fn rewrite(&mut self, g: &mut Graph, id: NodeId) -> Result<(), IrError> {
+        let n = g.node(id).clone();
+        let ins = n.inputs().to_vec();
+        let out_ty = n.outputs[0].clone();
+        if ins.len() < 2 {
+            return Err(IrError::node(
+                n.name,
+                n.op.name(),
+                "GEMM needs two operands",
+            ));
+        }
+        let a_name = Self::operand_name(g, &n.name, ins[0], 0);
+        let b_name = Self::operand_name(g, &n.name, ins[1], 1);
+        let (qa, sa) = self.quantize(g, ins[0], &a_name)?;
+        let (qb, sb) = self.quantize(g, ins[1], &b_name)?;
+        let nm = &n.name;
+        let result = match &n.op {
+            Op::MatMul => g.add_node(
+                &format!("{nm}.fp8"),
+                Op::ScaledMatMul { out: out_ty.dtype },
+                &[qa, qb, sa, sb],
+            )?[0],
+            Op::Gemm {
+                alpha,
+                beta,
+                trans_a,
+                trans_b,
+            } => {
+                let t = |g: &mut Graph, v: Value, what: &str| -> Result<Value, IrError> {
+                    Ok(g.add_node(
+                        &format!("{nm}.{what}.t"),
+                        Op::Transpose { perm: vec![1, 0] },
+                        &[v],
+                    )?[0])
+                };
+                let qa = if *trans_a { t(g, qa, "x")? } else { qa };
+                let qb = if *trans_b { t(g, qb, "w")? } else { qb };
+                let mut y = g.add_node(
+                    &format!("{nm}.fp8"),
+                    Op::ScaledMatMul { out: out_ty.dtype },
+                    &[qa, qb, sa, sb],
+                )?[0];
+                if *alpha != 1.0 {
+                    let c = g.add_node(
+                        &format!("{nm}.alpha"),
+                        Op::Constant {
+                            value: scalar_of(out_ty.dtype, *alpha as f64)?,
+                        },
+                        &[],
+                    )?[0];
+                    y = g.add_node(&format!("{nm}.scaled"), Op::Mul, &[y, c])?[0];
+                }
+                if let Some(&c) = ins.get(2) {
+                    let c = if *beta != 1.0 {
+                        let b = g.add_node(
+                            &format!("{nm}.beta"),
+                            Op::Constant {
+                                value: scalar_of(g.value_type(c).dtype, *beta as f64)?,
+                            },
+                            &[],
+                        )?[0];
+                        g.add_node(&format!("{nm}.bias.scaled"), Op::Mul, &[c, b])?[0]
+                    } else {
+                        c
+                    };
+                    y = g.add_node(&format!("{nm}.bias"), Op::Add, &[y, c])?[0];
+                }
+                y
+            }
+            Op::Conv { .. } => {
+                let dx = g.add_node(
+                    &format!("{a_name}.dq"),
+                    Op::Dequantize {
+                        to: g.value_type(ins[0]).dtype,
+                    },
+                    &[qa, sa],
+                )?[0];
+                let dw = g.add_node(
+                    &format!("{b_name}.dq"),
+                    Op::Dequantize {
+                        to: g.value_type(ins[1]).dtype,
+                    },
+                    &[qb, sb],
+                )?[0];
+                let mut conv_in = vec![dx, dw];
+                conv_in.extend_from_slice(&ins[2..]);
+                g.add_node(&format!("{nm}.fp8"), n.op.clone(), &conv_in)?[0]
+            }
+            other => {
+                return Err(IrError::node(
+                    n.name.clone(),
+                    other.name(),
+                    "not a GEMM-like op",
+                ));
+            }
+        };
+        if g.value_type(result) != &out_ty {
+            return Err(IrError::node(
+                n.name.clone(),
+                n.op.name(),
+                format!(
+                    "FP8 rewrite produced {} instead of {out_ty}",
+                    g.value_type(result)
+                ),
+            ));
+        }
+        g.replace_uses(Value::new(id, 0), result)?;
+        g.remove_node(id)?;
+        // The node that now computes the GEMM's result carries the GEMM's name.
+        g.rename_node(result.node, nm);
+        Ok(())
+    }
+}
+
+fn scalar_of(dt: DType, v: f64) -> Result<Tensor, IrError> {
+    Tensor::from_f64_as(dt, vec![], &[v]).map_err(IrError::Other)
+}
