@@ -15,8 +15,13 @@ use crate::{Pass, PassCx};
 use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
 
 /// Folded constants larger than this (in elements) are left as computations: they would
-/// bloat the IR and the folding buys nothing.
-pub const FOLD_LIMIT_ELEMENTS: u64 = 1 << 16;
+/// bloat the IR and the folding buys nothing (shape subgraphs fold to a few elements).
+pub const FOLD_LIMIT_ELEMENTS: u64 = 4096;
+
+/// Float constants with more elements than this are weights: they become params (data in
+/// the weights sidecar, eligible for FP8 and for training) instead of inline literals.
+/// Some exporters (PaddlePaddle) store every weight as a `Constant` node.
+pub const PROMOTE_MIN_ELEMENTS: usize = 64;
 
 /// The canonicalize pass (see the module docs).
 pub struct Canonicalize;
@@ -34,12 +39,14 @@ impl Pass for Canonicalize {
         let folded = infer_and_fold(g, cx)?;
         let bypassed = bypass_noops(g)?;
         let removed = g.dce();
-        if folded + bypassed + removed > 0 {
+        let promoted = promote_weight_constants(g)?;
+        if folded + bypassed + removed + promoted > 0 {
             cx.notes.push(format!(
-                "canonicalize: folded {folded} node(s), bypassed {bypassed} no-op(s), removed {removed} dead node(s)"
+                "canonicalize: folded {folded} node(s), bypassed {bypassed} no-op(s), removed {removed} dead node(s), \
+                 promoted {promoted} float constant(s) to params"
             ));
         }
-        Ok(folded + bypassed + removed > 0)
+        Ok(folded + bypassed + removed + promoted > 0)
     }
 }
 
@@ -162,6 +169,36 @@ pub fn bypass_noops(g: &mut Graph) -> Result<usize, IrError> {
             g.replace_uses(out, first)?;
             count += 1;
         }
+    }
+    Ok(count)
+}
+
+/// Turns large float `constant` nodes into params (same value, same readers). Returns how many.
+pub fn promote_weight_constants(g: &mut Graph) -> Result<usize, IrError> {
+    let mut count = 0;
+    for id in g.topo_order()? {
+        let n = g.node(id);
+        let Op::Constant { value } = &n.op else {
+            continue;
+        };
+        if !value.dtype().is_float() || value.len() <= PROMOTE_MIN_ELEMENTS {
+            continue;
+        }
+        let (name, value) = (n.name.clone(), value.clone());
+        let mut pname = name.clone();
+        let mut k = 1;
+        while g
+            .params()
+            .iter()
+            .any(|&p| fp8c_ir::interface_name(&g.node(p).op) == pname)
+        {
+            pname = format!("{name}.{k}");
+            k += 1;
+        }
+        let p = g.add_param(&pname, value.ty(), Some(value))?;
+        g.replace_uses(Value::new(id, 0), p)?;
+        g.remove_node(id)?;
+        count += 1;
     }
     Ok(count)
 }

@@ -341,7 +341,17 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         let both_activations =
             n.inputs().len() >= 2 && !is_weight(g, n.inputs()[0]) && !is_weight(g, n.inputs()[1]);
         let mis = misaligned(g, id, &dims);
-        let (precision, reason) = if o.mode != PrecisionMode::Fp8 {
+        let already_fp8 = n
+            .inputs()
+            .iter()
+            .take(2)
+            .all(|&v| matches!(g.node(v.node).op, Op::Dequantize { .. }));
+        let (precision, reason) = if already_fp8 {
+            (
+                Precision::Fp8,
+                "already FP8 (operands dequantized from FP8)".to_string(),
+            )
+        } else if o.mode != PrecisionMode::Fp8 {
             (
                 high,
                 format!(

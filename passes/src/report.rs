@@ -128,7 +128,7 @@ impl Report {
             .map(|r| r.name.len())
             .max()
             .unwrap_or(4)
-            .clamp(4, 60);
+            .clamp(4, 80);
         let mut s = String::new();
         let _ = writeln!(
             s,

@@ -73,7 +73,7 @@ impl Pass for ScalingPass {
         let fp8: Vec<String> = cx
             .decisions
             .iter()
-            .filter(|d| d.precision == Precision::Fp8)
+            .filter(|d| d.precision == Precision::Fp8 && !d.reason.starts_with("already FP8"))
             .map(|d| d.name.clone())
             .collect();
         let mut s = Scaler {
@@ -144,7 +144,7 @@ impl Scaler {
                     epsilon: 0.0,
                     power_2: false,
                 };
-                let new = g.add_node(&format!("{t}.scale"), cs, &[hist[0], sc])?;
+                let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
                 g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
                 g.set_state_update(&format!("{t}.scale"), new[0])?;
                 g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
@@ -168,7 +168,7 @@ impl Scaler {
                     epsilon: r.amax_epsilon,
                     power_2: r.power_2_scale,
                 };
-                let sc = g.add_node(&format!("{t}.scale"), cs, &[a, one])?;
+                let sc = g.add_node(&format!("{t}.compute_scale"), cs, &[a, one])?;
                 let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc[0]])?[0];
                 (q, sc[1])
             }

@@ -103,6 +103,9 @@ pub fn load_graph(path: &Path, outputs: &[String]) -> Result<Graph> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("{}: cannot read as UTF-8 text", path.display()))?;
         let mut g = fp8c_ir::text::parse(&text).with_context(|| format!("{}", path.display()))?;
+        // Hand-written IR may declare types that contradict inference: check before any pass
+        // re-infers them.
+        fp8c_ir::verify(&g).with_context(|| format!("{}", path.display()))?;
         let wp = weights_path(path);
         if wp.exists() {
             let f = std::fs::File::open(&wp)

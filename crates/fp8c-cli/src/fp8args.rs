@@ -29,7 +29,7 @@ pub struct Fp8Args {
     #[arg(long, value_name = "M", allow_negative_numbers = true)]
     pub margin: Option<f32>,
     /// Current scaling: lower bound on amax [default: 0].
-    #[arg(long = "amax-epsilon", value_name = "E")]
+    #[arg(long = "amax-epsilon", value_name = "E", allow_negative_numbers = true)]
     pub amax_epsilon: Option<f32>,
     /// Current scaling: round scales down to powers of two.
     #[arg(long = "power-2-scale")]

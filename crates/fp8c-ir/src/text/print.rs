@@ -14,6 +14,9 @@ use half::{bf16, f16};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+/// Interfaces with more entries than this print one entry per line.
+pub const HEADER_ONE_LINE_MAX: usize = 6;
+
 /// What a def position is in the text.
 #[derive(Clone, Copy)]
 enum Role {
@@ -131,6 +134,10 @@ impl Printer {
             (" params", self.def.params.clone()),
             (" state", state),
         ];
+        // Short interfaces stay on one line; long ones get one entry per line so that big
+        // graphs (a BERT has hundreds of params and state entries) stay readable and diffable.
+        let entries: usize = sections.iter().map(|(_, l)| l.len()).sum();
+        let multiline = entries > HEADER_ONE_LINE_MAX;
         for (i, (keyword, list)) in sections.into_iter().enumerate() {
             if i > 0 && list.is_empty() {
                 continue;
@@ -139,9 +146,18 @@ impl Printer {
             self.out.push('(');
             for (k, &p) in list.iter().enumerate() {
                 if k > 0 {
-                    self.out.push_str(", ");
+                    self.out.push(',');
+                    if !multiline {
+                        self.out.push(' ');
+                    }
+                }
+                if multiline {
+                    self.out.push_str("\n    ");
                 }
                 self.iface_entry(p, (i == 2).then(|| self.def.state[k].1));
+            }
+            if multiline && !list.is_empty() {
+                self.out.push('\n');
             }
             self.out.push(')');
         }
