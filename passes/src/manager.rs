@@ -27,6 +27,8 @@ pub struct PassOptions {
     pub policy: crate::precision::PolicyOptions,
     /// The FP8 scaling recipe.
     pub recipe: fp8c_core::Recipe,
+    /// Skip the fusion pass (`--no-fuse`).
+    pub no_fuse: bool,
 }
 
 /// Mutable context handed to every pass: options, and what passes record for the user.
@@ -44,6 +46,8 @@ pub struct PassCx {
     pub others: Vec<crate::precision::Decision>,
     /// What the scaling pass inserted.
     pub scaling: crate::scaling::ScalingStats,
+    /// What the fusion pass did (None when it did not run).
+    pub fusion: Option<crate::fusion::FusionStats>,
 }
 
 impl PassCx {
@@ -84,6 +88,8 @@ pub fn pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(crate::precision::PrecisionPass),
         // Scaling materialises the precision decisions.
         Box::new(crate::scaling::ScalingPass),
+        // Fusion rewrites what scaling inserted (skipped with `no_fuse`).
+        Box::new(crate::fusion::FusionPass),
     ]
 }
 
@@ -137,10 +143,8 @@ impl PassManager {
                 Ok(c) => c,
                 Err(e) => return Err(fail(e, before)),
             };
-            if verify {
-                if let Err(e) = fp8c_ir::verify(g) {
-                    return Err(fail(e, before));
-                }
+            if verify && let Err(e) = fp8c_ir::verify(g) {
+                return Err(fail(e, before));
             }
             tracing::info!(
                 changed,

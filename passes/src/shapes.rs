@@ -73,10 +73,10 @@ pub fn bind_input_shapes(
         g.set_interface_type(id, TensorType::fixed(old.dtype, dims))?;
     }
     for id in g.inputs().to_vec() {
-        if let Op::Input { name } = &g.node(id).op {
-            if shapes.contains_key(name) {
-                continue;
-            }
+        if let Op::Input { name } = &g.node(id).op
+            && shapes.contains_key(name)
+        {
+            continue;
         }
         let ty = g.node(id).outputs[0].clone();
         let shape = ty

@@ -338,15 +338,18 @@ impl Graph {
         Ok(())
     }
 
-    /// Sets the value a state entry takes at the end of a step.
+    /// Sets the value a state entry (or a param: training updates the FP32 master weights)
+    /// takes at the end of a step.
     pub fn set_state_update(&mut self, state: &str, value: Value) -> Result<()> {
-        if !self
+        let known = self
             .state
             .iter()
-            .any(|&(id, _)| interface_name(&self.node(id).op) == state)
-        {
+            .map(|(id, _)| id)
+            .chain(self.params.iter())
+            .any(|&id| interface_name(&self.node(id).op) == state);
+        if !known {
             return Err(IrError::NotFound {
-                kind: "state",
+                kind: "state or param",
                 name: state.into(),
             });
         }
@@ -643,6 +646,7 @@ impl Graph {
             Op::Param { name } => {
                 self.params.retain(|&p| p != id);
                 self.weights.remove(name);
+                self.state_updates.remove(name);
             }
             Op::State { name } => {
                 self.state.retain(|&(s, _)| s != id);
@@ -665,7 +669,7 @@ impl Graph {
             .chain(self.inputs.iter().map(|i| i.ix()))
             .collect();
         // A state that is updated must be kept as long as its update is kept, and the reverse.
-        for (id, _) in &self.state {
+        for id in self.state.iter().map(|(id, _)| id).chain(self.params.iter()) {
             if self
                 .state_updates
                 .contains_key(interface_name(&self.node(*id).op))

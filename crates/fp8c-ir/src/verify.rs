@@ -244,10 +244,11 @@ fn check_results(g: &Graph, errors: &mut Vec<IrError>) {
             .state()
             .iter()
             .map(|&(id, _)| id)
+            .chain(g.params().iter().copied())
             .find(|&id| g.contains(id) && interface_name(&g.node(id).op) == state);
         let Some(target) = target else {
             errors.push(IrError::Other(format!(
-                "state update \"{state}\" names no state entry"
+                "update \"{state}\" names no state entry or param"
             )));
             continue;
         };
