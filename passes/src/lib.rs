@@ -5,7 +5,9 @@
 //! builds and tests, or when asked), records IR dumps for `--print-after`, stops early for
 //! `--stop-after`, and on failure reports the pass name with the last IR that verified.
 
+pub mod autodiff;
 pub mod canonicalize;
+pub mod fusion;
 mod manager;
 pub mod precision;
 pub mod report;

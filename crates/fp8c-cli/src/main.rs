@@ -2,6 +2,8 @@
 
 mod commands;
 mod fp8args;
+mod npy;
+mod run;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,7 +24,9 @@ enum Command {
     /// Summarise an ONNX model: opset, op histogram, parameters, inputs and outputs.
     Inspect(commands::InspectArgs),
     /// Compile an ONNX model (or .fp8ir text) through the pass pipeline and emit the IR.
-    Compile(commands::CompileArgs),
+    Compile(Box<commands::CompileArgs>),
+    /// Run a model on the CPU reference backend (inputs from .npz/.npy/.pb, outputs to .npz).
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,7 +64,8 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Inspect(a) => commands::inspect(a),
-        Command::Compile(a) => commands::compile(a),
+        Command::Compile(a) => commands::compile(*a),
+        Command::Run(a) => run::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

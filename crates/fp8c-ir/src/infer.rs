@@ -258,6 +258,191 @@ pub fn infer(op: &Op, inputs: &[InferInput<'_>]) -> Result<Vec<TensorType>, Stri
             sb.expect_f32_rank(0)?;
             one(TensorType::new(*out, matmul_shape(&a, &b)?))
         }
+
+        // ---- training ops (autodiff)
+        Op::GatherGrad { .. }
+        | Op::LayerNormGrad { .. }
+        | Op::SoftmaxGrad { .. }
+        | Op::GeluGrad { .. }
+        | Op::ConvGradInput { .. }
+        | Op::ConvGradWeight { .. }
+        | Op::MaxPoolGrad { .. }
+        | Op::AveragePoolGrad { .. }
+        | Op::SoftmaxCrossEntropy
+        | Op::SoftmaxCrossEntropyGrad
+        | Op::AllFinite
+        | Op::SgdUpdate { .. }
+        | Op::AdamwUpdate { .. } => training(op, inputs)?,
+
+        // ---- fused ops (fusion pass): the types of the unfused ops they compute
+        Op::QuantizeAmax { to, saturate } => {
+            let [x, _scale] = args(inputs, ["x", "scale"])?;
+            let q = quantize_of(inputs, *to, *saturate)?;
+            vec![q, amax_of(x.ty)?]
+        }
+        Op::CastTranspose { perm, to, saturate } => {
+            let [x, _scale] = args(inputs, ["x", "scale"])?;
+            let q = quantize_of(inputs, *to, *saturate)?;
+            let t = single(infer(
+                &Op::Transpose { perm: perm.clone() },
+                &[InferInput::new(&q)],
+            )?)?;
+            vec![q, t, amax_of(x.ty)?]
+        }
+        Op::LayerNormQuantize {
+            axis,
+            epsilon: _,
+            to,
+            saturate,
+        } => {
+            if !(3..=4).contains(&inputs.len()) {
+                return Err(arity_msg(&["x", "scale", "gamma", "beta"], 3, inputs.len()));
+            }
+            let mut ln_in = vec![inputs[0]];
+            ln_in.extend_from_slice(&inputs[2..]);
+            let y = layer_norm(&ln_in, *axis)?;
+            quantized_outputs(y, inputs[1], *to, *saturate)?
+        }
+        Op::ElementwiseQuantize { expr, to, saturate } => {
+            let n = expr.num_inputs();
+            if inputs.len() != n + 1 {
+                return Err(format!(
+                    "expects {} inputs (the program's {n} and the scale), got {}",
+                    n + 1,
+                    inputs.len()
+                ));
+            }
+            let y = ew_expr(expr, &inputs[..n])?;
+            quantized_outputs(y, inputs[n], *to, *saturate)?
+        }
+        Op::ScaledMatMulEpilogue {
+            out,
+            expr,
+            to,
+            saturate,
+        } => {
+            let extras = expr.num_inputs() - 1;
+            let want = 4 + extras + usize::from(to.is_some());
+            if inputs.len() != want {
+                return Err(format!(
+                    "expects {want} inputs (qa, qb, scale_inv_a, scale_inv_b, {extras} epilogue input(s){}), got {}",
+                    if to.is_some() { ", d_scale" } else { "" },
+                    inputs.len()
+                ));
+            }
+            let acc = single(infer(&Op::ScaledMatMul { out: *out }, &inputs[..4])?)?;
+            let mut ew_in = vec![InferInput::new(&acc)];
+            ew_in.extend_from_slice(&inputs[4..4 + extras]);
+            let d = ew_expr(expr, &ew_in)?;
+            if d != acc {
+                return Err(format!(
+                    "the epilogue gives {d}, expected the product's type {acc} (an epilogue \
+                     computes one value per output element)"
+                ));
+            }
+            match to {
+                Some(to) => quantized_outputs(d, inputs[4 + extras], *to, *saturate)?,
+                None => vec![d],
+            }
+        }
+        Op::BatchedScaleUpdate {
+            fmt,
+            margin,
+            source,
+            epsilon,
+            power_2,
+        } => {
+            if inputs.is_empty() || !inputs.len().is_multiple_of(3) {
+                return Err(format!(
+                    "expects (history, amax, scale) for each tensor, a multiple of 3 inputs, got {}",
+                    inputs.len()
+                ));
+            }
+            if *source == AmaxSource::Current {
+                return Err("attribute source=current has no history to update".into());
+            }
+            let cs = Op::ComputeScale {
+                fmt: *fmt,
+                margin: *margin,
+                source: *source,
+                epsilon: *epsilon,
+                power_2: *power_2,
+            };
+            let mut outs = Vec::with_capacity(inputs.len());
+            for (i, t) in inputs.chunks(3).enumerate() {
+                let at = |e: String| format!("tensor {i} (inputs {}..{}): {e}", 3 * i, 3 * i + 2);
+                let hist = infer(&Op::AmaxHistoryUpdate, &t[..2]).map_err(at)?;
+                let scale = infer(&cs, &[InferInput::new(&hist[0]), t[2]]).map_err(at)?;
+                outs.push(hist[1].clone());
+                outs.extend(scale);
+            }
+            outs
+        }
+    })
+}
+
+// ------------------------------------------------------------------ fused ops
+
+/// The one output of an op that has one.
+fn single(mut outs: Vec<TensorType>) -> Res<TensorType> {
+    match outs.len() {
+        1 => Ok(outs.remove(0)),
+        n => Err(format!("expected one output, the op gives {n}")),
+    }
+}
+
+/// `quantize { to, saturate }` of `inputs` (x, scale).
+fn quantize_of(inputs: &[InferInput<'_>], to: DType, saturate: bool) -> Res<TensorType> {
+    single(infer(&Op::Quantize { to, saturate }, inputs)?)
+}
+
+fn amax_of(x: &TensorType) -> Res<TensorType> {
+    single(infer(&Op::Amax, &[InferInput::new(x)])?)
+}
+
+/// `(y, quantize(y, scale), amax(y))`.
+fn quantized_outputs(
+    y: TensorType,
+    scale: InferInput<'_>,
+    to: DType,
+    saturate: bool,
+) -> Res<Vec<TensorType>> {
+    let q = quantize_of(&[InferInput::new(&y), scale], to, saturate)?;
+    let a = amax_of(&y)?;
+    Ok(vec![y, q, a])
+}
+
+/// The result type of an elementwise program on `inputs` (each instruction inferred as the op).
+pub fn ew_expr(expr: &crate::EwExpr, inputs: &[InferInput<'_>]) -> Res<TensorType> {
+    use crate::EwArg;
+    if expr.num_inputs() > inputs.len() {
+        return Err(format!(
+            "the program reads {} inputs, {} given",
+            expr.num_inputs(),
+            inputs.len()
+        ));
+    }
+    let mut temps: Vec<TensorType> = Vec::with_capacity(expr.insts().len());
+    for (i, inst) in expr.insts().iter().enumerate() {
+        let ins: Vec<InferInput<'_>> = inst
+            .args
+            .iter()
+            .map(|a| match a {
+                EwArg::Input(k) => inputs[*k as usize],
+                EwArg::Temp(t) => InferInput::new(&temps[*t as usize]),
+            })
+            .collect();
+        let t = infer(&inst.op, &ins)
+            .and_then(single)
+            .map_err(|e| format!("program instruction {i} ({}): {e}", inst.op.name()))?;
+        temps.push(t);
+    }
+    Ok(match temps.pop() {
+        Some(t) => t,
+        None => inputs
+            .first()
+            .map(|x| x.ty.clone())
+            .ok_or("an empty program needs an input")?,
     })
 }
 
@@ -1890,6 +2075,220 @@ fn compute_scale(
         TensorType::scalar(DType::F32),
         TensorType::scalar(DType::F32),
     ])
+}
+
+// ------------------------------------------------------------------ training ops (autodiff)
+
+/// The output types of the training ops: the backward ops (shaped like the forward op's
+/// inputs, checked against the forward op's own rule), the losses and the optimizer steps.
+fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
+    let same_as = |a: &Arg<'_>, first: &Arg<'_>| -> Res<()> {
+        a.expect_same_dtype(first)?;
+        if a.rank() == first.rank() && a.shape().iter().zip(first.shape()).all(|(x, y)| unify(x, y).is_some()) {
+            Ok(())
+        } else {
+            Err(a.shape_err(format!("expected the shape of {first} {}", first.ty)))
+        }
+    };
+    let scalar_f32 = |a: &Arg<'_>| a.expect_f32_rank(0);
+    Ok(match op {
+        Op::GatherGrad { axis, size } => {
+            let [dy, indices] = args(inputs, ["dy", "indices"])?;
+            dy.expect(is_math_float(dy.dtype()), MATH_FLOAT)?;
+            indices.expect(is_index(indices.dtype()), "i64 or i32")?;
+            let size = u64::try_from(*size).map_err(|_| format!("attribute size={size}, expected ≥ 0"))?;
+            // data rank = dy rank − indices rank + 1
+            let data_rank = (dy.rank() + 1)
+                .checked_sub(indices.rank())
+                .filter(|&r| r >= 1)
+                .ok_or_else(|| dy.shape_err(format!("has fewer dims than {indices} {} needs", indices.ty)))?;
+            let ax = norm_axis(*axis, data_rank).ok_or_else(|| {
+                format!("attribute axis={axis} is out of range {} for the data", axis_range(data_rank))
+            })?;
+            let (before, rest) = dy.shape().split_at(ax);
+            let (idx_dims, after) = rest.split_at(indices.rank());
+            if idx_dims.iter().zip(indices.shape()).any(|(a, b)| unify(a, b).is_none()) {
+                return Err(dy.shape_err(format!("its dims {ax}.. must be {indices}'s {}", indices.ty)));
+            }
+            let mut shape = before.to_vec();
+            shape.push(Dim::Known(size));
+            shape.extend_from_slice(after);
+            vec![TensorType::new(dy.dtype(), shape)]
+        }
+        Op::LayerNormGrad { axis, .. } => {
+            let [x, scale, dy] = args(inputs, ["x", "scale", "dy"])?;
+            layer_norm(&inputs[..2], *axis)?;
+            same_as(&dy, &x)?;
+            vec![x.ty.clone(), scale.ty.clone(), scale.ty.clone()]
+        }
+        Op::SoftmaxGrad { axis, .. } => {
+            let [y, dy] = args(inputs, ["y", "dy"])?;
+            y.expect(is_math_float(y.dtype()), MATH_FLOAT)?;
+            axis_of(&y, *axis, "axis")?;
+            same_as(&dy, &y)?;
+            vec![y.ty.clone()]
+        }
+        Op::GeluGrad { .. } => {
+            let [x, dy] = args(inputs, ["x", "dy"])?;
+            x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
+            same_as(&dy, &x)?;
+            vec![x.ty.clone()]
+        }
+        Op::ConvGradInput {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+            input_shape,
+        } => {
+            let [dy, w] = args(inputs, ["dy", "w"])?;
+            let dims = input_shape
+                .iter()
+                .map(|&d| u64::try_from(d).map(Dim::Known))
+                .collect::<Result<Shape, _>>()
+                .map_err(|_| format!("attribute input_shape={} holds a negative size", fmt_list(input_shape)))?;
+            let x_ty = TensorType::new(w.dtype(), dims);
+            let win = WindowAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: false,
+            };
+            let y = conv(&[InferInput::new(&x_ty), inputs[1]], &win, *group)
+                .map_err(|e| format!("the forward conv of attribute input_shape={}: {e}", fmt_list(input_shape)))?;
+            same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
+            vec![x_ty]
+        }
+        Op::ConvGradWeight {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+        } => {
+            let [x, dy] = args(inputs, ["x", "dy"])?;
+            x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
+            let (Some(c), Some(m)) = (x.shape().get(1), dy.shape().get(1)) else {
+                return Err(x.shape_err("expected rank ≥ 3 (N, C, spatial...)"));
+            };
+            if kernel_shape.len() + 2 != x.rank() {
+                return Err(format!(
+                    "attribute kernel_shape={} needs one size per spatial axis of {x} {}",
+                    fmt_list(kernel_shape),
+                    x.ty
+                ));
+            }
+            let g = u64::try_from(*group).ok().filter(|&g| g >= 1).ok_or_else(|| format!("attribute group={group}, expected ≥ 1"))?;
+            let cg = match c {
+                Dim::Known(c) if c.is_multiple_of(g) => Dim::Known(c / g),
+                Dim::Known(c) => return Err(x.shape_err(format!("its {c} channels are not a multiple of group={group}"))),
+                _ => Dim::Unknown,
+            };
+            let mut w_shape = vec![m.clone(), cg];
+            w_shape.extend(kernel_attr(kernel_shape, kernel_shape.len())?);
+            let w_ty = TensorType::new(x.dtype(), w_shape);
+            let win = WindowAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: false,
+            };
+            let y = conv(&[inputs[0], InferInput::new(&w_ty)], &win, *group)?;
+            same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
+            vec![w_ty]
+        }
+        Op::MaxPoolGrad {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            auto_pad,
+        }
+        | Op::AveragePoolGrad {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            auto_pad,
+            ..
+        } => {
+            let [x, dy] = args(inputs, ["x", "dy"])?;
+            let win = WindowAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: *ceil_mode,
+            };
+            let y = pool(&inputs[..1], &win, is_math_float, MATH_FLOAT)?;
+            same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
+            vec![x.ty.clone()]
+        }
+        Op::SoftmaxCrossEntropy => {
+            let [logits, labels] = args(inputs, ["logits", "labels"])?;
+            cross_entropy_operands(&logits, &labels)?;
+            vec![TensorType::scalar(logits.dtype()), logits.ty.clone()]
+        }
+        Op::SoftmaxCrossEntropyGrad => {
+            let [log_probs, labels, dloss] = args(inputs, ["log_probs", "labels", "dloss"])?;
+            cross_entropy_operands(&log_probs, &labels)?;
+            dloss.expect_same_dtype(&log_probs)?;
+            dloss.expect_rank(0)?;
+            vec![log_probs.ty.clone()]
+        }
+        Op::AllFinite => {
+            for x in variadic(inputs)? {
+                x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
+            }
+            vec![TensorType::scalar(DType::Bool)]
+        }
+        Op::SgdUpdate { .. } => {
+            let [param, grad, buf, lr] = args(inputs, ["param", "grad", "momentum_buffer", "lr"])?;
+            param.expect(is_math_float(param.dtype()), MATH_FLOAT)?;
+            same_as(&grad, &param)?;
+            same_as(&buf, &param)?;
+            scalar_f32(&lr)?;
+            vec![param.ty.clone(), param.ty.clone()]
+        }
+        Op::AdamwUpdate { .. } => {
+            let [param, grad, m, v, lr, t] = args(inputs, ["param", "grad", "m", "v", "lr", "t"])?;
+            param.expect(is_math_float(param.dtype()), MATH_FLOAT)?;
+            for x in [grad, m, v] {
+                same_as(&x, &param)?;
+            }
+            scalar_f32(&lr)?;
+            scalar_f32(&t)?;
+            vec![param.ty.clone(), param.ty.clone(), param.ty.clone()]
+        }
+        other => return Err(format!("internal: `{}` is not a training op", other.name())),
+    })
+}
+
+/// Logits `[.., C]` of a float type and integer labels of the leading dims.
+fn cross_entropy_operands(logits: &Arg<'_>, labels: &Arg<'_>) -> Res<()> {
+    logits.expect(is_math_float(logits.dtype()), MATH_FLOAT)?;
+    logits.expect_min_rank(1, "the last axis holds the classes")?;
+    labels.expect(is_index(labels.dtype()), "i64 or i32 class indices")?;
+    let lead = &logits.shape()[..logits.rank() - 1];
+    let fits = labels.rank() == lead.len()
+        && labels.shape().iter().zip(lead).all(|(a, b)| unify(a, b).is_some());
+    if !fits {
+        return Err(labels.shape_err(format!(
+            "expected {} (the dims of {logits} before its class axis)",
+            fmt_shape(lead)
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

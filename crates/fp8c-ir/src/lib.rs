@@ -8,6 +8,7 @@
 mod attr;
 mod dtype;
 mod error;
+pub mod fused;
 mod graph;
 pub mod infer;
 mod op;
@@ -19,6 +20,7 @@ mod verify;
 pub use attr::{Attr, AttrMap, AttrValue};
 pub use dtype::DType;
 pub use error::{IrError, Result};
+pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
 pub use op::{AmaxSource, AutoPad, GeluApprox, Op, PadMode};
 pub use shape::{Dim, Shape, TensorType, shape_of};

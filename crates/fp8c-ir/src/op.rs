@@ -13,7 +13,7 @@
 //!   (`q = cast(x * scale)`), `scale_inv = 1 / scale` multiplies after decoding.
 
 use crate::attr::{AttrMap, AttrValue, word_enum};
-use crate::{Attr, DType, Tensor};
+use crate::{Attr, DType, EwExpr, Tensor};
 use serde::{Deserialize, Serialize};
 
 word_enum!(
@@ -219,6 +219,75 @@ define_ops! {
     /// FP8 matmul with f32 accumulation: inputs qa, qb, scale_inv_a, scale_inv_b; numpy
     /// matmul shape rules; output type `out`.
     ScaledMatMul { out: DType } => "scaled_matmul",
+
+    // ---- training ops (autodiff) ----
+    // Backward kernels, losses and optimizer steps the autodiff pass emits
+    // (`passes/src/autodiff/`). Each gradient op's doc says which forward op it differentiates.
+    /// Gradient of `gather { axis }` w.r.t. its data (an embedding's scatter-add): inputs dy
+    /// and indices; output the data's shape (axis dim `size`), zero except that each gathered
+    /// slice of dy is added back where it came from (repeated indices accumulate).
+    GatherGrad { axis: i64, size: i64 } => "gather_grad",
+    /// Gradient of `layer_norm { axis, epsilon }`: inputs x, scale, dy; outputs dx, dscale,
+    /// dbias (the last two shaped like scale).
+    LayerNormGrad { axis: i64, epsilon: f32 } => "layer_norm_grad",
+    /// Gradient of `softmax { axis }` (`log_softmax` when `log`): inputs the forward output y
+    /// and dy; output dx (`y·(dy − Σdy·y)`, or `dy − exp(y)·Σdy`).
+    SoftmaxGrad { axis: i64, log: bool } => "softmax_grad",
+    /// Gradient of `gelu { approximate }`: inputs x and dy; output dx.
+    GeluGrad { approximate: GeluApprox } => "gelu_grad",
+    /// Gradient of `conv` w.r.t. x (dgrad, a transposed convolution): inputs dy and w; the
+    /// conv's attributes (kernel_shape filled in) and x's shape.
+    ConvGradInput { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad, input_shape: Vec<i64> } => "conv_grad_input",
+    /// Gradient of `conv` w.r.t. w (wgrad): inputs x and dy; output `[M, C/group, kernel..]`.
+    ConvGradWeight { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv_grad_weight",
+    /// Gradient of `max_pool`: inputs x and dy; each window's dy goes to its (first) maximum.
+    MaxPoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool_grad",
+    /// Gradient of `average_pool`: inputs x (for its shape) and dy.
+    AveragePoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool_grad",
+    /// Mean softmax cross-entropy over the last axis with integer labels: inputs logits
+    /// `[.., C]` and labels (i64/i32) `[..]`; outputs the loss (a scalar of the logits' type,
+    /// the mean over every label) and the log-probabilities. A label outside `[0, C)` is an
+    /// evaluation error naming it.
+    SoftmaxCrossEntropy => "softmax_cross_entropy",
+    /// Gradient of `softmax_cross_entropy` w.r.t. the logits: inputs log_probs, labels and
+    /// dloss (scalar); output `(softmax − onehot(labels)) · dloss / N`.
+    SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad",
+    /// bool[]: true when every element of every (float) input is finite.
+    AllFinite => "all_finite",
+    /// PyTorch's SGD step: inputs param, grad, momentum buffer, lr (f32[]); outputs the new
+    /// param and buffer. `g = grad + wd·param; buf = momentum·buf + g; param −= lr·(nesterov ?
+    /// g + momentum·buf : buf)` (with momentum 0 the buffer is g).
+    SgdUpdate { momentum: f32, weight_decay: f32, nesterov: bool } => "sgd_update",
+    /// PyTorch's AdamW step: inputs param, grad, m, v, lr (f32[]) and t (f32[], the 1-based
+    /// count of applied updates); outputs the new param, m and v. `param −= lr·wd·param;
+    /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; param −= lr·m̂ / (√v̂ + ε)` with the bias
+    /// corrections `m̂ = m/(1−β1^t)`, `v̂ = v/(1−β2^t)`.
+    AdamwUpdate { beta1: f32, beta2: f32, epsilon: f32, weight_decay: f32 } => "adamw_update",
+
+    // ---- fused ops (fusion pass) ----
+    // Each computes bit for bit what the unfused ops it replaces compute (its doc says which);
+    // an output nobody reads is not written. `expr` is an elementwise program (`fused.rs`).
+    /// `quantize(x, scale)` and `amax(x)` in one read of x: inputs x, scale; outputs q, amax.
+    QuantizeAmax { to: DType, saturate: bool } => "quantize_amax",
+    /// TE's cast+transpose: inputs x, scale; outputs `q = quantize(x, scale)`,
+    /// `transpose(q, perm)` and `amax(x)`.
+    CastTranspose { perm: Vec<i64>, to: DType, saturate: bool } => "cast_transpose",
+    /// LayerNorm emitting FP8: inputs x, scale, gamma and an optional beta; outputs
+    /// `y = layer_norm(x, gamma, beta)`, `quantize(y, scale)` and `amax(y)`.
+    LayerNormQuantize { axis: i64, epsilon: f32, to: DType, saturate: bool } => "layer_norm_quantize",
+    /// Elementwise ops emitting FP8: inputs a0..a(n-1) and scale; outputs `y = expr(a..)`,
+    /// `quantize(y, scale)` and `amax(y)`.
+    ElementwiseQuantize { expr: EwExpr, to: DType, saturate: bool } => "elementwise_quantize",
+    /// `scaled_matmul` with an elementwise epilogue, and optionally cuBLASLt's D scale and amax
+    /// of D: inputs qa, qb, scale_inv_a, scale_inv_b, the epilogue's extra inputs, then (when
+    /// `to` is set) the D scale. `expr` reads the product as `a0` and the extras as `a1..`.
+    /// Outputs `d = expr(scaled_matmul(..), extras..)`, and with `to`: `quantize(d, d_scale)`
+    /// and `amax(d)`.
+    ScaledMatMulEpilogue { out: DType, expr: EwExpr, to: Option<DType>, saturate: bool } => "scaled_matmul_epilogue",
+    /// Every delayed-scaling update of a step in one kernel: inputs (history, amax, scale) per
+    /// tensor; outputs (next history, scale, scale_inv) per tensor, each the result of
+    /// `amax_history_update` then `compute_scale` with these attributes.
+    BatchedScaleUpdate { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "batched_scale_update",
 }
 
 impl Op {

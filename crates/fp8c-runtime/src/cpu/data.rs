@@ -1,0 +1,324 @@
+//! Typed views of tensors: the element types kernels compute in, and the conversions between
+//! them and a [`Tensor`]'s raw little-endian bytes.
+//!
+//! Kernels compute in [`Data`]: f16 and bf16 load as f32 (exactly) and are rounded once, to
+//! nearest even, when stored back. FP8 never loads as `Data` implicitly: the few ops that
+//! accept FP8 decode it explicitly through fp8c-core (see `fp8.rs`).
+
+use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
+use fp8c_ir::{DType, Tensor};
+use half::{bf16, f16};
+
+/// Element counts from which loops run on rayon's pool.
+pub(crate) const PAR_MIN: usize = 1 << 15;
+
+/// A tensor's values in the type kernels compute in.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Data {
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+    I32(Vec<i32>),
+    I16(Vec<i16>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// One element type of [`Data`].
+pub(crate) trait Elem:
+    Copy + Send + Sync + PartialEq + PartialOrd + Default + std::fmt::Debug + 'static
+{
+    /// Bytes per element.
+    const SIZE: usize;
+    /// Reads one element from exactly `SIZE` little-endian bytes.
+    fn read(b: &[u8]) -> Self;
+    /// Appends the element's little-endian bytes.
+    fn write(self, out: &mut Vec<u8>);
+}
+
+macro_rules! impl_elem {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            fn read(b: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(b);
+                <$t>::from_le_bytes(a)
+            }
+            fn write(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+impl_elem!(f64, f32, i64, i32, i16, i8, u8);
+
+impl Elem for bool {
+    const SIZE: usize = 1;
+    fn read(b: &[u8]) -> Self {
+        b[0] != 0
+    }
+    fn write(self, out: &mut Vec<u8>) {
+        out.push(self as u8);
+    }
+}
+
+/// Decodes little-endian bytes into elements.
+pub(crate) fn read_vec<T: Elem>(bytes: &[u8]) -> Vec<T> {
+    bytes.chunks_exact(T::SIZE).map(T::read).collect()
+}
+
+/// Encodes elements as little-endian bytes.
+pub(crate) fn write_vec<T: Elem>(v: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * T::SIZE);
+    for &x in v {
+        x.write(&mut out);
+    }
+    out
+}
+
+impl Data {
+    /// Loads a tensor's values; f16/bf16 widen to f32 exactly; FP8 is refused.
+    pub(crate) fn load(t: &Tensor) -> KResult<Data> {
+        let b = t.bytes();
+        Ok(match t.dtype() {
+            DType::F64 => Data::F64(read_vec(b)),
+            DType::F32 => Data::F32(read_vec(b)),
+            DType::F16 => Data::F32(
+                b.chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+            ),
+            DType::BF16 => Data::F32(
+                b.chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+            ),
+            DType::I64 => Data::I64(read_vec(b)),
+            DType::I32 => Data::I32(read_vec(b)),
+            DType::I16 => Data::I16(read_vec(b)),
+            DType::I8 => Data::I8(read_vec(b)),
+            DType::U8 => Data::U8(b.to_vec()),
+            DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
+            d @ (DType::F8E4M3 | DType::F8E5M2) => {
+                return dtype_err!(
+                    "{d} inputs are not accepted here: dequantize or cast them first"
+                );
+            }
+        })
+    }
+
+    /// Stores the values as a tensor of `dtype` (which must compute in this variant's type);
+    /// f32 values stored as f16/bf16 are rounded to nearest even.
+    pub(crate) fn store(self, dtype: DType, shape: Vec<u64>) -> KResult<Tensor> {
+        let bytes = match (self, dtype) {
+            (Data::F64(v), DType::F64) => write_vec(&v),
+            (Data::F32(v), DType::F32) => write_vec(&v),
+            (Data::F32(v), DType::F16) => v
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+                .collect(),
+            (Data::F32(v), DType::BF16) => v
+                .iter()
+                .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+                .collect(),
+            (Data::I64(v), DType::I64) => write_vec(&v),
+            (Data::I32(v), DType::I32) => write_vec(&v),
+            (Data::I16(v), DType::I16) => write_vec(&v),
+            (Data::I8(v), DType::I8) => write_vec(&v),
+            (Data::U8(v), DType::U8) => v,
+            (Data::Bool(v), DType::Bool) => write_vec(&v),
+            (d, t) => {
+                return Err(Fail::new(
+                    ErrorKind::Unsupported,
+                    format!("internal: cannot store {} values as {t}", d.type_name()),
+                ));
+            }
+        };
+        tensor(dtype, shape, bytes)
+    }
+
+    /// Name of the compute type, for messages.
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self {
+            Data::F64(_) => "f64",
+            Data::F32(_) => "f32",
+            Data::I64(_) => "i64",
+            Data::I32(_) => "i32",
+            Data::I16(_) => "i16",
+            Data::I8(_) => "i8",
+            Data::U8(_) => "u8",
+            Data::Bool(_) => "bool",
+        }
+    }
+}
+
+/// Builds a tensor from bytes, mapping a size mismatch to a kernel failure.
+pub(crate) fn tensor(dtype: DType, shape: Vec<u64>, bytes: Vec<u8>) -> KResult<Tensor> {
+    Tensor::from_bytes(dtype, shape, bytes).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+}
+
+/// The element count of a shape, or a [`ErrorKind::TooLarge`] failure when the product of
+/// its non-zero dims exceeds `fp8c_ir::MAX_ELEMENTS`. Counting only the non-zero dims also
+/// refuses empty shapes such as `[0, 2^40, 2^40]`, so every partial product of a checked shape
+/// (strides, per-axis tables) fits comfortably in a `usize`.
+pub(crate) fn numel(shape: &[u64]) -> KResult<usize> {
+    let nonzero = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1u64, |a, &d| a.checked_mul(d));
+    match nonzero {
+        Some(n) if n <= fp8c_ir::MAX_ELEMENTS => {
+            Ok(if shape.contains(&0) { 0 } else { n as usize })
+        }
+        _ => Err(Fail::new(
+            ErrorKind::TooLarge,
+            format!(
+                "a tensor of shape {shape:?} exceeds the limit of {} elements",
+                fp8c_ir::MAX_ELEMENTS
+            ),
+        )),
+    }
+}
+
+/// Values of an integer tensor (i64, i32, ...) as i64; `what` names the input in messages.
+pub(crate) fn int_values(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
+    if !t.dtype().is_int() {
+        return dtype_err!("{what} must be an integer tensor, got {}", t.dtype());
+    }
+    t.to_i64_vec().map_err(|m| Fail::new(ErrorKind::DType, m))
+}
+
+/// Values of a 1-D (or scalar) integer tensor; `what` names the input in messages.
+pub(crate) fn int_list(t: &Tensor, what: &str) -> KResult<Vec<i64>> {
+    if t.shape().len() > 1 {
+        return shape_err!("{what} must be 1-D, got shape {:?}", t.shape());
+    }
+    int_values(t, what)
+}
+
+/// The single value of a one-element integer tensor.
+pub(crate) fn int_scalar(t: &Tensor, what: &str) -> KResult<i64> {
+    match int_values(t, what)?.as_slice() {
+        [v] => Ok(*v),
+        _ => shape_err!("{what} must hold one element, got shape {:?}", t.shape()),
+    }
+}
+
+/// Values of a float tensor (f64, f32, f16, bf16; not FP8) as f32.
+pub(crate) fn float_values_f32(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
+    match Data::load(t)? {
+        Data::F32(v) => Ok(v),
+        Data::F64(v) => Ok(v.into_iter().map(|x| x as f32).collect()),
+        _ => dtype_err!("{what} must be a float tensor, got {}", t.dtype()),
+    }
+}
+
+/// The single value of a one-element float tensor, as f32.
+pub(crate) fn float_scalar_f32(t: &Tensor, what: &str) -> KResult<f32> {
+    match float_values_f32(t, what)?.as_slice() {
+        [v] => Ok(*v),
+        _ => shape_err!("{what} must hold one element, got shape {:?}", t.shape()),
+    }
+}
+
+/// Maps a slice elementwise, on rayon's pool when it is large; order is kept.
+pub(crate) fn par_map<A: Sync, O: Send>(v: &[A], f: impl Fn(&A) -> O + Sync + Send) -> Vec<O> {
+    use rayon::prelude::*;
+    if v.len() >= PAR_MIN {
+        v.par_iter().map(f).collect()
+    } else {
+        v.iter().map(f).collect()
+    }
+}
+
+/// Normalises a possibly negative axis against `rank` (valid range `-rank..rank`).
+pub(crate) fn norm_axis(axis: i64, rank: usize) -> KResult<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return crate::error::attr_err!("axis {axis} is out of range for rank {rank}");
+    }
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
+}
+
+/// Row-major element strides of a shape.
+pub(crate) fn strides_of(dims: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; dims.len()];
+    for d in (0..dims.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * dims[d + 1];
+    }
+    s
+}
+
+/// A shape as `usize` dims (tensors that exist always fit).
+pub(crate) fn dims_of(t: &Tensor) -> Vec<usize> {
+    t.shape().iter().map(|&d| d as usize).collect()
+}
+
+/// Converts `usize` dims back to a tensor shape.
+pub(crate) fn shape_u64(dims: &[usize]) -> Vec<u64> {
+    dims.iter().map(|&d| d as u64).collect()
+}
+
+/// `x` rounded to f32 "to odd": truncated toward zero and, if that was inexact, with the last
+/// mantissa bit set. Rounding the result once more, to nearest even, to a format with at
+/// least two fewer bits of precision (f16, bf16) equals rounding `x` directly.
+fn f64_to_f32_round_odd(x: f64) -> f32 {
+    let f = x as f32;
+    if !f.is_finite() || f64::from(f) == x || f.to_bits() & 1 == 1 {
+        // Exact, odd already, or beyond f32's range (then beyond f16's and bf16's too).
+        return f;
+    }
+    // `f` is the nearest f32 and even; its neighbour toward x is the truncation, and odd.
+    let bits = f.to_bits();
+    f32::from_bits(if f64::from(f).abs() > x.abs() {
+        bits - 1
+    } else {
+        bits + 1
+    })
+}
+
+/// f64 → f16, correctly rounded (to nearest even). `half`'s own `from_f64` ignores the low 32
+/// bits of the f64 mantissa, so a value just above a tie rounds down with it.
+pub(crate) fn f64_to_f16(x: f64) -> f16 {
+    f16::from_f32(f64_to_f32_round_odd(x))
+}
+
+/// f64 → bf16, correctly rounded (to nearest even); see [`f64_to_f16`].
+pub(crate) fn f64_to_bf16(x: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_round_odd(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f64_to_half_types_round_once() {
+        // 1 + 2^-11 + 2^-40: f16's ulp at 1 is 2^-10, so this is just above the tie and rounds
+        // up; the 2^-40 lives in the f64 bits `half` drops, and vanishes through a nearest f32.
+        assert_eq!(
+            f64_to_f16(1.0 + 2f64.powi(-11) + 2f64.powi(-40)).to_f64(),
+            1.0 + 2f64.powi(-10)
+        );
+        assert_eq!(f64_to_f16(1.0 + 2f64.powi(-11)).to_f64(), 1.0); // an exact tie goes to even
+        assert_eq!(
+            f64_to_bf16(-(1.0 + 2f64.powi(-8) + 2f64.powi(-50))).to_f64(),
+            -(1.0 + 2f64.powi(-7))
+        );
+        assert_eq!(f64_to_bf16(1e-300).to_f64(), 0.0);
+        assert_eq!(f64_to_f16(1e6).to_f64(), f64::INFINITY);
+        assert!(f64_to_bf16(f64::NAN).is_nan());
+        assert_eq!(f64_to_f16(-0.0).to_bits(), 0x8000);
+        // The smallest f16 subnormal is 2^-24; 2^-25 + tiny is above the tie at half of it.
+        assert_eq!(
+            f64_to_f16(2f64.powi(-25) + 2f64.powi(-60)).to_f64(),
+            2f64.powi(-24)
+        );
+    }
+}

@@ -1,0 +1,369 @@
+//! One CUDA device as the backend uses it: the primary context, one stream, device memory,
+//! loaded modules and kernel launches, over cudarc's thin `result` / `sys` layers (the safe
+//! layer's per-allocation event tracking would fight the arena and graph capture).
+//!
+//! Every allocation and module is owned by the [`Device`] and released when it drops, after a
+//! final synchronisation. Callers make the context current ([`Device::bind`]) at the top of
+//! every public entry point, since CUDA contexts are per thread.
+
+use crate::backend::RuntimeError;
+use crate::cuda::{kernels, nvrtc, unavailable};
+use cudarc::driver::result::{self as drv, DriverError};
+use cudarc::driver::sys;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+
+/// What the backend knows about a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Its ordinal.
+    pub ordinal: usize,
+    /// Its name (`NVIDIA H100 80GB HBM3`).
+    pub name: String,
+    /// Compute capability (9, 0 on Hopper).
+    pub compute_capability: (i32, i32),
+    /// Global memory in bytes.
+    pub total_memory: u64,
+    /// Multiprocessors.
+    pub sm_count: u32,
+    /// The driver's CUDA version (13000 for 13.0).
+    pub driver_version: i32,
+}
+
+impl DeviceInfo {
+    /// The NVRTC architecture to compile for (`sm_90`).
+    pub fn arch(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+
+    /// Whether the device has FP8 tensor cores (Ada 8.9 and Hopper 9.0 onwards).
+    pub fn has_fp8(&self) -> bool {
+        self.compute_capability >= (8, 9)
+    }
+}
+
+/// A driver call's error as a runtime error naming the call.
+pub(crate) fn drv_err(what: &str) -> impl Fn(DriverError) -> RuntimeError + '_ {
+    move |e| RuntimeError::Other(format!("CUDA {what} failed: {e}"))
+}
+
+/// Initialises the driver and describes device `ordinal`. The driver library must be present
+/// (`libs::require_driver`).
+pub(crate) fn probe_device(ordinal: usize) -> Result<DeviceInfo, RuntimeError> {
+    drv::init().map_err(|e| {
+        unavailable(format!(
+            "the NVIDIA driver is installed but cannot start ({e}); is there a GPU on this machine?"
+        ))
+    })?;
+    let count = drv::device::get_count().map_err(drv_err("cuDeviceGetCount"))?;
+    if count <= 0 {
+        return Err(unavailable("the NVIDIA driver sees no GPU"));
+    }
+    if ordinal >= count as usize {
+        return Err(unavailable(format!(
+            "device {ordinal} does not exist ({count} GPU(s) found)"
+        )));
+    }
+    let dev = drv::device::get(ordinal as i32).map_err(drv_err("cuDeviceGet"))?;
+    let attr = |a: sys::CUdevice_attribute| {
+        // SAFETY: a valid device and attribute.
+        unsafe { drv::device::get_attribute(dev, a) }.map_err(drv_err("cuDeviceGetAttribute"))
+    };
+    use sys::CUdevice_attribute::*;
+    let major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let name = drv::device::get_name(dev).map_err(drv_err("cuDeviceGetName"))?;
+    // SAFETY: a valid device.
+    let total = unsafe { drv::device::total_mem(dev) }.map_err(drv_err("cuDeviceTotalMem"))?;
+    let mut version = 0;
+    // SAFETY: a valid out-pointer.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(drv_err("cuDriverGetVersion"))?;
+    Ok(DeviceInfo {
+        ordinal,
+        name,
+        compute_capability: (major, minor),
+        total_memory: total as u64,
+        sm_count: sms.max(1) as u32,
+        driver_version: version,
+    })
+}
+
+/// Launch arguments: each argument's bytes in its own 8-byte-aligned slot, as
+/// `cuLaunchKernel`'s `kernelParams` wants them (a pointer per argument).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KernelArgs {
+    slots: Vec<Vec<u64>>,
+}
+
+impl KernelArgs {
+    pub fn new() -> Self {
+        KernelArgs::default()
+    }
+
+    /// Appends a plain-old-data argument (a scalar, a device pointer as u64, a `#[repr(C)]`
+    /// struct mirrored from the kernel source).
+    pub fn push<T: Copy>(&mut self, v: T) -> &mut Self {
+        let words = std::mem::size_of::<T>().div_ceil(8).max(1);
+        let mut slot = vec![0u64; words];
+        // SAFETY: the slot has at least size_of::<T>() bytes, 8-byte aligned (T's alignment
+        // is at most 8 for every argument type used here), and T is Copy.
+        unsafe { std::ptr::write_unaligned(slot.as_mut_ptr().cast::<T>(), v) };
+        self.slots.push(slot);
+        self
+    }
+
+    pub fn ptr(&mut self, p: u64) -> &mut Self {
+        self.push(p)
+    }
+
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.push(v)
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.push(v)
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.push(v)
+    }
+
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.push(v)
+    }
+
+    /// The `kernelParams` array; valid while `self` is neither moved nor changed.
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| s.as_mut_ptr().cast::<c_void>())
+            .collect()
+    }
+}
+
+/// A kernel launch, ready to replay.
+#[derive(Clone, Debug)]
+pub(crate) struct Launch {
+    pub func: sys::CUfunction,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared: u32,
+    pub args: KernelArgs,
+}
+
+/// The device, its context and stream, and everything allocated or loaded on it.
+pub(crate) struct Device {
+    pub info: DeviceInfo,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    pub stream: sys::CUstream,
+    allocs: RefCell<Vec<sys::CUdeviceptr>>,
+    modules: RefCell<HashMap<String, sys::CUmodule>>,
+}
+
+impl Device {
+    /// Opens device `ordinal` (the driver must be present: `libs::require_driver`).
+    pub fn open(ordinal: usize) -> Result<Device, RuntimeError> {
+        let info = probe_device(ordinal)?;
+        let dev = drv::device::get(ordinal as i32).map_err(drv_err("cuDeviceGet"))?;
+        // SAFETY: a valid device; released in Drop.
+        let ctx = unsafe { drv::primary_ctx::retain(dev) }.map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
+        // SAFETY: a live context.
+        unsafe { drv::ctx::set_current(ctx) }.map_err(drv_err("cuCtxSetCurrent"))?;
+        let stream = drv::stream::create(drv::stream::StreamKind::NonBlocking)
+            .map_err(drv_err("cuStreamCreate"))?;
+        Ok(Device {
+            info,
+            dev,
+            ctx,
+            stream,
+            allocs: RefCell::new(Vec::new()),
+            modules: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// Makes the device's context current on this thread.
+    pub fn bind(&self) -> Result<(), RuntimeError> {
+        // SAFETY: the context lives as long as `self`.
+        unsafe { drv::ctx::set_current(self.ctx) }.map_err(drv_err("cuCtxSetCurrent"))
+    }
+
+    /// Allocates `bytes` (at least 256, so every buffer has a distinct, aligned address); freed
+    /// with the device.
+    pub fn alloc(&self, bytes: u64) -> Result<u64, RuntimeError> {
+        let size = bytes.max(256) as usize;
+        // SAFETY: a current context; the allocation is freed in Drop.
+        let p = unsafe { drv::malloc_sync(size) }.map_err(|e| {
+            RuntimeError::Other(format!(
+                "cannot allocate {bytes} bytes on {} ({e})",
+                self.info.name
+            ))
+        })?;
+        self.allocs.borrow_mut().push(p);
+        Ok(p)
+    }
+
+    /// Copies host bytes to the device (stream-ordered).
+    pub fn upload(&self, dst: u64, src: &[u8]) -> Result<(), RuntimeError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `dst` holds at least src.len() bytes (buffers are sized from the plan);
+        // pageable host memory is staged by the driver before this returns.
+        unsafe { drv::memcpy_htod_async(dst, src, self.stream) }.map_err(drv_err("cuMemcpyHtoDAsync"))
+    }
+
+    /// Copies device bytes to the host and waits for them.
+    pub fn download(&self, dst: &mut [u8], src: u64) -> Result<(), RuntimeError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `src` holds at least dst.len() bytes; we synchronise before `dst` is read.
+        unsafe { drv::memcpy_dtoh_async(dst, src, self.stream) }.map_err(drv_err("cuMemcpyDtoHAsync"))?;
+        self.sync()
+    }
+
+    /// Device-to-device copy (stream-ordered).
+    pub fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), RuntimeError> {
+        if bytes == 0 || dst == src {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie in live allocations.
+        unsafe { drv::memcpy_dtod_async(dst, src, bytes as usize, self.stream) }
+            .map_err(drv_err("cuMemcpyDtoDAsync"))
+    }
+
+    /// Sets `bytes` bytes to `value` (stream-ordered).
+    pub fn memset8(&self, dst: u64, value: u8, bytes: u64) -> Result<(), RuntimeError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range lies in a live allocation.
+        unsafe { drv::memset_d8_async(dst, value, bytes as usize, self.stream) }
+            .map_err(drv_err("cuMemsetD8Async"))
+    }
+
+    /// Sets `count` 32-bit words to `value` (stream-ordered; `dst` 4-byte aligned).
+    pub fn memset32(&self, dst: u64, value: u32, count: u64) -> Result<(), RuntimeError> {
+        if count == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range lies in a live allocation.
+        unsafe { sys::cuMemsetD32Async(dst, value, count as usize, self.stream) }
+            .result()
+            .map_err(drv_err("cuMemsetD32Async"))
+    }
+
+    /// Waits for the stream.
+    pub fn sync(&self) -> Result<(), RuntimeError> {
+        // SAFETY: a live stream.
+        unsafe { drv::stream::synchronize(self.stream) }.map_err(|e| {
+            RuntimeError::Other(format!(
+                "a kernel failed on {} ({e}); rerun with CUDA_LAUNCH_BLOCKING=1 to find which",
+                self.info.name
+            ))
+        })
+    }
+
+    /// The module compiled from `file` with `headers` (compiled once per process and cached on
+    /// disk, loaded once per device).
+    pub fn module(
+        &self,
+        file: &str,
+        source: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<sys::CUmodule, RuntimeError> {
+        let arch = self.info.arch();
+        let mut parts: Vec<&[u8]> = vec![source.as_bytes()];
+        for (n, t) in headers {
+            parts.push(n.as_bytes());
+            parts.push(t.as_bytes());
+        }
+        let key = format!("{file}:{:016x}", nvrtc::stable_hash(&parts));
+        if let Some(m) = self.modules.borrow().get(&key) {
+            return Ok(*m);
+        }
+        let cubin = nvrtc::compile_cached(file, source, headers, &arch)?;
+        // SAFETY: a complete cubin image for this device's architecture; unloaded in Drop.
+        let m = unsafe { drv::module::load_data(cubin.as_ptr().cast::<c_void>()) }.map_err(|e| {
+            RuntimeError::Other(format!("cannot load the kernels of {file} for {arch}: {e}"))
+        })?;
+        self.modules.borrow_mut().insert(key, m);
+        Ok(m)
+    }
+
+    /// A kernel of a fixed `kernels/` file.
+    pub fn kernel(&self, file: kernels::KernelFile, name: &str) -> Result<sys::CUfunction, RuntimeError> {
+        let m = self.module(file.name, file.source, &kernels::fixed_headers())?;
+        self.function(m, file.name, name)
+    }
+
+    /// The entry point `name` of a loaded module.
+    pub fn function(
+        &self,
+        m: sys::CUmodule,
+        file: &str,
+        name: &str,
+    ) -> Result<sys::CUfunction, RuntimeError> {
+        let cname = CString::new(name)
+            .map_err(|_| RuntimeError::Other(format!("bad kernel name {name:?}")))?;
+        // SAFETY: a loaded module and a NUL-terminated name.
+        unsafe { drv::module::get_function(m, cname) }.map_err(|e| {
+            RuntimeError::Other(format!("kernel {name} is not in {file} ({e})"))
+        })
+    }
+
+    /// Launches `l` on the stream.
+    pub fn launch(&self, l: &mut Launch) -> Result<(), RuntimeError> {
+        let mut params = l.args.pointers();
+        // SAFETY: `func` comes from a loaded module, and the argument list matches its
+        // signature (built next to the kernel's declaration in steps.rs); device pointers in it
+        // point into live allocations.
+        unsafe {
+            drv::launch_kernel(
+                l.func,
+                l.grid,
+                l.block,
+                l.shared,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(drv_err("cuLaunchKernel"))
+    }
+
+    /// Blocks for a grid-stride kernel over `work` items of `per_thread` items per thread:
+    /// enough to fill the machine several times over, never more than the work needs.
+    pub fn grid_for(&self, work: u64, per_thread: u64, block: u32) -> u32 {
+        let per_block = per_thread.max(1) * u64::from(block);
+        let need = work.div_ceil(per_block).max(1);
+        let cap = u64::from(self.info.sm_count) * 16;
+        need.min(cap) as u32
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Errors are ignored: there is nobody to report them to, and the process keeps going.
+        // SAFETY: everything below was created by this Device and is released once.
+        unsafe {
+            let _ = drv::ctx::set_current(self.ctx);
+            let _ = drv::stream::synchronize(self.stream);
+            for p in self.allocs.borrow_mut().drain(..) {
+                let _ = drv::free_sync(p);
+            }
+            for (_, m) in self.modules.borrow_mut().drain() {
+                let _ = drv::module::unload(m);
+            }
+            let _ = drv::stream::destroy(self.stream);
+            let _ = drv::primary_ctx::release(self.dev);
+        }
+    }
+}

@@ -1,0 +1,379 @@
+//! A lowered graph: an ordered list of kernel calls ([`Step`]s) over numbered buffers, with
+//! the interface bindings and a memory plan. Every backend consumes the same [`Program`].
+//!
+//! Invariants (established by [`crate::lower`], checked by [`Program::validate`]):
+//! - steps are in a topological order: every buffer a step reads is written before it (by an
+//!   earlier step, or it is resident or an input);
+//! - every buffer has a fully static type and is written by at most one step;
+//! - arena buffers (graph inputs and step results) carry a live range `[def, last]` in step
+//!   indices and a byte offset in one arena; two arena buffers whose live ranges overlap never
+//!   overlap in bytes. Graph outputs and state updates live to the last step;
+//! - resident buffers (params, constants, state) live for the whole program, outside the arena.
+
+use crate::RuntimeError;
+use fp8c_ir::{Op, Tensor, TensorType};
+use std::fmt;
+
+/// Identifies a buffer of a [`Program`] (its index in [`Program::buffers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+impl BufId {
+    /// The index into [`Program::buffers`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for BufId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+/// One kernel call: a node's op over input buffers, writing output buffers (one per slot).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The graph node this step computes (errors and observers name it).
+    pub node: String,
+    /// The operation.
+    pub op: Op,
+    /// Buffers read, in the op's input order.
+    pub inputs: Vec<BufId>,
+    /// Buffers written, one per output slot.
+    pub outputs: Vec<BufId>,
+}
+
+/// Where a buffer's value comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum BufferKind {
+    /// A graph input, fed by the caller on each run (arena).
+    Input(String),
+    /// A parameter; its data comes with `prepare` (resident).
+    Param(String),
+    /// A state entry; starts as a splat of its initial value and persists across runs
+    /// (resident).
+    State(String),
+    /// A constant, pre-filled (resident).
+    Constant(Tensor),
+    /// A step result (arena).
+    Temp,
+}
+
+impl BufferKind {
+    /// True for buffers that live in the arena (inputs and step results).
+    pub fn in_arena(&self) -> bool {
+        matches!(self, BufferKind::Input(_) | BufferKind::Temp)
+    }
+
+    fn word(&self) -> &'static str {
+        match self {
+            BufferKind::Input(_) => "input",
+            BufferKind::Param(_) => "param",
+            BufferKind::State(_) => "state",
+            BufferKind::Constant(_) => "const",
+            BufferKind::Temp => "temp",
+        }
+    }
+}
+
+/// One buffer: its type, size, origin and (for arena buffers) its live range and offset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// Its id.
+    pub id: BufId,
+    /// The value it holds: the producing node's name, with `:slot` for slots after the first.
+    pub name: String,
+    /// Its static type.
+    pub ty: TensorType,
+    /// Concrete dims of `ty`.
+    pub dims: Vec<u64>,
+    /// Size in bytes (elements × element size).
+    pub bytes: u64,
+    /// Where its value comes from.
+    pub kind: BufferKind,
+    /// Arena buffers: first and last step index during which the bytes must be kept
+    /// (`def..=last`). Resident buffers: `None`.
+    pub live: Option<(usize, usize)>,
+    /// Arena buffers: byte offset in the arena (aligned to [`ARENA_ALIGN`]).
+    pub offset: Option<u64>,
+}
+
+/// Alignment of arena offsets in bytes (cudaMalloc's, and enough for any vector load).
+pub const ARENA_ALIGN: u64 = 256;
+
+/// A state entry and the buffer holding its update, if it has one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateBinding {
+    /// The state entry's name.
+    pub name: String,
+    /// The resident buffer holding its value.
+    pub buf: BufId,
+    /// Its initial value (every element).
+    pub init: f64,
+    /// The buffer whose value becomes the state at the end of a run.
+    pub update: Option<BufId>,
+}
+
+/// Sizes the memory plan arrived at.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Size of the arena holding every input and step result: the peak planned bytes.
+    pub arena_bytes: u64,
+    /// Largest sum of aligned sizes of arena buffers live at one step: the lower bound any
+    /// plan must reach (`arena_bytes / live_peak_bytes` is the fragmentation).
+    pub live_peak_bytes: u64,
+    /// Bytes of the resident buffers (params, constants, state).
+    pub resident_bytes: u64,
+    /// Sum of aligned sizes of all arena buffers: what no reuse at all would need.
+    pub no_reuse_bytes: u64,
+}
+
+/// A lowered graph, ready for any backend. See the module docs for its invariants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Program {
+    pub(crate) name: String,
+    pub(crate) steps: Vec<Step>,
+    pub(crate) buffers: Vec<Buffer>,
+    pub(crate) inputs: Vec<(String, BufId)>,
+    pub(crate) params: Vec<(String, BufId)>,
+    pub(crate) state: Vec<StateBinding>,
+    pub(crate) outputs: Vec<(String, BufId)>,
+    pub(crate) plan: MemoryPlan,
+    /// Per step, the arena buffers whose last use it is (the executor may drop them after).
+    pub(crate) frees: Vec<Vec<BufId>>,
+}
+
+impl Program {
+    /// The graph's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The steps in execution order.
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    /// Every buffer, indexed by [`BufId::index`].
+    pub fn buffers(&self) -> &[Buffer] {
+        &self.buffers
+    }
+
+    /// The buffer `id`.
+    pub fn buffer(&self, id: BufId) -> &Buffer {
+        &self.buffers[id.index()]
+    }
+
+    /// Graph inputs in graph order: name and buffer.
+    pub fn inputs(&self) -> &[(String, BufId)] {
+        &self.inputs
+    }
+
+    /// Parameters: name and buffer.
+    pub fn params(&self) -> &[(String, BufId)] {
+        &self.params
+    }
+
+    /// State entries with their update buffers.
+    pub fn state(&self) -> &[StateBinding] {
+        &self.state
+    }
+
+    /// Graph outputs in graph order: name and buffer.
+    pub fn outputs(&self) -> &[(String, BufId)] {
+        &self.outputs
+    }
+
+    /// The memory plan's sizes.
+    pub fn plan(&self) -> MemoryPlan {
+        self.plan
+    }
+
+    /// Peak planned bytes: the size of the arena holding inputs and intermediate results.
+    pub fn peak_bytes(&self) -> u64 {
+        self.plan.arena_bytes
+    }
+
+    /// Arena buffers whose last reader is step `i` (empty past the end).
+    pub fn frees_after(&self, i: usize) -> &[BufId] {
+        self.frees.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Checks the invariants of the module docs; an `Err` names the first broken one.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        let n = self.buffers.len();
+        let mut written = vec![false; n];
+        for b in &self.buffers {
+            if b.id.index() >= n || self.buffers[b.id.index()].id != b.id {
+                return Err(RuntimeError::Plan(format!(
+                    "buffer {} is misnumbered",
+                    b.id
+                )));
+            }
+            if !matches!(b.kind, BufferKind::Temp) {
+                written[b.id.index()] = true;
+            }
+            match (b.kind.in_arena(), b.live, b.offset) {
+                (true, Some((d, l)), Some(off)) => {
+                    if d > l {
+                        return Err(RuntimeError::Plan(format!(
+                            "{} `{}`: live range {d}..={l} is empty",
+                            b.id, b.name
+                        )));
+                    }
+                    if off % ARENA_ALIGN != 0 || off + b.bytes > self.plan.arena_bytes {
+                        return Err(RuntimeError::Plan(format!(
+                            "{} `{}`: offset {off} + {} bytes is misaligned or outside the arena of {} bytes",
+                            b.id, b.name, b.bytes, self.plan.arena_bytes
+                        )));
+                    }
+                }
+                (false, None, None) => {}
+                _ => {
+                    return Err(RuntimeError::Plan(format!(
+                        "{} `{}` ({}): placement does not match its kind",
+                        b.id,
+                        b.name,
+                        b.kind.word()
+                    )));
+                }
+            }
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            for &b in &s.inputs {
+                let buf = self.buffers.get(b.index()).ok_or_else(|| {
+                    RuntimeError::Plan(format!("step {i} \"{}\" reads unknown buffer {b}", s.node))
+                })?;
+                if !written[b.index()] {
+                    return Err(RuntimeError::Plan(format!(
+                        "step {i} \"{}\" reads {b} before it is written",
+                        s.node
+                    )));
+                }
+                if let Some((d, l)) = buf.live
+                    && !(d <= i && i <= l)
+                {
+                    return Err(RuntimeError::Plan(format!(
+                        "step {i} \"{}\" reads {b} outside its live range {d}..={l}",
+                        s.node
+                    )));
+                }
+            }
+            for &b in &s.outputs {
+                let buf = self.buffers.get(b.index()).ok_or_else(|| {
+                    RuntimeError::Plan(format!("step {i} \"{}\" writes unknown buffer {b}", s.node))
+                })?;
+                if written[b.index()] || !matches!(buf.kind, BufferKind::Temp) {
+                    return Err(RuntimeError::Plan(format!(
+                        "step {i} \"{}\" writes {b}, which is already written",
+                        s.node
+                    )));
+                }
+                if buf.live.map(|(d, _)| d) != Some(i) {
+                    return Err(RuntimeError::Plan(format!(
+                        "step {i} \"{}\" writes {b}, whose live range does not start there",
+                        s.node
+                    )));
+                }
+                written[b.index()] = true;
+            }
+        }
+        let last = self.steps.len().saturating_sub(1);
+        let kept = self
+            .outputs
+            .iter()
+            .map(|(_, b)| *b)
+            .chain(self.state.iter().filter_map(|s| s.update));
+        for b in kept {
+            if !written[b.index()] {
+                return Err(RuntimeError::Plan(format!("result {b} is never written")));
+            }
+            if let Some((_, l)) = self.buffer(b).live
+                && l < last
+            {
+                return Err(RuntimeError::Plan(format!(
+                    "result {b} `{}` dies at step {l}, before the end",
+                    self.buffer(b).name
+                )));
+            }
+        }
+        crate::plan::check_no_overlap(&self.buffers)
+    }
+
+    /// The program as text: a header with the plan's sizes, the buffers, then the steps.
+    pub fn dump(&self) -> String {
+        self.to_string()
+    }
+}
+
+fn kib(b: u64) -> String {
+    if b >= 1 << 20 {
+        format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+    } else if b >= 1 << 10 {
+        format!("{:.1} KiB", b as f64 / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// Peak, live-peak and resident sizes in one line, for summaries.
+pub fn describe_plan(p: &MemoryPlan) -> String {
+    format!(
+        "peak planned {} (live peak {}, no reuse {}), resident {}",
+        kib(p.arena_bytes),
+        kib(p.live_peak_bytes),
+        kib(p.no_reuse_bytes),
+        kib(p.resident_bytes)
+    )
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "program @{}: {} steps, {} buffers; {}",
+            self.name,
+            self.steps.len(),
+            self.buffers.len(),
+            describe_plan(&self.plan)
+        )?;
+        for b in &self.buffers {
+            write!(f, "  {} {} {} {} B", b.id, b.kind.word(), b.ty, b.bytes)?;
+            if let (Some((d, l)), Some(off)) = (b.live, b.offset) {
+                write!(f, " @{off} live {d}..={l}")?;
+            }
+            match &b.kind {
+                BufferKind::Input(n) | BufferKind::Param(n) | BufferKind::State(n) => {
+                    writeln!(f, "  # {n}")?
+                }
+                _ => writeln!(f, "  # {}", b.name)?,
+            }
+        }
+        for (i, s) in self.steps.iter().enumerate() {
+            let list = |v: &[BufId]| {
+                v.iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            writeln!(
+                f,
+                "  {i}: {} = {}({})  # {}",
+                list(&s.outputs),
+                s.op.name(),
+                list(&s.inputs),
+                s.node
+            )?;
+        }
+        for (name, b) in &self.outputs {
+            writeln!(f, "  output \"{name}\" = {b}")?;
+        }
+        for s in &self.state {
+            if let Some(u) = s.update {
+                writeln!(f, "  state \"{}\" = {} <- {u}", s.name, s.buf)?;
+            }
+        }
+        Ok(())
+    }
+}

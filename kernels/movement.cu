@@ -1,0 +1,89 @@
+// movement.cu — data movement without arithmetic: strided copies, fills and tiled transposes.
+//
+// IR ops: transpose (any perm), slice, expand, concat (one copy per input into its slab of
+// the output), pad (constant mode: fill, then copy into the interior), and the copies behind
+// reshape / squeeze / unsqueeze / flatten / identity when they are not plain memcpys.
+//
+// `fp8c_strided_copy_<bytes>` walks the iteration dims of a StridedView and moves one element
+// per index: general but one element at a time. `fp8c_transpose2d_<bytes>` is the fast path
+// for swapping the last two dims (attention's Kᵀ, weight transposes): 32×32 tiles through
+// shared memory (rows padded by one element against bank conflicts), coalesced on both sides.
+#include "common.cuh"
+
+template <typename T>
+__device__ __forceinline__ void strided_copy_impl(const T* __restrict__ src, T* __restrict__ dst,
+                                                  const StridedView& v, u64 n) {
+  for (u64 i = gtid(); i < n; i += gstride()) {
+    u64 rest = i;
+    i64 so = v.in_offset, d = v.out_offset;
+    for (int k = (int)v.rank - 1; k >= 0; --k) {
+      const u64 idx = rest % v.dims[k];
+      rest /= v.dims[k];
+      so += (i64)idx * v.in_strides[k];
+      d += (i64)idx * v.out_strides[k];
+    }
+    dst[d] = src[so];
+  }
+}
+
+// fp8c_strided_copy_<bytes>(src, dst, view, n): n = product of view.dims.
+#define STRIDED_COPY(BYTES, T)                                                                          \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                              \
+      fp8c_strided_copy_##BYTES(const T* src, T* dst, StridedView view, u64 n) {                        \
+    strided_copy_impl<T>(src, dst, view, n);                                                            \
+  }
+STRIDED_COPY(1, u8)
+STRIDED_COPY(2, u16)
+STRIDED_COPY(4, u32)
+STRIDED_COPY(8, u64)
+
+// fp8c_fill_<bytes>(dst, value, n): every element := the low bytes of `value`.
+#define FILL(BYTES, T)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_fill_##BYTES(T* dst, u64 value, u64 n) { \
+    const T v = (T)value;                                                                               \
+    for (u64 i = gtid(); i < n; i += gstride()) dst[i] = v;                                             \
+  }
+FILL(1, u8)
+FILL(2, u16)
+FILL(4, u32)
+FILL(8, u64)
+
+#define TT 32
+
+// dst[b][c][r] = src[b][r][c] for src [batch, rows, cols]. Block 32×8 threads; grid-stride over
+// tiles.
+template <typename T>
+__device__ __forceinline__ void transpose2d_impl(const T* __restrict__ src, T* __restrict__ dst, u64 batch,
+                                                 u64 rows, u64 cols) {
+  __shared__ T tile[TT][TT + 1];
+  const u64 tr = (rows + TT - 1) / TT, tc = (cols + TT - 1) / TT;
+  const u64 ntiles = batch * tr * tc;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  for (u64 t = blockIdx.x; t < ntiles; t += gridDim.x) {
+    const u64 b = t / (tr * tc), rest = t % (tr * tc);
+    const u64 r0 = (rest / tc) * TT, c0 = (rest % tc) * TT;
+    const u64 base = b * rows * cols;
+#pragma unroll
+    for (int k = 0; k < TT; k += 8) {
+      const u64 r = r0 + ty + k, c = c0 + tx;
+      if (r < rows && c < cols) tile[ty + k][tx] = src[base + r * cols + c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < TT; k += 8) {
+      const u64 c = c0 + ty + k, r = r0 + tx;
+      if (r < rows && c < cols) dst[base + c * rows + r] = tile[tx][ty + k];
+    }
+    __syncthreads();
+  }
+}
+
+#define TRANSPOSE2D(BYTES, T)                                                                            \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                               \
+      fp8c_transpose2d_##BYTES(const T* src, T* dst, u64 batch, u64 rows, u64 cols) {                    \
+    transpose2d_impl<T>(src, dst, batch, rows, cols);                                                    \
+  }
+TRANSPOSE2D(1, u8)
+TRANSPOSE2D(2, u16)
+TRANSPOSE2D(4, u32)
+TRANSPOSE2D(8, u64)

@@ -1,0 +1,164 @@
+// quantize.cu — the memory-bound FP8 casts: quantize (+amax), dequantize, amax alone, and
+// plain casts between f32 / bf16 / f16 / bool.
+//
+// IR ops: quantize, quantize_amax, dequantize, amax, cast (a cast to FP8 is a quantize with no
+// scale, i.e. scale 1).
+//
+// Shape of every kernel: a grid-stride loop over packs of 16 elements per thread (f32 input:
+// four 16-byte loads in flight before the first use; bf16 / f16: two; FP8 output: one 16-byte
+// store), then a scalar tail, then one block reduction and one atomicMax for the amax.
+// Bit-exact with fp8c-core: q = encode(x * scale) with the product rounded to f32 first.
+#include "common.cuh"
+
+#define PACK 16
+
+template <int IN, int FMT, bool SAT>
+__device__ __forceinline__ void quantize_impl(const void* __restrict__ x, const float* __restrict__ scale,
+                                              u8* __restrict__ q, float* __restrict__ amax, u64 n) {
+  const float s = scale != nullptr ? *scale : 1.0f;
+  u32 m = 0u;
+  u64 done = 0;
+  if (aligned16(x) && aligned16(q)) {
+    const u64 npack = n / PACK;
+    for (u64 p = gtid(); p < npack; p += gstride()) {
+      float v[PACK];
+      load8<IN>(x, p * PACK, v);
+      load8<IN>(x, p * PACK + 8, v + 8);
+      u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int j = 0; j < PACK; ++j) {
+        m = max(m, abs_bits(v[j]));
+        w[j / 4] |= fp8_encode<FMT, SAT>(__fmul_rn(v[j], s)) << (8 * (j % 4));
+      }
+      *reinterpret_cast<uint4*>(q + p * PACK) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    done = npack * PACK;
+  }
+  for (u64 i = done + gtid(); i < n; i += gstride()) {
+    const float v = load_elem<IN>(x, i);
+    m = max(m, abs_bits(v));
+    q[i] = (u8)fp8_encode<FMT, SAT>(__fmul_rn(v, s));
+  }
+  block_amax_commit(m, amax);
+}
+
+// fp8c_quantize_<in>_<fmt>_<sat|nosat>(x, scale or null (= 1), q, amax or null, n)
+#define QUANTIZE_KERNEL(IN_NAME, IN, FMT_NAME, FMT, SAT_NAME, SAT)                                      \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                              \
+      fp8c_quantize_##IN_NAME##_##FMT_NAME##_##SAT_NAME(const void* x, const float* scale, u8* q,         \
+                                                         float* amax, u64 n) {                          \
+    quantize_impl<IN, FMT, SAT>(x, scale, q, amax, n);                                                  \
+  }
+#define QUANTIZE_FOR_INPUT(IN_NAME, IN)                                 \
+  QUANTIZE_KERNEL(IN_NAME, IN, e4m3, FMT_E4M3, sat, true)               \
+  QUANTIZE_KERNEL(IN_NAME, IN, e4m3, FMT_E4M3, nosat, false)            \
+  QUANTIZE_KERNEL(IN_NAME, IN, e5m2, FMT_E5M2, sat, true)               \
+  QUANTIZE_KERNEL(IN_NAME, IN, e5m2, FMT_E5M2, nosat, false)
+QUANTIZE_FOR_INPUT(f32, KIND_F32)
+QUANTIZE_FOR_INPUT(bf16, KIND_BF16)
+QUANTIZE_FOR_INPUT(f16, KIND_F16)
+
+// ---------------------------------------------------------------- dequantize
+// y = to(decode(q) * scale_inv), the product in f32 then rounded once to the output type.
+
+template <int FMT_KIND, int OUT>
+__device__ __forceinline__ void dequantize_impl(const u8* __restrict__ q, const float* __restrict__ scale_inv,
+                                                void* __restrict__ y, u64 n) {
+  const float s = scale_inv != nullptr ? *scale_inv : 1.0f;
+  u64 done = 0;
+  if (aligned16(q) && aligned16(y)) {
+    const u64 npack = n / PACK;
+    for (u64 p = gtid(); p < npack; p += gstride()) {
+      float v[PACK];
+      load8<FMT_KIND>(q, p * PACK, v);
+      load8<FMT_KIND>(q, p * PACK + 8, v + 8);
+#pragma unroll
+      for (int j = 0; j < PACK; ++j) v[j] = __fmul_rn(v[j], s);
+      store8<OUT>(y, p * PACK, v);
+      store8<OUT>(y, p * PACK + 8, v + 8);
+    }
+    done = npack * PACK;
+  }
+  for (u64 i = done + gtid(); i < n; i += gstride())
+    store_elem<OUT>(y, i, __fmul_rn(load_elem<FMT_KIND>(q, i), s));
+}
+
+#define DEQUANTIZE_KERNEL(FMT_NAME, FMT_KIND, OUT_NAME, OUT)                                                 \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                                   \
+      fp8c_dequantize_##FMT_NAME##_##OUT_NAME(const u8* q, const float* scale_inv, void* y, u64 n) {        \
+    dequantize_impl<FMT_KIND, OUT>(q, scale_inv, y, n);                                                      \
+  }
+DEQUANTIZE_KERNEL(e4m3, KIND_E4M3, f32, KIND_F32)
+DEQUANTIZE_KERNEL(e4m3, KIND_E4M3, bf16, KIND_BF16)
+DEQUANTIZE_KERNEL(e4m3, KIND_E4M3, f16, KIND_F16)
+DEQUANTIZE_KERNEL(e5m2, KIND_E5M2, f32, KIND_F32)
+DEQUANTIZE_KERNEL(e5m2, KIND_E5M2, bf16, KIND_BF16)
+DEQUANTIZE_KERNEL(e5m2, KIND_E5M2, f16, KIND_F16)
+
+// ---------------------------------------------------------------- amax alone
+
+template <int IN>
+__device__ __forceinline__ void amax_impl(const void* __restrict__ x, float* __restrict__ amax, u64 n) {
+  u32 m = 0u;
+  u64 done = 0;
+  if (aligned16(x)) {
+    const u64 npack = n / PACK;
+    for (u64 p = gtid(); p < npack; p += gstride()) {
+      float v[PACK];
+      load8<IN>(x, p * PACK, v);
+      load8<IN>(x, p * PACK + 8, v + 8);
+#pragma unroll
+      for (int j = 0; j < PACK; ++j) m = max(m, abs_bits(v[j]));
+    }
+    done = npack * PACK;
+  }
+  for (u64 i = done + gtid(); i < n; i += gstride()) m = max(m, abs_bits(load_elem<IN>(x, i)));
+  block_amax_commit(m, amax);
+}
+
+#define AMAX_KERNEL(IN_NAME, IN)                                                                         \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_amax_##IN_NAME(const void* x, float* amax, \
+                                                                                u64 n) {                  \
+    amax_impl<IN>(x, amax, n);                                                                           \
+  }
+AMAX_KERNEL(f32, KIND_F32)
+AMAX_KERNEL(bf16, KIND_BF16)
+AMAX_KERNEL(f16, KIND_F16)
+AMAX_KERNEL(e4m3, KIND_E4M3)
+AMAX_KERNEL(e5m2, KIND_E5M2)
+
+// ---------------------------------------------------------------- casts without FP8
+// Through f32 (exact for bf16 / f16 / bool), rounded once to the output type, as the CPU.
+
+template <int IN, int OUT>
+__device__ __forceinline__ void cast_impl(const void* __restrict__ x, void* __restrict__ y, u64 n) {
+  u64 done = 0;
+  if (aligned16(x) && aligned16(y)) {
+    const u64 npack = n / 8;
+    for (u64 p = gtid(); p < npack; p += gstride()) {
+      float v[8];
+      load8<IN>(x, p * 8, v);
+      store8<OUT>(y, p * 8, v);
+    }
+    done = npack * 8;
+  }
+  for (u64 i = done + gtid(); i < n; i += gstride()) store_elem<OUT>(y, i, load_elem<IN>(x, i));
+}
+
+#define CAST_KERNEL(IN_NAME, IN, OUT_NAME, OUT)                                                           \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_cast_##IN_NAME##_##OUT_NAME(const void* x,  \
+                                                                                          void* y, u64 n) { \
+    cast_impl<IN, OUT>(x, y, n);                                                                          \
+  }
+CAST_KERNEL(f32, KIND_F32, bf16, KIND_BF16)
+CAST_KERNEL(f32, KIND_F32, f16, KIND_F16)
+CAST_KERNEL(f32, KIND_F32, bool, KIND_U8)
+CAST_KERNEL(bf16, KIND_BF16, f32, KIND_F32)
+CAST_KERNEL(bf16, KIND_BF16, f16, KIND_F16)
+CAST_KERNEL(bf16, KIND_BF16, bool, KIND_U8)
+CAST_KERNEL(f16, KIND_F16, f32, KIND_F32)
+CAST_KERNEL(f16, KIND_F16, bf16, KIND_BF16)
+CAST_KERNEL(f16, KIND_F16, bool, KIND_U8)
+CAST_KERNEL(bool, KIND_U8, f32, KIND_F32)
+CAST_KERNEL(bool, KIND_U8, bf16, KIND_BF16)
+CAST_KERNEL(bool, KIND_U8, f16, KIND_F16)

@@ -1,0 +1,185 @@
+//! FP8 in the backward pass: the rules for `quantize`, `dequantize` and `scaled_matmul`, and
+//! the quantization of incoming gradients.
+//!
+//! Autodiff runs after the scaling pass, so every FP8 forward GEMM is already
+//! `scaled_matmul(qa, qb, sa_inv, sb_inv)` over the forward FP8 copies of X and W. Its rule
+//! quantizes the incoming gradient dY once, in the recipe's backward format (E5M2 under
+//! HYBRID, E4M3 under E4M3) with its own scaling state `{gemm}.dy.*`, and emits
+//!
+//! ```text
+//! dgrad = scaled_matmul(q(dY), qbᵀ, dY.scale_inv, sb_inv)     # dY·Wᵀ
+//! wgrad = scaled_matmul(qaᵀ, q(dY), sa_inv, dY.scale_inv)     # Xᵀ·dY
+//! ```
+//!
+//! reading the very FP8 tensors the forward GEMM read (transposed views of them): no tensor
+//! is quantized twice in a step. A gradient that feeds several FP8 GEMMs is quantized once
+//! (the first GEMM names its state).
+//!
+//! Quantization is a straight-through estimator: the adjoint of an FP8 value is the adjoint
+//! of the real number it encodes (f32), `quantize` passes it to its input unchanged and
+//! `dequantize` passes its output's adjoint to its FP8 input. Scales carry no gradient.
+//!
+//! Delayed scaling state for dY follows the forward tensors' exactly (TE's order: record
+//! this step's amax, compute the scale from the history, then roll), so each history advances
+//! once per step; current scaling computes the scale from this step's amax.
+
+use super::emit::Emit;
+use super::rules::{At, Grads};
+use fp8c_core::{AmaxComputeAlgo, Fp8Format, Recipe};
+use fp8c_ir::{AmaxSource, DType, Graph, IrError, Op, Tensor, TensorType, Value};
+use std::collections::HashMap;
+
+type R<T> = Result<T, IrError>;
+
+/// Quantizes gradients for FP8 backward GEMMs, once per gradient value.
+pub(crate) struct GradQuantizer {
+    recipe: Recipe,
+    cache: HashMap<Value, (Value, Value)>,
+    /// Names of the gradient tensors quantized (`{gemm}.dy`), in creation order.
+    pub quantized: Vec<String>,
+}
+
+impl GradQuantizer {
+    /// A quantizer following `recipe`.
+    pub fn new(recipe: Recipe) -> Self {
+        GradQuantizer {
+            recipe,
+            cache: HashMap::new(),
+            quantized: Vec::new(),
+        }
+    }
+
+    /// The FP8 type of gradients.
+    pub fn format(&self) -> DType {
+        match self.recipe.fp8_format().backward() {
+            Fp8Format::E4M3 => DType::F8E4M3,
+            Fp8Format::E5M2 => DType::F8E5M2,
+        }
+    }
+
+    /// `(q, scale_inv)` of gradient `dy` (f32), quantized once; `t` names it (`fc1.dy`).
+    pub fn quantize(&mut self, g: &mut Graph, dy: Value, t: &str) -> R<(Value, Value)> {
+        if let Some(&hit) = self.cache.get(&dy) {
+            return Ok(hit);
+        }
+        let fmt = self.format();
+        let scalar = TensorType::scalar(DType::F32);
+        let q_op = Op::Quantize {
+            to: fmt,
+            saturate: true,
+        };
+        let out = match self.recipe {
+            Recipe::Delayed(r) => {
+                let len = r.amax_history_len as u64;
+                let h = g.add_state(
+                    &format!("{t}.amax_history"),
+                    TensorType::fixed(DType::F32, &[len]),
+                    0.0,
+                )?;
+                let sc = g.add_state(&format!("{t}.scale"), scalar.clone(), 1.0)?;
+                let si = g.add_state(&format!("{t}.scale_inv"), scalar, 1.0)?;
+                let q = g.add_node(&format!("{t}.q"), q_op, &[dy, sc])?[0];
+                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[dy])?[0];
+                let hist = g.add_node(&format!("{t}.history"), Op::AmaxHistoryUpdate, &[h, a])?;
+                let source = match r.amax_compute_algo {
+                    AmaxComputeAlgo::Max => AmaxSource::HistoryMax,
+                    AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
+                };
+                let cs = Op::ComputeScale {
+                    fmt,
+                    margin: r.margin,
+                    source,
+                    epsilon: 0.0,
+                    power_2: false,
+                };
+                let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
+                g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
+                g.set_state_update(&format!("{t}.scale"), new[0])?;
+                g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
+                (q, si)
+            }
+            Recipe::Current(r) => {
+                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[dy])?[0];
+                let one = g.add_node(
+                    &format!("{t}.scale_init"),
+                    Op::Constant {
+                        value: Tensor::scalar_f32(1.0),
+                    },
+                    &[],
+                )?[0];
+                let cs = Op::ComputeScale {
+                    fmt,
+                    margin: 0.0,
+                    source: AmaxSource::Current,
+                    epsilon: r.amax_epsilon,
+                    power_2: r.power_2_scale,
+                };
+                let sc = g.add_node(&format!("{t}.compute_scale"), cs, &[a, one])?;
+                let q = g.add_node(&format!("{t}.q"), q_op, &[dy, sc[0]])?[0];
+                (q, sc[1])
+            }
+        };
+        self.quantized.push(t.to_string());
+        self.cache.insert(dy, out);
+        Ok(out)
+    }
+}
+
+/// Rules for the FP8 ops.
+pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Option<Grads>> {
+    Ok(Some(match at.op {
+        // Straight-through: the real-valued adjoint goes to x in x's dtype.
+        Op::Quantize { .. } => {
+            let x = at.ins[0];
+            vec![Some(e.cast(&at.n("d0"), at.dy()?, e.dtype(x))?), None]
+        }
+        Op::Dequantize { .. } => vec![Some(e.cast(&at.n("d0"), at.dy()?, DType::F32)?), None],
+        Op::ScaledMatMul { .. } => scaled_matmul(e, q, at)?,
+        _ => return Ok(None),
+    }))
+}
+
+/// dgrad and wgrad of `scaled_matmul(qa, qb, sa, sb)` as FP8 GEMMs with an FP8 gradient.
+fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<Grads> {
+    let [qa, qb, sa, sb] = [at.ins[0], at.ins[1], at.ins[2], at.ins[3]];
+    let dy = at.dy()?;
+    let (ad, bd) = (e.dims(qa)?, e.dims(qb)?);
+    if ad.len() < 2 || bd.len() < 2 {
+        return Err(at.err(
+            "an FP8 GEMM with a 1-D operand has no gradient rule (keep it high with --keep-high)",
+        ));
+    }
+    let dy32 = e.cast(&at.n("dy.f32"), dy, DType::F32)?;
+    let (qdy, sdy) = quant.quantize(e.g, dy32, &at.n("dy"))?;
+    let (m, k, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
+    let batch = super::rules::broadcast_batch(&ad[..ad.len() - 2], &bd[..bd.len() - 2])?;
+    let rows: u64 = batch.iter().product::<u64>() * m;
+    let f32_out = Op::ScaledMatMul { out: DType::F32 };
+    let mut out = vec![None; 4];
+    if at.want(0) {
+        // dY [.., M, N] · Bᵀ [.., N, K]
+        let bt = e.swap_last2(&at.n("dgrad.wt"), qb)?;
+        let d = e.op(&at.n("dgrad"), f32_out.clone(), &[qdy, bt, sdy, sb])?;
+        out[0] = Some(e.sum_to(&at.n("dgrad.sum"), d, &ad)?);
+    }
+    if at.want(1) {
+        let d = if bd.len() == 2 {
+            // Aᵀ [K, rows] · dY [rows, N], every batch row in one GEMM.
+            let mut full_a = batch.clone();
+            full_a.extend([m, k]);
+            if full_a != ad {
+                return Err(at.err("an FP8 GEMM whose activation broadcasts has no gradient rule"));
+            }
+            let af = e.reshape(&at.n("wgrad.x"), qa, &[rows, k])?;
+            let at_ = e.transpose(&at.n("wgrad.xt"), af, vec![1, 0])?;
+            let dyf = e.reshape(&at.n("wgrad.dy"), qdy, &[rows, n])?;
+            e.op(&at.n("wgrad"), f32_out, &[at_, dyf, sa, sdy])?
+        } else {
+            let at_ = e.swap_last2(&at.n("wgrad.xt"), qa)?;
+            let d = e.op(&at.n("wgrad"), f32_out, &[at_, qdy, sa, sdy])?;
+            e.sum_to(&at.n("wgrad.sum"), d, &bd)?
+        };
+        out[1] = Some(d);
+    }
+    Ok(out)
+}

@@ -1,0 +1,125 @@
+//! Normalisation rules: `layer_norm` (one `layer_norm_grad` node gives dx, dscale, dbias),
+//! inference-mode `batch_norm` (per-channel affine map, built from ordinary ops), `softmax`
+//! and `log_softmax` (`softmax_grad` from the forward output), and the cross-entropy loss.
+
+use super::{At, Grads, R};
+use crate::autodiff::emit::Emit;
+use fp8c_ir::{Op, Value};
+
+pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
+    Ok(Some(match at.op {
+        Op::LayerNormalization { axis, epsilon } => {
+            let (x, scale) = (at.ins[0], at.ins[1]);
+            let outs = e.ops(
+                &at.n("grad"),
+                Op::LayerNormGrad {
+                    axis: *axis,
+                    epsilon: *epsilon,
+                },
+                &[x, scale, at.dy()?],
+            )?;
+            let mut g = vec![Some(outs[0]), Some(outs[1])];
+            if at.ins.len() == 3 {
+                g.push(Some(outs[2]));
+            }
+            g
+        }
+        Op::Softmax { axis } | Op::LogSoftmax { axis } => {
+            let log = matches!(at.op, Op::LogSoftmax { .. });
+            vec![Some(e.op(
+                &at.n("d0"),
+                Op::SoftmaxGrad { axis: *axis, log },
+                &[at.outs[0], at.dy()?],
+            )?)]
+        }
+        Op::BatchNormalization { epsilon } => batch_norm(e, at, *epsilon)?,
+        Op::SoftmaxCrossEntropy => {
+            let (labels, lp) = (at.ins[1], at.outs[1]);
+            let mut d = None;
+            if let Some(dloss) = at.dys[0] {
+                d = Some(e.op(&at.n("d0"), Op::SoftmaxCrossEntropyGrad, &[lp, labels, dloss])?);
+            }
+            if let Some(dlp) = at.dys.get(1).copied().flatten() {
+                let s = e.op(
+                    &at.n("d0.log_probs"),
+                    Op::SoftmaxGrad { axis: -1, log: true },
+                    &[lp, dlp],
+                )?;
+                d = Some(match d {
+                    Some(prev) => e.add(&at.n("d0.acc"), prev, s)?,
+                    None => s,
+                });
+            }
+            vec![d, None]
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `y = (x − mean)·inv·scale + bias` per channel (axis 1), `inv = 1/√(var + ε)`.
+fn batch_norm(e: &mut Emit<'_>, at: &At<'_>, epsilon: f32) -> R<Grads> {
+    let [x, scale, _bias, mean, var] = [at.ins[0], at.ins[1], at.ins[2], at.ins[3], at.ins[4]];
+    let dy = at.dy()?;
+    let xd = e.dims(x)?;
+    let dt = e.dtype(x);
+    let c = xd[1];
+    // [C] → [1, C, 1, ...] so per-channel values broadcast over x.
+    let mut bshape = vec![1u64; xd.len()];
+    bshape[1] = c;
+    let other_axes: Vec<i64> = (0..xd.len() as i64).filter(|&a| a != 1).collect();
+    let n = |s: &str| at.n(s);
+    let eps = e.scalar(&n("eps"), dt, f64::from(epsilon))?;
+    let ve = e.add(&n("var_eps"), var, eps)?;
+    let sd = e.op(&n("std"), Op::Sqrt, &[ve])?;
+    let one = e.scalar(&n("one"), dt, 1.0)?;
+    let inv = e.div(&n("inv"), one, sd)?; // [C]
+    let per_channel = |e: &mut Emit<'_>, name: &str, v: Value| e.reshape(name, v, &bshape);
+    let mut out: Grads = vec![None; 5];
+    let sum_c = |e: &mut Emit<'_>, name: &str, v: Value| e.reduce_sum(name, v, other_axes.clone(), false);
+    if at.want(0) {
+        let k = e.mul(&n("d0.k"), scale, inv)?;
+        let kb = per_channel(e, &n("d0.kb"), k)?;
+        out[0] = Some(e.mul(&n("d0"), dy, kb)?);
+    }
+    let need_xc = at.want(1) || at.want(4);
+    let xc = if need_xc {
+        let mb = per_channel(e, &n("mean_b"), mean)?;
+        Some(e.sub(&n("xc"), x, mb)?)
+    } else {
+        None
+    };
+    let sum_dy = if at.want(2) || at.want(3) {
+        Some(sum_c(e, &n("sum_dy"), dy)?)
+    } else {
+        None
+    };
+    // Σ dy·(x − mean) per channel.
+    let sum_dyxc = match xc {
+        Some(xc) => {
+            let t = e.mul(&n("dy_xc"), dy, xc)?;
+            Some(sum_c(e, &n("sum_dy_xc"), t)?)
+        }
+        None => None,
+    };
+    if at.want(1) {
+        out[1] = Some(e.mul(&n("d1"), sum_dyxc.expect("computed"), inv)?);
+    }
+    if at.want(2) {
+        out[2] = sum_dy;
+    }
+    if at.want(3) {
+        // dmean = −Σdy · scale · inv
+        let t = e.mul(&n("d3.t"), sum_dy.expect("computed"), scale)?;
+        let t = e.mul(&n("d3.u"), t, inv)?;
+        out[3] = Some(e.neg(&n("d3"), t)?);
+    }
+    if at.want(4) {
+        // dvar = −½ · Σdy·(x − mean) · scale · inv³
+        let i2 = e.mul(&n("inv2"), inv, inv)?;
+        let i3 = e.mul(&n("inv3"), i2, inv)?;
+        let t = e.mul(&n("d4.t"), sum_dyxc.expect("computed"), scale)?;
+        let t = e.mul(&n("d4.u"), t, i3)?;
+        out[4] = Some(e.scale(&n("d4"), t, -0.5)?);
+    }
+    Ok(out)
+}

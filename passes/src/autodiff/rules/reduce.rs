@@ -1,0 +1,60 @@
+//! Reduction rules: sum and mean broadcast the gradient back over the reduced axes (mean
+//! divides by the count); max and min share it evenly among the elements equal to the result
+//! (PyTorch's `amax`/`amin` convention for ties).
+
+use super::{At, Grads, R};
+use crate::autodiff::emit::Emit;
+use fp8c_ir::{DType, Op};
+
+pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
+    let (axes, keepdims) = match at.op {
+        Op::ReduceMean { axes, keepdims }
+        | Op::ReduceSum { axes, keepdims }
+        | Op::ReduceMax { axes, keepdims }
+        | Op::ReduceMin { axes, keepdims } => (axes.clone(), *keepdims),
+        _ => return Ok(None),
+    };
+    let x = at.ins[0];
+    let xd = e.dims(x)?;
+    let rank = xd.len();
+    let reduced: Vec<usize> = match axes.as_deref() {
+        None | Some([]) => (0..rank).collect(),
+        Some(list) => list
+            .iter()
+            .map(|&a| if a < 0 { a + rank as i64 } else { a } as usize)
+            .collect(),
+    };
+    // The result's shape with the reduced axes kept as 1.
+    let kept: Vec<u64> = (0..rank)
+        .map(|i| if reduced.contains(&i) { 1 } else { xd[i] })
+        .collect();
+    let _ = keepdims;
+    let dy = e.reshape(&at.n("d0.keep"), at.dy()?, &kept)?;
+    let dt = e.dtype(x);
+    let d = match at.op {
+        Op::ReduceSum { .. } => e.expand(&at.n("d0"), dy, &xd)?,
+        Op::ReduceMean { .. } => {
+            let count: u64 = reduced.iter().map(|&i| xd[i]).product();
+            let s = e.scale(&at.n("d0.mean"), dy, 1.0 / count.max(1) as f64)?;
+            e.expand(&at.n("d0"), s, &xd)?
+        }
+        _ => {
+            let y = e.reshape(&at.n("y.keep"), at.outs[0], &kept)?;
+            let hit = e.op(&at.n("hit"), Op::Equal, &[x, y])?;
+            let hitf = e.op(
+                &at.n("hit.f"),
+                Op::Cast {
+                    to: dt,
+                    saturate: false,
+                },
+                &[hit],
+            )?;
+            let axes: Vec<i64> = reduced.iter().map(|&i| i as i64).collect();
+            let count = e.reduce_sum(&at.n("count"), hitf, axes, true)?;
+            let share = e.div(&at.n("share"), dy, count)?;
+            e.mul(&at.n("d0"), hitf, share)?
+        }
+    };
+    debug_assert!(dt != DType::Bool);
+    Ok(Some(vec![Some(d)]))
+}
