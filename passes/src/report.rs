@@ -41,6 +41,26 @@ pub struct Totals {
     pub weight_bytes_after: u64,
     /// amax + compute_scale + quantize nodes inserted by the scaling pass.
     pub inserted_nodes: usize,
+    /// Kernel launches per step before the fusion pass (cost model: `fusion/cost.rs`).
+    pub kernels_before_fusion: u64,
+    /// Kernel launches per step after it.
+    pub kernels_after_fusion: u64,
+    /// Estimated bytes moved per step before fusion.
+    pub bytes_before_fusion: u64,
+    /// Estimated bytes moved per step after fusion.
+    pub bytes_after_fusion: u64,
+    /// Kernels that exist because of FP8 (they read or write FP8, or maintain scaling state:
+    /// amax, compute_scale, history update, quantize, cast, FP8 GEMMs with what fused into
+    /// them), per FP8 GEMM, before fusion (0 without FP8 GEMMs).
+    pub fp8_kernels_per_gemm_before_fusion: f64,
+    /// The same after fusion.
+    pub fp8_kernels_per_gemm_after_fusion: f64,
+    /// Bytes moved to quantize activations, per activation element, before fusion.
+    pub act_quant_bytes_per_element_before_fusion: f64,
+    /// The same after fusion (fused producers count only their FP8 output and amax).
+    pub act_quant_bytes_per_element_after_fusion: f64,
+    /// One read of the activation plus one FP8 write, per element (the standalone floor).
+    pub act_quant_bytes_per_element_floor: f64,
 }
 
 /// The whole report.
@@ -94,6 +114,25 @@ pub fn build(g: &Graph, cx: &PassCx, all: bool) -> Report {
             bytes
         };
     }
+    let (fuse_before, fuse_after) = match &cx.fusion {
+        Some(f) => (f.before.clone(), f.after.clone()),
+        None => {
+            let c = crate::fusion::step_cost(g);
+            (c.clone(), c)
+        }
+    };
+    let fp8_gemms = cx
+        .decisions
+        .iter()
+        .filter(|d| d.precision == Precision::Fp8)
+        .count();
+    let per = |num: u64, den: u64| {
+        if den == 0 {
+            0.0
+        } else {
+            num as f64 / den as f64
+        }
+    };
     Report {
         nodes,
         totals: Totals {
@@ -102,15 +141,29 @@ pub fn build(g: &Graph, cx: &PassCx, all: bool) -> Report {
             } else {
                 fp8 as f64 / total as f64
             },
-            fp8_gemms: cx
-                .decisions
-                .iter()
-                .filter(|d| d.precision == Precision::Fp8)
-                .count(),
+            fp8_gemms,
             gemms: cx.decisions.len(),
             weight_bytes_before: before,
             weight_bytes_after: after,
             inserted_nodes: cx.scaling.inserted_nodes(),
+            kernels_before_fusion: fuse_before.kernels,
+            kernels_after_fusion: fuse_after.kernels,
+            bytes_before_fusion: fuse_before.bytes,
+            bytes_after_fusion: fuse_after.bytes,
+            fp8_kernels_per_gemm_before_fusion: per(fuse_before.fp8_kernels, fp8_gemms as u64),
+            fp8_kernels_per_gemm_after_fusion: per(fuse_after.fp8_kernels, fp8_gemms as u64),
+            act_quant_bytes_per_element_before_fusion: per(
+                fuse_before.act_quant_bytes,
+                fuse_before.act_quant_elements,
+            ),
+            act_quant_bytes_per_element_after_fusion: per(
+                fuse_after.act_quant_bytes,
+                fuse_after.act_quant_elements,
+            ),
+            act_quant_bytes_per_element_floor: per(
+                fuse_after.act_quant_floor_bytes,
+                fuse_after.act_quant_elements,
+            ),
         },
     }
 }
@@ -169,6 +222,32 @@ impl Report {
             "inserted amax/scale/quantize nodes: {}",
             t.inserted_nodes
         );
+        let _ = writeln!(
+            s,
+            "kernels per step:     {} -> {} after fusion",
+            t.kernels_before_fusion, t.kernels_after_fusion
+        );
+        let _ = writeln!(
+            s,
+            "bytes moved per step: {} -> {} after fusion (estimated)",
+            t.bytes_before_fusion, t.bytes_after_fusion
+        );
+        if t.fp8_gemms > 0 {
+            let _ = writeln!(
+                s,
+                "FP8 kernels per FP8 GEMM: {:.2} -> {:.2} after fusion (kernels reading or writing FP8 or updating scales)",
+                t.fp8_kernels_per_gemm_before_fusion, t.fp8_kernels_per_gemm_after_fusion
+            );
+        }
+        if t.act_quant_bytes_per_element_floor > 0.0 {
+            let _ = writeln!(
+                s,
+                "activation quantization: {:.2} -> {:.2} bytes per element after fusion (one read + one FP8 write = {:.2})",
+                t.act_quant_bytes_per_element_before_fusion,
+                t.act_quant_bytes_per_element_after_fusion,
+                t.act_quant_bytes_per_element_floor
+            );
+        }
         s
     }
 }

@@ -305,7 +305,11 @@ fn reductions() {
                 let x = f.param("x", &[2, 3, 4], -2.0, 2.0);
                 let y = f.op(op.clone(), &[x]);
                 let g = f.finish(&[y]);
-                assert!(check(&g) <= 1.0, "{} axes={axes:?} keepdims={keepdims}", op.name());
+                assert!(
+                    check(&g) <= 1.0,
+                    "{} axes={axes:?} keepdims={keepdims}",
+                    op.name()
+                );
             }
         }
     }
@@ -313,7 +317,12 @@ fn reductions() {
 
 // ---------------------------------------------------------------- data movement
 
-fn movement_case(build: impl Fn(&mut Fwd, fp8c_ir::Value) -> Vec<fp8c_ir::Value>, dims: &[u64], seed: u64, what: &str) {
+fn movement_case(
+    build: impl Fn(&mut Fwd, fp8c_ir::Value) -> Vec<fp8c_ir::Value>,
+    dims: &[u64],
+    seed: u64,
+    what: &str,
+) {
     let mut f = Fwd::new(seed);
     let x = f.param("x", dims, -2.0, 2.0);
     let ys = build(&mut f, x);
@@ -333,7 +342,14 @@ fn layout_ops() {
         "reshape",
     );
     movement_case(
-        |f, x| vec![f.op(Op::Transpose { perm: vec![2, 0, 1] }, &[x])],
+        |f, x| {
+            vec![f.op(
+                Op::Transpose {
+                    perm: vec![2, 0, 1],
+                },
+                &[x],
+            )]
+        },
         &[2, 3, 4],
         151,
         "transpose",
@@ -345,7 +361,14 @@ fn layout_ops() {
         "unsqueeze",
     );
     movement_case(
-        |f, x| vec![f.op(Op::Squeeze { axes: Some(vec![1]) }, &[x])],
+        |f, x| {
+            vec![f.op(
+                Op::Squeeze {
+                    axes: Some(vec![1]),
+                },
+                &[x],
+            )]
+        },
         &[2, 1, 3],
         153,
         "squeeze",
@@ -457,13 +480,15 @@ fn gather_scatter_adds_repeated_indices() {
 
 #[test]
 fn conv_dgrad_wgrad_bias() {
-    let cases: [(u64, i64, Vec<i64>, Vec<i64>, Vec<i64>); 4] = [
-        (1, 1, vec![1, 1], vec![1, 1, 1, 1], vec![]),
-        (1, 1, vec![2, 2], vec![0, 1, 1, 0], vec![]),
-        (2, 2, vec![1, 2], vec![1, 0, 0, 1], vec![]),
-        (1, 1, vec![1, 1], vec![0, 0, 0, 0], vec![2, 1]),
+    // (group, strides, pads, dilations)
+    type Case = (i64, Vec<i64>, Vec<i64>, Vec<i64>);
+    let cases: [Case; 4] = [
+        (1, vec![1, 1], vec![1, 1, 1, 1], vec![]),
+        (1, vec![2, 2], vec![0, 1, 1, 0], vec![]),
+        (2, vec![1, 2], vec![1, 0, 0, 1], vec![]),
+        (1, vec![1, 1], vec![0, 0, 0, 0], vec![2, 1]),
     ];
-    for (i, (_, group, strides, pads, dilations)) in cases.into_iter().enumerate() {
+    for (i, (group, strides, pads, dilations)) in cases.into_iter().enumerate() {
         let mut f = Fwd::new(180 + i as u64);
         let x = f.param("x", &[2, 4, 5, 5], -1.0, 1.0);
         let w = f.param("w", &[6, 4 / group as u64, 3, 2], -1.0, 1.0);
@@ -582,7 +607,11 @@ fn mse_loss() {
 }
 
 /// Finite differences of a training graph's scalar output against its own `grad.*` outputs.
-fn gradcheck_on_output(train: &fp8c_ir::Graph, output: &str, inputs: &BTreeMap<String, Tensor>) -> f64 {
+fn gradcheck_on_output(
+    train: &fp8c_ir::Graph,
+    output: &str,
+    inputs: &BTreeMap<String, Tensor>,
+) -> f64 {
     let run = autodiff_common::eval(train, inputs, &BTreeMap::new(), &BTreeMap::new());
     let base = train.weights().clone();
     let h = 1e-6;
@@ -601,7 +630,11 @@ fn gradcheck_on_output(train: &fp8c_ir::Graph, output: &str, inputs: &BTreeMap<S
             let fd = (at(h) - at(-h)) / (2.0 * h);
             let tol = 1e-8 + 1e-6 * fd.abs();
             worst = worst.max((ad[i] - fd).abs() / tol);
-            assert!((ad[i] - fd).abs() <= tol, "d{output}/d{name}[{i}]: {} vs {fd}", ad[i]);
+            assert!(
+                (ad[i] - fd).abs() <= tol,
+                "d{output}/d{name}[{i}]: {} vs {fd}",
+                ad[i]
+            );
         }
     }
     worst
@@ -632,7 +665,12 @@ fn transformer_block_composite() {
     let q = f.op(Op::MatMul, &[h, wq]);
     let k = f.op(Op::MatMul, &[h, wk]);
     let v = f.op(Op::MatMul, &[h, wv]);
-    let kt = f.op(Op::Transpose { perm: vec![0, 2, 1] }, &[k]);
+    let kt = f.op(
+        Op::Transpose {
+            perm: vec![0, 2, 1],
+        },
+        &[k],
+    );
     let s = f.op(Op::MatMul, &[q, kt]);
     let sc = f.scalar(1.0 / (d as f64).sqrt());
     let s = f.op(Op::Mul, &[s, sc]);

@@ -1,9 +1,12 @@
 //! The `fp8c` command-line tool: inspect ONNX models and compile them to FP8 IR.
 
+mod bench;
 mod commands;
 mod fp8args;
 mod npy;
+mod plot;
 mod run;
+mod train;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +30,12 @@ enum Command {
     Compile(Box<commands::CompileArgs>),
     /// Run a model on the CPU reference backend (inputs from .npz/.npy/.pb, outputs to .npz).
     Run(run::RunArgs),
+    /// Measure FP8 against BF16 on the GPU: GEMM TFLOP/s, quantize bandwidth, a layer step.
+    Bench(bench::BenchArgs),
+    /// Train a model (loss, gradients, optimizer; FP8 forward and backward) on .npz data.
+    Train(Box<train::TrainArgs>),
+    /// Overlay the loss curves of training logs (CSV) in one plot.
+    Plot(train::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +75,9 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect(a),
         Command::Compile(a) => commands::compile(*a),
         Command::Run(a) => run::run(a),
+        Command::Train(a) => train::train(*a),
+        Command::Plot(a) => train::plot_cmd(a),
+        Command::Bench(a) => bench::bench(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -79,7 +79,7 @@ pub struct RunArgs {
 fn backend(device: Device) -> Result<Box<dyn Backend>> {
     match device {
         Device::Cpu => Ok(Box::new(CpuBackend)),
-        Device::Cuda => bail!("--device cuda: the CUDA backend is not built yet"),
+        Device::Cuda => Ok(Box::new(fp8c_runtime::CudaBackend::default())),
     }
 }
 

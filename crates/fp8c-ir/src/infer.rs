@@ -2084,7 +2084,12 @@ fn compute_scale(
 fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
     let same_as = |a: &Arg<'_>, first: &Arg<'_>| -> Res<()> {
         a.expect_same_dtype(first)?;
-        if a.rank() == first.rank() && a.shape().iter().zip(first.shape()).all(|(x, y)| unify(x, y).is_some()) {
+        if a.rank() == first.rank()
+            && a.shape()
+                .iter()
+                .zip(first.shape())
+                .all(|(x, y)| unify(x, y).is_some())
+        {
             Ok(())
         } else {
             Err(a.shape_err(format!("expected the shape of {first} {}", first.ty)))
@@ -2096,19 +2101,35 @@ fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
             let [dy, indices] = args(inputs, ["dy", "indices"])?;
             dy.expect(is_math_float(dy.dtype()), MATH_FLOAT)?;
             indices.expect(is_index(indices.dtype()), "i64 or i32")?;
-            let size = u64::try_from(*size).map_err(|_| format!("attribute size={size}, expected ≥ 0"))?;
+            let size =
+                u64::try_from(*size).map_err(|_| format!("attribute size={size}, expected ≥ 0"))?;
             // data rank = dy rank − indices rank + 1
             let data_rank = (dy.rank() + 1)
                 .checked_sub(indices.rank())
                 .filter(|&r| r >= 1)
-                .ok_or_else(|| dy.shape_err(format!("has fewer dims than {indices} {} needs", indices.ty)))?;
+                .ok_or_else(|| {
+                    dy.shape_err(format!(
+                        "has fewer dims than {indices} {} needs",
+                        indices.ty
+                    ))
+                })?;
             let ax = norm_axis(*axis, data_rank).ok_or_else(|| {
-                format!("attribute axis={axis} is out of range {} for the data", axis_range(data_rank))
+                format!(
+                    "attribute axis={axis} is out of range {} for the data",
+                    axis_range(data_rank)
+                )
             })?;
             let (before, rest) = dy.shape().split_at(ax);
             let (idx_dims, after) = rest.split_at(indices.rank());
-            if idx_dims.iter().zip(indices.shape()).any(|(a, b)| unify(a, b).is_none()) {
-                return Err(dy.shape_err(format!("its dims {ax}.. must be {indices}'s {}", indices.ty)));
+            if idx_dims
+                .iter()
+                .zip(indices.shape())
+                .any(|(a, b)| unify(a, b).is_none())
+            {
+                return Err(dy.shape_err(format!(
+                    "its dims {ax}.. must be {indices}'s {}",
+                    indices.ty
+                )));
             }
             let mut shape = before.to_vec();
             shape.push(Dim::Known(size));
@@ -2148,7 +2169,12 @@ fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
                 .iter()
                 .map(|&d| u64::try_from(d).map(Dim::Known))
                 .collect::<Result<Shape, _>>()
-                .map_err(|_| format!("attribute input_shape={} holds a negative size", fmt_list(input_shape)))?;
+                .map_err(|_| {
+                    format!(
+                        "attribute input_shape={} holds a negative size",
+                        fmt_list(input_shape)
+                    )
+                })?;
             let x_ty = TensorType::new(w.dtype(), dims);
             let win = WindowAttrs {
                 kernel_shape,
@@ -2158,8 +2184,12 @@ fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
                 auto_pad: *auto_pad,
                 ceil_mode: false,
             };
-            let y = conv(&[InferInput::new(&x_ty), inputs[1]], &win, *group)
-                .map_err(|e| format!("the forward conv of attribute input_shape={}: {e}", fmt_list(input_shape)))?;
+            let y = conv(&[InferInput::new(&x_ty), inputs[1]], &win, *group).map_err(|e| {
+                format!(
+                    "the forward conv of attribute input_shape={}: {e}",
+                    fmt_list(input_shape)
+                )
+            })?;
             same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
             vec![x_ty]
         }
@@ -2183,10 +2213,17 @@ fn training(op: &Op, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
                     x.ty
                 ));
             }
-            let g = u64::try_from(*group).ok().filter(|&g| g >= 1).ok_or_else(|| format!("attribute group={group}, expected ≥ 1"))?;
+            let g = u64::try_from(*group)
+                .ok()
+                .filter(|&g| g >= 1)
+                .ok_or_else(|| format!("attribute group={group}, expected ≥ 1"))?;
             let cg = match c {
                 Dim::Known(c) if c.is_multiple_of(g) => Dim::Known(c / g),
-                Dim::Known(c) => return Err(x.shape_err(format!("its {c} channels are not a multiple of group={group}"))),
+                Dim::Known(c) => {
+                    return Err(x.shape_err(format!(
+                        "its {c} channels are not a multiple of group={group}"
+                    )));
+                }
                 _ => Dim::Unknown,
             };
             let mut w_shape = vec![m.clone(), cg];
@@ -2281,7 +2318,11 @@ fn cross_entropy_operands(logits: &Arg<'_>, labels: &Arg<'_>) -> Res<()> {
     labels.expect(is_index(labels.dtype()), "i64 or i32 class indices")?;
     let lead = &logits.shape()[..logits.rank() - 1];
     let fits = labels.rank() == lead.len()
-        && labels.shape().iter().zip(lead).all(|(a, b)| unify(a, b).is_some());
+        && labels
+            .shape()
+            .iter()
+            .zip(lead)
+            .all(|(a, b)| unify(a, b).is_some());
     if !fits {
         return Err(labels.shape_err(format!(
             "expected {} (the dims of {logits} before its class axis)",

@@ -7,11 +7,12 @@
 //! Running whole graphs: [`lower`] turns a static graph into a [`Program`] (ordered steps over
 //! buffers with a liveness-based memory plan); a [`Backend`] prepares it into an
 //! [`Executable`] that runs it and keeps its scaling state. [`CpuBackend`] executes each step
-//! with [`eval_op`]. [`compare`] and [`fp8_stats`] give the numbers to judge FP8 results by.
+//! with [`eval_op`]; [`CudaBackend`] runs the same program on a GPU ([`cuda`]). [`compare`] and [`fp8_stats`] give the numbers to judge FP8 results by.
 
 mod backend;
 pub mod cpu;
 mod cpu_backend;
+pub mod cuda;
 mod error;
 mod lower;
 mod plan;
@@ -21,6 +22,7 @@ mod stats;
 pub use backend::{Backend, Executable, Observer, RuntimeError};
 pub use cpu::eval_op;
 pub use cpu_backend::{CpuBackend, CpuExecutable};
+pub use cuda::{CudaBackend, CudaOptions};
 pub use error::{ErrorKind, EvalError};
 pub use lower::lower;
 pub use program::{

@@ -48,8 +48,7 @@ pub(crate) fn backprop(
     for &id in &order {
         let n = g.node(id);
         let reached = target_nodes.contains(&id)
-            || n
-                .inputs()
+            || n.inputs()
                 .iter()
                 .any(|&v| active.contains(&v.node) && differentiable(g, v));
         if reached {
@@ -129,7 +128,11 @@ pub(crate) fn backprop(
     if !missing.is_empty() {
         return Err(IrError::Other(format!(
             "autodiff: no gradient rule for {} on the path from the parameters to the loss: {}",
-            if missing.len() == 1 { "this op" } else { "these ops" },
+            if missing.len() == 1 {
+                "this op"
+            } else {
+                "these ops"
+            },
             missing.into_iter().collect::<Vec<_>>().join(", ")
         )));
     }

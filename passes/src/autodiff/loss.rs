@@ -34,7 +34,13 @@ impl std::str::FromStr for Loss {
 }
 
 /// Adds the loss of `y` (and the labels/target input named `target`); returns the scalar loss.
-pub(crate) fn build(e: &mut Emit<'_>, loss: Loss, y: Value, out_name: &str, target: &str) -> Result<Value, IrError> {
+pub(crate) fn build(
+    e: &mut Emit<'_>,
+    loss: Loss,
+    y: Value,
+    out_name: &str,
+    target: &str,
+) -> Result<Value, IrError> {
     let ty = e.ty(y);
     let dims = e.dims(y)?;
     let bad = |msg: String| IrError::Other(format!("loss on output \"{out_name}\" ({ty}): {msg}"));

@@ -35,9 +35,11 @@ mod loss;
 mod optim;
 mod params;
 mod rules;
+mod trainer;
 
 pub use loss::Loss;
 pub use optim::{LrSchedule, Optimizer, OptimizerSpec};
+pub use trainer::{StepReport, TrainError, Trainer, params_to_state};
 
 use crate::{Pass, PassCx};
 use emit::Emit;
@@ -85,7 +87,12 @@ impl TrainSpec {
         TrainSpec {
             output: output.into(),
             loss,
-            target_input: if loss == Loss::Mse { "target" } else { "labels" }.into(),
+            target_input: if loss == Loss::Mse {
+                "target"
+            } else {
+                "labels"
+            }
+            .into(),
             optimizer: Some(OptimizerSpec::adamw(1e-3)),
             freeze: Vec::new(),
             train_only: None,
@@ -148,7 +155,10 @@ pub fn build_training_graph_with_info(
         return Err(IrError::Other(if info.frozen.is_empty() {
             "no trainable parameters: no float initializer feeds a GEMM, convolution, norm, bias add or embedding".into()
         } else {
-            format!("no trainable parameters left: --freeze matched all of them ({})", info.frozen.join(", "))
+            format!(
+                "no trainable parameters left: --freeze matched all of them ({})",
+                info.frozen.join(", ")
+            )
         }));
     }
     let targets: Vec<Value> = trained
@@ -158,7 +168,8 @@ pub fn build_training_graph_with_info(
 
     let mut seed = e.scalar("loss.seed", loss_dt, 1.0)?;
     if spec.poison_input {
-        let p = e.g.add_input(POISON_INPUT, TensorType::scalar(DType::F32))?;
+        let p =
+            e.g.add_input(POISON_INPUT, TensorType::scalar(DType::F32))?;
         let p = e.cast("loss.seed.poison_cast", p, loss_dt)?;
         seed = e.add("loss.seed.poisoned", seed, p)?;
     }

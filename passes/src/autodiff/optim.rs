@@ -128,7 +128,11 @@ pub(crate) fn learning_rate(e: &mut Emit<'_>, spec: &OptimizerSpec, step: Value)
             let min_lr = f64::from(min_lr);
             // progress = clip((step − warmup) / max(total − warmup, 1), 0, 1)
             let w = e.scalar("train.lr.warmup", f, warmup as f64)?;
-            let span = e.scalar("train.lr.span", f, total.saturating_sub(warmup).max(1) as f64)?;
+            let span = e.scalar(
+                "train.lr.span",
+                f,
+                total.saturating_sub(warmup).max(1) as f64,
+            )?;
             let after = e.sub("train.lr.after", step, w)?;
             let p = e.div("train.lr.progress_raw", after, span)?;
             let zero = e.scalar("train.lr.zero", f, 0.0)?;

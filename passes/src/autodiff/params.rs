@@ -46,7 +46,11 @@ fn producer(g: &Graph, mut v: Value) -> Op {
 fn is_gemm_or_embedding(op: &Op) -> bool {
     matches!(
         op,
-        Op::MatMul | Op::Gemm { .. } | Op::Conv { .. } | Op::ScaledMatMul { .. } | Op::Gather { .. }
+        Op::MatMul
+            | Op::Gemm { .. }
+            | Op::Conv { .. }
+            | Op::ScaledMatMul { .. }
+            | Op::Gather { .. }
     )
 }
 

@@ -13,12 +13,15 @@
 //! - switch every class that has a projection of a tuple class to that projection at once,
 //!   trying each node of the tuple (this is how a fused kernel replaces all it subsumes).
 //!
-//! A move is kept only if the total cost drops, and a selection with a cycle costs infinity,
-//! so the result is never worse than the input and always a DAG. Classes are visited in id
-//! order, which is deterministic.
+//! A move is kept only if the total cost drops. A selection with a cycle costs infinity, and
+//! so does one that computes the same GEMM product in two kernels (the model counts bytes,
+//! not FLOPs, so it would otherwise recompute a GEMM to save reading its output). The result
+//! is never worse than the input and always a DAG. Classes are visited in id order, which is
+//! deterministic.
 
 use super::cost::{LAUNCH_COST_BYTES, bytes_of};
 use super::lang::{Data, Fx, FxGraph, node_op, slot_of};
+use fp8c_ir::Op;
 use egg::{Id, Language};
 use std::collections::{BTreeSet, HashMap};
 
@@ -31,8 +34,13 @@ enum Kind {
     Free,
     /// Output `slot` of tuple class `tuple`.
     Proj { slot: usize, tuple: usize },
-    /// A kernel reading the distinct classes `inputs`; `in_bytes` is what it reads.
-    Kernel { inputs: Vec<usize>, in_bytes: u64 },
+    /// A kernel reading the distinct classes `inputs`; `in_bytes` is what it reads; `gemm`
+    /// numbers the product it computes, if it is a GEMM (bare or with an epilogue).
+    Kernel {
+        inputs: Vec<usize>,
+        in_bytes: u64,
+        gemm: Option<usize>,
+    },
     /// Never selected (types do not check).
     Invalid,
 }
@@ -92,10 +100,15 @@ pub fn extract(
             _ => Vec::new(),
         })
         .collect();
+    let mut gemms = HashMap::new();
     let kinds: Vec<Vec<Kind>> = nodes
         .iter()
         .enumerate()
-        .map(|(c, ns)| ns.iter().map(|n| kind(eg, &index, &out_bytes, c, n)).collect())
+        .map(|(c, ns)| {
+            ns.iter()
+                .map(|n| kind(eg, &index, &out_bytes, &mut gemms, c, n))
+                .collect()
+        })
         .collect();
     let mut slot_offset = Vec::with_capacity(ids.len());
     let mut total = 0;
@@ -120,7 +133,7 @@ pub fn extract(
                 .unwrap_or(0)
         })
         .collect();
-    let mut scratch = Scratch::new(ids.len(), total);
+    let mut scratch = Scratch::new(ids.len(), total, gemms.len());
     let mut best = p.evaluate(&choice, &mut scratch).unwrap_or(u64::MAX);
     let mut stats = ExtractStats {
         initial_cost: best,
@@ -210,6 +223,7 @@ fn kind(
     eg: &FxGraph,
     index: &HashMap<Id, usize>,
     out_bytes: &[Vec<u64>],
+    gemms: &mut HashMap<Vec<usize>, usize>,
     class: usize,
     n: &Fx,
 ) -> Kind {
@@ -223,7 +237,7 @@ fn kind(
             None => Kind::Invalid,
         },
         _ => {
-            let Ok((_, ins)) = node_op(eg, n) else {
+            let Ok((op, ins)) = node_op(eg, n) else {
                 return Kind::Invalid;
             };
             let distinct: BTreeSet<usize> = ins.iter().map(|i| index[&eg.find(*i)]).collect();
@@ -232,9 +246,16 @@ fn kind(
             if !valid {
                 return Kind::Invalid;
             }
+            let gemm = matches!(op, Op::ScaledMatMul { .. } | Op::ScaledMatMulEpilogue { .. })
+                .then(|| {
+                    let key: Vec<usize> = ins[..4].iter().map(|i| index[&eg.find(*i)]).collect();
+                    let next = gemms.len();
+                    *gemms.entry(key).or_insert(next)
+                });
             Kind::Kernel {
                 in_bytes: distinct.iter().map(|&c| out_bytes[c][0]).sum(),
                 inputs: distinct.into_iter().collect(),
+                gemm,
             }
         }
     }
@@ -244,14 +265,17 @@ struct Scratch {
     state: Vec<u8>,
     used: Vec<bool>,
     stack: Vec<(usize, usize)>,
+    /// GEMM products already computed by a selected kernel.
+    gemm_done: Vec<bool>,
 }
 
 impl Scratch {
-    fn new(classes: usize, slots: usize) -> Self {
+    fn new(classes: usize, slots: usize, gemms: usize) -> Self {
         Scratch {
             state: vec![0; classes],
             used: vec![false; slots],
             stack: Vec::new(),
+            gemm_done: vec![false; gemms],
         }
     }
 }
@@ -264,6 +288,7 @@ impl Problem {
         const DONE: u8 = 2;
         s.state.fill(NEW);
         s.used.fill(false);
+        s.gemm_done.fill(false);
         let mut cost: u64 = 0;
         for &r in &self.roots {
             if s.state[r] == DONE {
@@ -293,6 +318,12 @@ impl Problem {
                     None => {
                         s.stack.pop();
                         s.state[c] = DONE;
+                        if let Kind::Kernel { gemm: Some(k), .. } = self.kinds[c][choice[c]] {
+                            if s.gemm_done[k] {
+                                return None;
+                            }
+                            s.gemm_done[k] = true;
+                        }
                         cost = cost.saturating_add(self.own_cost(c, choice[c], s));
                     }
                 }

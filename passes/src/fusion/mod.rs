@@ -232,10 +232,13 @@ pub fn fuse_terms(
         roots.push(*ids.last().ok_or("an empty term")?);
     }
     eg.rebuild();
-    let runner = run_rules(eg, Limits {
-        iterations: 30,
-        nodes: 100_000,
-    });
+    let runner = run_rules(
+        eg,
+        Limits {
+            iterations: 30,
+            nodes: 100_000,
+        },
+    );
     let eg = &runner.egraph;
     if let Some(c) = &eg.analysis.conflict {
         return Err(c.clone());
@@ -248,16 +251,25 @@ pub fn fuse_terms(
     Ok(roots
         .iter()
         .map(|&r| {
-            let mut out = RecExpr::default();
+            let mut out = String::new();
             term(eg, &selection, r, &mut out);
-            out.to_string()
+            out
         })
         .collect())
 }
 
-/// Appends the selected term of class `c` to `out`.
-fn term(eg: &FxGraph, sel: &extract::Selection, c: Id, out: &mut RecExpr<Fx>) -> Id {
-    let node = sel.node(eg, c).clone();
-    let node = node.map_children(|ch| term(eg, sel, ch, out));
-    out.add(node)
+/// Writes the selected term of class `c` (symbols as they are, unquoted).
+fn term(eg: &FxGraph, sel: &extract::Selection, c: Id, out: &mut String) {
+    let node = sel.node(eg, c);
+    if node.is_leaf() {
+        out.push_str(&node.to_string());
+        return;
+    }
+    out.push('(');
+    out.push_str(&node.to_string());
+    for &ch in node.children() {
+        out.push(' ');
+        term(eg, sel, ch, out);
+    }
+    out.push(')');
 }

@@ -134,11 +134,12 @@ pub fn build(g: &Graph) -> Result<Region, IrError> {
     })
 }
 
-/// Leaves of the amax histories whose update can be batched: the history is a state entry,
-/// its `recorded` output feeds only a history-based `compute_scale`, and the rolled history
-/// and both scales are read only as graph results (so batching cannot create a cycle).
+/// Leaves of the amax histories whose update can be batched: the history is a state entry
+/// and its `recorded` output feeds only a history-based `compute_scale` (the batched kernel
+/// does not output it). Whoever reads the rolled history and the scales (state updates, the
+/// training step's non-finite guard) reads the batched kernel's outputs instead; should that
+/// make a cycle, extraction refuses it.
 fn batchable_histories(g: &Graph, results: &BTreeSet<Value>) -> BTreeSet<Symbol> {
-    let only_results = |v: Value| g.users(v).is_empty() && results.contains(&v);
     let mut out = BTreeSet::new();
     for id in g.node_ids() {
         let n = g.node(id);
@@ -158,12 +159,7 @@ fn batchable_histories(g: &Graph, results: &BTreeSet<Value>) -> BTreeSet<Symbol>
             cs_node.op,
             Op::ComputeScale { source, .. } if source != AmaxSource::Current
         );
-        if history_based
-            && !results.contains(&Value::new(id, 0))
-            && only_results(Value::new(id, 1))
-            && only_results(Value::new(*cs, 0))
-            && only_results(Value::new(*cs, 1))
-        {
+        if history_based && !results.contains(&Value::new(id, 0)) {
             out.insert(value_leaf(&g.node(h.node).name));
         }
     }

@@ -12,6 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 pub struct Run {
     pub outputs: BTreeMap<String, Tensor>,
     pub updates: BTreeMap<String, Tensor>,
+    /// Every node's results, by node name.
+    pub values: HashMap<String, Vec<Tensor>>,
 }
 
 /// Evaluates `g` node by node. Params read `weights` (falling back to the graph's own data),
@@ -23,16 +25,24 @@ pub fn eval(
     state: &BTreeMap<String, Tensor>,
 ) -> Run {
     let mut vals: HashMap<Value, Tensor> = HashMap::new();
+    let mut by_name: HashMap<String, Vec<Tensor>> = HashMap::new();
     let inits: HashMap<_, _> = g.state().iter().copied().collect();
     for id in g.topo_order().expect("acyclic") {
         let n = g.node(id);
         let outs = match &n.op {
-            Op::Input { name } => vec![inputs.get(name).unwrap_or_else(|| panic!("input {name} not given")).clone()],
-            Op::Param { name } => vec![weights
-                .get(name)
-                .or_else(|| g.weights().get(name))
-                .unwrap_or_else(|| panic!("no data for param {name}"))
-                .clone()],
+            Op::Input { name } => vec![
+                inputs
+                    .get(name)
+                    .unwrap_or_else(|| panic!("input {name} not given"))
+                    .clone(),
+            ],
+            Op::Param { name } => vec![
+                weights
+                    .get(name)
+                    .or_else(|| g.weights().get(name))
+                    .unwrap_or_else(|| panic!("no data for param {name}"))
+                    .clone(),
+            ],
             Op::State { name } => vec![match state.get(name) {
                 Some(t) => t.clone(),
                 None => {
@@ -47,13 +57,23 @@ pub fn eval(
                 eval_op(op, &ins).unwrap_or_else(|e| panic!("node \"{}\": {e}", n.name))
             }
         };
+        by_name.insert(n.name.clone(), outs.clone());
         for (s, t) in outs.into_iter().enumerate() {
             vals.insert(Value::new(id, s as u32), t);
         }
     }
     Run {
-        outputs: g.outputs().iter().map(|o| (o.name.clone(), vals[&o.value].clone())).collect(),
-        updates: g.state_updates().iter().map(|(k, v)| (k.clone(), vals[v].clone())).collect(),
+        outputs: g
+            .outputs()
+            .iter()
+            .map(|o| (o.name.clone(), vals[&o.value].clone()))
+            .collect(),
+        updates: g
+            .state_updates()
+            .iter()
+            .map(|(k, v)| (k.clone(), vals[v].clone()))
+            .collect(),
+        values: by_name,
     }
 }
 
@@ -107,7 +127,12 @@ pub fn autodiff_grads(
 }
 
 /// The scalar value of `output` with the params replaced by `weights`.
-pub fn loss_at(forward: &Graph, output: &str, extra: &BTreeMap<String, Tensor>, weights: &BTreeMap<String, Tensor>) -> f64 {
+pub fn loss_at(
+    forward: &Graph,
+    output: &str,
+    extra: &BTreeMap<String, Tensor>,
+    weights: &BTreeMap<String, Tensor>,
+) -> f64 {
     let run = eval(forward, extra, weights, &BTreeMap::new());
     let v = run.outputs[output].to_f64_vec().expect("float");
     assert_eq!(v.len(), 1, "the checked output must be a scalar");
@@ -117,7 +142,14 @@ pub fn loss_at(forward: &Graph, output: &str, extra: &BTreeMap<String, Tensor>, 
 /// Compares autodiff gradients with central differences `(L(θ+h) − L(θ−h)) / 2h` for every
 /// element of every parameter: `|ad − fd| ≤ atol + rtol·|fd|`. Returns the worst ratio
 /// `|ad − fd| / (atol + rtol·|fd|)` seen (≤ 1 passes).
-pub fn gradcheck(forward: &Graph, output: &str, extra: &BTreeMap<String, Tensor>, h: f64, rtol: f64, atol: f64) -> f64 {
+pub fn gradcheck(
+    forward: &Graph,
+    output: &str,
+    extra: &BTreeMap<String, Tensor>,
+    h: f64,
+    rtol: f64,
+    atol: f64,
+) -> f64 {
     let (grads, _) = autodiff_grads(forward, output, extra);
     let base: BTreeMap<String, Tensor> = forward.weights().clone();
     let mut names: Vec<String> = forward
@@ -131,17 +163,25 @@ pub fn gradcheck(forward: &Graph, output: &str, extra: &BTreeMap<String, Tensor>
     for name in &names {
         let ad = grads
             .get(name)
-            .unwrap_or_else(|| panic!("no gradient for {name} (have: {:?})", grads.keys().collect::<Vec<_>>()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no gradient for {name} (have: {:?})",
+                    grads.keys().collect::<Vec<_>>()
+                )
+            })
             .to_f64_vec()
             .unwrap();
         let t = &base[name];
         let vals = t.to_f64_vec().unwrap();
         for i in 0..vals.len() {
-            let mut at = |d: f64| {
+            let at = |d: f64| {
                 let mut v = vals.clone();
                 v[i] += d;
                 let mut w = base.clone();
-                w.insert(name.clone(), Tensor::from_f64_as(t.dtype(), t.shape().to_vec(), &v).unwrap());
+                w.insert(
+                    name.clone(),
+                    Tensor::from_f64_as(t.dtype(), t.shape().to_vec(), &v).unwrap(),
+                );
                 loss_at(forward, output, extra, &w)
             };
             let fd = (at(h) - at(-h)) / (2.0 * h);
@@ -166,7 +206,10 @@ pub struct Fwd {
 
 impl Fwd {
     pub fn new(seed: u64) -> Self {
-        Fwd { g: Graph::new("gradcheck"), rng: Rng::new(seed) }
+        Fwd {
+            g: Graph::new("gradcheck"),
+            rng: Rng::new(seed),
+        }
     }
 
     /// A parameter with entries uniform in [lo, hi).
@@ -176,7 +219,9 @@ impl Fwd {
     }
 
     pub fn constant(&mut self, t: Tensor) -> Value {
-        self.g.add_node("c", Op::Constant { value: t }, &[]).unwrap()[0]
+        self.g
+            .add_node("c", Op::Constant { value: t }, &[])
+            .unwrap()[0]
     }
 
     pub fn i64s(&mut self, v: &[i64]) -> Value {
@@ -188,11 +233,15 @@ impl Fwd {
     }
 
     pub fn op(&mut self, op: Op, ins: &[Value]) -> Value {
-        self.g.add_node("n", op, ins).unwrap_or_else(|e| panic!("{e}"))[0]
+        self.g
+            .add_node("n", op, ins)
+            .unwrap_or_else(|e| panic!("{e}"))[0]
     }
 
     pub fn ops(&mut self, op: Op, ins: &[Value]) -> Vec<Value> {
-        self.g.add_node("n", op, ins).unwrap_or_else(|e| panic!("{e}"))
+        self.g
+            .add_node("n", op, ins)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Finishes with `out = Σ_k Σ y_k·r_k`.
@@ -203,7 +252,13 @@ impl Fwd {
             let r = self.rng.tensor(&dims, -1.0, 1.0);
             let rc = self.constant(r);
             let p = self.op(Op::Mul, &[y, rc]);
-            let s = self.op(Op::ReduceSum { axes: None, keepdims: false }, &[p]);
+            let s = self.op(
+                Op::ReduceSum {
+                    axes: None,
+                    keepdims: false,
+                },
+                &[p],
+            );
             total = Some(match total {
                 Some(t) => self.op(Op::Add, &[t, s]),
                 None => s,

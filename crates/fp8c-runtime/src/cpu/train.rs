@@ -132,7 +132,13 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
                 auto_pad: *auto_pad,
                 ceil_mode: *ceil_mode,
             };
-            one(pool_grad(x, dy, Some(*count_include_pad), kernel_shape, &win)?)
+            one(pool_grad(
+                x,
+                dy,
+                Some(*count_include_pad),
+                kernel_shape,
+                &win,
+            )?)
         }
         Op::SoftmaxCrossEntropy => {
             let [logits, labels] = super::args(inputs)?;
@@ -214,7 +220,9 @@ fn rows_mut(out: &mut [f64], len: usize, f: impl Fn(usize, &mut [f64]) + Sync + 
         return;
     }
     if out.len() >= PAR_MIN {
-        out.par_chunks_mut(len).enumerate().for_each(|(r, o)| f(r, o));
+        out.par_chunks_mut(len)
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
     } else {
         out.chunks_mut(len).enumerate().for_each(|(r, o)| f(r, o));
     }
@@ -325,8 +333,8 @@ fn layer_norm_grad(
         }
     });
     let (mut ds, mut db) = (vec![0f64; cols], vec![0f64; cols]);
-    if cols > 0 {
-        for r in 0..xv.len() / cols {
+    if let Some(nrows) = xv.len().checked_div(cols) {
+        for r in 0..nrows {
             let (mean, inv) = stats(r);
             let (xr, dr) = (&xv[r * cols..][..cols], &dyv[r * cols..][..cols]);
             for j in 0..cols {
@@ -352,7 +360,10 @@ fn softmax_grad(y: &Tensor, dy: &Tensor, axis: i64, log: bool) -> KResult<Tensor
     let dv = values_f64(dy, "dy")?;
     let mut out = vec![0f64; yv.len()];
     rows_mut(&mut out, d * inner, |b, o| {
-        let (yb, db) = (&yv[b * d * inner..][..d * inner], &dv[b * d * inner..][..d * inner]);
+        let (yb, db) = (
+            &yv[b * d * inner..][..d * inner],
+            &dv[b * d * inner..][..d * inner],
+        );
         for i in 0..inner {
             let at = |j: usize| j * inner + i;
             if log {
@@ -393,7 +404,10 @@ fn gelu_grad(x: &Tensor, dy: &Tensor, approximate: GeluApprox) -> KResult<Tensor
         }
     };
     let out = crate::cpu::data::par_map(
-        &xv.iter().zip(&dv).map(|(&a, &b)| (a, b)).collect::<Vec<_>>(),
+        &xv.iter()
+            .zip(&dv)
+            .map(|(&a, &b)| (a, b))
+            .collect::<Vec<_>>(),
         |&(x, g)| g * d(x),
     );
     store(out, x.dtype(), x.shape())
@@ -505,9 +519,7 @@ fn conv_grad_input(
     }
     let shape = shape_u64(&x_dims);
     match (Data::load(dy)?, Data::load(w)?) {
-        (Data::F32(d), Data::F32(wv)) => {
-            Data::F32(dgrad_t(&d, &wv, &geo)).store(w.dtype(), shape)
-        }
+        (Data::F32(d), Data::F32(wv)) => Data::F32(dgrad_t(&d, &wv, &geo)).store(w.dtype(), shape),
         (Data::F64(d), Data::F64(wv)) => Data::F64(dgrad_t(&d, &wv, &geo)).store(DType::F64, shape),
         _ => dtype_err!("expects float inputs, got {}", w.dtype()),
     }
@@ -568,7 +580,11 @@ fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geo) -> Vec<T> {
 fn conv_grad_weight(x: &Tensor, dy: &Tensor, win: &ConvWin<'_>) -> KResult<Tensor> {
     let xd = dims_of(x);
     let (Some(&m), true) = (dy.shape().get(1), xd.len() >= 3) else {
-        return shape_err!("x and dy must be [N, C, spatial...], got {:?} and {:?}", x.shape(), dy.shape());
+        return shape_err!(
+            "x and dy must be [N, C, spatial...], got {:?} and {:?}",
+            x.shape(),
+            dy.shape()
+        );
     };
     let Some(g) = usize::try_from(win.group).ok().filter(|&g| g >= 1) else {
         return attr_err!("group {} must be >= 1", win.group);
@@ -724,7 +740,9 @@ fn pool_grad(
                 Some(count_include_pad) => {
                     let count = window
                         .iter()
-                        .filter(|t| matches!(t, Tap::In(_)) || (count_include_pad && **t == Tap::Pad))
+                        .filter(|t| {
+                            matches!(t, Tap::In(_)) || (count_include_pad && **t == Tap::Pad)
+                        })
                         .count();
                     for t in window {
                         if let Tap::In(i) = *t {
@@ -779,7 +797,11 @@ fn cross_entropy(logits: &Tensor, labels: &Tensor) -> KResult<Vec<Tensor>> {
     rows_mut(&mut lp, c, |r, o| {
         let xr = &xv[r * c..][..c];
         let max = xr.iter().fold(f64::NEG_INFINITY, |a, &v| {
-            if a.is_nan() || v.is_nan() { f64::NAN } else { a.max(v) }
+            if a.is_nan() || v.is_nan() {
+                f64::NAN
+            } else {
+                a.max(v)
+            }
         });
         let ls = xr.iter().map(|&v| (v - max).exp()).sum::<f64>().ln();
         for (y, &v) in o.iter_mut().zip(xr) {
@@ -849,18 +871,23 @@ fn sgd_update(
 ) -> KResult<Vec<Tensor>> {
     let lr = optimizer_operands(&[p, g, buf], &["param", "grad", "momentum_buffer"], lr)?;
     let (mu, wd) = (f64::from(momentum), f64::from(weight_decay));
-    let (pv, gv, bv) = (values_f64(p, "param")?, values_f64(g, "grad")?, values_f64(buf, "momentum_buffer")?);
-    let step: Vec<(f64, f64)> = crate::cpu::data::par_map(
-        &(0..pv.len()).collect::<Vec<_>>(),
-        |&i| {
+    let (pv, gv, bv) = (
+        values_f64(p, "param")?,
+        values_f64(g, "grad")?,
+        values_f64(buf, "momentum_buffer")?,
+    );
+    let step: Vec<(f64, f64)> =
+        crate::cpu::data::par_map(&(0..pv.len()).collect::<Vec<_>>(), |&i| {
             let d = gv[i] + wd * pv[i];
             let b = mu * bv[i] + d;
             let dir = if nesterov { d + mu * b } else { b };
             (pv[i] - lr * dir, b)
-        },
-    );
+        });
     let (np, nb): (Vec<f64>, Vec<f64>) = step.into_iter().unzip();
-    Ok(vec![store(np, p.dtype(), p.shape())?, store(nb, p.dtype(), p.shape())?])
+    Ok(vec![
+        store(np, p.dtype(), p.shape())?,
+        store(nb, p.dtype(), p.shape())?,
+    ])
 }
 
 /// AdamW's hyper-parameters, widened.
@@ -879,7 +906,7 @@ fn adamw_update(ts: [&Tensor; 4], lr: &Tensor, t: &Tensor, h: &AdamHyper) -> KRe
         return dtype_err!("t must be f32, got {}", t.dtype());
     }
     let step = scalar(t, "t")?;
-    if !(step >= 1.0) {
+    if step.is_nan() || step < 1.0 {
         return value_err!("t (the 1-based update count) is {step}, expected ≥ 1");
     }
     let bc1 = 1.0 - h.beta1.powf(step);
@@ -890,16 +917,14 @@ fn adamw_update(ts: [&Tensor; 4], lr: &Tensor, t: &Tensor, h: &AdamHyper) -> KRe
         values_f64(m, "m")?,
         values_f64(v, "v")?,
     );
-    let out: Vec<(f64, f64, f64)> = crate::cpu::data::par_map(
-        &(0..pv.len()).collect::<Vec<_>>(),
-        |&i| {
+    let out: Vec<(f64, f64, f64)> =
+        crate::cpu::data::par_map(&(0..pv.len()).collect::<Vec<_>>(), |&i| {
             let decayed = pv[i] * (1.0 - lr * h.weight_decay);
             let m1 = h.beta1 * mv[i] + (1.0 - h.beta1) * gv[i];
             let v1 = h.beta2 * vv[i] + (1.0 - h.beta2) * gv[i] * gv[i];
             let denom = (v1 / bc2).sqrt() + h.epsilon;
             (decayed - lr * (m1 / bc1) / denom, m1, v1)
-        },
-    );
+        });
     let mut np = Vec::with_capacity(out.len());
     let mut nm = Vec::with_capacity(out.len());
     let mut nv = Vec::with_capacity(out.len());

@@ -160,7 +160,11 @@ fn inst_expr(inst: &EwInst) -> Result<String, String> {
         if a.len() == n {
             Ok(())
         } else {
-            Err(format!("`{}` takes {n} operands, got {}", inst.op.name(), a.len()))
+            Err(format!(
+                "`{}` takes {n} operands, got {}",
+                inst.op.name(),
+                a.len()
+            ))
         }
     };
     let unary = |f: &str| -> Result<String, String> {
@@ -210,7 +214,10 @@ fn inst_expr(inst: &EwInst) -> Result<String, String> {
             detect_positive,
         } => {
             want(1)?;
-            Ok(format!("ew_is_inf({}, {detect_negative}, {detect_positive})", a[0]))
+            Ok(format!(
+                "ew_is_inf({}, {detect_negative}, {detect_positive})",
+                a[0]
+            ))
         }
         Op::Add => binary("ew_add"),
         Op::Sub => binary("ew_sub"),
@@ -222,7 +229,11 @@ fn inst_expr(inst: &EwInst) -> Result<String, String> {
             if a.is_empty() {
                 return Err(format!("`{}` needs at least one operand", inst.op.name()));
             }
-            let f = if matches!(inst.op, Op::Max) { "ew_max" } else { "ew_min" };
+            let f = if matches!(inst.op, Op::Max) {
+                "ew_max"
+            } else {
+                "ew_min"
+            };
             Ok(a[1..]
                 .iter()
                 .fold(a[0].clone(), |acc, x| format!("{f}({acc}, {x})")))
@@ -396,7 +407,10 @@ mod tests {
         let h = header(&spec).unwrap();
         assert!(h.contains("const float t0 = ew_add(a[0], a[1]);"), "{h}");
         assert!(h.contains("ew_gelu_tanh(t0)"), "{h}");
-        assert!(h.contains("ew_leaky_relu(t1, __uint_as_float(0x3f000000u))"), "{h}");
+        assert!(
+            h.contains("ew_leaky_relu(t1, __uint_as_float(0x3f000000u))"),
+            "{h}"
+        );
         assert!(h.contains("#define EW_Q_FMT FMT_E4M3"), "{h}");
         let bad = EwSpec {
             program: program_of(&EwExpr::parse("mod{fmod=false}[a0,a1]").unwrap()),

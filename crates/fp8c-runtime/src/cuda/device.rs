@@ -174,7 +174,8 @@ impl Device {
         let info = probe_device(ordinal)?;
         let dev = drv::device::get(ordinal as i32).map_err(drv_err("cuDeviceGet"))?;
         // SAFETY: a valid device; released in Drop.
-        let ctx = unsafe { drv::primary_ctx::retain(dev) }.map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
+        let ctx = unsafe { drv::primary_ctx::retain(dev) }
+            .map_err(drv_err("cuDevicePrimaryCtxRetain"))?;
         // SAFETY: a live context.
         unsafe { drv::ctx::set_current(ctx) }.map_err(drv_err("cuCtxSetCurrent"))?;
         let stream = drv::stream::create(drv::stream::StreamKind::NonBlocking)
@@ -217,7 +218,8 @@ impl Device {
         }
         // SAFETY: `dst` holds at least src.len() bytes (buffers are sized from the plan);
         // pageable host memory is staged by the driver before this returns.
-        unsafe { drv::memcpy_htod_async(dst, src, self.stream) }.map_err(drv_err("cuMemcpyHtoDAsync"))
+        unsafe { drv::memcpy_htod_async(dst, src, self.stream) }
+            .map_err(drv_err("cuMemcpyHtoDAsync"))
     }
 
     /// Copies device bytes to the host and waits for them.
@@ -226,7 +228,8 @@ impl Device {
             return Ok(());
         }
         // SAFETY: `src` holds at least dst.len() bytes; we synchronise before `dst` is read.
-        unsafe { drv::memcpy_dtoh_async(dst, src, self.stream) }.map_err(drv_err("cuMemcpyDtoHAsync"))?;
+        unsafe { drv::memcpy_dtoh_async(dst, src, self.stream) }
+            .map_err(drv_err("cuMemcpyDtoHAsync"))?;
         self.sync()
     }
 
@@ -292,15 +295,20 @@ impl Device {
         }
         let cubin = nvrtc::compile_cached(file, source, headers, &arch)?;
         // SAFETY: a complete cubin image for this device's architecture; unloaded in Drop.
-        let m = unsafe { drv::module::load_data(cubin.as_ptr().cast::<c_void>()) }.map_err(|e| {
-            RuntimeError::Other(format!("cannot load the kernels of {file} for {arch}: {e}"))
-        })?;
+        let m =
+            unsafe { drv::module::load_data(cubin.as_ptr().cast::<c_void>()) }.map_err(|e| {
+                RuntimeError::Other(format!("cannot load the kernels of {file} for {arch}: {e}"))
+            })?;
         self.modules.borrow_mut().insert(key, m);
         Ok(m)
     }
 
     /// A kernel of a fixed `kernels/` file.
-    pub fn kernel(&self, file: kernels::KernelFile, name: &str) -> Result<sys::CUfunction, RuntimeError> {
+    pub fn kernel(
+        &self,
+        file: kernels::KernelFile,
+        name: &str,
+    ) -> Result<sys::CUfunction, RuntimeError> {
         let m = self.module(file.name, file.source, &kernels::fixed_headers())?;
         self.function(m, file.name, name)
     }
@@ -315,9 +323,8 @@ impl Device {
         let cname = CString::new(name)
             .map_err(|_| RuntimeError::Other(format!("bad kernel name {name:?}")))?;
         // SAFETY: a loaded module and a NUL-terminated name.
-        unsafe { drv::module::get_function(m, cname) }.map_err(|e| {
-            RuntimeError::Other(format!("kernel {name} is not in {file} ({e})"))
-        })
+        unsafe { drv::module::get_function(m, cname) }
+            .map_err(|e| RuntimeError::Other(format!("kernel {name} is not in {file} ({e})")))
     }
 
     /// Launches `l` on the stream.
@@ -326,17 +333,8 @@ impl Device {
         // SAFETY: `func` comes from a loaded module, and the argument list matches its
         // signature (built next to the kernel's declaration in steps.rs); device pointers in it
         // point into live allocations.
-        unsafe {
-            drv::launch_kernel(
-                l.func,
-                l.grid,
-                l.block,
-                l.shared,
-                self.stream,
-                &mut params,
-            )
-        }
-        .map_err(drv_err("cuLaunchKernel"))
+        unsafe { drv::launch_kernel(l.func, l.grid, l.block, l.shared, self.stream, &mut params) }
+            .map_err(drv_err("cuLaunchKernel"))
     }
 
     /// Blocks for a grid-stride kernel over `work` items of `per_thread` items per thread:

@@ -38,7 +38,8 @@ pub(crate) struct Lt {
 impl Lt {
     /// Opens cuBLASLt on `dev` (the library must be present: `libs::require_cublaslt`).
     pub fn new(dev: &Device) -> Result<Lt, RuntimeError> {
-        let handle = lt::create_handle().map_err(|e| RuntimeError::Other(format!("cublasLtCreate failed: {e}")))?;
+        let handle = lt::create_handle()
+            .map_err(|e| RuntimeError::Other(format!("cublasLtCreate failed: {e}")))?;
         let workspace = dev.alloc(WORKSPACE_BYTES)?;
         let zero = dev.alloc(4)?;
         dev.memset8(zero, 0, 4)?;
@@ -168,7 +169,9 @@ impl Drop for GemmCall {
 
 impl std::fmt::Debug for GemmCall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GemmCall").field("ptrs", &self.ptrs).finish_non_exhaustive()
+        f.debug_struct("GemmCall")
+            .field("ptrs", &self.ptrs)
+            .finish_non_exhaustive()
     }
 }
 
@@ -279,7 +282,11 @@ impl Lt {
                 set_desc(call.desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, p)?;
             }
             if fp8 {
-                set_desc(call.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, i8::from(s.fast_accum))?;
+                set_desc(
+                    call.desc,
+                    CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                    i8::from(s.fast_accum),
+                )?;
             }
             let epi = match s.epilogue {
                 Epilogue::None => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
@@ -293,7 +300,11 @@ impl Lt {
             if matches!(s.epilogue, Epilogue::Bias | Epilogue::GeluBias) {
                 let (ptr, t) = s.bias.ok_or("a bias epilogue needs a bias")?;
                 set_desc(call.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ptr)?;
-                set_desc(call.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, data_type(t)? as i32)?;
+                set_desc(
+                    call.desc,
+                    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                    data_type(t)? as i32,
+                )?;
             }
         }
         // Column-major: cuBLAS A = our B as stored, cuBLAS B = our A as stored, D = our Dᵀ.
@@ -302,7 +313,11 @@ impl Lt {
         call.layouts[0] = layout(s.b_type, b_rows, b_cols, b_rows, s.batch, s.stride_b)?;
         call.layouts[1] = layout(s.a_type, a_rows, a_cols, a_rows, s.batch, s.stride_a)?;
         // C shares D's memory; an FP8 D takes a bf16 C (never read: β is 0 then).
-        let c_type = if s.d_type.is_fp8() { DType::BF16 } else { s.d_type };
+        let c_type = if s.d_type.is_fp8() {
+            DType::BF16
+        } else {
+            s.d_type
+        };
         call.layouts[2] = layout(c_type, s.n, s.m, s.n, s.batch, s.stride_d)?;
         call.layouts[3] = layout(s.d_type, s.n, s.m, s.n, s.batch, s.stride_d)?;
         let pref = lt::create_matmul_pref().map_err(st("preference"))?;
@@ -338,12 +353,16 @@ impl Lt {
             r?
         };
         call.algo = heuristic.algo;
-        call.workspace_bytes = heuristic.workspaceSize.min(WORKSPACE_BYTES as usize).max(0);
+        call.workspace_bytes = heuristic.workspaceSize.min(WORKSPACE_BYTES as usize);
         Ok(call)
     }
 
     /// Enqueues a planned GEMM on `stream`.
-    pub fn run(&self, c: &GemmCall, stream: cudarc::driver::sys::CUstream) -> Result<(), RuntimeError> {
+    pub fn run(
+        &self,
+        c: &GemmCall,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), RuntimeError> {
         let (alpha, beta): (*const c_void, *const c_void) = match c.alpha_ptr {
             Some(p) => (p as *const c_void, self.zero as *const c_void),
             None => (

@@ -29,7 +29,8 @@ static PRELOADED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// Loads NVRTC (with its builtins) and cuBLASLt from `dir` by absolute path, if they are there,
 /// and keeps them loaded. Returns the files loaded now; loading twice is harmless.
 pub fn preload_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     files.sort();
     let mut loaded = Vec::new();

@@ -22,15 +22,15 @@
 //! else is a fixed kernel of `kernels/`. GEMMs go through cuBLASLt's raw API ([`gemm`]): FP8
 //! with A/B scale pointers, D scale and amax of D, bias and GELU epilogues, TN layout.
 
+pub mod bench;
+pub mod codegen;
 mod device;
+mod exec;
 pub mod gemm;
 pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
-pub mod codegen;
-mod exec;
 mod steps;
-pub mod bench;
 
 pub use device::DeviceInfo;
 pub use exec::CudaExecutable;
@@ -87,7 +87,10 @@ impl Backend for CudaBackend {
         if info.compute_capability < (7, 0) {
             return Err(unavailable(format!(
                 "device {} ({}) has compute capability {}.{}; fp8c needs 7.0 or newer (8.9+ for FP8 GEMMs)",
-                self.options.device, info.name, info.compute_capability.0, info.compute_capability.1
+                self.options.device,
+                info.name,
+                info.compute_capability.0,
+                info.compute_capability.1
             )));
         }
         Ok(())

@@ -60,7 +60,10 @@ pub fn version() -> Result<(i32, i32), RuntimeError> {
     super::libs::require_nvrtc()?;
     let (mut major, mut minor) = (0 as c_int, 0 as c_int);
     // SAFETY: two valid out-pointers.
-    check(unsafe { sys::nvrtcVersion(&mut major, &mut minor) }, "version")?;
+    check(
+        unsafe { sys::nvrtcVersion(&mut major, &mut minor) },
+        "version",
+    )?;
     Ok((major, minor))
 }
 
@@ -129,25 +132,40 @@ pub fn compile(
                 src.as_ptr(),
                 cname.as_ptr(),
                 headers.len() as c_int,
-                if headers.is_empty() { std::ptr::null() } else { text_ptrs.as_ptr() },
-                if headers.is_empty() { std::ptr::null() } else { name_ptrs.as_ptr() },
+                if headers.is_empty() {
+                    std::ptr::null()
+                } else {
+                    text_ptrs.as_ptr()
+                },
+                if headers.is_empty() {
+                    std::ptr::null()
+                } else {
+                    name_ptrs.as_ptr()
+                },
             )
         },
         "create program",
     )?;
     let prog = Prog(raw);
     // SAFETY: a valid program and option array.
-    let compiled = unsafe { sys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+    let compiled =
+        unsafe { sys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
     let log = program_log(&prog)?;
     if compiled != sys::nvrtcResult::NVRTC_SUCCESS {
-        let status = check(compiled, "compile").err().map(|e| e.to_string()).unwrap_or_default();
+        let status = check(compiled, "compile")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         return Err(RuntimeError::Other(format!(
             "kernel file {name} does not compile for {arch} ({status}):\n{log}"
         )));
     }
     let mut size = 0usize;
     // SAFETY: a compiled program and a valid out-pointer.
-    check(unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) }, "cubin size")?;
+    check(
+        unsafe { sys::nvrtcGetCUBINSize(prog.0, &mut size) },
+        "cubin size",
+    )?;
     let mut cubin = vec![0u8; size];
     // SAFETY: the buffer holds `size` bytes, as NVRTC asked for.
     check(
@@ -163,7 +181,10 @@ pub fn compile(
 fn program_log(prog: &Prog) -> Result<String, RuntimeError> {
     let mut size = 0usize;
     // SAFETY: a valid program and out-pointer.
-    check(unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) }, "log size")?;
+    check(
+        unsafe { sys::nvrtcGetProgramLogSize(prog.0, &mut size) },
+        "log size",
+    )?;
     let mut buf = vec![0u8; size.max(1)];
     // SAFETY: the buffer holds the `size` bytes NVRTC asked for.
     check(

@@ -24,7 +24,15 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
 }
 
 /// `gemm { alpha, trans_a, trans_b }` of two 2-D operands (beta 0, no C).
-pub(crate) fn gemm2(e: &mut Emit<'_>, name: &str, a: Value, b: Value, alpha: f32, ta: bool, tb: bool) -> R<Value> {
+pub(crate) fn gemm2(
+    e: &mut Emit<'_>,
+    name: &str,
+    a: Value,
+    b: Value,
+    alpha: f32,
+    ta: bool,
+    tb: bool,
+) -> R<Value> {
     e.op(
         name,
         Op::Gemm {
@@ -42,8 +50,16 @@ pub(crate) fn broadcast_dims(a: &[u64], b: &[u64]) -> R<Vec<u64>> {
     let r = a.len().max(b.len());
     (0..r)
         .map(|i| {
-            let da = if i + a.len() >= r { a[i + a.len() - r] } else { 1 };
-            let db = if i + b.len() >= r { b[i + b.len() - r] } else { 1 };
+            let da = if i + a.len() >= r {
+                a[i + a.len() - r]
+            } else {
+                1
+            };
+            let db = if i + b.len() >= r {
+                b[i + b.len() - r]
+            } else {
+                1
+            };
             match (da, db) {
                 (x, y) if x == y => Ok(x),
                 (1, y) => Ok(y),
@@ -60,8 +76,16 @@ fn matmul(e: &mut Emit<'_>, at: &At<'_>) -> R<Grads> {
     let (a, b, dy) = (at.ins[0], at.ins[1], at.dy()?);
     let (ad, bd) = (e.dims(a)?, e.dims(b)?);
     // Promote 1-D operands as numpy does: a [K] → [1, K], b [K] → [K, 1].
-    let a2d: Vec<u64> = if ad.len() == 1 { vec![1, ad[0]] } else { ad.clone() };
-    let b2d: Vec<u64> = if bd.len() == 1 { vec![bd[0], 1] } else { bd.clone() };
+    let a2d: Vec<u64> = if ad.len() == 1 {
+        vec![1, ad[0]]
+    } else {
+        ad.clone()
+    };
+    let b2d: Vec<u64> = if bd.len() == 1 {
+        vec![bd[0], 1]
+    } else {
+        bd.clone()
+    };
     if a2d.len() < 2 || b2d.len() < 2 {
         return Err(at.err("matmul of a scalar has no gradient rule"));
     }

@@ -49,7 +49,11 @@ impl At<'_> {
     /// single-output ops that is this one).
     pub fn dy(&self) -> R<Value> {
         self.dys.first().copied().flatten().ok_or_else(|| {
-            IrError::node(self.name, self.op.name(), "internal: no adjoint for output 0")
+            IrError::node(
+                self.name,
+                self.op.name(),
+                "internal: no adjoint for output 0",
+            )
         })
     }
 
@@ -82,7 +86,9 @@ pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Opt
             super::fp8::vjp(e, q, at)
         }
         // Scaling bookkeeping carries no gradient (quantize's scale input is not differentiated).
-        Op::Amax | Op::ComputeScale { .. } | Op::AmaxHistoryUpdate => Ok(Some(vec![None; at.ins.len()])),
+        Op::Amax | Op::ComputeScale { .. } | Op::AmaxHistoryUpdate => {
+            Ok(Some(vec![None; at.ins.len()]))
+        }
         Op::Conv { .. }
         | Op::MaxPool { .. }
         | Op::AveragePool { .. }
@@ -93,9 +99,10 @@ pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Opt
         | Op::Softmax { .. }
         | Op::LogSoftmax { .. }
         | Op::SoftmaxCrossEntropy => normalize::vjp(e, at),
-        Op::ReduceMean { .. } | Op::ReduceSum { .. } | Op::ReduceMax { .. } | Op::ReduceMin { .. } => {
-            reduce::vjp(e, at)
-        }
+        Op::ReduceMean { .. }
+        | Op::ReduceSum { .. }
+        | Op::ReduceMax { .. }
+        | Op::ReduceMin { .. } => reduce::vjp(e, at),
         _ => movement::vjp(e, at),
     }
 }

@@ -87,7 +87,11 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
         Op::Gather { axis } => {
             let (data, idx) = (at.ins[0], at.ins[1]);
             let dd = e.dims(data)?;
-            let ax = if *axis < 0 { axis + dd.len() as i64 } else { *axis };
+            let ax = if *axis < 0 {
+                axis + dd.len() as i64
+            } else {
+                *axis
+            };
             let d = e.op(
                 &at.n("d0"),
                 Op::GatherGrad {
@@ -129,10 +133,11 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
 /// The integer values of a constant input, or an error naming it.
 fn const_ints(e: &Emit<'_>, at: &At<'_>, i: usize, what: &str) -> R<Vec<i64>> {
     let v = at.ins[i];
-    let t = e
-        .g
-        .constant_value(v)
-        .ok_or_else(|| at.err(format!("its {what} (input {i}) must be a constant to train")))?;
+    let t = e.g.constant_value(v).ok_or_else(|| {
+        at.err(format!(
+            "its {what} (input {i}) must be a constant to train"
+        ))
+    })?;
     t.to_i64_vec().map_err(|m| at.err(format!("{what}: {m}")))
 }
 

