@@ -1,5 +1,5 @@
 // quantize.cu — the memory-bound FP8 casts: quantize (+amax), dequantize, amax alone, and
-// plain casts between f32 / bf16 / f16 / bool.
+// plain casts between f32 / bf16 / f16 / bool and to and from i64 / i32.
 //
 // IR ops: quantize, quantize_amax, dequantize, amax, cast (a cast to FP8 is a quantize with no
 // scale, i.e. scale 1).
@@ -162,3 +162,53 @@ CAST_KERNEL(f16, KIND_F16, bool, KIND_U8)
 CAST_KERNEL(bool, KIND_U8, f32, KIND_F32)
 CAST_KERNEL(bool, KIND_U8, bf16, KIND_BF16)
 CAST_KERNEL(bool, KIND_U8, f16, KIND_F16)
+
+// ---------------------------------------------------------------- casts with integers
+// One element per thread (these casts are rare: masks, index arithmetic). Integer to float
+// rounds to nearest even once (Rust's `as`; bf16 / f16 targets go through f32, exact below
+// 2^24); float to integer truncates toward zero, saturates and maps NaN to 0 (Rust's `as`,
+// which is what PTX's cvt.rzi does); bool is 0 / 1.
+
+#define KIND_I64 6
+#define KIND_I32 7
+
+template <int IN, int OUT>
+__device__ __forceinline__ void cast_int_impl(const void* __restrict__ x, void* __restrict__ y, u64 n) {
+  for (u64 i = gtid(); i < n; i += gstride()) {
+    if (IN == KIND_I64 || IN == KIND_I32) {
+      const i64 v = IN == KIND_I64 ? static_cast<const i64*>(x)[i] : (i64) static_cast<const int*>(x)[i];
+      if (OUT == KIND_U8) static_cast<u8*>(y)[i] = v != 0 ? 1 : 0;
+      else if (OUT == KIND_I64) static_cast<i64*>(y)[i] = v;
+      else if (OUT == KIND_I32) static_cast<int*>(y)[i] = (int)v; // wraps, as Rust's `as`
+      else store_elem<OUT>(y, i, __ll2float_rn(v));
+    } else {
+      const float v = load_elem<IN>(x, i);
+      if (OUT == KIND_I64) static_cast<i64*>(y)[i] = __float2ll_rz(v);
+      else static_cast<int*>(y)[i] = __float2int_rz(v);
+    }
+  }
+}
+
+#define CAST_INT_KERNEL(IN_NAME, IN, OUT_NAME, OUT)                                                        \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_cast_##IN_NAME##_##OUT_NAME(const void* x,   \
+                                                                                          void* y, u64 n) { \
+    cast_int_impl<IN, OUT>(x, y, n);                                                                       \
+  }
+CAST_INT_KERNEL(i64, KIND_I64, f32, KIND_F32)
+CAST_INT_KERNEL(i64, KIND_I64, bf16, KIND_BF16)
+CAST_INT_KERNEL(i64, KIND_I64, f16, KIND_F16)
+CAST_INT_KERNEL(i64, KIND_I64, bool, KIND_U8)
+CAST_INT_KERNEL(i64, KIND_I64, i32, KIND_I32)
+CAST_INT_KERNEL(i32, KIND_I32, f32, KIND_F32)
+CAST_INT_KERNEL(i32, KIND_I32, bf16, KIND_BF16)
+CAST_INT_KERNEL(i32, KIND_I32, f16, KIND_F16)
+CAST_INT_KERNEL(i32, KIND_I32, bool, KIND_U8)
+CAST_INT_KERNEL(i32, KIND_I32, i64, KIND_I64)
+CAST_INT_KERNEL(f32, KIND_F32, i64, KIND_I64)
+CAST_INT_KERNEL(f32, KIND_F32, i32, KIND_I32)
+CAST_INT_KERNEL(bf16, KIND_BF16, i64, KIND_I64)
+CAST_INT_KERNEL(bf16, KIND_BF16, i32, KIND_I32)
+CAST_INT_KERNEL(f16, KIND_F16, i64, KIND_I64)
+CAST_INT_KERNEL(f16, KIND_F16, i32, KIND_I32)
+CAST_INT_KERNEL(bool, KIND_U8, i64, KIND_I64)
+CAST_INT_KERNEL(bool, KIND_U8, i32, KIND_I32)

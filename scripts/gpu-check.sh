@@ -24,7 +24,9 @@
 #      - a short `fp8c train --device cuda` when this build has a train subcommand
 #        (arguments from FP8C_TRAIN_ARGS);
 #      - `fp8c bench` (tables) and `fp8c bench --json`.
-#    Logs go to $OUT when set (the device tool brings them back), else to .gpu-check-logs/.
+#    Everything is written to .gpu-check-logs/; when $OUT is set (the device tool brings back
+#    at most 8 files from it) the script leaves there: summary.txt, environment.txt,
+#    cuda_vs_cpu.log, run_models.log, bench.txt, bench.json and logs.tar.gz (every log).
 #    The last lines are a PASS/FAIL table; the exit code is the number of failed parts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,7 +54,8 @@ for line in sys.stdin:
   exit 0
 fi
 
-logs=${OUT:-$root/.gpu-check-logs}
+logs=$root/.gpu-check-logs
+rm -rf "$logs"
 mkdir -p "$logs"
 declare -a summary=()
 failed=0
@@ -101,7 +104,7 @@ done
 } | tee "$logs/environment.txt"
 
 # ---------------------------------------------------------------- tests
-export FP8C_REQUIRE_GPU=1 FP8C_REPO_ROOT="$root" FP8C_KERNEL_CACHE="$logs/kernel-cache"
+export FP8C_REQUIRE_GPU=1 FP8C_REPO_ROOT="$root" FP8C_KERNEL_CACHE="$root/.gpu-check-kernel-cache"
 step "CPU-vs-CUDA backend tests" cuda_vs_cpu.log "$carry/cuda_vs_cpu" --test-threads=1 --nocapture
 if [ -n "$nvrtc_dir" ]; then
   step "NVRTC kernel compile test" nvrtc_kernels.log env FP8C_NVRTC_DIR="$nvrtc_dir" "$carry/nvrtc_kernels" --nocapture
@@ -170,7 +173,15 @@ fi
 step "fp8c bench" bench.txt "$fp8c" bench
 step "fp8c bench --json" bench.json "$fp8c" bench --json
 
+printf '%s\n' "${summary[@]}" >"$logs/summary.txt"
+if [ -n "${OUT:-}" ]; then
+  mkdir -p "$OUT"
+  for f in summary.txt environment.txt cuda_vs_cpu.log run_models.log bench.txt bench.json; do
+    [ -f "$logs/$f" ] && cp "$logs/$f" "$OUT/"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$logs" --exclude='*.npz' . 2>/dev/null || true
+fi
 echo
-echo "== summary (logs in $logs)"
-printf '%s\n' "${summary[@]}"
+echo "== summary (logs in $logs${OUT:+, copied to $OUT})"
+cat "$logs/summary.txt"
 exit "$failed"

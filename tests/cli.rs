@@ -841,3 +841,19 @@ fn snapshot_bert_report() {
         &ok(&["compile", &m, "--input-shape", "input_ids=2x64", "--report"]),
     );
 }
+
+#[test]
+fn a_gemm_of_two_weights_gets_two_distinct_scaling_states() {
+    let dir = tmp();
+    let p = dir.path().join("ww.fp8ir");
+    std::fs::write(
+        &p,
+        "graph @ww(%x: f32[256,256]) params(%a: f32[256,256], %b: f32[256,256]) {\n  \
+         %0: f32[256,256] = matmul %a, %b  # mm\n  \
+         %1: f32[256,256] = add %0, %x  # out\n  \
+         return %1 as \"y\"\n}\n",
+    )
+    .unwrap();
+    let ir = ok(&["compile", p.to_str().unwrap(), "--stop-after", "scaling"]);
+    assert!(ir.contains("%mm.w.scale:") && ir.contains("%mm.w2.scale:"), "{ir}");
+}

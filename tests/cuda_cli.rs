@@ -28,12 +28,26 @@ fn has_gpu_driver() -> bool {
 fn assert_clean_cuda_failure(args: &[&str]) {
     let o = fp8c(args);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "fp8c {args:?}: expected exit code 1\n{err}");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "fp8c {args:?}: expected exit code 1\n{err}"
+    );
     assert!(err.starts_with("error: "), "fp8c {args:?}: {err}");
-    assert!(err.contains("backend `cuda` is unavailable"), "fp8c {args:?}: {err}");
+    assert!(
+        err.contains("backend `cuda` is unavailable"),
+        "fp8c {args:?}: {err}"
+    );
     assert!(err.contains("libcuda.so"), "fp8c {args:?}: {err}");
-    assert!(!err.contains("panicked") && !err.contains("internal compiler error"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one message expected:\n{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("internal compiler error"),
+        "{err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "one message expected:\n{err}"
+    );
     assert!(o.stdout.is_empty(), "nothing on stdout expected");
 }
 
@@ -43,8 +57,20 @@ fn run_on_cuda_without_a_gpu_fails_cleanly() {
         println!("SKIPPED: this machine has an NVIDIA driver");
         return;
     }
-    assert_clean_cuda_failure(&["run", "examples/models/light_squeezenet.onnx", "--device", "cuda"]);
-    assert_clean_cuda_failure(&["run", "examples/ir/mlp.fp8ir", "--device", "cuda", "--precision", "fp8"]);
+    assert_clean_cuda_failure(&[
+        "run",
+        "examples/models/light_squeezenet.onnx",
+        "--device",
+        "cuda",
+    ]);
+    assert_clean_cuda_failure(&[
+        "run",
+        "examples/ir/mlp.fp8ir",
+        "--device",
+        "cuda",
+        "--precision",
+        "fp8",
+    ]);
 }
 
 #[test]
@@ -62,7 +88,14 @@ fn bench_help_lists_its_options() {
     let o = fp8c(&["bench", "--help"]);
     assert!(o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);
-    for opt in ["--json", "--sizes", "--elements", "--layer", "--quick", "--device"] {
+    for opt in [
+        "--json",
+        "--sizes",
+        "--elements",
+        "--layer",
+        "--quick",
+        "--device",
+    ] {
         assert!(out.contains(opt), "{opt} missing from:\n{out}");
     }
 }

@@ -1,1 +1,317 @@
-//! placeholder
+//! `fp8c run` through the real binary on a small ONNX model: the input and output formats
+//! (.npz, .npy, ONNX .pb directories), FP8 runs with `--compare`, `--stats` and
+//! `--calibrate`, and bad input — a missing input, a wrong dtype or rank, an .npz key that is
+//! not a graph input, corrupt files — each a clear error naming the input, never a panic.
+//! NaN and Inf inputs are numbers like any other.
+
+mod support;
+
+use fp8c_ir::{DType, Tensor};
+use fp8c_onnx::builder::{ModelBuilder, dim};
+use std::path::{Path, PathBuf};
+use support::{Run, npy, run_fp8c, scratch};
+
+/// y = relu(x · w1) · w2, x: f32[batch, 16]; w1 16×16, w2 16×4.
+fn model(dir: &Path) -> PathBuf {
+    let w1: Vec<f32> = (0..256).map(|i| ((i * 37 % 17) as f32 - 8.0) / 8.0).collect();
+    let w2: Vec<f32> = (0..64).map(|i| ((i * 11 % 7) as f32 - 3.0) / 4.0).collect();
+    let bytes = ModelBuilder::new()
+        .opset(17)
+        .input("x", DType::F32, &[dim("batch"), 16.into()])
+        .initializer_f32("w1", &[16, 16], &w1)
+        .initializer_f32("w2", &[16, 4], &w2)
+        .node("MatMul", &["x", "w1"], &["h"])
+        .name("fc1")
+        .node("Relu", &["h"], &["a"])
+        .name("act")
+        .node("MatMul", &["a", "w2"], &["y"])
+        .name("fc2")
+        .output("y", DType::F32, &[dim("batch"), 4.into()])
+        .to_bytes();
+    let path = dir.join("mlp.onnx");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn x(batch: u64) -> Tensor {
+    let v: Vec<f32> = (0..batch * 16).map(|i| ((i % 13) as f32 - 6.0) / 3.0).collect();
+    Tensor::from_f32(vec![batch, 16], &v)
+}
+
+fn npz(dir: &Path, file: &str, arrays: &[(&str, &Tensor)]) -> PathBuf {
+    let p = dir.join(file);
+    npy::write_npz(&p, arrays).unwrap();
+    p
+}
+
+fn npy_file(dir: &Path, file: &str, t: &Tensor) -> PathBuf {
+    let p = dir.join(file);
+    std::fs::write(&p, npy::npy_bytes(t).unwrap().0).unwrap();
+    p
+}
+
+fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Run {
+    run_fp8c(args.iter().map(|a| a.as_ref()))
+}
+
+/// The run failed cleanly: exit code 1, one `error:` line containing every `want`, no panic.
+fn fails_with(r: &Run, want: &[&str]) {
+    assert!(!r.ok, "expected a failure, stderr:\n{}", r.stderr);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("panicked") && !r.stderr.contains("internal compiler error"),
+        "{}",
+        r.stderr
+    );
+    for w in want {
+        assert!(r.stderr.contains(w), "missing `{w}` in:\n{}", r.stderr);
+    }
+}
+
+fn y_of(path: &Path) -> Vec<f32> {
+    support::read_npz(path)["y"].to_f32_vec().unwrap()
+}
+
+#[test]
+fn runs_from_npz_npy_and_pb_directories_alike() {
+    let dir = scratch("run_cli_formats");
+    let m = model(&dir);
+    let xs = x(2);
+    let ins = npz(&dir, "in.npz", &[("x", &xs)]);
+    let a = dir.join("a.npz");
+    let r = run(&[&"run", &m, &"--inputs", &ins, &"--precision", &"f32", &"--outputs", &a]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("output \"y\": f32[2,4]"), "{}", r.stderr);
+    assert!(r.stderr.contains("peak planned"), "{}", r.stderr);
+
+    let one = npy_file(&dir, "x.npy", &xs);
+    let spec = format!("x={}", one.display());
+    let b = dir.join("b.npz");
+    let pbs = dir.join("pb");
+    let r = run(&[
+        &"run", &m, &"--input", &spec, &"--precision", &"f32", &"--outputs", &b, &"--output-dir",
+        &pbs,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(y_of(&a), y_of(&b));
+
+    // The ONNX layout round-trips: output_0.pb becomes input_0.pb of another run.
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    fp8c_onnx::save_tensor_pb(&data.join("input_0.pb"), "x", &xs).unwrap();
+    let c = dir.join("c.npz");
+    let r = run(&[&"run", &m, &"--data", &data, &"--precision", &"f32", &"--outputs", &c]);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(y_of(&a), y_of(&c));
+    let pb = fp8c_onnx::load_tensor_pb(&pbs.join("output_0.pb")).unwrap();
+    assert_eq!(pb.to_f32_vec().unwrap(), y_of(&a));
+}
+
+#[test]
+fn fp8_runs_compare_report_stats_and_calibrate() {
+    let dir = scratch("run_cli_fp8");
+    let m = model(&dir);
+    let xs = x(16);
+    let ins = npz(&dir, "in.npz", &[("x", &xs)]);
+    let stats = dir.join("stats.json");
+    let out = dir.join("out.npz");
+    // fc1 is 16×16×16: FP8 once the size rule is off; fc2 (N = 4) stays high.
+    let r = run(&[
+        &"run", &m, &"--inputs", &ins, &"--min-fp8-flops", &"0", &"--compare", &"--stats",
+        &stats, &"--outputs", &out,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("recipe current"), "{}", r.stderr);
+    let cmp = support::parse_compare(&r.stdout);
+    let (_, _, cos) = cmp["y"];
+    assert!(cos > 0.99, "{}", r.stdout);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    let tensors = doc["tensors"].as_array().unwrap();
+    let names: Vec<&str> = tensors.iter().map(|t| t["tensor"].as_str().unwrap()).collect();
+    assert!(names.contains(&"fc1.x") && names.contains(&"fc1.w"), "{names:?}");
+    let xq = tensors.iter().find(|t| t["tensor"] == "fc1.x").unwrap();
+    assert_eq!(xq["amax"].as_f64().unwrap(), 2.0);
+    assert_eq!(xq["scale"].as_f64().unwrap(), 224.0);
+    assert_eq!(xq["overflow"].as_f64().unwrap(), 0.0);
+
+    // Delayed scaling calibrated on the same inputs quantizes with the same scales.
+    let cal_out = dir.join("cal.npz");
+    let r = run(&[
+        &"run", &m, &"--inputs", &ins, &"--min-fp8-flops", &"0", &"--calibrate", &ins,
+        &"--outputs", &cal_out,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("recipe delayed"), "{}", r.stderr);
+    assert_eq!(y_of(&out), y_of(&cal_out));
+
+    // Without calibration delayed scaling warns that it starts from scale 1.
+    let r = run(&[&"run", &m, &"--inputs", &ins, &"--min-fp8-flops", &"0", &"--recipe", &"delayed"]);
+    assert!(r.ok && r.stderr.contains("without --calibrate"), "{}", r.stderr);
+}
+
+#[test]
+fn nan_and_inf_inputs_are_numbers() {
+    let dir = scratch("run_cli_nan");
+    let m = model(&dir);
+    let mut v = x(16).to_f32_vec().unwrap();
+    v[0] = f32::NAN; // row 0
+    v[16] = f32::INFINITY; // row 1
+    let xs = Tensor::from_f32(vec![16, 16], &v);
+    let ins = npz(&dir, "in.npz", &[("x", &xs)]);
+    for precision in ["f32", "bf16", "fp8"] {
+        let out = dir.join(format!("{precision}.npz"));
+        let r = run(&[
+            &"run", &m, &"--inputs", &ins, &"--precision", &precision, &"--min-fp8-flops", &"0",
+            &"--outputs", &out, &"--compare", &"--stats", &dir.join("s.json"),
+        ]);
+        assert!(r.ok, "{precision}: {}", r.stderr);
+        let y = y_of(&out);
+        assert!(y[..4].iter().any(|v| v.is_nan()), "{precision}: {y:?}");
+        assert!(y.iter().any(|v| !v.is_finite()), "{precision}");
+    }
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let dir = scratch("run_cli_bad");
+    let m = model(&dir);
+    let good = x(2);
+    let ins = npz(&dir, "in.npz", &[("x", &good)]);
+
+    // A missing input.
+    let r = run(&[&"run", &m]);
+    fails_with(&r, &["input \"x\"", "is missing", "--inputs"]);
+    let empty = npz(&dir, "empty.npz", &[]);
+    fails_with(&run(&[&"run", &m, &"--inputs", &empty]), &["input \"x\"", "missing"]);
+
+    // A wrong dtype, a wrong rank, a wrong fixed dim.
+    let f64x = Tensor::from_f64(vec![2, 16], &[0.5; 32]);
+    let p = npz(&dir, "f64.npz", &[("x", &f64x)]);
+    fails_with(&run(&[&"run", &m, &"--inputs", &p]), &["input \"x\"", "dtype f64", "f32[batch,16]", "f64.npz"]);
+    let rank3 = Tensor::from_f32(vec![1, 2, 16], &[0.5; 32]);
+    let p = npz(&dir, "rank.npz", &[("x", &rank3)]);
+    fails_with(&run(&[&"run", &m, &"--inputs", &p]), &["input \"x\"", "rank 3"]);
+    let wide = Tensor::from_f32(vec![2, 8], &[0.5; 16]);
+    let p = npz(&dir, "wide.npz", &[("x", &wide)]);
+    fails_with(&run(&[&"run", &m, &"--inputs", &p]), &["input \"x\"", "dim 1 is fixed to 16"]);
+
+    // An .npz key that is not a graph input (ONNX-style names survive verbatim).
+    let p = npz(&dir, "extra.npz", &[("x", &good), ("onnx::Mask/0", &good)]);
+    fails_with(
+        &run(&[&"run", &m, &"--inputs", &p]),
+        &["\"onnx::Mask/0\" is not an input of the model", "(its inputs are: x)", "extra.npz"],
+    );
+    let spec = format!("nope={}", npy_file(&dir, "n.npy", &good).display());
+    fails_with(&run(&[&"run", &m, &"--input", &spec]), &["\"nope\" is not an input"]);
+
+    // The same input twice.
+    let spec = format!("x={}", npy_file(&dir, "x.npy", &good).display());
+    fails_with(&run(&[&"run", &m, &"--inputs", &ins, &"--input", &spec]), &["input \"x\" is given twice"]);
+
+    // Corrupt files: garbage, a truncated array, an absurd header, a broken archive.
+    let garbage = dir.join("garbage.npy");
+    std::fs::write(&garbage, b"\x93NUMPY garbage that is not a header").unwrap();
+    let spec = format!("x={}", garbage.display());
+    fails_with(&run(&[&"run", &m, &"--input", &spec]), &["garbage.npy", "input \"x\""]);
+    let (mut bytes, _) = npy::npy_bytes(&good).unwrap();
+    bytes.truncate(bytes.len() - 10);
+    let short = dir.join("short.npy");
+    std::fs::write(&short, &bytes).unwrap();
+    let spec = format!("x={}", short.display());
+    fails_with(&run(&[&"run", &m, &"--input", &spec]), &["short.npy", "truncated"]);
+    let mut header = b"\x93NUMPY\x01\x00".to_vec();
+    let dict = b"{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 16), }";
+    header.extend_from_slice(&(dict.len() as u16 + 1).to_le_bytes());
+    header.extend_from_slice(dict);
+    header.push(b'\n');
+    let huge = dir.join("huge.npy");
+    std::fs::write(&huge, &header).unwrap();
+    let spec = format!("x={}", huge.display());
+    fails_with(&run(&[&"run", &m, &"--input", &spec]), &["huge.npy"]);
+    let bad_zip = dir.join("bad.npz");
+    std::fs::write(&bad_zip, b"PK\x03\x04 not really a zip").unwrap();
+    fails_with(&run(&[&"run", &m, &"--inputs", &bad_zip]), &["bad.npz"]);
+    let nofile = dir.join("absent.npz");
+    fails_with(&run(&[&"run", &m, &"--inputs", &nofile]), &["absent.npz"]);
+
+    // Unsupported element types and backends.
+    let u16s = dir.join("u16.npz");
+    {
+        // np.uint16 has no IR dtype: written by hand through npyz.
+        use npyz::WriterBuilder;
+        let mut buf = Vec::new();
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(&[2, 16])
+            .writer(&mut buf)
+            .begin_nd()
+            .unwrap();
+        w.extend(vec![1u16; 32]).unwrap();
+        w.finish().unwrap();
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&u16s).unwrap());
+        z.start_file("x.npy", zip::write::SimpleFileOptions::default()).unwrap();
+        std::io::Write::write_all(&mut z, &buf).unwrap();
+        z.finish().unwrap();
+    }
+    fails_with(&run(&[&"run", &m, &"--inputs", &u16s]), &["u16.npz", "array \"x\"", "not supported"]);
+    fails_with(&run(&[&"run", &m, &"--inputs", &ins, &"--device", &"cuda"]), &["CUDA backend"]);
+
+    // Calibration inputs must have the run's shapes.
+    let other = npz(&dir, "cal.npz", &[("x", &x(3))]);
+    fails_with(
+        &run(&[&"run", &m, &"--inputs", &ins, &"--calibrate", &other]),
+        &["--calibrate", "cal.npz", "input \"x\"", "shape [3, 16]"],
+    );
+}
+
+#[test]
+fn npz_round_trips_every_numpy_dtype() {
+    let dir = scratch("run_cli_npz");
+    let path = dir.join("t.npz");
+    let ts = [
+        ("a/b:0", Tensor::from_f32(vec![2, 3], &[1.0, -2.0, f32::NAN, 4.0, 5.0, 6.0])),
+        ("i", Tensor::from_i64(vec![3], &[1, -2, 3])),
+        ("m", Tensor::from_bool(vec![2], &[true, false])),
+        ("s", Tensor::scalar_f32(0.5)),
+        ("h", Tensor::from_f64_as(DType::F16, vec![2], &[1.5, -0.25]).unwrap()),
+        ("b", Tensor::from_f64_as(DType::I8, vec![2], &[-1.0, 7.0]).unwrap()),
+    ];
+    let refs: Vec<(&str, &Tensor)> = ts.iter().map(|(k, t)| (*k, t)).collect();
+    assert!(npy::write_npz(&path, &refs).unwrap().is_empty());
+    let back = npy::read_npz(&path).unwrap();
+    assert_eq!(back.len(), ts.len());
+    for ((k, t), (k2, t2)) in ts.iter().zip(&back) {
+        assert_eq!((k, t.ty()), (&k2.as_str(), t2.ty()));
+        assert_eq!(t.bytes(), t2.bytes(), "{k}");
+    }
+    // bf16 and FP8 have no NumPy type: widened to f32, raw codes as u8, and said so.
+    let bf = Tensor::from_f64_as(DType::BF16, vec![1], &[1.5]).unwrap();
+    let notes = npy::write_npz(&path, &[("bf", &bf)]).unwrap();
+    assert_eq!(notes.len(), 1);
+    assert_eq!(npy::read_npz(&path).unwrap()[0].1.dtype(), DType::F32);
+}
+
+#[test]
+fn numpy_written_files_read_back() {
+    // Fortran order, compression and big-endian data, as NumPy writes them.
+    let dir = scratch("run_cli_numpy");
+    let script = format!(
+        "import numpy as np\n\
+         a = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))\n\
+         np.savez_compressed(r'{0}/c.npz', **{{'x/y:0': a, 'be': np.arange(3, dtype='>i4')}})\n",
+        dir.display()
+    );
+    let st = std::process::Command::new(support::python())
+        .arg("-c")
+        .arg(script)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let back: std::collections::BTreeMap<_, _> =
+        npy::read_npz(&dir.join("c.npz")).unwrap().into_iter().collect();
+    assert_eq!(back["x/y:0"].shape(), [2, 3]);
+    assert_eq!(back["x/y:0"].to_f32_vec().unwrap(), [0., 1., 2., 3., 4., 5.]);
+    assert_eq!(back["be"].to_i64_vec().unwrap(), [0, 1, 2]);
+    assert!(npy::tensor_from_npy(b"not numpy").is_err());
+}

@@ -183,15 +183,17 @@ impl Scaler {
         Ok(out)
     }
 
-    /// Name of operand `i` of GEMM `gemm`: `.w` for weights, `.x` (then `.y`) for activations.
-    fn operand_name(g: &Graph, gemm: &str, v: Value, i: usize) -> String {
-        if crate::precision::is_weight(g, v) {
-            format!("{gemm}.w")
-        } else if i == 0 {
-            format!("{gemm}.x")
-        } else {
-            format!("{gemm}.y")
-        }
+    /// Names of a GEMM's two operand tensors: `.x` for an activation and `.w` for a weight
+    /// (`fc1.x`, `fc1.w`); two activations are `.x` and `.y`, two weights `.w` and `.w2`.
+    fn operand_names(g: &Graph, gemm: &str, a: Value, b: Value) -> (String, String) {
+        let w = |v| crate::precision::is_weight(g, v);
+        let (sa, sb) = match (w(a), w(b)) {
+            (false, true) => ("x", "w"),
+            (true, false) => ("w", "x"),
+            (false, false) => ("x", "y"),
+            (true, true) => ("w", "w2"),
+        };
+        (format!("{gemm}.{sa}"), format!("{gemm}.{sb}"))
     }
 
     fn rewrite(&mut self, g: &mut Graph, id: NodeId) -> Result<(), IrError> {
@@ -205,8 +207,7 @@ impl Scaler {
                 "GEMM needs two operands",
             ));
         }
-        let a_name = Self::operand_name(g, &n.name, ins[0], 0);
-        let b_name = Self::operand_name(g, &n.name, ins[1], 1);
+        let (a_name, b_name) = Self::operand_names(g, &n.name, ins[0], ins[1]);
         let (qa, sa) = self.quantize(g, ins[0], &a_name)?;
         let (qb, sb) = self.quantize(g, ins[1], &b_name)?;
         let nm = &n.name;

@@ -686,3 +686,120 @@ fn mlp_learns_in_every_precision_with_close_losses() {
         );
     }
 }
+
+// ---------------------------------------------------------------- robustness of the new ops
+
+/// The training ops' type inference and CPU kernels never panic, whatever the inputs
+/// (arity, dtypes, ranks, attribute values): each case either works or is an error.
+#[test]
+fn training_ops_never_panic_on_any_input() {
+    use fp8c_ir::infer::{InferInput, infer};
+    use fp8c_ir::{AutoPad, GeluApprox};
+    let mut rng = Rng::new(99);
+    let dtypes = [
+        DType::F32,
+        DType::F64,
+        DType::I64,
+        DType::Bool,
+        DType::F8E4M3,
+    ];
+    let tensor = |rng: &mut Rng| -> Tensor {
+        let rank = (rng.uniform() * 4.0) as usize;
+        let dims: Vec<u64> = (0..rank).map(|_| (rng.uniform() * 4.0) as u64).collect();
+        let dt = dtypes[(rng.uniform() * dtypes.len() as f64) as usize];
+        let n = dims.iter().product::<u64>() as usize;
+        let v: Vec<f64> = (0..n)
+            .map(|_| (rng.uniform() * 8.0 - 3.0).floor())
+            .collect();
+        Tensor::from_f64_as(dt, dims.clone(), &v)
+            .unwrap_or_else(|_| Tensor::zeros(dt, dims).unwrap())
+    };
+    let ints = |rng: &mut Rng, n: usize| -> Vec<i64> {
+        (0..n).map(|_| (rng.uniform() * 6.0) as i64 - 2).collect()
+    };
+    for case in 0..4000 {
+        let a = (rng.uniform() * 4.0) as usize;
+        let k = ints(&mut rng, a);
+        let op = match case % 13 {
+            0 => Op::GatherGrad {
+                axis: k.first().copied().unwrap_or(0),
+                size: ints(&mut rng, 1)[0],
+            },
+            1 => Op::LayerNormGrad {
+                axis: ints(&mut rng, 1)[0],
+                epsilon: 1e-5,
+            },
+            2 => Op::SoftmaxGrad {
+                axis: ints(&mut rng, 1)[0],
+                log: case % 2 == 0,
+            },
+            3 => Op::GeluGrad {
+                approximate: if case % 2 == 0 {
+                    GeluApprox::None
+                } else {
+                    GeluApprox::Tanh
+                },
+            },
+            4 => Op::ConvGradInput {
+                kernel_shape: k.clone(),
+                strides: ints(&mut rng, a),
+                pads: ints(&mut rng, 2 * a),
+                dilations: vec![],
+                group: ints(&mut rng, 1)[0],
+                auto_pad: AutoPad::NotSet,
+                input_shape: ints(&mut rng, a + 2),
+            },
+            5 => Op::ConvGradWeight {
+                kernel_shape: k.clone(),
+                strides: vec![],
+                pads: ints(&mut rng, 2 * a),
+                dilations: ints(&mut rng, a),
+                group: ints(&mut rng, 1)[0],
+                auto_pad: AutoPad::SameUpper,
+            },
+            6 => Op::MaxPoolGrad {
+                kernel_shape: k.clone(),
+                strides: ints(&mut rng, a),
+                pads: vec![],
+                dilations: vec![],
+                ceil_mode: case % 2 == 0,
+                auto_pad: AutoPad::NotSet,
+            },
+            7 => Op::AveragePoolGrad {
+                kernel_shape: k.clone(),
+                strides: vec![],
+                pads: ints(&mut rng, 2 * a),
+                dilations: vec![],
+                ceil_mode: case % 2 == 0,
+                count_include_pad: case % 3 == 0,
+                auto_pad: AutoPad::NotSet,
+            },
+            8 => Op::SoftmaxCrossEntropy,
+            9 => Op::SoftmaxCrossEntropyGrad,
+            10 => Op::AllFinite,
+            11 => Op::SgdUpdate {
+                momentum: 0.9,
+                weight_decay: 0.1,
+                nesterov: case % 2 == 0,
+            },
+            _ => Op::AdamwUpdate {
+                beta1: 0.9,
+                beta2: 0.999,
+                epsilon: 1e-8,
+                weight_decay: 0.01,
+            },
+        };
+        let n_in = (rng.uniform() * 7.0) as usize;
+        let ins: Vec<Tensor> = (0..n_in).map(|_| tensor(&mut rng)).collect();
+        let types: Vec<TensorType> = ins.iter().map(|t| t.ty()).collect();
+        let inf: Vec<InferInput<'_>> = types.iter().map(InferInput::new).collect();
+        let inferred = infer(&op, &inf);
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let evaluated = fp8c_runtime::eval_op(&op, &refs);
+        // When both succeed they agree on the output types.
+        if let (Ok(t), Ok(v)) = (&inferred, &evaluated) {
+            let got: Vec<TensorType> = v.iter().map(|x| x.ty()).collect();
+            assert_eq!(t, &got, "{op:?} on {types:?}");
+        }
+    }
+}

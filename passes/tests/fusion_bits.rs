@@ -24,7 +24,10 @@ fn bert_inputs(steps: usize) -> Vec<BTreeMap<String, Tensor>> {
             let mask: Vec<i64> = (0..128).map(|i| i64::from(i < 64 + 40)).collect();
             BTreeMap::from([
                 ("input_ids".to_string(), Tensor::from_i64(vec![2, 64], &ids)),
-                ("attention_mask".to_string(), Tensor::from_i64(vec![2, 64], &mask)),
+                (
+                    "attention_mask".to_string(),
+                    Tensor::from_i64(vec![2, 64], &mask),
+                ),
             ])
         })
         .collect()
@@ -43,12 +46,18 @@ fn check_model(
     let b = run(&unfused, inputs);
     assert_bit_identical(what, &a, &b);
     let totals = report::build(&fused, &fcx, false).totals;
-    assert!(totals.kernels_after_fusion < totals.kernels_before_fusion, "{what}: nothing fused");
+    assert!(
+        totals.kernels_after_fusion < totals.kernels_before_fusion,
+        "{what}: nothing fused"
+    );
     totals
 }
 
 fn mlp() -> fp8c_ir::Graph {
-    let mut g = load_ir(&repo_root().join("examples/ir/mlp.fp8ir"), &[("x", &[256, 256])]);
+    let mut g = load_ir(
+        &repo_root().join("examples/ir/mlp.fp8ir"),
+        &[("x", &[256, 256])],
+    );
     fill_weights(&mut g, &mut Rng::new(1));
     g
 }
@@ -74,8 +83,13 @@ fn mlp_current_scaling_is_bit_identical() {
 
 #[test]
 fn bert_delayed_is_bit_identical_and_fused_below_three_kernels_per_gemm() {
-    let Some(path) = cached_model("minilm-l3-paraphrase") else { return };
-    let g = load_onnx(&path, &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])]);
+    let Some(path) = cached_model("minilm-l3-paraphrase") else {
+        return;
+    };
+    let g = load_onnx(
+        &path,
+        &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])],
+    );
     let t = check_model("bert (delayed)", &g, delayed(), &bert_inputs(2));
     assert_eq!(t.fp8_gemms, 18);
     assert!(t.fp8_kernels_per_gemm_before_fusion >= 7.0, "{t:?}");
@@ -88,8 +102,13 @@ fn bert_delayed_is_bit_identical_and_fused_below_three_kernels_per_gemm() {
 
 #[test]
 fn bert_current_scaling_is_bit_identical() {
-    let Some(path) = cached_model("minilm-l3-paraphrase") else { return };
-    let g = load_onnx(&path, &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])]);
+    let Some(path) = cached_model("minilm-l3-paraphrase") else {
+        return;
+    };
+    let g = load_onnx(
+        &path,
+        &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])],
+    );
     check_model("bert (current)", &g, current(), &bert_inputs(1));
 }
 
@@ -97,7 +116,10 @@ fn bert_current_scaling_is_bit_identical() {
 fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
     use fp8c_passes::autodiff::{Loss, TrainSpec, training_pipeline};
     use fp8c_passes::{PassCx, PassManager, PassOptions};
-    let mut g = load_ir(&repo_root().join("examples/ir/mlp.fp8ir"), &[("x", &[64, 256])]);
+    let mut g = load_ir(
+        &repo_root().join("examples/ir/mlp.fp8ir"),
+        &[("x", &[64, 256])],
+    );
     fill_weights(&mut g, &mut Rng::new(3));
     let mut passes = training_pipeline(TrainSpec::new("logits", Loss::CrossEntropy));
     if fuse {
@@ -133,7 +155,10 @@ fn training_step_is_bit_identical_with_fusion() {
                 ])
             })
             .collect();
-        assert_bit_identical("mlp training step", &run(&fused, &inputs), &run(&unfused, &inputs));
+        assert_bit_identical(
+            "mlp training step",
+            &run(&fused, &inputs),
+            &run(&unfused, &inputs),
+        );
     }
 }
-

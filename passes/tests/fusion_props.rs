@@ -118,7 +118,9 @@ fn build(s: &Spec, rng: &mut Rng) -> Graph {
     for (i, l) in s.layers.iter().enumerate() {
         let fc = format!("fc{i}");
         let mut y = if l.gemm {
-            let w = g.add_param(&format!("{fc}.w"), f32s(&[l.n, k]), None).unwrap();
+            let w = g
+                .add_param(&format!("{fc}.w"), f32s(&[l.n, k]), None)
+                .unwrap();
             let mut ins = vec![h, w];
             if l.bias {
                 ins.push(g.add_param(&format!("{fc}.b"), f32s(&[l.n]), None).unwrap());
@@ -131,7 +133,9 @@ fn build(s: &Spec, rng: &mut Rng) -> Graph {
             };
             node(&mut g, &fc, op, &ins)
         } else {
-            let w = g.add_param(&format!("{fc}.w"), f32s(&[k, l.n]), None).unwrap();
+            let w = g
+                .add_param(&format!("{fc}.w"), f32s(&[k, l.n]), None)
+                .unwrap();
             let y = node(&mut g, &fc, Op::MatMul, &[h, w]);
             if l.bias {
                 let b = g.add_param(&format!("{fc}.b"), f32s(&[l.n]), None).unwrap();
@@ -170,8 +174,12 @@ fn build(s: &Spec, rng: &mut Rng) -> Graph {
             y = node(&mut g, &format!("{fc}.residual"), Op::Add, &[y, h]);
         }
         if l.layer_norm {
-            let gamma = g.add_param(&format!("{fc}.ln.g"), f32s(&[l.n]), None).unwrap();
-            let beta = g.add_param(&format!("{fc}.ln.b"), f32s(&[l.n]), None).unwrap();
+            let gamma = g
+                .add_param(&format!("{fc}.ln.g"), f32s(&[l.n]), None)
+                .unwrap();
+            let beta = g
+                .add_param(&format!("{fc}.ln.b"), f32s(&[l.n]), None)
+                .unwrap();
             let op = Op::LayerNormalization {
                 axis: -1,
                 epsilon: 1e-5,

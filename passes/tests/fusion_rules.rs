@@ -130,7 +130,10 @@ fn a_dag_of_elementwise_producers_becomes_one_program() {
     // The decomposed erf-GELU reads x twice: the program reads it once (input a0).
     let gelu = "(mul (mul %x (add (erf (div %x %c1)) %c2)) %c3)";
     let out = fuse(
-        &[&format!("(quantize {{Q}} {gelu} %s)"), &format!("(amax {gelu})")],
+        &[
+            &format!("(quantize {{Q}} {gelu} %s)"),
+            &format!("(amax {gelu})"),
+        ],
         &[
             ("x", f32s(&[8, 16])),
             ("c1", scalar()),

@@ -32,9 +32,21 @@ fn stats(g: &Graph, cx: &PassCx) -> String {
     let t = report::build(g, cx, false).totals;
     let mut s = String::new();
     let _ = writeln!(s, "stop reason: {}", f.stop_reason);
-    let _ = writeln!(s, "iterations: {}, e-nodes: {}, e-classes: {}", f.iterations, f.enodes, f.eclasses);
-    let _ = writeln!(s, "kernels: {} -> {}", t.kernels_before_fusion, t.kernels_after_fusion);
-    let _ = writeln!(s, "bytes: {} -> {}", t.bytes_before_fusion, t.bytes_after_fusion);
+    let _ = writeln!(
+        s,
+        "iterations: {}, e-nodes: {}, e-classes: {}",
+        f.iterations, f.enodes, f.eclasses
+    );
+    let _ = writeln!(
+        s,
+        "kernels: {} -> {}",
+        t.kernels_before_fusion, t.kernels_after_fusion
+    );
+    let _ = writeln!(
+        s,
+        "bytes: {} -> {}",
+        t.bytes_before_fusion, t.bytes_after_fusion
+    );
     let _ = writeln!(
         s,
         "FP8 kernels per FP8 GEMM ({}): {:.3} -> {:.3}",
@@ -57,7 +69,11 @@ fn check(name: &str, g: &Graph, recipe: Recipe, fp8_attention: bool) {
     let (a, cx) = compile(g, recipe, fp8_attention);
     let (b, _) = compile(g, recipe, fp8_attention);
     let text = fp8c_ir::text::print(&a);
-    assert_eq!(text, fp8c_ir::text::print(&b), "{name}: two compiles differ");
+    assert_eq!(
+        text,
+        fp8c_ir::text::print(&b),
+        "{name}: two compiles differ"
+    );
     insta::with_settings!({ snapshot_path => "../../snapshots/fusion", prepend_module_to_snapshot => false }, {
         insta::assert_snapshot!(format!("{name}.ir"), text);
         insta::assert_snapshot!(format!("{name}.stats"), stats(&a, &cx));
@@ -66,7 +82,10 @@ fn check(name: &str, g: &Graph, recipe: Recipe, fp8_attention: bool) {
 
 #[test]
 fn mlp() {
-    let g = load_ir(&repo_root().join("examples/ir/mlp.fp8ir"), &[("x", &[128, 256])]);
+    let g = load_ir(
+        &repo_root().join("examples/ir/mlp.fp8ir"),
+        &[("x", &[128, 256])],
+    );
     check("mlp.delayed", &g, Recipe::default(), false);
     check("mlp.current", &g, current(), false);
 }
@@ -76,12 +95,22 @@ fn squeezenet() {
     // Its convolutions read weights computed in the graph, so the policy sees two activation
     // operands: --fp8-attention puts them in FP8 (quantize, dequantize, conv).
     let path = repo_root().join("examples/models/light_squeezenet.onnx");
-    check("squeezenet.delayed", &load_onnx(&path, &[]), Recipe::default(), true);
+    check(
+        "squeezenet.delayed",
+        &load_onnx(&path, &[]),
+        Recipe::default(),
+        true,
+    );
 }
 
 #[test]
 fn minilm_l3() {
-    let Some(path) = cached_model("minilm-l3-paraphrase") else { return };
-    let g = load_onnx(&path, &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])]);
+    let Some(path) = cached_model("minilm-l3-paraphrase") else {
+        return;
+    };
+    let g = load_onnx(
+        &path,
+        &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])],
+    );
     check("minilm-l3.delayed", &g, Recipe::default(), false);
 }

@@ -53,13 +53,22 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         (a.sizes.clone(), a.elements, a.layer.clone())
     };
     let mut gemms = Vec::new();
-    let mut shapes: Vec<(String, u64, u64, u64)> = sizes.iter().map(|&s| (format!("{s}^3"), s, s, s)).collect();
+    let mut shapes: Vec<(String, u64, u64, u64)> =
+        sizes.iter().map(|&s| (format!("{s}^3"), s, s, s)).collect();
     if !a.quick {
-        shapes.extend(TRANSFORMER_SHAPES.iter().map(|&(n, m, k, nn)| (n.to_string(), m, k, nn)));
+        shapes.extend(
+            TRANSFORMER_SHAPES
+                .iter()
+                .map(|&(n, m, k, nn)| (n.to_string(), m, k, nn)),
+        );
     }
     for (name, m, k, n) in &shapes {
-        let (t8, fp8) = b.gemm(*m, *n, *k, DType::F8E4M3).with_context(|| format!("FP8 GEMM {name}"))?;
-        let (t16, bf16) = b.gemm(*m, *n, *k, DType::BF16).with_context(|| format!("BF16 GEMM {name}"))?;
+        let (t8, fp8) = b
+            .gemm(*m, *n, *k, DType::F8E4M3)
+            .with_context(|| format!("FP8 GEMM {name}"))?;
+        let (t16, bf16) = b
+            .gemm(*m, *n, *k, DType::BF16)
+            .with_context(|| format!("BF16 GEMM {name}"))?;
         gemms.push(serde_json::json!({
             "shape": name, "m": m, "n": n, "k": k,
             "fp8_tflops": fp8, "bf16_tflops": bf16, "speedup": bf16.recip() * fp8,
@@ -76,18 +85,37 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         ("quantize f32->e4m3", DType::F32, false, None),
         ("quantize+amax f32->e4m3", DType::F32, true, None),
         ("quantize+amax bf16->e4m3", DType::BF16, true, None),
-        ("cast+transpose+amax f32->e4m3", DType::F32, true, Some(cols)),
-        ("cast+transpose+amax bf16->e4m3", DType::BF16, true, Some(cols)),
+        (
+            "cast+transpose+amax f32->e4m3",
+            DType::F32,
+            true,
+            Some(cols),
+        ),
+        (
+            "cast+transpose+amax bf16->e4m3",
+            DType::BF16,
+            true,
+            Some(cols),
+        ),
     ] {
         let n = if transpose.is_some() { n_ct } else { elements };
-        let (t, gbs) = b.quantize(n, input, amax, transpose).with_context(|| name.to_string())?;
+        let (t, gbs) = b
+            .quantize(n, input, amax, transpose)
+            .with_context(|| name.to_string())?;
         bandwidth.push(serde_json::json!({
             "kernel": name, "gb_per_s": gbs, "ms": t.ms, "of_copy": gbs / copy_gbs,
         }));
     }
-    let (hidden, tokens) = (layer.first().copied().unwrap_or(4096), layer.get(1).copied().unwrap_or(8192));
-    let (s8, f8) = b.layer_step(tokens, hidden, true).context("FP8 layer step")?;
-    let (s16, f16) = b.layer_step(tokens, hidden, false).context("BF16 layer step")?;
+    let (hidden, tokens) = (
+        layer.first().copied().unwrap_or(4096),
+        layer.get(1).copied().unwrap_or(8192),
+    );
+    let (s8, f8) = b
+        .layer_step(tokens, hidden, true)
+        .context("FP8 layer step")?;
+    let (s16, f16) = b
+        .layer_step(tokens, hidden, false)
+        .context("BF16 layer step")?;
     let step = serde_json::json!({
         "hidden": hidden, "tokens": tokens,
         "fp8_ms": s8.ms, "bf16_ms": s16.ms, "speedup": s16.ms / s8.ms,
@@ -141,7 +169,9 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             100.0 * k["of_copy"].as_f64().unwrap_or(0.0)
         );
     }
-    println!("\nTransformer layer training step (hidden {hidden}, {tokens} tokens; GEMMs + FP8 casts)");
+    println!(
+        "\nTransformer layer training step (hidden {hidden}, {tokens} tokens; GEMMs + FP8 casts)"
+    );
     println!(
         "  fp8  {:>8.3} ms  ({:.0} TFLOP/s)\n  bf16 {:>8.3} ms  ({:.0} TFLOP/s)\n  speedup {:.2}x",
         s8.ms,

@@ -29,7 +29,7 @@ enum Command {
     /// Compile an ONNX model (or .fp8ir text) through the pass pipeline and emit the IR.
     Compile(Box<commands::CompileArgs>),
     /// Run a model on the CPU reference backend (inputs from .npz/.npy/.pb, outputs to .npz).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Measure FP8 against BF16 on the GPU: GEMM TFLOP/s, quantize bandwidth, a layer step.
     Bench(bench::BenchArgs),
     /// Train a model (loss, gradients, optimizer; FP8 forward and backward) on .npz data.
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(a) => commands::inspect(a),
         Command::Compile(a) => commands::compile(*a),
-        Command::Run(a) => run::run(a),
+        Command::Run(a) => run::run(*a),
         Command::Train(a) => train::train(*a),
         Command::Plot(a) => train::plot_cmd(a),
         Command::Bench(a) => bench::bench(a),

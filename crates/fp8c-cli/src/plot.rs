@@ -28,6 +28,12 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(86, 180, 233),
 ];
 
+/// Line width of series `i` of `n`: earlier curves are drawn wider, so curves that coincide
+/// (the point of a parity plot) all stay visible.
+fn width(i: usize, n: usize) -> u32 {
+    2 + 2 * (n - 1 - i.min(n - 1)) as u32
+}
+
 /// Reads a training log (`step,loss,...` with a header) as a series labelled `label`.
 pub fn read_csv(path: &Path, label: &str) -> Result<Series, String> {
     let text = std::fs::read_to_string(path)
@@ -139,6 +145,7 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
                 .map_err(|e| err(&e))?;
             chart
                 .configure_mesh()
+                .x_label_formatter(&|x| format!("{x:.0}"))
                 .x_desc("step")
                 .y_desc("loss")
                 .light_line_style(RGBColor(235, 235, 235))
@@ -147,7 +154,10 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
             for (i, (s, pts)) in visible.iter().zip(&smoothed).enumerate() {
                 let c = COLORS[i % COLORS.len()];
                 chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                    .draw_series(LineSeries::new(
+                        pts.iter().copied(),
+                        c.stroke_width(width(i, visible.len())),
+                    ))
                     .map_err(|e| err(&e))?
                     .label(s.label.clone())
                     .legend(move |(x, y)| {
@@ -186,7 +196,10 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
             for (i, pts) in smoothed.iter().enumerate() {
                 let c = COLORS[i % COLORS.len()];
                 chart
-                    .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+                    .draw_series(LineSeries::new(
+                        pts.iter().copied(),
+                        c.stroke_width(width(i, smoothed.len())),
+                    ))
                     .map_err(|e| err(&e))?;
             }
             // Colour key: one swatch per series, top right, in series order.

@@ -254,7 +254,7 @@ fn write_outputs(a: &RunArgs, program: &Program, outs: &BTreeMap<String, Tensor>
 fn write_stats(path: &Path, a: &RunArgs, recipe: &Recipe, stats: &[Fp8TensorStats]) -> Result<()> {
     let doc = serde_json::json!({
         "model": a.model.display().to_string(),
-        "precision": format!("{:?}", a.fp8.precision).to_lowercase(),
+        "precision": precision_word(a.fp8.precision),
         "recipe": recipe,
         "tensors": stats,
     });
@@ -321,10 +321,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         .filter(|&&id| matches!(compiled.node(id).op, fp8c_ir::Op::Quantize { .. }))
         .count();
     eprintln!(
-        "fp8c run: {} on {:?}, precision {:?}{}",
+        "fp8c run: {} on {}, precision {}{}",
         a.model.display(),
-        a.device,
-        a.fp8.precision,
+        device_word(a.device),
+        precision_word(a.fp8.precision),
         if fp8_mode {
             format!(
                 ", recipe {} ({} FP8 tensors)",
@@ -356,7 +356,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         let ref_outs = ref_exe
             .run(&inputs)
             .with_context(|| format!("{} (f32 path)", a.model.display()))?;
-        println!("compare {:?} vs f32:", a.fp8.precision);
+        println!("compare {} vs f32:", precision_word(a.fp8.precision));
         for (name, _) in program.outputs() {
             let (Some(x), Some(y)) = (outs.get(name), ref_outs.get(name)) else {
                 continue;
@@ -372,6 +372,21 @@ pub fn run(a: RunArgs) -> Result<()> {
         write_stats(path, &a, &recipe, &stats)?;
     }
     write_outputs(&a, &program, &outs)
+}
+
+fn precision_word(p: PrecisionMode) -> &'static str {
+    match p {
+        PrecisionMode::F32 => "f32",
+        PrecisionMode::Bf16 => "bf16",
+        PrecisionMode::Fp8 => "fp8",
+    }
+}
+
+fn device_word(d: Device) -> &'static str {
+    match d {
+        Device::Cpu => "cpu",
+        Device::Cuda => "cuda",
+    }
 }
 
 fn recipe_word(r: &Recipe) -> String {

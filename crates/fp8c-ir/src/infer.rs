@@ -1995,12 +1995,16 @@ fn check_qparams(
     }
     if let Some(zp) = zero_point {
         zp.expect(zp.dtype() == zp_dtype, zp_dtype.name())?;
-        let same = zp.rank() == scale.rank()
-            && zp
-                .shape()
-                .iter()
-                .zip(scale.shape())
-                .all(|(a, b)| unify(a, b).is_some());
+        // A per-tensor zero point may be [1] beside a scalar scale, or the reverse (ONNX's
+        // float8 Q/DQ backend tests do this; the reference and onnxruntime accept it).
+        let one = |s: &[Dim]| s.iter().all(|d| *d == Dim::Known(1));
+        let same = (one(zp.shape()) && one(scale.shape()) && zp.rank() <= 1 && scale.rank() <= 1)
+            || (zp.rank() == scale.rank()
+                && zp
+                    .shape()
+                    .iter()
+                    .zip(scale.shape())
+                    .all(|(a, b)| unify(a, b).is_some()));
         if !same {
             return Err(zp.shape_err(format!("expected the shape of {scale} {}", scale.ty)));
         }

@@ -264,6 +264,32 @@ fn quantize_amax_and_casts_are_bit_exact() {
         &[x],
     )[0];
     g.set_output("f16", h).unwrap();
+    for (name, to) in [
+        ("i64", DType::I64),
+        ("i32", DType::I32),
+        ("bool", DType::Bool),
+    ] {
+        let c = node(
+            &mut g,
+            &format!("to_{name}"),
+            Op::Cast {
+                to,
+                saturate: false,
+            },
+            &[x],
+        )[0];
+        g.set_output(&format!("to_{name}"), c).unwrap();
+        let back = node(
+            &mut g,
+            &format!("from_{name}"),
+            Op::Cast {
+                to: DType::F32,
+                saturate: false,
+            },
+            &[c],
+        )[0];
+        g.set_output(&format!("from_{name}"), back).unwrap();
+    }
     let qb = node(
         &mut g,
         "qb",

@@ -28,7 +28,11 @@ pub const LAUNCH_COST_BYTES: u64 = 4 << 20;
 pub fn is_view(op: &Op) -> bool {
     matches!(
         op,
-        Op::Reshape { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } | Op::Flatten { .. } | Op::Identity
+        Op::Reshape { .. }
+            | Op::Squeeze { .. }
+            | Op::Unsqueeze { .. }
+            | Op::Flatten { .. }
+            | Op::Identity
     )
 }
 
@@ -47,10 +51,7 @@ pub fn bytes_of(t: &TensorType) -> u64 {
 pub fn is_fp8_kernel(op: &Op, inputs: &[&TensorType], outputs: &[&TensorType]) -> bool {
     matches!(
         op,
-        Op::Amax
-            | Op::ComputeScale { .. }
-            | Op::AmaxHistoryUpdate
-            | Op::BatchedScaleUpdate { .. }
+        Op::Amax | Op::ComputeScale { .. } | Op::AmaxHistoryUpdate | Op::BatchedScaleUpdate { .. }
     ) || inputs.iter().chain(outputs).any(|t| t.dtype.is_fp8())
 }
 

@@ -21,12 +21,17 @@
 
 use super::cost::{LAUNCH_COST_BYTES, bytes_of};
 use super::lang::{Data, Fx, FxGraph, node_op, slot_of};
-use fp8c_ir::Op;
 use egg::{Id, Language};
+use fp8c_ir::Op;
 use std::collections::{BTreeSet, HashMap};
 
 /// The most improvement sweeps; each is a pass over every move.
 const MAX_SWEEPS: usize = 16;
+
+/// Visit states of a class during an evaluation.
+const NEW: u8 = 0;
+const OPEN: u8 = 1;
+const DONE: u8 = 2;
 
 #[derive(Clone, Debug)]
 enum Kind {
@@ -84,11 +89,7 @@ struct Problem {
 
 /// Chooses a node for every class reachable from `roots`; `initial` gives the node each class
 /// starts from (the input graph's), or the first valid node if absent.
-pub fn extract(
-    eg: &FxGraph,
-    roots: &[Id],
-    initial: &HashMap<Id, Fx>,
-) -> (Selection, ExtractStats) {
+pub fn extract(eg: &FxGraph, roots: &[Id], initial: &HashMap<Id, Fx>) -> (Selection, ExtractStats) {
     let mut ids: Vec<Id> = eg.classes().map(|c| c.id).collect();
     ids.sort();
     let index: HashMap<Id, usize> = ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
@@ -126,7 +127,9 @@ pub fn extract(
         .iter()
         .enumerate()
         .map(|(c, id)| {
-            let canonical = initial.get(id).map(|n| n.clone().map_children(|i| eg.find(i)));
+            let canonical = initial
+                .get(id)
+                .map(|n| n.clone().map_children(|i| eg.find(i)));
             canonical
                 .and_then(|n| nodes[c].iter().position(|m| *m == n))
                 .or_else(|| p.kinds[c].iter().position(|k| !matches!(k, Kind::Invalid)))
@@ -135,6 +138,8 @@ pub fn extract(
         .collect();
     let mut scratch = Scratch::new(ids.len(), total, gemms.len());
     let mut best = p.evaluate(&choice, &mut scratch).unwrap_or(u64::MAX);
+    // Classes the current best selection reaches: changing any other class changes nothing.
+    let mut reach: Vec<bool> = scratch.state.iter().map(|&s| s == DONE).collect();
     let mut stats = ExtractStats {
         initial_cost: best,
         ..Default::default()
@@ -156,11 +161,12 @@ pub fn extract(
         let mut improved = false;
         // Group moves first: a fused kernel pays off only when all it replaces moves at once.
         for t in 0..ids.len() {
-            if projections[t].is_empty() {
+            if !projections[t].iter().any(|&(c, _)| reach[c]) {
                 continue;
             }
             for k in 0..p.kinds[t].len() {
-                if !matches!(p.kinds[t][k], Kind::Kernel { .. }) {
+                let already = choice[t] == k && projections[t].iter().all(|&(c, j)| choice[c] == j);
+                if already || !matches!(p.kinds[t][k], Kind::Kernel { .. }) {
                     continue;
                 }
                 let saved: Vec<(usize, usize)> = projections[t]
@@ -177,6 +183,7 @@ pub fn extract(
                         best = cost;
                         stats.moves += 1;
                         improved = true;
+                        reach = scratch.state.iter().map(|&s| s == DONE).collect();
                     }
                     _ => {
                         for (c, j) in saved.into_iter().rev() {
@@ -189,7 +196,7 @@ pub fn extract(
         // Single moves.
         for c in 0..ids.len() {
             for j in 0..p.kinds[c].len() {
-                if j == choice[c] || matches!(p.kinds[c][j], Kind::Invalid) {
+                if !reach[c] || j == choice[c] || matches!(p.kinds[c][j], Kind::Invalid) {
                     continue;
                 }
                 let old = choice[c];
@@ -199,6 +206,7 @@ pub fn extract(
                         best = cost;
                         stats.moves += 1;
                         improved = true;
+                        reach = scratch.state.iter().map(|&s| s == DONE).collect();
                     }
                     _ => choice[c] = old,
                 }
@@ -241,17 +249,20 @@ fn kind(
                 return Kind::Invalid;
             };
             let distinct: BTreeSet<usize> = ins.iter().map(|i| index[&eg.find(*i)]).collect();
-            let valid = !out_bytes[class].is_empty()
-                && distinct.iter().all(|&c| out_bytes[c].len() == 1);
+            let valid =
+                !out_bytes[class].is_empty() && distinct.iter().all(|&c| out_bytes[c].len() == 1);
             if !valid {
                 return Kind::Invalid;
             }
-            let gemm = matches!(op, Op::ScaledMatMul { .. } | Op::ScaledMatMulEpilogue { .. })
-                .then(|| {
-                    let key: Vec<usize> = ins[..4].iter().map(|i| index[&eg.find(*i)]).collect();
-                    let next = gemms.len();
-                    *gemms.entry(key).or_insert(next)
-                });
+            let gemm = matches!(
+                op,
+                Op::ScaledMatMul { .. } | Op::ScaledMatMulEpilogue { .. }
+            )
+            .then(|| {
+                let key: Vec<usize> = ins[..4].iter().map(|i| index[&eg.find(*i)]).collect();
+                let next = gemms.len();
+                *gemms.entry(key).or_insert(next)
+            });
             Kind::Kernel {
                 in_bytes: distinct.iter().map(|&c| out_bytes[c][0]).sum(),
                 inputs: distinct.into_iter().collect(),
@@ -283,9 +294,6 @@ impl Scratch {
 impl Problem {
     /// The cost of a selection, or None if it has a cycle or an invalid node.
     fn evaluate(&self, choice: &[usize], s: &mut Scratch) -> Option<u64> {
-        const NEW: u8 = 0;
-        const OPEN: u8 = 1;
-        const DONE: u8 = 2;
         s.state.fill(NEW);
         s.used.fill(false);
         s.gemm_done.fill(false);

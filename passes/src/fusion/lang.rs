@@ -15,7 +15,9 @@ use egg::{Analysis, DidMerge, EGraph, FromOp, Id, Language, Symbol, define_langu
 use fp8c_ir::fused::{compact_attrs, parse_compact_attrs};
 use fp8c_ir::infer::{InferInput, infer};
 use fp8c_ir::{Attr, AttrMap, Op, TensorType};
-use std::collections::{BTreeSet, HashMap};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 define_language! {
     /// The fusion language. Named variants are the ops the rules look at from Rust; `Op`
@@ -211,16 +213,34 @@ pub fn node_op(eg: &FxGraph, enode: &Fx) -> Result<(Op, Vec<Id>), String> {
     let mut attrs = AttrMap::default();
     for &c in &children[..n_attrs] {
         let s = attr_symbol(eg, c).expect("counted as an attribute leaf");
-        let text = s.as_str();
-        let parsed = parse_compact_attrs(&text[1..text.len() - 1])?;
-        for (k, v) in parsed.0 {
-            if attrs.0.insert(k.clone(), v).is_some() {
+        for (k, v) in parsed_attrs(s)?.iter() {
+            if attrs.0.insert(k.clone(), v.clone()).is_some() {
                 return Err(format!("{name}: attribute `{k}` is given twice"));
             }
         }
     }
     let op = Op::from_parts(name, attrs)?;
-    Ok((op, children[n_attrs..].iter().map(|&c| eg.find(c)).collect()))
+    Ok((
+        op,
+        children[n_attrs..].iter().map(|&c| eg.find(c)).collect(),
+    ))
+}
+
+thread_local! {
+    /// Parsed attribute leaves: parsing is pure, and the rules ask for the same few leaves
+    /// over and over.
+    static PARSED: RefCell<HashMap<Symbol, Rc<BTreeMap<String, Attr>>>> = RefCell::default();
+}
+
+/// The attributes of an attribute leaf symbol `{...}`.
+fn parsed_attrs(s: Symbol) -> Result<Rc<BTreeMap<String, Attr>>, String> {
+    if let Some(hit) = PARSED.with(|p| p.borrow().get(&s).cloned()) {
+        return Ok(hit);
+    }
+    let text = s.as_str();
+    let parsed = Rc::new(parse_compact_attrs(&text[1..text.len() - 1])?.0);
+    PARSED.with(|p| p.borrow_mut().insert(s, parsed.clone()));
+    Ok(parsed)
 }
 
 /// The symbol of the attribute leaf holding `attrs` (None for an empty list).

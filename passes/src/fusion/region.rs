@@ -83,9 +83,7 @@ pub fn build(g: &Graph) -> Result<Region, IrError> {
                         format!("{}#{}", p.name, v.slot)
                     };
                     let sym = value_leaf(&name);
-                    eg.analysis
-                        .leaf_types
-                        .insert(sym, g.value_type(v).clone());
+                    eg.analysis.leaf_types.insert(sym, g.value_type(v).clone());
                     leaves.insert(sym, v);
                     let c = eg.add(Fx::Sym(sym));
                     class_of.insert(v, c);

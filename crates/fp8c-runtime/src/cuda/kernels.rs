@@ -77,8 +77,8 @@ pub fn fixed_headers() -> Vec<(&'static str, &'static str)> {
     HEADERS.iter().map(|h| (h.name, h.source)).collect()
 }
 
-/// The kernel-name spelling of a float dtype (`f32`, `bf16`, `f16`), FP8 (`e4m3`, `e5m2`) or
-/// bool; `None` for the rest.
+/// The kernel-name spelling of a float dtype (`f32`, `bf16`, `f16`), FP8 (`e4m3`, `e5m2`),
+/// bool, i64 or i32; `None` for the rest.
 pub fn dtype_word(d: DType) -> Option<&'static str> {
     Some(match d {
         DType::F32 => "f32",
@@ -87,6 +87,8 @@ pub fn dtype_word(d: DType) -> Option<&'static str> {
         DType::F8E4M3 => "e4m3",
         DType::F8E5M2 => "e5m2",
         DType::Bool => "bool",
+        DType::I64 => "i64",
+        DType::I32 => "i32",
         _ => return None,
     })
 }

@@ -954,8 +954,12 @@ impl Lowerer<'_> {
         if from.is_fp8() && is_kernel_float(to) {
             return self.dequantize(x, None, y);
         }
-        let ok = |d: DType| is_kernel_float(d) || d == DType::Bool;
-        if !(ok(from) && ok(to)) || from.is_fp8() || to.is_fp8() {
+        let plain = |d: DType| is_kernel_float(d) || d == DType::Bool;
+        let int = |d: DType| matches!(d, DType::I64 | DType::I32);
+        let supported = (plain(from) && plain(to))
+            || (int(from) && (plain(to) || int(to)))
+            || (int(to) && plain(from));
+        if !supported {
             return Err(format!(
                 "cast from {from} to {to} is not supported on CUDA yet"
             ));
@@ -966,11 +970,13 @@ impl Lowerer<'_> {
         }
         let mut a = KernelArgs::new();
         a.ptr(self.ptr(x)).ptr(self.ptr(y)).u64(n);
+        // Float / bool casts move 8 elements per thread; integer ones one.
+        let per_thread = if int(from) || int(to) { 1 } else { 8 };
         Ok(vec![self.launch_1d(
             kernels::QUANTIZE,
             &format!("fp8c_cast_{}_{}", word(from)?, word(to)?),
             n,
-            8,
+            per_thread,
             a,
         )?])
     }
@@ -2349,4 +2355,69 @@ fn broadcast_strides(input: &[u64], out: &[u64]) -> Vec<i64> {
 /// Converts a lowering failure of `step` into the runtime's error.
 pub(crate) fn step_error(step: &Step, message: String) -> RuntimeError {
     RuntimeError::node(&step.node, step.op.name(), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_pads_follow_onnx_auto_pad() {
+        // NOTSET reads [begin_h, begin_w, end_h, end_w].
+        assert_eq!(
+            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 0, 2, 8, 8, 3, 1, 1),
+            (1, 3)
+        );
+        assert_eq!(
+            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 1, 2, 8, 8, 3, 1, 1),
+            (2, 4)
+        );
+        assert_eq!(
+            window_pads(AutoPad::Valid, &[], 0, 2, 8, 6, 3, 1, 1),
+            (0, 0)
+        );
+        // SAME: total = (out-1)·stride + (k-1)·dilation + 1 − in = 7 + 2 + 1 − 8 = 2 (k=3, s=1);
+        // with in 7, s 2, out 4: 6 + 3 + 1 − 7 = 3, upper puts the odd one at the end.
+        assert_eq!(
+            window_pads(AutoPad::SameUpper, &[], 0, 2, 8, 8, 3, 1, 1),
+            (1, 1)
+        );
+        assert_eq!(
+            window_pads(AutoPad::SameUpper, &[], 0, 2, 7, 4, 4, 2, 1),
+            (1, 2)
+        );
+        assert_eq!(
+            window_pads(AutoPad::SameLower, &[], 0, 2, 7, 4, 4, 2, 1),
+            (2, 1)
+        );
+    }
+
+    #[test]
+    fn broadcast_strides_and_splits() {
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(broadcast_strides(&[2, 3, 4], &[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(broadcast_strides(&[1], &[5]), vec![0]);
+        assert_eq!(split3(&[2, 3, 4, 5], 1, 3), (2, 12, 5));
+        assert_eq!(split3(&[], 0, 0), (1, 1, 1));
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+
+    #[test]
+    fn kernel_argument_structs_match_their_c_layouts() {
+        assert_eq!(std::mem::size_of::<StridedView>(), 8 + 3 * 64 + 16);
+        assert_eq!(std::mem::size_of::<ScaleParams>(), 20);
+        assert_eq!(std::mem::size_of::<ScaleUpdateDesc>(), 56);
+        assert_eq!(std::mem::size_of::<Conv2d>(), 13 * 8);
+        assert_eq!(std::mem::size_of::<Pool2d>(), 7 * 8 + 8 * 8 + 8);
+    }
+
+    #[test]
+    fn scale_params_use_fp8c_cores_margin_rounding() {
+        let p = scale_params(DType::F8E5M2, 0.5, AmaxSource::HistoryMostRecent, 0.0, true).unwrap();
+        assert_eq!(p.fmt_max, 57344.0);
+        assert_eq!(p.pow2_margin, 2f64.powf(0.5) as f32);
+        assert_eq!((p.source, p.power_2), (1, 1));
+        assert!(scale_params(DType::F32, 0.0, AmaxSource::HistoryMax, 0.0, false).is_err());
+        assert!(scale_params(DType::F8E4M3, f32::NAN, AmaxSource::HistoryMax, 0.0, false).is_err());
+    }
 }

@@ -2,7 +2,7 @@
 //! and the quantization of its result (cuBLASLt's D scale and amax of D).
 
 use super::producers::quantize_attrs;
-use super::{Rule, class_rule, union_into};
+use super::{Rule, class_rule, has_gemm, union_into};
 use crate::fusion::lang::{Fx, FxGraph, add_op, add_proj, check_op, node_op, value_type};
 use crate::fusion::program::{build, ew_node, recover};
 use egg::{FromOp, Id};
@@ -16,10 +16,18 @@ pub fn rules() -> Vec<Rule> {
         // f(scaled_matmul(qa, qb, sa, sb), b..) = scaled_matmul_epilogue[f](qa, qb, sa, sb, b..)
         // for any elementwise f keeping the product's type; growing one consumer per
         // iteration: bias add, GELU (also decomposed), residual add...
-        class_rule("gemm-epilogue", |n| matches!(n, Fx::Op(..)), epilogue),
+        class_rule(
+            "gemm-epilogue",
+            |eg, n| matches!(n, Fx::Op(_, ch) if ch.iter().any(|&c| has_gemm(eg, c))),
+            epilogue,
+        ),
         // quantize(epilogue(..), s) = the FP8 output of the same GEMM with D scale s, whose
         // first output is the epilogue's result and third its amax (cuBLASLt D scale, amax D).
-        class_rule("gemm-d-scale", |n| matches!(n, Fx::Quantize(_)), d_scale),
+        class_rule(
+            "gemm-d-scale",
+            |eg, n| matches!(n, Fx::Quantize([_, d, _]) if has_gemm(eg, *d)),
+            d_scale,
+        ),
     ]
 }
 
@@ -42,7 +50,9 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
     for n in &eg[c].nodes {
         match n {
             Fx::ScaledMatMul([_, qa, qb, sa, sb]) => {
-                let Ok((Op::ScaledMatMul { out: o }, _)) = node_op(eg, n) else { continue };
+                let Ok((Op::ScaledMatMul { out: o }, _)) = node_op(eg, n) else {
+                    continue;
+                };
                 out.push(Source {
                     gemm: [*qa, *qb, *sa, *sb].map(|i| eg.find(i)),
                     out: o,
@@ -66,10 +76,14 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
                     continue;
                 };
                 let gemm = [ins[0], ins[1], ins[2], ins[3]];
-                let Some(product) = bare_product(eg, o, gemm) else { continue };
+                let Some(product) = bare_product(eg, o, gemm) else {
+                    continue;
+                };
                 let mut prog_in = vec![product];
                 prog_in.extend_from_slice(&ins[4..]);
-                let Some(temps) = recover(eg, &expr, &prog_in) else { continue };
+                let Some(temps) = recover(eg, &expr, &prog_in) else {
+                    continue;
+                };
                 out.push(Source {
                     gemm,
                     out: o,
@@ -89,7 +103,11 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
 fn bare_product(eg: &FxGraph, out: DType, gemm: [Id; 4]) -> Option<Id> {
     let s = crate::fusion::lang::attr_leaf_symbol(&Op::ScaledMatMul { out }.attrs()).ok()??;
     let leaf = eg.lookup(Fx::Sym(s))?;
-    let node = Fx::from_op("scaled_matmul", vec![leaf, gemm[0], gemm[1], gemm[2], gemm[3]]).ok()?;
+    let node = Fx::from_op(
+        "scaled_matmul",
+        vec![leaf, gemm[0], gemm[1], gemm[2], gemm[3]],
+    )
+    .ok()?;
     eg.lookup(node)
 }
 
@@ -110,7 +128,9 @@ fn epilogue(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             }
             let mut absorbed = src.absorbed.clone();
             absorbed.insert(class);
-            let Some(p) = build(eg, class, &absorbed, &[src.product]) else { continue };
+            let Some(p) = build(eg, class, &absorbed, &[src.product]) else {
+                continue;
+            };
             let op = Op::ScaledMatMulEpilogue {
                 out: src.out,
                 expr: p.expr,
@@ -134,8 +154,12 @@ fn d_scale(eg: &mut FxGraph, class: Id) -> Vec<Id> {
     let mut changed = Vec::new();
     let nodes: Vec<Fx> = eg[class].nodes.clone();
     for q in &nodes {
-        let Fx::Quantize([_, d, s]) = *q else { continue };
-        let Some((to, saturate)) = quantize_attrs(eg, q) else { continue };
+        let Fx::Quantize([_, d, s]) = *q else {
+            continue;
+        };
+        let Some((to, saturate)) = quantize_attrs(eg, q) else {
+            continue;
+        };
         for src in sources(eg, d) {
             let op = Op::ScaledMatMulEpilogue {
                 out: src.out,
@@ -149,7 +173,9 @@ fn d_scale(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             if check_op(eg, &op, &inputs).is_none() {
                 continue;
             }
-            let Ok(t) = add_op(eg, &op, &inputs) else { continue };
+            let Ok(t) = add_op(eg, &op, &inputs) else {
+                continue;
+            };
             let (d_out, q_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t));
             union_into(eg, d, d_out, &mut changed);
             union_into(eg, class, q_out, &mut changed);

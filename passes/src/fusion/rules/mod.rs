@@ -18,7 +18,8 @@ mod scale_update;
 
 use super::lang::{FusionAnalysis, Fx, FxGraph};
 use egg::{
-    Applier, Id, MultiPattern, PatternAst, Rewrite, SearchMatches, Searcher, Subst, Symbol, Var,
+    Applier, ENodeOrVar, Id, Language, MultiPattern, Pattern, PatternAst, Rewrite, SearchMatches,
+    Searcher, Subst, Symbol, Var,
 };
 
 /// A rewrite of the fusion language.
@@ -34,18 +35,19 @@ pub fn rules() -> Vec<Rule> {
     r
 }
 
-/// A rule written in Rust: it fires on classes holding a node `wants` accepts, and `apply`
-/// adds the equal terms it finds there, returning the classes it changed.
+/// A rule written in Rust: it fires on classes holding a node `wants` accepts (a cheap look
+/// at the node and its children's classes), and `apply` adds the equal terms it finds there,
+/// returning the classes it changed.
 #[derive(Clone, Copy)]
 pub struct ClassRule {
-    wants: fn(&Fx) -> bool,
+    wants: fn(&FxGraph, &Fx) -> bool,
     apply: fn(&mut FxGraph, Id) -> Vec<Id>,
 }
 
 /// A [`ClassRule`] as an egg rewrite.
 pub fn class_rule(
     name: &str,
-    wants: fn(&Fx) -> bool,
+    wants: fn(&FxGraph, &Fx) -> bool,
     apply: fn(&mut FxGraph, Id) -> Vec<Id>,
 ) -> Rule {
     let r = ClassRule { wants, apply };
@@ -59,7 +61,8 @@ impl Searcher<Fx, FusionAnalysis> for ClassRule {
         eclass: Id,
         limit: usize,
     ) -> Option<SearchMatches<'_, Fx>> {
-        (limit > 0 && egraph[eclass].nodes.iter().any(self.wants)).then(|| SearchMatches {
+        let wanted = egraph[eclass].nodes.iter().any(|n| (self.wants)(egraph, n));
+        (limit > 0 && wanted).then(|| SearchMatches {
             eclass,
             substs: vec![Subst::default()],
             ast: None,
@@ -85,6 +88,21 @@ impl Applier<Fx, FusionAnalysis> for ClassRule {
     }
 }
 
+/// True if class `c` holds a GEMM without a D scale's outputs: a bare `scaled_matmul` or an
+/// epilogue (the rules check the details).
+pub fn has_gemm(eg: &FxGraph, c: Id) -> bool {
+    eg[c].nodes.iter().any(|m| match m {
+        Fx::ScaledMatMul(_) => true,
+        Fx::Op(s, _) => s.as_str() == "scaled_matmul_epilogue",
+        _ => false,
+    })
+}
+
+/// True if class `c` holds an op node of the generic kind (elementwise ops among them).
+pub fn has_generic_op(eg: &FxGraph, c: Id) -> bool {
+    eg[c].nodes.iter().any(|m| matches!(m, Fx::Op(..)))
+}
+
 /// Unions `a` and `b`, recording `a` in `changed` if they were different.
 pub fn union_into(eg: &mut FxGraph, a: Id, b: Id, changed: &mut Vec<Id>) {
     if eg.union(a, b) {
@@ -92,13 +110,142 @@ pub fn union_into(eg: &mut FxGraph, a: Id, b: Id, changed: &mut Vec<Id>) {
     }
 }
 
-/// A rewrite over several patterns at once (egg's multi-patterns): `lhs` binds classes
-/// (`?q = (quantize ?qa ?x ?s), ?a = (amax ?x)`), `rhs` makes each named class equal to a term.
+/// A rewrite over several patterns at once, in egg's multi-pattern syntax: `lhs` binds
+/// classes (`?q = (quantize ?qa ?x ?s), ?a = (amax ?x)`), `rhs` makes each named class equal
+/// to a term. The first pattern is searched everywhere; each later one must be anchored by
+/// what is bound before it, either its class (`?q` in `?t = (transpose ?p ?q), ?q = (...)`)
+/// or all of its variables (then it is found by hash-cons lookup). egg's own multi-pattern
+/// search scans every class for each later pattern, which is quadratic in the graph.
 pub fn multi(name: &str, lhs: &str, rhs: &str) -> Rule {
-    let searcher: MultiPattern<Fx> = lhs.parse().expect("a valid left-hand side");
+    let searcher = Joined::parse(lhs).unwrap_or_else(|e| panic!("rule {name}: {e}"));
     let applier: MultiPattern<Fx> = rhs.parse().expect("a valid right-hand side");
     Rewrite::new(name, searcher, OnlyChanges(applier))
         .expect("the right-hand side binds no new variables")
+}
+
+/// The searcher of [`multi`].
+struct Joined {
+    first: (Var, Pattern<Fx>),
+    /// Later patterns with their binder and their variables.
+    rest: Vec<(Var, Pattern<Fx>, Vec<Var>)>,
+    vars: Vec<Var>,
+}
+
+impl Joined {
+    fn parse(lhs: &str) -> Result<Self, String> {
+        let mut parts = Vec::new();
+        for part in lhs.split(',') {
+            let (v, p) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}` is not `?var = pattern`"))?;
+            let v: Var = v.trim().parse().map_err(|e| format!("{e:?}"))?;
+            let p: PatternAst<Fx> = p.trim().parse().map_err(|e| format!("{e:?}"))?;
+            parts.push((v, p));
+        }
+        let mut it = parts.into_iter();
+        let (v0, p0) = it.next().ok_or("an empty left-hand side")?;
+        let mut bound: Vec<Var> = vec![v0];
+        bound.extend(Pattern::new(p0.clone()).vars());
+        let mut rest = Vec::new();
+        for (v, p) in it {
+            let pat = Pattern::new(p);
+            let pv = pat.vars();
+            if !bound.contains(&v) && !pv.iter().all(|x| bound.contains(x)) {
+                return Err(format!(
+                    "pattern `{v} = {pat}` is not anchored by the variables bound before it"
+                ));
+            }
+            bound.push(v);
+            bound.extend(pv.iter().copied());
+            rest.push((v, pat, pv));
+        }
+        bound.sort();
+        bound.dedup();
+        Ok(Joined {
+            first: (v0, Pattern::new(p0)),
+            rest,
+            vars: bound,
+        })
+    }
+}
+
+/// The class of `ast` with its variables from `subst`, if the e-graph has it.
+fn lookup_ground(eg: &FxGraph, ast: &PatternAst<Fx>, subst: &Subst) -> Option<Id> {
+    let mut ids: Vec<Id> = Vec::with_capacity(ast.as_ref().len());
+    for n in ast.as_ref() {
+        let id = match n {
+            ENodeOrVar::Var(v) => *subst.get(*v)?,
+            ENodeOrVar::ENode(e) => eg.lookup(e.clone().map_children(|c| ids[usize::from(c)]))?,
+        };
+        ids.push(id);
+    }
+    ids.last().copied()
+}
+
+impl Searcher<Fx, FusionAnalysis> for Joined {
+    fn search_eclass_with_limit(
+        &self,
+        egraph: &FxGraph,
+        eclass: Id,
+        limit: usize,
+    ) -> Option<SearchMatches<'_, Fx>> {
+        let first = self
+            .first
+            .1
+            .search_eclass_with_limit(egraph, eclass, limit)?;
+        let mut substs: Vec<Subst> = first
+            .substs
+            .into_iter()
+            .map(|mut s| {
+                s.insert(self.first.0, eclass);
+                s
+            })
+            .collect();
+        for (v, pat, pv) in &self.rest {
+            let mut next = Vec::new();
+            for s in substs {
+                match s.get(*v) {
+                    Some(&class) => {
+                        // Match the pattern in the bound class, agreeing on shared variables.
+                        let Some(m) = pat.search_eclass(egraph, class) else {
+                            continue;
+                        };
+                        for found in m.substs {
+                            let mut merged = s.clone();
+                            let agrees = pv.iter().all(|x| match found.get(*x) {
+                                Some(&fid) => match merged.insert(*x, fid) {
+                                    Some(old) => egraph.find(old) == egraph.find(fid),
+                                    None => true,
+                                },
+                                None => true,
+                            });
+                            if agrees {
+                                next.push(merged);
+                            }
+                        }
+                    }
+                    None => {
+                        if let Some(id) = lookup_ground(egraph, &pat.ast, &s) {
+                            let mut s = s;
+                            s.insert(*v, id);
+                            next.push(s);
+                        }
+                    }
+                }
+            }
+            substs = next;
+        }
+        substs.truncate(limit);
+        (!substs.is_empty()).then(|| SearchMatches {
+            eclass,
+            substs,
+            ast: None,
+        })
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        self.vars.clone()
+    }
 }
 
 /// An applier that reports a match only when it changed the e-graph (egg's multi-pattern

@@ -1,6 +1,6 @@
 //! Producers that emit FP8 directly: LayerNorm, and any chain (or DAG) of elementwise ops.
 
-use super::{Rule, class_rule, multi, union_into};
+use super::{Rule, class_rule, has_generic_op, multi, union_into};
 use crate::fusion::lang::{Data, Fx, FxGraph, add_op, add_proj, check_op, node_op, op_name};
 use crate::fusion::program::{Program, build, ew_node, recover};
 use egg::Id;
@@ -12,22 +12,34 @@ pub fn rules() -> Vec<Rule> {
     vec![
         // quantize(layer_norm(x), s) = the FP8 output of layer_norm_quantize(x, s), whose first
         // output is layer_norm(x) (TE's LayerNorm emitting FP8).
-        multi("layer-norm-quantize",
+        multi(
+            "layer-norm-quantize",
             "?q = (quantize ?qa ?y ?s), ?y = (layer_norm ?la ?x ?g ?b)",
-            "?y = (proj 0 (layer_norm_quantize ?la ?qa ?x ?s ?g ?b)), ?q = (proj 1 (layer_norm_quantize ?la ?qa ?x ?s ?g ?b))"),
+            "?y = (proj 0 (layer_norm_quantize ?la ?qa ?x ?s ?g ?b)), ?q = (proj 1 (layer_norm_quantize ?la ?qa ?x ?s ?g ?b))",
+        ),
         // The same without LayerNorm's optional bias.
-        multi("layer-norm-quantize-no-bias",
+        multi(
+            "layer-norm-quantize-no-bias",
             "?q = (quantize ?qa ?y ?s), ?y = (layer_norm ?la ?x ?g)",
-            "?y = (proj 0 (layer_norm_quantize ?la ?qa ?x ?s ?g)), ?q = (proj 1 (layer_norm_quantize ?la ?qa ?x ?s ?g))"),
+            "?y = (proj 0 (layer_norm_quantize ?la ?qa ?x ?s ?g)), ?q = (proj 1 (layer_norm_quantize ?la ?qa ?x ?s ?g))",
+        ),
         // quantize(f(a..), s) = the FP8 output of elementwise_quantize[f](a.., s), whose first
         // output is f(a..), for any elementwise op f.
-        class_rule("elementwise-quantize", is_quantize, elementwise_quantize),
+        class_rule(
+            "elementwise-quantize",
+            |eg, n| matches!(n, Fx::Quantize([_, y, _]) if has_generic_op(eg, *y)),
+            elementwise_quantize,
+        ),
         // elementwise_quantize[P](.., g(b..), .., s) = elementwise_quantize[P ∘ g](.., b.., .., s):
         // a producer of an input joins the program (chains and DAGs, one op per iteration).
-        class_rule("elementwise-quantize-grow", is_ewq, grow),
+        class_rule("elementwise-quantize-grow", |_, n| is_ewq(n), grow),
         // amax(y) = the amax output of a fused kernel whose first output is y
         // (layer_norm_quantize, elementwise_quantize, scaled_matmul_epilogue with a D scale).
-        class_rule("fused-amax", |n| matches!(n, Fx::Amax(_)), fused_amax),
+        class_rule(
+            "fused-amax",
+            |eg, n| matches!(n, Fx::Amax(y) if eg[*y].nodes.iter().any(|m| matches!(m, Fx::Proj(_)))),
+            fused_amax,
+        ),
     ]
 }
 
@@ -64,14 +76,22 @@ fn elementwise_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
     let mut changed = Vec::new();
     let nodes: Vec<Fx> = eg[class].nodes.clone();
     for q in nodes.iter().filter(|n| is_quantize(n)) {
-        let Fx::Quantize([_, y, s]) = *q else { continue };
-        let Some((to, saturate)) = quantize_attrs(eg, q) else { continue };
+        let Fx::Quantize([_, y, s]) = *q else {
+            continue;
+        };
+        let Some((to, saturate)) = quantize_attrs(eg, q) else {
+            continue;
+        };
         let y = eg.find(y);
         if ew_node(eg, y).is_none() {
             continue;
         }
-        let Some(p) = build(eg, y, &BTreeSet::from([y]), &[]) else { continue };
-        let Some(t) = add_ewq(eg, p, to, saturate, s) else { continue };
+        let Some(p) = build(eg, y, &BTreeSet::from([y]), &[]) else {
+            continue;
+        };
+        let Some(t) = add_ewq(eg, p, to, saturate, s) else {
+            continue;
+        };
         let (y_out, q_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t));
         union_into(eg, class, q_out, &mut changed);
         union_into(eg, y, y_out, &mut changed);
@@ -86,8 +106,12 @@ fn grow(eg: &mut FxGraph, class: Id) -> Vec<Id> {
         let Ok((Op::ElementwiseQuantize { expr, to, saturate }, ins)) = node_op(eg, n) else {
             continue;
         };
-        let Some((&s, inputs)) = ins.split_last() else { continue };
-        let Some(temps) = recover(eg, &expr, inputs) else { continue };
+        let Some((&s, inputs)) = ins.split_last() else {
+            continue;
+        };
+        let Some(temps) = recover(eg, &expr, inputs) else {
+            continue;
+        };
         let Some(&root) = temps.last() else { continue };
         let absorbed: BTreeSet<Id> = temps.iter().map(|&t| eg.find(t)).collect();
         for &i in inputs {
@@ -97,7 +121,9 @@ fn grow(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             }
             let mut more = absorbed.clone();
             more.insert(i);
-            let Some(p) = build(eg, root, &more, &[]) else { continue };
+            let Some(p) = build(eg, root, &more, &[]) else {
+                continue;
+            };
             if let Some(t) = add_ewq(eg, p, to, saturate, s) {
                 union_into(eg, class, t, &mut changed);
             }

@@ -44,10 +44,12 @@ fn entry(eg: &mut FxGraph, c: Id) -> Option<(Symbol, Entry)> {
         _ => return None,
     }
     let (hist_class, h, amax) = eg[src].nodes.iter().find_map(|n| match n {
-        Fx::Proj([k, t]) if slot_of(eg, *k) == Some(0) => eg[*t].nodes.iter().find_map(|m| match m {
-            Fx::HistoryUpdate([h, a]) => Some((*t, *h, *a)),
-            _ => None,
-        }),
+        Fx::Proj([k, t]) if slot_of(eg, *k) == Some(0) => {
+            eg[*t].nodes.iter().find_map(|m| match m {
+                Fx::HistoryUpdate([h, a]) => Some((*t, *h, *a)),
+                _ => None,
+            })
+        }
         _ => None,
     })?;
     let history = eg[h].nodes.iter().find_map(|n| match n {

@@ -1,0 +1,128 @@
+//! Compile time of the fusion pass (ignored by default; BENCHMARKS.md records the numbers):
+//!
+//! ```sh
+//! cargo test --release -p fp8c-passes --test fusion_timing -- --ignored --nocapture
+//! ```
+//!
+//! Times the fetched MiniLM-L3 BERT and a synthetic stack of transformer FFN blocks with
+//! over 1,000 nodes after scaling, compiled with and without fusion (median of 7 runs), and
+//! the fusion pass alone on the scaled graph.
+
+mod fusion_common;
+
+use fp8c_core::Recipe;
+use fp8c_ir::{DType, Graph, Op, Tensor, TensorType};
+use fp8c_passes::fusion::{Limits, fuse};
+use fp8c_passes::{PassCx, PassManager, PassOptions};
+use fusion_common::{Rng, cached_model, fill_weights, load_onnx};
+use std::time::Instant;
+
+fn median_ms(mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..7)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[3]
+}
+
+fn options(fuse: bool, stop_after: Option<&str>) -> PassOptions {
+    PassOptions {
+        recipe: Recipe::default(),
+        no_fuse: !fuse,
+        stop_after: stop_after.map(String::from),
+        skip_verify: false,
+        ..Default::default()
+    }
+}
+
+fn compile(g: &Graph, o: PassOptions) -> Graph {
+    let mut g = g.clone();
+    let mut cx = PassCx::new(o);
+    PassManager::default().run(&mut g, &mut cx).unwrap();
+    g
+}
+
+/// `blocks` post-LN transformer FFN blocks on x [128, 256]: fc1 (256→1024) + bias, erf-GELU
+/// as exported (div, erf, add, mul, mul), fc2 (1024→256) + bias, residual, LayerNorm.
+fn ffn_stack(blocks: usize) -> Graph {
+    let f32s = |d: &[u64]| TensorType::fixed(DType::F32, d);
+    let mut g = Graph::new("ffn_stack");
+    let mut h = g.add_input("x", f32s(&[128, 256])).unwrap();
+    let mut c = |g: &mut Graph, name: &str, v: f32| {
+        g.add_node(
+            name,
+            Op::Constant {
+                value: Tensor::scalar_f32(v),
+            },
+            &[],
+        )
+        .unwrap()[0]
+    };
+    for b in 0..blocks {
+        let p = |n: &str| format!("b{b}.{n}");
+        let w1 = g.add_param(&p("fc1.w"), f32s(&[256, 1024]), None).unwrap();
+        let b1 = g.add_param(&p("fc1.b"), f32s(&[1024]), None).unwrap();
+        let w2 = g.add_param(&p("fc2.w"), f32s(&[1024, 256]), None).unwrap();
+        let b2 = g.add_param(&p("fc2.b"), f32s(&[256]), None).unwrap();
+        let gamma = g.add_param(&p("ln.g"), f32s(&[256]), None).unwrap();
+        let beta = g.add_param(&p("ln.b"), f32s(&[256]), None).unwrap();
+        let mut n = |g: &mut Graph, name: &str, op: Op, ins: &[fp8c_ir::Value]| {
+            g.add_node(&p(name), op, ins).unwrap()[0]
+        };
+        let y = n(&mut g, "fc1", Op::MatMul, &[h, w1]);
+        let y = n(&mut g, "fc1.bias", Op::Add, &[y, b1]);
+        let sqrt2 = c(&mut g, &p("sqrt2"), std::f32::consts::SQRT_2);
+        let d = n(&mut g, "gelu.div", Op::Div, &[y, sqrt2]);
+        let e = n(&mut g, "gelu.erf", Op::Erf, &[d]);
+        let one = c(&mut g, &p("one"), 1.0);
+        let a = n(&mut g, "gelu.add", Op::Add, &[e, one]);
+        let m = n(&mut g, "gelu.mul", Op::Mul, &[y, a]);
+        let half = c(&mut g, &p("half"), 0.5);
+        let y = n(&mut g, "gelu", Op::Mul, &[m, half]);
+        let y = n(&mut g, "fc2", Op::MatMul, &[y, w2]);
+        let y = n(&mut g, "fc2.bias", Op::Add, &[y, b2]);
+        let y = n(&mut g, "residual", Op::Add, &[y, h]);
+        let ln = Op::LayerNormalization {
+            axis: -1,
+            epsilon: 1e-5,
+        };
+        h = n(&mut g, "ln", ln, &[y, gamma, beta]);
+    }
+    g.set_output("y", h).unwrap();
+    fill_weights(&mut g, &mut Rng::new(1));
+    g
+}
+
+fn report(name: &str, g: &Graph) {
+    let scaled = compile(g, options(false, Some("scaling")));
+    let with = median_ms(|| drop(compile(g, options(true, None))));
+    let without = median_ms(|| drop(compile(g, options(false, None))));
+    let pass = median_ms(|| {
+        let mut s = scaled.clone();
+        fuse(&mut s, Limits::for_graph(&scaled)).unwrap();
+    });
+    let fused = compile(g, options(true, None));
+    println!(
+        "{name}: {} nodes after scaling, {} after fusion; compile {with:.1} ms with fusion, \
+         {without:.1} ms without; fusion pass alone {pass:.1} ms",
+        scaled.node_count(),
+        fused.node_count()
+    );
+}
+
+#[test]
+#[ignore]
+fn fusion_compile_time() {
+    if let Some(path) = cached_model("minilm-l3-paraphrase") {
+        let g = load_onnx(
+            &path,
+            &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])],
+        );
+        report("minilm-l3 (2x64)", &g);
+    }
+    report("ffn stack (30 blocks)", &ffn_stack(30));
+}

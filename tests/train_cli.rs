@@ -1,0 +1,323 @@
+//! `fp8c train` and `fp8c plot` end to end: training the example MLP (ONNX) in f32 and FP8,
+//! resuming a killed run bit for bit, skipping a poisoned step, writing the model back, and
+//! clear errors for bad data.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn fp8c() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fp8c"))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model() -> PathBuf {
+    root().join("examples/models/mlp_digits.onnx")
+}
+
+/// One .npy image of a little-endian array (`descr` such as `<f4`, `<i8`).
+fn npy(descr: &str, shape: &[usize], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Writes an .npz of (key, npy bytes).
+fn npz(path: &Path, arrays: &[(&str, Vec<u8>)]) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut z = zip::ZipWriter::new(f);
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (k, bytes) in arrays {
+        z.start_file(format!("{k}.npy"), opts).unwrap();
+        z.write_all(bytes).unwrap();
+    }
+    z.finish().unwrap();
+}
+
+/// A small digits-like data set: `n` rows of 64 features and labels `label(i)`.
+fn small_data(path: &Path, n: usize, label: impl Fn(usize) -> i64) {
+    let x: Vec<u8> = (0..n * 64)
+        .flat_map(|i| (((i * 37) % 17) as f32 / 16.0).to_le_bytes())
+        .collect();
+    let y: Vec<u8> = (0..n).flat_map(|i| label(i).to_le_bytes()).collect();
+    npz(
+        path,
+        &[("x", npy("<f4", &[n, 64], &x)), ("y", npy("<i8", &[n], &y))],
+    );
+}
+
+fn train_args(data: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "train",
+        model().to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--labels",
+        "y",
+        "--batch",
+        "16",
+        "--steps",
+        &steps.to_string(),
+        "--lr",
+        "2e-3",
+        "--schedule",
+        "cosine",
+        "--warmup",
+        "3",
+        "--min-fp8-flops",
+        "0",
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn run(args: &[String]) -> Output {
+    let out = fp8c().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("internal compiler error"), "{err}");
+    out
+}
+
+fn ok(args: &[String]) -> String {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "fp8c {args:?} failed:\n{err}");
+    err
+}
+
+fn fail(args: &[String]) -> String {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "fp8c {args:?} should fail");
+    err
+}
+
+/// The `loss` column (as written: exact decimal of the f64) and `applied`, by step.
+fn log_rows(path: &Path) -> Vec<(u64, String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[3].to_string())
+        })
+        .collect()
+}
+
+fn digits_train() -> PathBuf {
+    root().join("examples/data/digits_train.npz")
+}
+
+#[test]
+fn killed_run_resumes_bit_identically_in_fp8() {
+    let dir = tempfile::tempdir().unwrap();
+    let full_log = dir.path().join("full.csv");
+    ok(&train_args(
+        &digits_train(),
+        24,
+        &["--log", full_log.to_str().unwrap()],
+    ));
+    let ck = dir.path().join("ck");
+    let log = dir.path().join("resumed.csv");
+    let args = train_args(
+        &digits_train(),
+        24,
+        &[
+            "--log",
+            log.to_str().unwrap(),
+            "--checkpoint",
+            ck.to_str().unwrap(),
+            "--checkpoint-every",
+            "4",
+        ],
+    );
+    // Kill the run once a checkpoint past step 8 exists (or when it ends on its own).
+    let mut child = fp8c().args(&args).stderr(Stdio::null()).spawn().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let step = std::fs::read_to_string(ck.join("meta.json"))
+            .ok()
+            .and_then(|t| {
+                let i = t.find("\"step\":")?;
+                t[i + 7..]
+                    .trim_start()
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        if step >= 8
+            || child.try_wait().unwrap().is_some()
+            || t0.elapsed() > Duration::from_secs(300)
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = ok(&[
+        args.clone(),
+        vec!["--resume".into(), ck.to_str().unwrap().into()],
+    ]
+    .concat());
+    assert!(
+        err.contains("resuming at step") || err.contains("nothing left"),
+        "{err}"
+    );
+    eprintln!("{err}");
+    let (a, b) = (log_rows(&full_log), log_rows(&log));
+    assert_eq!(a.len(), 24);
+    assert_eq!(
+        a, b,
+        "the resumed run's losses differ from the uninterrupted run's"
+    );
+}
+
+#[test]
+fn poisoned_step_is_skipped_and_training_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("p.csv");
+    let err = ok(&train_args(
+        &digits_train(),
+        12,
+        &["--log", log.to_str().unwrap(), "--poison-step", "5"],
+    ));
+    assert!(err.contains("step 5: non-finite"), "{err}");
+    assert!(err.contains("1 skipped steps"), "{err}");
+    let rows = log_rows(&log);
+    for (s, loss, applied) in &rows {
+        assert_eq!(applied, if *s == 5 { "0" } else { "1" }, "step {s}");
+        assert!(loss.parse::<f64>().unwrap().is_finite());
+    }
+}
+
+#[test]
+fn trained_model_is_written_back_and_plotted() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("fp8.csv");
+    let out = dir.path().join("trained.onnx");
+    let svg = dir.path().join("loss.svg");
+    ok(&train_args(
+        &digits_train(),
+        8,
+        &[
+            "--log",
+            log.to_str().unwrap(),
+            "--save-onnx",
+            out.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+    ));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    // The written model runs and differs from the original (its weights trained).
+    let before = std::fs::read(model()).unwrap();
+    let after = std::fs::read(&out).unwrap();
+    assert_eq!(before.len(), after.len());
+    assert_ne!(before, after);
+    let outputs = dir.path().join("o.npz");
+    ok(&[
+        "run",
+        out.to_str().unwrap(),
+        "--inputs",
+        root()
+            .join("examples/data/digits_test.npz")
+            .to_str()
+            .unwrap(),
+        "--outputs",
+        outputs.to_str().unwrap(),
+        "--precision",
+        "f32",
+    ]
+    .map(String::from));
+    // fp8c plot overlays logs, PNG included.
+    let png = dir.path().join("loss.png");
+    ok(&[
+        "plot",
+        log.to_str().unwrap(),
+        log.to_str().unwrap(),
+        "-o",
+        png.to_str().unwrap(),
+    ]
+    .map(String::from));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+}
+
+#[test]
+fn bad_data_gives_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.npz");
+    small_data(&bad, 20, |i| if i == 7 { 12 } else { (i % 10) as i64 });
+    let err = fail(&train_args(&bad, 2, &[]));
+    assert!(
+        err.contains("label 12 (entry 7) is out of range") && err.contains("10 classes"),
+        "{err}"
+    );
+    let good = dir.path().join("good.npz");
+    small_data(&good, 20, |i| (i % 10) as i64);
+    let mut args = train_args(&good, 2, &[]);
+    let labels_at = args.iter().position(|a| a == "--labels").unwrap();
+    args[labels_at + 1] = "nope".into();
+    let err = fail(&args);
+    assert!(
+        err.contains("no array \"nope\"") && err.contains("x, y"),
+        "{err}"
+    );
+    let err = fail(&train_args(&good, 2, &["--output", "probs"]));
+    assert!(
+        err.contains("no such output") && err.contains("logits"),
+        "{err}"
+    );
+    let empty = dir.path().join("empty.npz");
+    npz(&empty, &[]);
+    let err = fail(&train_args(&empty, 2, &[]));
+    assert!(err.contains("holds no arrays"), "{err}");
+    let zero = dir.path().join("zero.npz");
+    std::fs::write(&zero, b"").unwrap();
+    let err = fail(&train_args(&zero, 2, &[]));
+    assert!(err.contains("zero.npz"), "{err}");
+    let mut args = train_args(&good, 2, &[]);
+    let batch_at = args.iter().position(|a| a == "--batch").unwrap();
+    args[batch_at + 1] = "64".into();
+    let err = fail(&args);
+    assert!(err.contains("--batch 64"), "{err}");
+    let err = fail(&train_args(&good, 2, &["--loss", "mse"]));
+    assert!(err.contains("must be f32"), "{err}");
+    let err = fail(&train_args(&good, 2, &["--freeze", "*"]));
+    assert!(err.contains("--freeze matched all"), "{err}");
+    let err = fail(&[
+        "plot".to_string(),
+        bad.to_str().unwrap().into(),
+        "-o".into(),
+        dir.path().join("x.svg").to_str().unwrap().into(),
+    ]);
+    assert!(
+        err.contains("no `step` column") || err.contains("cannot read"),
+        "{err}"
+    );
+}
