@@ -571,7 +571,7 @@ fn scaled_ir_parses_back_and_is_a_fixpoint() {
         out_s,
     ]);
     let text = std::fs::read_to_string(&out).unwrap();
-    assert!(text.contains("= scaled_matmul "), "scaling ran");
+    assert!(text.contains("= scaled_matmul"), "scaling ran");
     let g = fp8c_ir::text::parse(&text).expect("scaled IR parses");
     assert_eq!(fp8c_ir::text::print(&g), text);
     // Compiling the compiled IR again changes nothing: FP8 GEMMs are not quantized twice.

@@ -41,6 +41,9 @@ pub struct Totals {
     pub weight_bytes_after: u64,
     /// amax + compute_scale + quantize nodes inserted by the scaling pass.
     pub inserted_nodes: usize,
+    /// Whether the fusion pass ran (not with `--no-fuse` or `--stop-after` before it); if not,
+    /// the `*_after_fusion` figures equal the `*_before_fusion` ones.
+    pub fusion: bool,
     /// Kernel launches per step before the fusion pass (cost model: `fusion/cost.rs`).
     pub kernels_before_fusion: u64,
     /// Kernel launches per step after it.
@@ -146,6 +149,7 @@ pub fn build(g: &Graph, cx: &PassCx, all: bool) -> Report {
             weight_bytes_before: before,
             weight_bytes_after: after,
             inserted_nodes: cx.scaling.inserted_nodes(),
+            fusion: cx.fusion.is_some(),
             kernels_before_fusion: fuse_before.kernels,
             kernels_after_fusion: fuse_after.kernels,
             bytes_before_fusion: fuse_before.bytes,
@@ -222,29 +226,48 @@ impl Report {
             "inserted amax/scale/quantize nodes: {}",
             t.inserted_nodes
         );
+        // "a -> b after fusion", or just "a (fusion off)" when the pass did not run.
+        let change = |before: String, after: String| {
+            if t.fusion {
+                format!("{before} -> {after} after fusion")
+            } else {
+                format!("{before} (fusion off)")
+            }
+        };
         let _ = writeln!(
             s,
-            "kernels per step:     {} -> {} after fusion",
-            t.kernels_before_fusion, t.kernels_after_fusion
+            "kernels per step:     {}",
+            change(
+                t.kernels_before_fusion.to_string(),
+                t.kernels_after_fusion.to_string()
+            )
         );
         let _ = writeln!(
             s,
-            "bytes moved per step: {} -> {} after fusion (estimated)",
-            t.bytes_before_fusion, t.bytes_after_fusion
+            "bytes moved per step (estimated): {}",
+            change(
+                t.bytes_before_fusion.to_string(),
+                t.bytes_after_fusion.to_string()
+            )
         );
         if t.fp8_gemms > 0 {
             let _ = writeln!(
                 s,
-                "FP8 kernels per FP8 GEMM: {:.2} -> {:.2} after fusion (kernels reading or writing FP8 or updating scales)",
-                t.fp8_kernels_per_gemm_before_fusion, t.fp8_kernels_per_gemm_after_fusion
+                "FP8 kernels per FP8 GEMM (they read or write FP8 or update scales): {}",
+                change(
+                    format!("{:.2}", t.fp8_kernels_per_gemm_before_fusion),
+                    format!("{:.2}", t.fp8_kernels_per_gemm_after_fusion)
+                )
             );
         }
         if t.act_quant_bytes_per_element_floor > 0.0 {
             let _ = writeln!(
                 s,
-                "activation quantization: {:.2} -> {:.2} bytes per element after fusion (one read + one FP8 write = {:.2})",
-                t.act_quant_bytes_per_element_before_fusion,
-                t.act_quant_bytes_per_element_after_fusion,
+                "activation quantization bytes per element: {} (one read + one FP8 write: {:.2})",
+                change(
+                    format!("{:.2}", t.act_quant_bytes_per_element_before_fusion),
+                    format!("{:.2}", t.act_quant_bytes_per_element_after_fusion)
+                ),
                 t.act_quant_bytes_per_element_floor
             );
         }

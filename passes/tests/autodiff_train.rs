@@ -77,10 +77,13 @@ fn options(mode: PrecisionMode, recipe: Recipe) -> PassOptions {
     o
 }
 
-/// Runs the training pipeline on `fwd`.
+/// Runs the training pipeline on `fwd`, without fusion: these tests read the unfused
+/// structure (fusion's bit-identity on training steps is tested in `fusion_bits.rs`).
 fn compile(fwd: &Graph, spec: TrainSpec, mode: PrecisionMode, recipe: Recipe) -> Graph {
     let mut g = fwd.clone();
-    let mut cx = PassCx::new(options(mode, recipe));
+    let mut o = options(mode, recipe);
+    o.no_fuse = true;
+    let mut cx = PassCx::new(o);
     PassManager::with_passes(training_pipeline(spec))
         .run(&mut g, &mut cx)
         .unwrap_or_else(|e| panic!("{e}"));

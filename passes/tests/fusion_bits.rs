@@ -162,3 +162,30 @@ fn training_step_is_bit_identical_with_fusion() {
         );
     }
 }
+
+#[test]
+fn hitting_a_limit_still_gives_a_correct_graph() {
+    // One iteration, or a tiny node budget: the search stops early (a warning), whatever
+    // was found is still exact.
+    use fp8c_passes::fusion::{Limits, fuse};
+    let (scaled, _) = compile(&mlp(), delayed(), false);
+    let inputs = mlp_inputs(2);
+    let want = run(&scaled, &inputs);
+    for limits in [
+        Limits {
+            iterations: 1,
+            nodes: 100_000,
+        },
+        Limits {
+            iterations: 30,
+            nodes: 60,
+        },
+    ] {
+        let mut g = scaled.clone();
+        let stats = fuse(&mut g, limits).unwrap();
+        assert!(stats.stop_reason.contains("limit"), "{}", stats.stop_reason);
+        fp8c_ir::verify(&g).unwrap();
+        assert!(stats.after.kernels <= stats.before.kernels);
+        assert_bit_identical(&stats.stop_reason, &run(&g, &inputs), &want);
+    }
+}

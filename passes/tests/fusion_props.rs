@@ -210,3 +210,109 @@ proptest! {
         assert_bit_identical(&format!("{s:?}"), &run(&fused, &steps), &run(&unfused, &steps));
     }
 }
+
+/// A fused op with random attributes (programs from a small pool, valid or not).
+fn fused_op() -> impl Strategy<Value = Op> {
+    let fp8 = prop::sample::select(vec![DType::F8E4M3, DType::F8E5M2, DType::F32]);
+    let expr = prop::sample::select(vec![
+        "",
+        "relu[a0]",
+        "add[a0,a1]",
+        "add[a1,a0];gelu{approximate=none}[t0]",
+        "div[a0,a1];erf[t0];add[t1,a2];mul[a0,t2];mul[t3,a3]",
+        "mul[a5,a0]",
+    ])
+    .prop_map(|t| fp8c_ir::EwExpr::parse(t).unwrap());
+    (
+        0..6usize,
+        fp8,
+        expr,
+        any::<bool>(),
+        prop::collection::vec(-3i64..4, 0..4),
+    )
+        .prop_map(|(k, to, expr, flag, perm)| match k {
+            0 => Op::QuantizeAmax { to, saturate: flag },
+            1 => Op::CastTranspose {
+                perm,
+                to,
+                saturate: flag,
+            },
+            2 => Op::LayerNormQuantize {
+                axis: perm.first().copied().unwrap_or(-1),
+                epsilon: 1e-5,
+                to,
+                saturate: flag,
+            },
+            3 => Op::ElementwiseQuantize {
+                expr,
+                to,
+                saturate: flag,
+            },
+            4 => Op::ScaledMatMulEpilogue {
+                out: DType::F32,
+                expr,
+                to: flag.then_some(to),
+                saturate: flag,
+            },
+            _ => Op::BatchedScaleUpdate {
+                fmt: to,
+                margin: 0.0,
+                source: if flag {
+                    fp8c_ir::AmaxSource::HistoryMax
+                } else {
+                    fp8c_ir::AmaxSource::Current
+                },
+                epsilon: 0.0,
+                power_2: false,
+            },
+        })
+}
+
+/// Small random tensors: f32, FP8 or i64, rank 0 to 3.
+fn small_tensor() -> impl Strategy<Value = Tensor> {
+    (
+        prop::collection::vec(1u64..4, 0..4),
+        0..3usize,
+        any::<u64>(),
+    )
+        .prop_map(|(dims, kind, seed)| {
+            let mut rng = Rng::new(seed);
+            let t = rng.tensor(&dims, 4.0);
+            match kind {
+                0 => t,
+                1 => fp8c_runtime::eval_op(
+                    &Op::Quantize {
+                        to: DType::F8E4M3,
+                        saturate: true,
+                    },
+                    &[&t, &Tensor::scalar_f32(1.0)],
+                )
+                .map(|mut v| v.remove(0))
+                .unwrap_or(t),
+                _ => {
+                    let n: u64 = dims.iter().product();
+                    Tensor::from_i64(dims, &vec![1; n as usize])
+                }
+            }
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// `infer` and the CPU kernel of every fused op answer any inputs with a result or an
+    /// error, never a panic, and agree on the output types when both succeed.
+    #[test]
+    fn fused_ops_never_panic(op in fused_op(), inputs in prop::collection::vec(small_tensor(), 0..8)) {
+        let types: Vec<TensorType> = inputs.iter().map(Tensor::ty).collect();
+        let ins: Vec<fp8c_ir::infer::InferInput<'_>> =
+            types.iter().map(fp8c_ir::infer::InferInput::new).collect();
+        let inferred = fp8c_ir::infer::infer(&op, &ins);
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let evaluated = fp8c_runtime::eval_op(&op, &refs);
+        if let (Ok(t), Ok(v)) = (&inferred, &evaluated) {
+            let got: Vec<TensorType> = v.iter().map(Tensor::ty).collect();
+            prop_assert_eq!(t, &got);
+        }
+    }
+}

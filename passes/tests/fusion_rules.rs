@@ -115,6 +115,20 @@ fn layer_norm_emits_fp8_and_keeps_its_output_for_other_readers() {
 }
 
 #[test]
+fn layer_norm_without_bias_emits_fp8_too() {
+    let ln = "(layer_norm {axis=-1,epsilon=1e-5} %x %g)";
+    let out = fuse(
+        &[
+            &format!("(quantize {{Q}} {ln} %s)"),
+            &format!("(amax {ln})"),
+        ],
+        &[("x", f32s(&[8, 16])), ("g", f32s(&[16])), ("s", scalar())],
+    );
+    let lnq = "(layer_norm_quantize {axis=-1,epsilon=1e-5} {Q} %x %s %g)";
+    assert_eq!(out, [format!("(proj 1 {lnq})"), format!("(proj 2 {lnq})")]);
+}
+
+#[test]
 fn an_elementwise_producer_emits_fp8() {
     // quantize(relu(x)), amax(relu(x)) = elementwise_quantize[relu](x, s).1, .2
     let out = fuse(

@@ -74,6 +74,16 @@ fn check(name: &str, g: &Graph, recipe: Recipe, fp8_attention: bool) {
         fp8c_ir::text::print(&b),
         "{name}: two compiles differ"
     );
+    // The fused ops print and parse back (text and JSON), and the result verifies.
+    let parsed = fp8c_ir::text::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!(
+        fp8c_ir::text::print(&parsed),
+        text,
+        "{name}: text round trip"
+    );
+    let json = fp8c_ir::text::from_json(&fp8c_ir::text::to_json(&a)).unwrap();
+    assert_eq!(fp8c_ir::text::print(&json), text, "{name}: JSON round trip");
+    fp8c_ir::verify(&parsed).unwrap_or_else(|e| panic!("{name}: {e}"));
     insta::with_settings!({ snapshot_path => "../../snapshots/fusion", prepend_module_to_snapshot => false }, {
         insta::assert_snapshot!(format!("{name}.ir"), text);
         insta::assert_snapshot!(format!("{name}.stats"), stats(&a, &cx));

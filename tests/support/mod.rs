@@ -93,9 +93,9 @@ pub fn fetched_model(name: &str) -> PathBuf {
 /// `scripts/gen_onnx_node_tests.py` into `.cache/onnx-node-tests` if not there yet.
 pub fn onnx_node_tests() -> PathBuf {
     let dir = cache_dir().join("onnx-node-tests");
+    let py = python(); // before the lock: python() takes it too
     let _g = cache_lock();
     if !dir.join("MANIFEST.tsv").is_file() {
-        let py = python();
         let mut cmd = Command::new(py);
         cmd.current_dir(repo_root())
             .arg(repo_root().join("scripts/gen_onnx_node_tests.py"))
@@ -114,13 +114,14 @@ pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBu
         dir.join(format!("{tag}.inputs.npz")),
         dir.join(format!("{tag}.outputs.npz")),
     );
+    let py = python(); // before the lock: python() takes it too
     let _g = cache_lock();
     if ins.is_file() && outs.is_file() {
         return (ins, outs);
     }
     std::fs::create_dir_all(&dir).expect("create .cache/ort");
     let (tmp_in, tmp_out) = (ins.with_extension("tmp.npz"), outs.with_extension("tmp.npz"));
-    let mut cmd = Command::new(python());
+    let mut cmd = Command::new(py);
     cmd.current_dir(repo_root())
         .arg(repo_root().join("scripts/ort_reference.py"))
         .arg(model)

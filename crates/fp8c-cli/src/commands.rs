@@ -62,9 +62,6 @@ pub struct CompileArgs {
     /// With --report: list every node, not only GEMMs.
     #[arg(long = "report-all")]
     pub report_all: bool,
-    /// Do not run the fusion pass (keep every amax/scale/quantize node as its own kernel).
-    #[arg(long = "no-fuse")]
-    pub no_fuse: bool,
     #[command(flatten)]
     pub fp8: crate::fp8args::Fp8Args,
 }
@@ -165,7 +162,7 @@ pub fn compile(a: CompileArgs) -> Result<()> {
         stop_after: a.stop_after.clone(),
         policy: a.fp8.policy()?,
         recipe: a.fp8.recipe()?,
-        no_fuse: a.no_fuse,
+        no_fuse: a.fp8.no_fuse,
     };
     pm.check_options(&options)?;
     let mut g = load_graph(&a.model, &a.output)?;

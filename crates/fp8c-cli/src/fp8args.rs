@@ -52,6 +52,9 @@ pub struct Fp8Args {
     /// Pad GEMM dims to multiples of 16 instead of keeping misaligned GEMMs high.
     #[arg(long = "pad-to-16")]
     pub pad_to_16: bool,
+    /// Do not run the fusion pass (every amax/scale/quantize node stays its own kernel).
+    #[arg(long = "no-fuse")]
+    pub no_fuse: bool,
     /// GEMMs with fewer FLOPs (2·M·N·K) stay high.
     #[arg(long = "min-fp8-flops", value_name = "N", default_value_t = DEFAULT_MIN_FP8_FLOPS)]
     pub min_fp8_flops: u64,

@@ -66,7 +66,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FP8C_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},egg=warn"))),
         )
         .with_writer(std::io::stderr)
         .with_target(false)

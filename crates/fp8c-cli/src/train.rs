@@ -672,6 +672,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let options = PassOptions {
         policy: policy.clone(),
         recipe,
+        no_fuse: a.fp8.no_fuse,
         ..Default::default()
     };
     let started = Instant::now();

@@ -1485,6 +1485,16 @@ fn constants_and_interface_ops() {
 // ------------------------------------------------------------------ never panics
 
 /// Every op, its attributes drawn from `ints`, `flag` and `dtype` (often garbage).
+/// A small elementwise program for the fused ops: `gelu(a0 + a1)` or `relu(a0)`.
+fn fused_expr(two_inputs: bool) -> fp8c_ir::EwExpr {
+    let text = if two_inputs {
+        "add[a0,a1];gelu{approximate=none}[t0]"
+    } else {
+        "relu[a0]"
+    };
+    fp8c_ir::EwExpr::parse(text).expect("a valid elementwise program")
+}
+
 fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     let i = |k: usize| ints.get(k).copied().unwrap_or(0);
     let list = ints.to_vec();
@@ -1662,14 +1672,112 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
         },
         76 => Op::Dequantize { to: dtype },
         77 => Op::ScaledMatMul { out: dtype },
-        78 => Op::Input { name: "x".into() },
+        // ---- training ops ----
+        78 => Op::GatherGrad {
+            axis: i(0),
+            size: i(1),
+        },
+        79 => Op::LayerNormGrad {
+            axis: i(0),
+            epsilon: 1e-5,
+        },
+        80 => Op::SoftmaxGrad {
+            axis: i(0),
+            log: flag,
+        },
+        81 => Op::GeluGrad {
+            approximate: if flag { GeluApprox::Tanh } else { GeluApprox::None },
+        },
+        82 => Op::ConvGradInput {
+            kernel_shape: list.iter().take(2).copied().collect(),
+            strides: vec![],
+            pads: list.iter().skip(2).copied().collect(),
+            dilations: vec![],
+            group: i(1),
+            auto_pad: AutoPad::NotSet,
+            input_shape: list.clone(),
+        },
+        83 => Op::ConvGradWeight {
+            kernel_shape: list.iter().take(2).copied().collect(),
+            strides: list.iter().skip(1).take(2).copied().collect(),
+            pads: vec![],
+            dilations: vec![],
+            group: i(0),
+            auto_pad: AutoPad::SameUpper,
+        },
+        84 => Op::MaxPoolGrad {
+            kernel_shape: list.iter().take(2).copied().collect(),
+            strides: vec![],
+            pads: vec![],
+            dilations: vec![],
+            ceil_mode: flag,
+            auto_pad: AutoPad::NotSet,
+        },
+        85 => Op::AveragePoolGrad {
+            kernel_shape: list.iter().take(2).copied().collect(),
+            strides: list.iter().skip(2).take(2).copied().collect(),
+            pads: vec![],
+            dilations: vec![],
+            ceil_mode: flag,
+            count_include_pad: !flag,
+            auto_pad: AutoPad::Valid,
+        },
+        86 => Op::SoftmaxCrossEntropy,
+        87 => Op::SoftmaxCrossEntropyGrad,
+        88 => Op::AllFinite,
+        89 => Op::SgdUpdate {
+            momentum: 0.9,
+            weight_decay: i(0) as f32,
+            nesterov: flag,
+        },
+        90 => Op::AdamwUpdate {
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            weight_decay: i(0) as f32,
+        },
+        // ---- fused ops ----
+        91 => Op::QuantizeAmax {
+            to: dtype,
+            saturate: flag,
+        },
+        92 => Op::CastTranspose {
+            perm: list,
+            to: dtype,
+            saturate: flag,
+        },
+        93 => Op::LayerNormQuantize {
+            axis: i(0),
+            epsilon: 1e-5,
+            to: dtype,
+            saturate: flag,
+        },
+        94 => Op::ElementwiseQuantize {
+            expr: fused_expr(flag),
+            to: dtype,
+            saturate: flag,
+        },
+        95 => Op::ScaledMatMulEpilogue {
+            out: dtype,
+            expr: fused_expr(!flag),
+            to: flag.then_some(DType::F8E4M3),
+            saturate: flag,
+        },
+        96 => Op::BatchedScaleUpdate {
+            fmt: dtype,
+            margin: i(0) as f32,
+            source: AmaxSource::HistoryMax,
+            epsilon: 0.0,
+            power_2: flag,
+        },
+        97 => Op::Input { name: "x".into() },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 80;
+const OP_KINDS: usize = 99;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

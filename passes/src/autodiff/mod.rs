@@ -272,12 +272,13 @@ impl Pass for AutodiffPass {
 }
 
 /// The training pipeline: canonicalize, precision, scaling (forward FP8 as for inference),
-/// then autodiff on the result.
+/// then autodiff on the result, then fusion over the whole step (skipped with `no_fuse`).
 pub fn training_pipeline(spec: TrainSpec) -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(crate::canonicalize::Canonicalize),
         Box::new(crate::precision::PrecisionPass),
         Box::new(crate::scaling::ScalingPass),
         Box::new(AutodiffPass { spec }),
+        Box::new(crate::fusion::FusionPass),
     ]
 }

@@ -152,14 +152,6 @@ pub fn value_type(eg: &FxGraph, id: Id) -> Option<&TensorType> {
     }
 }
 
-/// The output types of a class that is a value or a tuple.
-pub fn values(eg: &FxGraph, id: Id) -> Option<&[TensorType]> {
-    match &eg[id].data {
-        Data::Values(v) => Some(v),
-        _ => None,
-    }
-}
-
 /// True for attribute leaf symbols (`{...}`).
 pub fn is_attr_leaf(s: Symbol) -> bool {
     s.as_str().starts_with('{')

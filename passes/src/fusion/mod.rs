@@ -17,9 +17,10 @@
 //! unfused graphs give bit-identical results (tests/fusion_bits.rs checks it).
 //!
 //! Current scaling: `quantize` depends on `amax` of the same tensor through `compute_scale`,
-//! so a one-pass `quantize_amax` does not apply and the rules leave that pair alone (two passes
-//! over x are inherent; a two-pass kernel would save one launch, left for later). Producer
-//! and epilogue fusions still apply where the quantized value is not needed by the amax.
+//! so one-pass fusions of the pair (`quantize_amax`, a GEMM's D scale) would be cycles; the
+//! rules may propose them, extraction refuses them. Two passes over x are inherent (a
+//! two-pass amax-then-quantize kernel would save one launch; not done), and there is no
+//! history to batch. Producer and epilogue fusions still apply.
 //!
 //! Deterministic: egg's `deterministic` feature, no time limit, rules applied in a fixed order,
 //! extraction in class-id order, and names taken from the graph.
@@ -127,13 +128,16 @@ fn stop_text(r: &Option<StopReason>) -> String {
 }
 
 fn run_rules(egraph: FxGraph, limits: Limits) -> Runner<Fx, FusionAnalysis> {
-    let runner = Runner::default()
+    let mut runner = Runner::default()
         .with_egraph(egraph)
         .with_iter_limit(limits.iterations)
         .with_node_limit(limits.nodes)
         .with_time_limit(Duration::MAX)
         .with_scheduler(SimpleScheduler)
         .run(&rules::rules());
+    // A limit can stop the runner between a rule's unions and the next search; extraction
+    // and rebuilding need the congruence invariant back.
+    runner.egraph.rebuild();
     match &runner.stop_reason {
         Some(StopReason::Saturated) => tracing::debug!(
             iterations = runner.iterations.len(),

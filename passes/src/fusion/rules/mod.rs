@@ -6,10 +6,10 @@
 //! - `gemm.rs`: GEMM epilogues (elementwise consumers, D scale and amax of D);
 //! - `scale_update.rs`: every delayed-scaling update of a step in one kernel.
 //!
-//! Rules that fit egg's patterns are `rewrite!`s. Rules over a variable number of operands
-//! (elementwise programs, the batched update) are Rust functions over one e-class
-//! ([`ClassRule`]); they check types with `infer` before adding anything. See README.md for
-//! how to write one.
+//! Rules that fit egg's patterns are multi-pattern rewrites ([`multi`], joined by lookup).
+//! Rules over a variable number of operands (elementwise programs, the batched update) are
+//! Rust functions over one e-class ([`ClassRule`]); they check types with `infer` before
+//! adding anything. README.md lists every rule and says how to write one.
 
 mod gemm;
 mod producers;

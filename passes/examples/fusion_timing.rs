@@ -1,13 +1,15 @@
-//! Compile time of the fusion pass (ignored by default; BENCHMARKS.md records the numbers):
+//! Compile time of the fusion pass (a measurement, not a test; BENCHMARKS.md records the
+//! numbers):
 //!
 //! ```sh
-//! cargo test --release -p fp8c-passes --test fusion_timing -- --ignored --nocapture
+//! cargo run --release -p fp8c-passes --example fusion_timing
 //! ```
 //!
 //! Times the fetched MiniLM-L3 BERT and a synthetic stack of transformer FFN blocks with
 //! over 1,000 nodes after scaling, compiled with and without fusion (median of 7 runs), and
 //! the fusion pass alone on the scaled graph.
 
+#[path = "../tests/fusion_common/mod.rs"]
 mod fusion_common;
 
 use fp8c_core::Recipe;
@@ -52,7 +54,7 @@ fn ffn_stack(blocks: usize) -> Graph {
     let f32s = |d: &[u64]| TensorType::fixed(DType::F32, d);
     let mut g = Graph::new("ffn_stack");
     let mut h = g.add_input("x", f32s(&[128, 256])).unwrap();
-    let mut c = |g: &mut Graph, name: &str, v: f32| {
+    let c = |g: &mut Graph, name: &str, v: f32| {
         g.add_node(
             name,
             Op::Constant {
@@ -70,7 +72,7 @@ fn ffn_stack(blocks: usize) -> Graph {
         let b2 = g.add_param(&p("fc2.b"), f32s(&[256]), None).unwrap();
         let gamma = g.add_param(&p("ln.g"), f32s(&[256]), None).unwrap();
         let beta = g.add_param(&p("ln.b"), f32s(&[256]), None).unwrap();
-        let mut n = |g: &mut Graph, name: &str, op: Op, ins: &[fp8c_ir::Value]| {
+        let n = |g: &mut Graph, name: &str, op: Op, ins: &[fp8c_ir::Value]| {
             g.add_node(&p(name), op, ins).unwrap()[0]
         };
         let y = n(&mut g, "fc1", Op::MatMul, &[h, w1]);
@@ -114,9 +116,7 @@ fn report(name: &str, g: &Graph) {
     );
 }
 
-#[test]
-#[ignore]
-fn fusion_compile_time() {
+fn main() {
     if let Some(path) = cached_model("minilm-l3-paraphrase") {
         let g = load_onnx(
             &path,
