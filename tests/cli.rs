@@ -857,3 +857,52 @@ fn a_gemm_of_two_weights_gets_two_distinct_scaling_states() {
     let ir = ok(&["compile", p.to_str().unwrap(), "--stop-after", "scaling"]);
     assert!(ir.contains("%mm.w.scale:") && ir.contains("%mm.w2.scale:"), "{ir}");
 }
+
+#[test]
+fn pad_to_16_pads_misaligned_gemms_and_keeps_the_result() {
+    let dir = tmp();
+    let d = dir.path();
+    let model = d.join("pad.fp8ir");
+    let text = "graph @p(%x: f32[10,200]) params(%w: f32[200,50]) {\n  \
+                %0: f32[10,50] = matmul %x, %w  # mm\n  \
+                return %0 as \"y\"\n}\n";
+    std::fs::write(&model, text).unwrap();
+    // Deterministic, varied data: weights in the sidecar, the input as an ONNX .pb.
+    let wave = |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * f).sin() * 3.0).collect() };
+    let mut g = fp8c_ir::text::parse(text).unwrap();
+    g.set_weight("w", fp8c_ir::Tensor::from_f32(vec![200, 50], &wave(10_000, 0.37))).unwrap();
+    let mut wf = std::fs::File::create(d.join("pad.fp8ir.weights")).unwrap();
+    fp8c_ir::text::write_weights(&g, &mut wf).unwrap();
+    let data = d.join("data");
+    std::fs::create_dir(&data).unwrap();
+    let x = fp8c_ir::Tensor::from_f32(vec![10, 200], &wave(2_000, 0.11));
+    fp8c_onnx::save_tensor_pb(&data.join("input_0.pb"), "x", &x).unwrap();
+
+    let m = model.to_str().unwrap();
+    let base = ["--min-fp8-flops", "0", "--recipe", "current"];
+    // Without padding the GEMM stays high; with it, it runs in FP8 on padded operands.
+    let mut args = vec!["compile", m];
+    args.extend(base);
+    assert_eq!(report_json(&args)["nodes"][0]["precision"], "f32");
+    let mut padded = vec!["compile", m, "--pad-to-16", "--stop-after", "scaling"];
+    padded.extend(base);
+    let ir = ok(&padded);
+    assert!(ir.contains("f8e4m3[16,208] = quantize") && ir.contains("f8e4m3[208,64] = quantize"), "{ir}");
+    assert!(ir.contains("f32[10,50] = slice"), "{ir}");
+
+    let run = |extra: &[&str], out: &Path| {
+        let mut a = vec!["run", m, "--data", data.to_str().unwrap(), "--output-dir", out.to_str().unwrap(), "--precision", "fp8"];
+        a.extend(base);
+        a.extend(extra);
+        ok(&a);
+        fp8c_onnx::load_tensor_pb(&out.join("output_0.pb")).unwrap().to_f32_vec().unwrap()
+    };
+    let plain = run(&["--force-fp8", "mm"], &d.join("plain"));
+    let pad = run(&["--pad-to-16"], &d.join("pad"));
+    assert_eq!(plain.len(), 500);
+    // Zero padding changes neither the amax nor any product; only the f32 summation order
+    // inside the GEMM may differ.
+    for (a, b) in plain.iter().zip(&pad) {
+        assert!((a - b).abs() <= 1e-5 * a.abs().max(1.0), "{a} vs {b}");
+    }
+}

@@ -79,7 +79,12 @@ fn load_sets(dir: &Path) -> Result<Vec<DataSet>, String> {
 }
 
 /// Import, bind shapes, compile in f32: the graph ready to lower.
-fn build(model: &Path, names: &[String], set: &DataSet, freeze_ints: bool) -> Result<Graph, String> {
+fn build(
+    model: &Path,
+    names: &[String],
+    set: &DataSet,
+    freeze_ints: bool,
+) -> Result<Graph, String> {
     let mut opts = ImportOptions::default();
     if freeze_ints {
         for (name, t) in names.iter().zip(&set.inputs) {
@@ -141,7 +146,9 @@ fn run_test(dir: &Path) -> Result<(), String> {
         let feed: BTreeMap<String, Tensor> = names
             .iter()
             .zip(&set.inputs)
-            .filter(|(n, t)| !(frozen && t.dtype().is_int()) && program.inputs().iter().any(|(m, _)| m == *n))
+            .filter(|(n, t)| {
+                !(frozen && t.dtype().is_int()) && program.inputs().iter().any(|(m, _)| m == *n)
+            })
             .map(|(n, t)| (n.clone(), t.clone()))
             .collect();
         let got = exe.run(&feed).map_err(|e| e.to_string())?;
@@ -178,7 +185,10 @@ fn same(got: &Tensor, want: &Tensor) -> Result<(), String> {
     }
     if !dt.is_float() {
         if got.bytes() != want.bytes() {
-            let (g, w) = (got.to_i64_vec().unwrap_or_default(), want.to_i64_vec().unwrap_or_default());
+            let (g, w) = (
+                got.to_i64_vec().unwrap_or_default(),
+                want.to_i64_vec().unwrap_or_default(),
+            );
             let i = g.iter().zip(&w).position(|(a, b)| a != b).unwrap_or(0);
             return Err(format!(
                 "element {i}: {:?}, expected {:?}",

@@ -5,7 +5,8 @@
 //! Rules, first match wins (the reason string says which one fired):
 //! 1. `--precision f32|bf16`: no FP8 at all (the high-precision baselines).
 //! 2. `--keep-high GLOB` on the node name → high ("user: --keep-high").
-//! 3. `--force-fp8 GLOB` → FP8 ("user: --force-fp8"), if the shapes allow it at all.
+//! 3. `--force-fp8 GLOB` → FP8 ("user: --force-fp8"), padded with `--pad-to-16`, else
+//!    unpadded even when dims are not multiples of 16.
 //! 4. `--keep-first-last` → the first and last GEMM in topological order stay high.
 //! 5. Both operands are activations (attention's QKᵀ and PV) → high unless `--fp8-attention`
 //!    (TE's `fp8_dpa=False` default).
@@ -341,6 +342,8 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         let both_activations =
             n.inputs().len() >= 2 && !is_weight(g, n.inputs()[0]) && !is_weight(g, n.inputs()[1]);
         let mis = misaligned(g, id, &dims);
+        // The scaling pass pads matmuls and gemms; convolutions it cannot pad.
+        let can_pad = o.pad_to_16 && !matches!(n.op, Op::Conv { .. });
         let already_fp8 = n
             .inputs()
             .iter()
@@ -365,16 +368,15 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
             )
         } else if keep_high.is_match(&n.name) {
             (high, "user: --keep-high".to_string())
-        } else if force_fp8.is_match(&n.name) && (mis.is_none() || o.pad_to_16) {
-            (Precision::Fp8, "user: --force-fp8".to_string())
         } else if force_fp8.is_match(&n.name) {
-            (
-                high,
-                format!(
-                    "user: --force-fp8, but dims not multiples of 16 ({})",
-                    mis.unwrap_or_default()
-                ),
-            )
+            let reason = match (&mis, can_pad) {
+                (None, _) => "user: --force-fp8".to_string(),
+                (Some(_), true) => format!("user: --force-fp8 ({})", crate::scaling::PADDED_REASON),
+                // The user insists: the CPU reference computes it unpadded; the CUDA backend
+                // falls back to an exact bf16 GEMM of the FP8 values for such shapes.
+                (Some(m), false) => format!("user: --force-fp8, unpadded (dims not multiples of 16: {m})"),
+            };
+            (Precision::Fp8, reason)
         } else if o.keep_first_last && (i == 0 || i + 1 == gemms.len()) {
             (
                 high,
@@ -385,11 +387,9 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
             )
         } else if both_activations && !o.fp8_attention {
             (high, "attention (use --fp8-attention)".to_string())
-        } else if let Some(m) = mis.as_ref().filter(|_| !o.pad_to_16) {
-            (
-                high,
-                format!("dims not multiples of 16 ({m}); use --pad-to-16"),
-            )
+        } else if let Some(m) = mis.as_ref().filter(|_| !can_pad) {
+            let hint = if o.pad_to_16 { "--pad-to-16 pads matmul and gemm only" } else { "use --pad-to-16" };
+            (high, format!("dims not multiples of 16 ({m}); {hint}"))
         } else if flops.is_some_and(|f| f < o.min_fp8_flops) {
             (
                 high,
@@ -402,7 +402,7 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         } else if mis.is_some() {
             (
                 Precision::Fp8,
-                "gemm (padded to multiples of 16)".to_string(),
+                format!("gemm ({})", crate::scaling::PADDED_REASON),
             )
         } else if both_activations {
             (

@@ -70,22 +70,22 @@ impl Pass for ScalingPass {
         recipe
             .validate()
             .map_err(|e| IrError::Other(format!("recipe: {e}")))?;
-        let fp8: Vec<String> = cx
+        let fp8: Vec<(String, bool)> = cx
             .decisions
             .iter()
             .filter(|d| d.precision == Precision::Fp8 && !d.reason.starts_with("already FP8"))
-            .map(|d| d.name.clone())
+            .map(|d| (d.name.clone(), d.reason.contains(PADDED_REASON)))
             .collect();
         let mut s = Scaler {
             recipe,
             cache: HashMap::new(),
             stats: ScalingStats::default(),
         };
-        for name in &fp8 {
+        for (name, pad) in &fp8 {
             let id = g
                 .find_node(name)
                 .ok_or_else(|| IrError::Other(format!("scaling: FP8 node \"{name}\" is gone")))?;
-            s.rewrite(g, id)?;
+            s.rewrite(g, id, *pad)?;
         }
         g.dce();
         let changed = !fp8.is_empty();
@@ -196,7 +196,7 @@ impl Scaler {
         (format!("{gemm}.{sa}"), format!("{gemm}.{sb}"))
     }
 
-    fn rewrite(&mut self, g: &mut Graph, id: NodeId) -> Result<(), IrError> {
+    fn rewrite(&mut self, g: &mut Graph, id: NodeId, pad: bool) -> Result<(), IrError> {
         let n = g.node(id).clone();
         let ins = n.inputs().to_vec();
         let out_ty = n.outputs[0].clone();
@@ -208,15 +208,25 @@ impl Scaler {
             ));
         }
         let (a_name, b_name) = Self::operand_names(g, &n.name, ins[0], ins[1]);
-        let (qa, sa) = self.quantize(g, ins[0], &a_name)?;
-        let (qb, sb) = self.quantize(g, ins[1], &b_name)?;
         let nm = &n.name;
+        // --pad-to-16: zero-pad the GEMM dims before quantizing (zeros change neither the
+        // amax nor the products) and crop the result back.
+        let (a, b, crop) = if pad {
+            pad_operands(g, &n.op, ins[0], ins[1], nm)?
+        } else {
+            (ins[0], ins[1], None)
+        };
+        let (qa, sa) = self.quantize(g, a, &a_name)?;
+        let (qb, sb) = self.quantize(g, b, &b_name)?;
         let result = match &n.op {
-            Op::MatMul => g.add_node(
-                &format!("{nm}.fp8"),
-                Op::ScaledMatMul { out: out_ty.dtype },
-                &[qa, qb, sa, sb],
-            )?[0],
+            Op::MatMul => {
+                let y = g.add_node(
+                    &format!("{nm}.fp8"),
+                    Op::ScaledMatMul { out: out_ty.dtype },
+                    &[qa, qb, sa, sb],
+                )?[0];
+                crop_result(g, y, crop, nm)?
+            }
             Op::Gemm {
                 alpha,
                 beta,
@@ -232,11 +242,12 @@ impl Scaler {
                 };
                 let qa = if *trans_a { t(g, qa, "x")? } else { qa };
                 let qb = if *trans_b { t(g, qb, "w")? } else { qb };
-                let mut y = g.add_node(
+                let y = g.add_node(
                     &format!("{nm}.fp8"),
                     Op::ScaledMatMul { out: out_ty.dtype },
                     &[qa, qb, sa, sb],
                 )?[0];
+                let mut y = crop_result(g, y, crop, nm)?;
                 if *alpha != 1.0 {
                     let c = g.add_node(
                         &format!("{nm}.alpha"),
@@ -307,6 +318,75 @@ impl Scaler {
         g.rename_node(result.node, nm);
         Ok(())
     }
+}
+
+/// Marker in a precision decision's reason for GEMMs that `--pad-to-16` pads.
+pub const PADDED_REASON: &str = "padded to multiples of 16";
+
+/// Extra rows/columns to reach the next multiple of 16 (0 for unknown dims).
+fn to16(d: Option<u64>) -> u64 {
+    d.map_or(0, |d| d.next_multiple_of(16) - d)
+}
+
+/// Zero-pads the operands of a MatMul (2-D right operand) or Gemm so that M, N and K are
+/// multiples of 16. Returns the padded operands and the (axes, sizes) to crop the result to.
+type Crop = Option<(Vec<i64>, Vec<u64>)>;
+fn pad_operands(g: &mut Graph, op: &Op, a: Value, b: Value, nm: &str) -> Result<(Value, Value, Crop), IrError> {
+    let dims = |g: &Graph, v: Value| -> Vec<Option<u64>> { g.value_type(v).shape.iter().map(|d| d.known()).collect() };
+    let (da, db) = (dims(g, a), dims(g, b));
+    let (ra, rb) = (da.len(), db.len());
+    // (axis of a for M, axis of a for K, axis of b for K, axis of b for N)
+    let axes = match op {
+        Op::MatMul if ra >= 2 && rb == 2 => (ra - 2, ra - 1, 0, 1),
+        Op::Gemm { trans_a, trans_b, .. } if ra == 2 && rb == 2 => {
+            let (am, ak) = if *trans_a { (1, 0) } else { (0, 1) };
+            let (bk, bn) = if *trans_b { (1, 0) } else { (0, 1) };
+            (am, ak, bk, bn)
+        }
+        _ => return Ok((a, b, None)),
+    };
+    let (am, ak, bk, bn) = axes;
+    let (m, k, n) = (da[am], da[ak], db[bn]);
+    let pa = pad_axes(g, a, &[(am, to16(m)), (ak, to16(k))], &format!("{nm}.a.pad"))?;
+    let pb = pad_axes(g, b, &[(bk, to16(k)), (bn, to16(n))], &format!("{nm}.b.pad"))?;
+    let crop = match (m, n) {
+        (Some(m), Some(n)) if to16(Some(m)) + to16(Some(n)) > 0 => {
+            let out_rank = if matches!(op, Op::Gemm { .. }) { 2 } else { ra };
+            Some((vec![out_rank as i64 - 2, out_rank as i64 - 1], vec![m, n]))
+        }
+        _ => None,
+    };
+    Ok((pa, pb, crop))
+}
+
+/// `pad(v)` with zeros at the end of the given axes (v itself when nothing is padded).
+fn pad_axes(g: &mut Graph, v: Value, extra: &[(usize, u64)], name: &str) -> Result<Value, IrError> {
+    if extra.iter().all(|&(_, e)| e == 0) {
+        return Ok(v);
+    }
+    let ty = g.value_type(v).clone();
+    let r = ty.rank();
+    let mut pads = vec![0i64; 2 * r];
+    for &(axis, e) in extra {
+        pads[r + axis] = e as i64;
+    }
+    let p = g.add_node(&format!("{name}.amounts"), Op::Constant { value: Tensor::from_i64(vec![2 * r as u64], &pads) }, &[])?[0];
+    let z = g.add_node(&format!("{name}.zero"), Op::Constant { value: scalar_of(ty.dtype, 0.0)? }, &[])?[0];
+    Ok(g.add_node(name, Op::Pad { mode: fp8c_ir::PadMode::Constant }, &[v, p, z])?[0])
+}
+
+/// Crops a padded GEMM result back to its real size.
+fn crop_result(g: &mut Graph, y: Value, crop: Crop, nm: &str) -> Result<Value, IrError> {
+    let Some((axes, ends)) = crop else { return Ok(y) };
+    let k = axes.len() as u64;
+    let c = |g: &mut Graph, what: &str, vals: &[i64]| -> Result<Value, IrError> {
+        Ok(g.add_node(&format!("{nm}.crop.{what}"), Op::Constant { value: Tensor::from_i64(vec![k], vals) }, &[])?[0])
+    };
+    let starts = c(g, "starts", &vec![0; axes.len()])?;
+    let ends_v = c(g, "ends", &ends.iter().map(|&e| e as i64).collect::<Vec<_>>())?;
+    let axes_v = c(g, "axes", &axes)?;
+    let steps = c(g, "steps", &vec![1; axes.len()])?;
+    Ok(g.add_node(&format!("{nm}.crop"), Op::Slice, &[y, starts, ends_v, axes_v, steps])?[0])
 }
 
 fn scalar_of(dt: DType, v: f64) -> Result<Tensor, IrError> {

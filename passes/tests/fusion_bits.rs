@@ -121,12 +121,11 @@ fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
         &[("x", &[64, 256])],
     );
     fill_weights(&mut g, &mut Rng::new(3));
-    let mut passes = training_pipeline(TrainSpec::new("logits", Loss::CrossEntropy));
-    if fuse {
-        passes.push(Box::new(fp8c_passes::fusion::FusionPass));
-    }
+    // The training pipeline ends with fusion; `no_fuse` turns it off.
+    let passes = training_pipeline(TrainSpec::new("logits", Loss::CrossEntropy));
     let mut options = PassOptions {
         recipe,
+        no_fuse: !fuse,
         ..Default::default()
     };
     options.policy.min_fp8_flops = 0;

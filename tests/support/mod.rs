@@ -120,7 +120,10 @@ pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBu
         return (ins, outs);
     }
     std::fs::create_dir_all(&dir).expect("create .cache/ort");
-    let (tmp_in, tmp_out) = (ins.with_extension("tmp.npz"), outs.with_extension("tmp.npz"));
+    let (tmp_in, tmp_out) = (
+        ins.with_extension("tmp.npz"),
+        outs.with_extension("tmp.npz"),
+    );
     let mut cmd = Command::new(py);
     cmd.current_dir(repo_root())
         .arg(repo_root().join("scripts/ort_reference.py"))

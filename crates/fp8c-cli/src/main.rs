@@ -28,7 +28,7 @@ enum Command {
     Inspect(commands::InspectArgs),
     /// Compile an ONNX model (or .fp8ir text) through the pass pipeline and emit the IR.
     Compile(Box<commands::CompileArgs>),
-    /// Run a model on the CPU reference backend (inputs from .npz/.npy/.pb, outputs to .npz).
+    /// Run a model on the CPU reference backend or a GPU (inputs from .npz/.npy/.pb, outputs to .npz).
     Run(Box<run::RunArgs>),
     /// Measure FP8 against BF16 on the GPU: GEMM TFLOP/s, quantize bandwidth, a layer step.
     Bench(bench::BenchArgs),
@@ -65,8 +65,9 @@ fn main() -> ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FP8C_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{level},egg=warn"))),
+            tracing_subscriber::EnvFilter::try_from_env("FP8C_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(format!("{level},egg=warn"))
+            }),
         )
         .with_writer(std::io::stderr)
         .with_target(false)

@@ -24,7 +24,11 @@ fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::set_hook(Box::new(|_| {}));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
     std::panic::set_hook(hook);
-    r.unwrap_or_else(|_| Err(anyhow!("the file is corrupt (its header cannot be interpreted)")))
+    r.unwrap_or_else(|_| {
+        Err(anyhow!(
+            "the file is corrupt (its header cannot be interpreted)"
+        ))
+    })
 }
 
 /// Parses one `.npy` image.
@@ -38,8 +42,8 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
         .map_err(|e| anyhow!("not a valid .npy array: {e}"))?;
     let npy = npyz::NpyFile::with_header(header, data);
     let shape = npy.shape().to_vec();
-    let n = fp8c_ir::checked_numel(&shape)
-        .ok_or_else(|| anyhow!("shape {shape:?} is too large"))? as usize;
+    let n = fp8c_ir::checked_numel(&shape).ok_or_else(|| anyhow!("shape {shape:?} is too large"))?
+        as usize;
     let npyz::DType::Plain(ts) = npy.dtype() else {
         bail!(
             "dtype {} is not supported (structured or array dtypes)",
@@ -57,9 +61,9 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
         (TypeChar::Int, 1) => DType::I8,
         (TypeChar::Uint, 1) => DType::U8,
         (TypeChar::Bool, 1) => DType::Bool,
-        _ => bail!(
-            "dtype `{ts}` is not supported (use float64/32/16, int64/32/16/8, uint8 or bool)"
-        ),
+        _ => {
+            bail!("dtype `{ts}` is not supported (use float64/32/16, int64/32/16/8, uint8 or bool)")
+        }
     };
     // The data must be there before anything is allocated for it.
     if (n as u64).saturating_mul(dtype.size() as u64) > data.len() as u64 {
@@ -75,7 +79,10 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
     let data: Vec<u8> = match dtype {
         DType::F64 => le(npy.into_vec::<f64>().map_err(io)?, f64::to_le_bytes),
         DType::F32 => le(npy.into_vec::<f32>().map_err(io)?, f32::to_le_bytes),
-        DType::F16 => le(npy.into_vec::<half::f16>().map_err(io)?, half::f16::to_le_bytes),
+        DType::F16 => le(
+            npy.into_vec::<half::f16>().map_err(io)?,
+            half::f16::to_le_bytes,
+        ),
         DType::I64 => le(npy.into_vec::<i64>().map_err(io)?, i64::to_le_bytes),
         DType::I32 => le(npy.into_vec::<i32>().map_err(io)?, i32::to_le_bytes),
         DType::I16 => le(npy.into_vec::<i16>().map_err(io)?, i16::to_le_bytes),
@@ -113,7 +120,8 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
 
 /// Reads every array of a `.npz` file, in archive order.
 pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
-    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let f =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f))
         .map_err(|e| anyhow!("{}: not a valid .npz (zip) archive: {e}", path.display()))?;
     let mut out = Vec::new();
@@ -173,9 +181,21 @@ pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
             put(&mut buf, &shape, t.bytes().to_vec())?
         }
         DType::I64 => put(&mut buf, &shape, ints()?)?,
-        DType::I32 => put(&mut buf, &shape, ints()?.into_iter().map(|v| v as i32).collect())?,
-        DType::I16 => put(&mut buf, &shape, ints()?.into_iter().map(|v| v as i16).collect())?,
-        DType::I8 => put(&mut buf, &shape, ints()?.into_iter().map(|v| v as i8).collect())?,
+        DType::I32 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i32).collect(),
+        )?,
+        DType::I16 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i16).collect(),
+        )?,
+        DType::I8 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i8).collect(),
+        )?,
         DType::U8 => put(&mut buf, &shape, t.bytes().to_vec())?,
         DType::Bool => put(
             &mut buf,
@@ -189,8 +209,8 @@ pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
 /// Writes `arrays` to an uncompressed `.npz` file; returns `(key, note)` for every array that
 /// had to be converted (see the module docs).
 pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String, &'static str)>> {
-    let f =
-        std::fs::File::create(path).with_context(|| format!("{}: cannot create", path.display()))?;
+    let f = std::fs::File::create(path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
     let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(f));
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)

@@ -53,8 +53,9 @@ pub struct RunArgs {
     /// --data) into DIR.
     #[arg(long = "output-dir", value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
-    /// Fill the delayed-scaling amax histories by running these inputs (.npz) first; implies
-    /// --recipe delayed unless a recipe is given.
+    /// Fill the delayed-scaling amax histories and scales from these inputs (.npz) first, run
+    /// through the f32 path as TransformerEngine's fp8_calibration does; implies --recipe
+    /// delayed unless a recipe is given.
     #[arg(long, value_name = "FILE.npz")]
     pub calibrate: Option<PathBuf>,
     /// Also run the f32 path and print, per output, relative L2 error, max abs error and
@@ -90,7 +91,14 @@ fn run_recipe(fp8: &Fp8Args, calibrate: bool) -> Result<Recipe> {
     let mut f = fp8.clone();
     if f.recipe.is_none() && f.config.is_none() {
         let delayed_flags = f.amax_history.is_some() || f.amax_algo.is_some() || f.margin.is_some();
-        f.recipe = Some(if calibrate || delayed_flags { "delayed" } else { "current" }.into());
+        f.recipe = Some(
+            if calibrate || delayed_flags {
+                "delayed"
+            } else {
+                "current"
+            }
+            .into(),
+        );
     }
     f.recipe()
 }
@@ -111,10 +119,7 @@ fn declared_inputs(g: &Graph) -> Vec<(String, fp8c_ir::TensorType)> {
 /// Checks a tensor against an input's declared type.
 fn check_input(t: &Tensor, ty: &fp8c_ir::TensorType) -> Result<(), String> {
     if t.dtype() != ty.dtype {
-        return Err(format!(
-            "has dtype {}, the model declares {ty}",
-            t.dtype()
-        ));
+        return Err(format!("has dtype {}, the model declares {ty}", t.dtype()));
     }
     if t.shape().len() != ty.rank() {
         return Err(format!(
@@ -181,8 +186,8 @@ fn read_inputs(a: &RunArgs, g: &Graph) -> Result<BTreeMap<String, Tensor>> {
                     dir.display()
                 );
             }
-            let t = fp8c_onnx::load_tensor_pb(&path)
-                .with_context(|| format!("input \"{name}\""))?;
+            let t =
+                fp8c_onnx::load_tensor_pb(&path).with_context(|| format!("input \"{name}\""))?;
             add(name.clone(), t, path.display().to_string())?;
         }
     }
@@ -199,10 +204,17 @@ fn read_inputs(a: &RunArgs, g: &Graph) -> Result<BTreeMap<String, Tensor>> {
 // ------------------------------------------------------------------------------ compile
 
 /// Compiles `g` (shapes already bound) with the given policy and recipe.
-fn compile(mut g: Graph, policy: PolicyOptions, recipe: Recipe, model: &Path) -> Result<Graph> {
+fn compile(
+    mut g: Graph,
+    policy: PolicyOptions,
+    recipe: Recipe,
+    no_fuse: bool,
+    model: &Path,
+) -> Result<Graph> {
     let options = PassOptions {
         policy,
         recipe,
+        no_fuse,
         ..Default::default()
     };
     let mut cx = PassCx::new(options);
@@ -262,6 +274,97 @@ fn write_stats(path: &Path, a: &RunArgs, recipe: &Recipe, stats: &[Fp8TensorStat
     std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))
 }
 
+// ---------------------------------------------------------------------------- calibrate
+
+/// The scaling pass's names of a GEMM's two FP8 operand tensors (`passes/src/scaling.rs`,
+/// `operand_names`): `x` for an activation, `w` for a weight, `y` for a second activation,
+/// `w2` for a second weight.
+fn operand_names(g: &Graph, id: fp8c_ir::NodeId) -> Option<[String; 2]> {
+    let n = g.node(id);
+    let (&a, &b) = (n.inputs().first()?, n.inputs().get(1)?);
+    let w = |v| fp8c_passes::precision::is_weight(g, v);
+    let (sa, sb) = match (w(a), w(b)) {
+        (false, true) => ("x", "w"),
+        (true, false) => ("w", "x"),
+        (false, false) => ("x", "y"),
+        (true, true) => ("w", "w2"),
+    };
+    Some([format!("{}.{sa}", n.name), format!("{}.{sb}", n.name)])
+}
+
+/// Fills the delayed-scaling state of `exe` as TransformerEngine's `fp8_calibration` does:
+/// the calibration inputs run through the f32 path (`reference`, compiled from `g32`), the
+/// amax of every GEMM operand is recorded into its tensor's history and the scale computed
+/// from it. Calibrating through the FP8 program instead would record amaxes of activations
+/// already distorted by the initial scales of the layers above. Returns how many FP8 tensors
+/// were calibrated, of how many.
+fn calibrate(
+    exe: &mut dyn Executable,
+    (g32, reference): (&Graph, &mut dyn Executable),
+    inputs: &BTreeMap<String, Tensor>,
+    recipe: &fp8c_core::DelayedScaling,
+) -> Result<(usize, usize)> {
+    let state = exe.state();
+    let hist = |t: &str| format!("{t}.amax_history");
+    let names: BTreeMap<String, [String; 2]> = g32
+        .node_ids()
+        .into_iter()
+        .filter(|&id| g32.node(id).op.is_gemm_like())
+        .filter_map(|id| Some((g32.node(id).name.clone(), operand_names(g32, id)?)))
+        .collect();
+    let mut amax: BTreeMap<String, f32> = BTreeMap::new();
+    let mut observe = |s: &Step, ins: &[&Tensor], _: &[Tensor]| {
+        let Some(operands) = names.get(&s.node) else {
+            return;
+        };
+        for (t, x) in operands.iter().zip(ins) {
+            if !state.contains_key(&hist(t)) {
+                continue;
+            }
+            let Ok(v) = x.to_f32_vec() else { continue };
+            let m = fp8c_core::amax_f32(&v);
+            let e = amax.entry(t.clone()).or_insert(m);
+            *e = fp8c_core::amax_f32(&[*e, m]);
+        }
+    };
+    reference.run_observed(inputs, &mut observe)?;
+    let fmt = match recipe.fp8_format.forward() {
+        fp8c_core::Fp8Format::E4M3 => fp8c_ir::DType::F8E4M3,
+        fp8c_core::Fp8Format::E5M2 => fp8c_ir::DType::F8E5M2,
+    };
+    let compute = fp8c_ir::Op::ComputeScale {
+        fmt,
+        margin: recipe.margin,
+        source: match recipe.amax_compute_algo {
+            fp8c_core::AmaxComputeAlgo::Max => fp8c_ir::AmaxSource::HistoryMax,
+            fp8c_core::AmaxComputeAlgo::MostRecent => fp8c_ir::AmaxSource::HistoryMostRecent,
+        },
+        epsilon: 0.0,
+        power_2: false,
+    };
+    let total = state
+        .keys()
+        .filter(|k| k.ends_with(".amax_history"))
+        .count();
+    for (t, m) in &amax {
+        let (scale, scale_inv) = (format!("{t}.scale"), format!("{t}.scale_inv"));
+        let (Some(h), Some(prev)) = (state.get(&hist(t)), state.get(&scale)) else {
+            continue;
+        };
+        let mut upd = fp8c_runtime::eval_op(
+            &fp8c_ir::Op::AmaxHistoryUpdate,
+            &[h, &Tensor::scalar_f32(*m)],
+        )
+        .map_err(|e| anyhow!("tensor {t}: {e}"))?;
+        let mut s = fp8c_runtime::eval_op(&compute, &[&upd[0], prev])
+            .map_err(|e| anyhow!("tensor {t}: {e}"))?;
+        exe.set_state(&hist(t), upd.remove(1))?;
+        exe.set_state(&scale_inv, s.remove(1))?;
+        exe.set_state(&scale, s.remove(0))?;
+    }
+    Ok((amax.len(), total))
+}
+
 // ---------------------------------------------------------------------------------- run
 
 /// `fp8c run`.
@@ -276,30 +379,56 @@ pub fn run(a: RunArgs) -> Result<()> {
         .iter()
         .map(|(k, t)| (k.clone(), t.shape().to_vec()))
         .collect();
-    fp8c_passes::shapes::bind_input_shapes(&mut g, &shapes)
-        .with_context(|| format!("{}", a.model.display()))?;
-    let f32_source = a.compare.then(|| g.clone());
-
+    fp8c_passes::shapes::bind_input_shapes(&mut g, &shapes).with_context(|| {
+        format!(
+            "{}: the inputs' shapes do not fit the model together",
+            a.model.display()
+        )
+    })?;
     let fp8_mode = policy.mode == PrecisionMode::Fp8;
-    if fp8_mode && matches!(recipe, Recipe::Delayed(_)) && a.calibrate.is_none() {
+    let delayed = match recipe {
+        Recipe::Delayed(d) if fp8_mode => Some(d),
+        _ => None,
+    };
+    if delayed.is_some() && a.calibrate.is_none() {
         eprintln!(
             "warning: delayed scaling without --calibrate: this run quantizes with the initial scales (1.0); pass --calibrate FILE.npz or use --recipe current"
         );
     }
-    let compiled = compile(g, policy.clone(), recipe, &a.model)?;
+    if a.calibrate.is_some() && delayed.is_none() {
+        eprintln!(
+            "warning: --calibrate has no effect: only FP8 runs with delayed scaling keep amax histories"
+        );
+    }
+    // The f32 path: the reference of --compare, and what calibration observes.
+    let f32_source = (a.compare || (delayed.is_some() && a.calibrate.is_some())).then(|| g.clone());
+    let compiled = compile(g, policy.clone(), recipe, a.fp8.no_fuse, &a.model)?;
     let (program, mut exe) = prepare(&compiled, a.device, &a.model)?;
     if a.print_program {
         eprint!("{}", program.dump());
     }
+    let mut reference = match f32_source {
+        Some(src) => {
+            let f32_policy = PolicyOptions {
+                mode: PrecisionMode::F32,
+                ..policy.clone()
+            };
+            let g32 = compile(src, f32_policy, recipe, a.fp8.no_fuse, &a.model)?;
+            let exe32 = prepare(&g32, a.device, &a.model)?.1;
+            Some((g32, exe32))
+        }
+        None => None,
+    };
     let compile_time = started.elapsed();
 
-    if let Some(cal) = &a.calibrate {
-        let mut cal_inputs = BTreeMap::new();
-        for (k, t) in npy::read_npz(cal)? {
-            cal_inputs.insert(k, t);
-        }
-        exe.run(&cal_inputs)
+    if let (Some(cal), Some(d), Some(r)) = (&a.calibrate, delayed, reference.as_mut()) {
+        let cal_inputs: BTreeMap<String, Tensor> = npy::read_npz(cal)?.into_iter().collect();
+        let (done, total) = calibrate(exe.as_mut(), (&r.0, r.1.as_mut()), &cal_inputs, &d)
             .with_context(|| format!("--calibrate {}", cal.display()))?;
+        eprintln!(
+            "calibrated {done} of {total} FP8 tensors from {} (amax of the f32 path)",
+            cal.display()
+        );
     }
 
     let mut stats: Vec<Fp8TensorStats> = Vec::new();
@@ -346,14 +475,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         fp8c_runtime::describe_plan(&program.plan())
     );
 
-    if let Some(src) = f32_source {
-        let f32_policy = PolicyOptions {
-            mode: PrecisionMode::F32,
-            ..policy
-        };
-        let reference = compile(src, f32_policy, recipe, &a.model)?;
-        let (_, mut ref_exe) = prepare(&reference, a.device, &a.model)?;
-        let ref_outs = ref_exe
+    if let (true, Some((_, r))) = (a.compare, reference.as_mut()) {
+        let ref_outs = r
             .run(&inputs)
             .with_context(|| format!("{} (f32 path)", a.model.display()))?;
         println!("compare {} vs f32:", precision_word(a.fp8.precision));

@@ -9,7 +9,17 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 
 /// A small FP8 MLP in canonical form: `print(parse(MLP)) == MLP`.
-const MLP: &str = r#"graph @mlp(%x: f32[batch,256]) params(%w1: f32[256,512], %w2: f32[512,10]) state(%x.h: f32[16] = 0, %x.s: f32[] = 1, %w1.h: f32[16] = 0, %w1.s: f32[] = 1) {
+const MLP: &str = r#"graph @mlp(
+    %x: f32[batch,256]
+) params(
+    %w1: f32[256,512],
+    %w2: f32[512,10]
+) state(
+    %x.h: f32[16] = 0,
+    %x.s: f32[] = 1,
+    %w1.h: f32[16] = 0,
+    %w1.s: f32[] = 1
+) {
   %0: f32[] = amax %x  # fc1.x.amax
   %1: (f32[16], f32[16]) = amax_history_update %x.h, %0  # fc1.x.hist
   %2: (f32[], f32[]) = compute_scale %1, %x.s fmt=f8e4m3 margin=0.0 source=history_max epsilon=0.0 power_2=false  # fc1.x.scale
@@ -689,7 +699,7 @@ fn errors_name_the_problem_and_its_position() {
         (
             "graph @g(%a: f32[]) {\n  update %a = %a\n}",
             (2, 10),
-            "update of %a, which is not declared in `state(...)`",
+            "update of %a, which is not declared in `params(...)` or `state(...)`",
         ),
         (
             "graph @g(%a: f32[]) {\n  %0: f32[] = relu %a  # n\n  %1: f32[] = relu %a  # n\n}",
@@ -1162,6 +1172,8 @@ fn op_schemas() -> Vec<Schema> {
         Attr::Ints(vec![1]),
         Attr::Floats(vec![0.5]),
         Attr::Str("s".into()),
+        // An elementwise program (the fused ops' `expr`).
+        Attr::Str("relu[a0]".into()),
         Attr::Tensor(Tensor::scalar_f32(1.0)),
         Attr::None,
     ];

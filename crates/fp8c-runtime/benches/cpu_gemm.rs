@@ -98,6 +98,14 @@ fn quantize_amax(c: &mut Criterion) {
             black_box(a)
         })
     });
+    // The fusion pass's single-read form (the CPU evaluates it as the two ops above).
+    let fused = Op::QuantizeAmax {
+        to: DType::F8E4M3,
+        saturate: true,
+    };
+    group.bench_function("quantize_amax_fused_4Mi", |bench| {
+        bench.iter(|| black_box(run(&fused, &[&x, &scale])))
+    });
     group.finish();
 }
 
