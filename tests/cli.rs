@@ -855,7 +855,10 @@ fn a_gemm_of_two_weights_gets_two_distinct_scaling_states() {
     )
     .unwrap();
     let ir = ok(&["compile", p.to_str().unwrap(), "--stop-after", "scaling"]);
-    assert!(ir.contains("%mm.w.scale:") && ir.contains("%mm.w2.scale:"), "{ir}");
+    assert!(
+        ir.contains("%mm.w.scale:") && ir.contains("%mm.w2.scale:"),
+        "{ir}"
+    );
 }
 
 #[test]
@@ -868,9 +871,14 @@ fn pad_to_16_pads_misaligned_gemms_and_keeps_the_result() {
                 return %0 as \"y\"\n}\n";
     std::fs::write(&model, text).unwrap();
     // Deterministic, varied data: weights in the sidecar, the input as an ONNX .pb.
-    let wave = |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * f).sin() * 3.0).collect() };
+    let wave =
+        |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| ((i as f32) * f).sin() * 3.0).collect() };
     let mut g = fp8c_ir::text::parse(text).unwrap();
-    g.set_weight("w", fp8c_ir::Tensor::from_f32(vec![200, 50], &wave(10_000, 0.37))).unwrap();
+    g.set_weight(
+        "w",
+        fp8c_ir::Tensor::from_f32(vec![200, 50], &wave(10_000, 0.37)),
+    )
+    .unwrap();
     let mut wf = std::fs::File::create(d.join("pad.fp8ir.weights")).unwrap();
     fp8c_ir::text::write_weights(&g, &mut wf).unwrap();
     let data = d.join("data");
@@ -887,15 +895,30 @@ fn pad_to_16_pads_misaligned_gemms_and_keeps_the_result() {
     let mut padded = vec!["compile", m, "--pad-to-16", "--stop-after", "scaling"];
     padded.extend(base);
     let ir = ok(&padded);
-    assert!(ir.contains("f8e4m3[16,208] = quantize") && ir.contains("f8e4m3[208,64] = quantize"), "{ir}");
+    assert!(
+        ir.contains("f8e4m3[16,208] = quantize") && ir.contains("f8e4m3[208,64] = quantize"),
+        "{ir}"
+    );
     assert!(ir.contains("f32[10,50] = slice"), "{ir}");
 
     let run = |extra: &[&str], out: &Path| {
-        let mut a = vec!["run", m, "--data", data.to_str().unwrap(), "--output-dir", out.to_str().unwrap(), "--precision", "fp8"];
+        let mut a = vec![
+            "run",
+            m,
+            "--data",
+            data.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+            "--precision",
+            "fp8",
+        ];
         a.extend(base);
         a.extend(extra);
         ok(&a);
-        fp8c_onnx::load_tensor_pb(&out.join("output_0.pb")).unwrap().to_f32_vec().unwrap()
+        fp8c_onnx::load_tensor_pb(&out.join("output_0.pb"))
+            .unwrap()
+            .to_f32_vec()
+            .unwrap()
     };
     let plain = run(&["--force-fp8", "mm"], &d.join("plain"));
     let pad = run(&["--pad-to-16"], &d.join("pad"));

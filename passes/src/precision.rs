@@ -374,7 +374,9 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                 (Some(_), true) => format!("user: --force-fp8 ({})", crate::scaling::PADDED_REASON),
                 // The user insists: the CPU reference computes it unpadded; the CUDA backend
                 // falls back to an exact bf16 GEMM of the FP8 values for such shapes.
-                (Some(m), false) => format!("user: --force-fp8, unpadded (dims not multiples of 16: {m})"),
+                (Some(m), false) => {
+                    format!("user: --force-fp8, unpadded (dims not multiples of 16: {m})")
+                }
             };
             (Precision::Fp8, reason)
         } else if o.keep_first_last && (i == 0 || i + 1 == gemms.len()) {
@@ -388,7 +390,11 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         } else if both_activations && !o.fp8_attention {
             (high, "attention (use --fp8-attention)".to_string())
         } else if let Some(m) = mis.as_ref().filter(|_| !can_pad) {
-            let hint = if o.pad_to_16 { "--pad-to-16 pads matmul and gemm only" } else { "use --pad-to-16" };
+            let hint = if o.pad_to_16 {
+                "--pad-to-16 pads matmul and gemm only"
+            } else {
+                "use --pad-to-16"
+            };
             (high, format!("dims not multiples of 16 ({m}); {hint}"))
         } else if flops.is_some_and(|f| f < o.min_fp8_flops) {
             (

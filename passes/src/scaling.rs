@@ -183,19 +183,6 @@ impl Scaler {
         Ok(out)
     }
 
-    /// Names of a GEMM's two operand tensors: `.x` for an activation and `.w` for a weight
-    /// (`fc1.x`, `fc1.w`); two activations are `.x` and `.y`, two weights `.w` and `.w2`.
-    fn operand_names(g: &Graph, gemm: &str, a: Value, b: Value) -> (String, String) {
-        let w = |v| crate::precision::is_weight(g, v);
-        let (sa, sb) = match (w(a), w(b)) {
-            (false, true) => ("x", "w"),
-            (true, false) => ("w", "x"),
-            (false, false) => ("x", "y"),
-            (true, true) => ("w", "w2"),
-        };
-        (format!("{gemm}.{sa}"), format!("{gemm}.{sb}"))
-    }
-
     fn rewrite(&mut self, g: &mut Graph, id: NodeId, pad: bool) -> Result<(), IrError> {
         let n = g.node(id).clone();
         let ins = n.inputs().to_vec();
@@ -207,7 +194,7 @@ impl Scaler {
                 "GEMM needs two operands",
             ));
         }
-        let (a_name, b_name) = Self::operand_names(g, &n.name, ins[0], ins[1]);
+        let (a_name, b_name) = operand_names(g, &n.name, ins[0], ins[1]);
         let nm = &n.name;
         // --pad-to-16: zero-pad the GEMM dims before quantizing (zeros change neither the
         // amax nor the products) and crop the result back.
@@ -320,6 +307,20 @@ impl Scaler {
     }
 }
 
+/// Names of a GEMM's two operand tensors, which name their nodes and scaling state: `.x` for
+/// an activation and `.w` for a weight (`fc1.x`, `fc1.w`); two activations are `.x` and `.y`,
+/// two weights `.w` and `.w2`. (`fp8c run --calibrate` finds each tensor's state by them.)
+pub fn operand_names(g: &Graph, gemm: &str, a: Value, b: Value) -> (String, String) {
+    let w = |v| crate::precision::is_weight(g, v);
+    let (sa, sb) = match (w(a), w(b)) {
+        (false, true) => ("x", "w"),
+        (true, false) => ("w", "x"),
+        (false, false) => ("x", "y"),
+        (true, true) => ("w", "w2"),
+    };
+    (format!("{gemm}.{sa}"), format!("{gemm}.{sb}"))
+}
+
 /// Marker in a precision decision's reason for GEMMs that `--pad-to-16` pads.
 pub const PADDED_REASON: &str = "padded to multiples of 16";
 
@@ -331,14 +332,24 @@ fn to16(d: Option<u64>) -> u64 {
 /// Zero-pads the operands of a MatMul (2-D right operand) or Gemm so that M, N and K are
 /// multiples of 16. Returns the padded operands and the (axes, sizes) to crop the result to.
 type Crop = Option<(Vec<i64>, Vec<u64>)>;
-fn pad_operands(g: &mut Graph, op: &Op, a: Value, b: Value, nm: &str) -> Result<(Value, Value, Crop), IrError> {
-    let dims = |g: &Graph, v: Value| -> Vec<Option<u64>> { g.value_type(v).shape.iter().map(|d| d.known()).collect() };
+fn pad_operands(
+    g: &mut Graph,
+    op: &Op,
+    a: Value,
+    b: Value,
+    nm: &str,
+) -> Result<(Value, Value, Crop), IrError> {
+    let dims = |g: &Graph, v: Value| -> Vec<Option<u64>> {
+        g.value_type(v).shape.iter().map(|d| d.known()).collect()
+    };
     let (da, db) = (dims(g, a), dims(g, b));
     let (ra, rb) = (da.len(), db.len());
     // (axis of a for M, axis of a for K, axis of b for K, axis of b for N)
     let axes = match op {
         Op::MatMul if ra >= 2 && rb == 2 => (ra - 2, ra - 1, 0, 1),
-        Op::Gemm { trans_a, trans_b, .. } if ra == 2 && rb == 2 => {
+        Op::Gemm {
+            trans_a, trans_b, ..
+        } if ra == 2 && rb == 2 => {
             let (am, ak) = if *trans_a { (1, 0) } else { (0, 1) };
             let (bk, bn) = if *trans_b { (1, 0) } else { (0, 1) };
             (am, ak, bk, bn)
@@ -347,8 +358,18 @@ fn pad_operands(g: &mut Graph, op: &Op, a: Value, b: Value, nm: &str) -> Result<
     };
     let (am, ak, bk, bn) = axes;
     let (m, k, n) = (da[am], da[ak], db[bn]);
-    let pa = pad_axes(g, a, &[(am, to16(m)), (ak, to16(k))], &format!("{nm}.a.pad"))?;
-    let pb = pad_axes(g, b, &[(bk, to16(k)), (bn, to16(n))], &format!("{nm}.b.pad"))?;
+    let pa = pad_axes(
+        g,
+        a,
+        &[(am, to16(m)), (ak, to16(k))],
+        &format!("{nm}.a.pad"),
+    )?;
+    let pb = pad_axes(
+        g,
+        b,
+        &[(bk, to16(k)), (bn, to16(n))],
+        &format!("{nm}.b.pad"),
+    )?;
     let crop = match (m, n) {
         (Some(m), Some(n)) if to16(Some(m)) + to16(Some(n)) > 0 => {
             let out_rank = if matches!(op, Op::Gemm { .. }) { 2 } else { ra };
@@ -370,23 +391,57 @@ fn pad_axes(g: &mut Graph, v: Value, extra: &[(usize, u64)], name: &str) -> Resu
     for &(axis, e) in extra {
         pads[r + axis] = e as i64;
     }
-    let p = g.add_node(&format!("{name}.amounts"), Op::Constant { value: Tensor::from_i64(vec![2 * r as u64], &pads) }, &[])?[0];
-    let z = g.add_node(&format!("{name}.zero"), Op::Constant { value: scalar_of(ty.dtype, 0.0)? }, &[])?[0];
-    Ok(g.add_node(name, Op::Pad { mode: fp8c_ir::PadMode::Constant }, &[v, p, z])?[0])
+    let p = g.add_node(
+        &format!("{name}.amounts"),
+        Op::Constant {
+            value: Tensor::from_i64(vec![2 * r as u64], &pads),
+        },
+        &[],
+    )?[0];
+    let z = g.add_node(
+        &format!("{name}.zero"),
+        Op::Constant {
+            value: scalar_of(ty.dtype, 0.0)?,
+        },
+        &[],
+    )?[0];
+    Ok(g.add_node(
+        name,
+        Op::Pad {
+            mode: fp8c_ir::PadMode::Constant,
+        },
+        &[v, p, z],
+    )?[0])
 }
 
 /// Crops a padded GEMM result back to its real size.
 fn crop_result(g: &mut Graph, y: Value, crop: Crop, nm: &str) -> Result<Value, IrError> {
-    let Some((axes, ends)) = crop else { return Ok(y) };
+    let Some((axes, ends)) = crop else {
+        return Ok(y);
+    };
     let k = axes.len() as u64;
     let c = |g: &mut Graph, what: &str, vals: &[i64]| -> Result<Value, IrError> {
-        Ok(g.add_node(&format!("{nm}.crop.{what}"), Op::Constant { value: Tensor::from_i64(vec![k], vals) }, &[])?[0])
+        Ok(g.add_node(
+            &format!("{nm}.crop.{what}"),
+            Op::Constant {
+                value: Tensor::from_i64(vec![k], vals),
+            },
+            &[],
+        )?[0])
     };
     let starts = c(g, "starts", &vec![0; axes.len()])?;
-    let ends_v = c(g, "ends", &ends.iter().map(|&e| e as i64).collect::<Vec<_>>())?;
+    let ends_v = c(
+        g,
+        "ends",
+        &ends.iter().map(|&e| e as i64).collect::<Vec<_>>(),
+    )?;
     let axes_v = c(g, "axes", &axes)?;
     let steps = c(g, "steps", &vec![1; axes.len()])?;
-    Ok(g.add_node(&format!("{nm}.crop"), Op::Slice, &[y, starts, ends_v, axes_v, steps])?[0])
+    Ok(g.add_node(
+        &format!("{nm}.crop"),
+        Op::Slice,
+        &[y, starts, ends_v, axes_v, steps],
+    )?[0])
 }
 
 fn scalar_of(dt: DType, v: f64) -> Result<Tensor, IrError> {

@@ -276,20 +276,12 @@ fn write_stats(path: &Path, a: &RunArgs, recipe: &Recipe, stats: &[Fp8TensorStat
 
 // ---------------------------------------------------------------------------- calibrate
 
-/// The scaling pass's names of a GEMM's two FP8 operand tensors (`passes/src/scaling.rs`,
-/// `operand_names`): `x` for an activation, `w` for a weight, `y` for a second activation,
-/// `w2` for a second weight.
+/// The scaling pass's names of a GEMM's two FP8 operand tensors (`fc1.x`, `fc1.w`).
 fn operand_names(g: &Graph, id: fp8c_ir::NodeId) -> Option<[String; 2]> {
     let n = g.node(id);
     let (&a, &b) = (n.inputs().first()?, n.inputs().get(1)?);
-    let w = |v| fp8c_passes::precision::is_weight(g, v);
-    let (sa, sb) = match (w(a), w(b)) {
-        (false, true) => ("x", "w"),
-        (true, false) => ("w", "x"),
-        (false, false) => ("x", "y"),
-        (true, true) => ("w", "w2"),
-    };
-    Some([format!("{}.{sa}", n.name), format!("{}.{sb}", n.name)])
+    let (x, w) = fp8c_passes::scaling::operand_names(g, &n.name, a, b);
+    Some([x, w])
 }
 
 /// Fills the delayed-scaling state of `exe` as TransformerEngine's `fp8_calibration` does:

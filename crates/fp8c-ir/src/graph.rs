@@ -669,7 +669,12 @@ impl Graph {
             .chain(self.inputs.iter().map(|i| i.ix()))
             .collect();
         // A state that is updated must be kept as long as its update is kept, and the reverse.
-        for id in self.state.iter().map(|(id, _)| id).chain(self.params.iter()) {
+        for id in self
+            .state
+            .iter()
+            .map(|(id, _)| id)
+            .chain(self.params.iter())
+        {
             if self
                 .state_updates
                 .contains_key(interface_name(&self.node(*id).op))

@@ -1686,7 +1686,11 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             log: flag,
         },
         81 => Op::GeluGrad {
-            approximate: if flag { GeluApprox::Tanh } else { GeluApprox::None },
+            approximate: if flag {
+                GeluApprox::Tanh
+            } else {
+                GeluApprox::None
+            },
         },
         82 => Op::ConvGradInput {
             kernel_shape: list.iter().take(2).copied().collect(),

@@ -1042,15 +1042,17 @@ impl<'a> Parser<'a> {
             return Err(self.expected("`%name` of the updated state"));
         }
         let name = self.name("a state name")?;
-        let is_state = raw
-            .iface_names
-            .get(&name)
-            .is_some_and(|v| v.iter().any(|&i| matches!(raw.ifaces[i].kind, Kind::State | Kind::Param)));
+        let is_state = raw.iface_names.get(&name).is_some_and(|v| {
+            v.iter()
+                .any(|&i| matches!(raw.ifaces[i].kind, Kind::State | Kind::Param))
+        });
         if !is_state {
             let shown = super::print::ref_name(&name);
             return Err(self.err_at(
                 at,
-                format!("update of %{shown}, which is not declared in `params(...)` or `state(...)`"),
+                format!(
+                    "update of %{shown}, which is not declared in `params(...)` or `state(...)`"
+                ),
             ));
         }
         if raw.updates.contains_key(&name) {
