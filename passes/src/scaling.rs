@@ -114,65 +114,11 @@ impl Scaler {
         if let Some(&hit) = self.cache.get(&v) {
             return Ok(hit);
         }
-        let fmt = self.fmt();
-        let scalar = TensorType::scalar(DType::F32);
-        let q_op = Op::Quantize {
-            to: fmt,
-            saturate: true,
-        };
-        let out = match self.recipe {
-            Recipe::Delayed(r) => {
-                let len = r.amax_history_len as u64;
-                let h = g.add_state(
-                    &format!("{t}.amax_history"),
-                    TensorType::fixed(DType::F32, &[len]),
-                    0.0,
-                )?;
-                let sc = g.add_state(&format!("{t}.scale"), scalar.clone(), 1.0)?;
-                let si = g.add_state(&format!("{t}.scale_inv"), scalar, 1.0)?;
-                let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc])?[0];
-                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
-                let hist = g.add_node(&format!("{t}.history"), Op::AmaxHistoryUpdate, &[h, a])?;
-                let source = match r.amax_compute_algo {
-                    AmaxComputeAlgo::Max => AmaxSource::HistoryMax,
-                    AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
-                };
-                let cs = Op::ComputeScale {
-                    fmt,
-                    margin: r.margin,
-                    source,
-                    epsilon: 0.0,
-                    power_2: false,
-                };
-                let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
-                g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
-                g.set_state_update(&format!("{t}.scale"), new[0])?;
-                g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
-                self.stats.history_update += 1;
-                self.stats.state_entries += 3;
-                (q, si)
-            }
-            Recipe::Current(r) => {
-                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
-                let one = g.add_node(
-                    &format!("{t}.scale_init"),
-                    Op::Constant {
-                        value: Tensor::scalar_f32(1.0),
-                    },
-                    &[],
-                )?[0];
-                let cs = Op::ComputeScale {
-                    fmt,
-                    margin: 0.0,
-                    source: AmaxSource::Current,
-                    epsilon: r.amax_epsilon,
-                    power_2: r.power_2_scale,
-                };
-                let sc = g.add_node(&format!("{t}.compute_scale"), cs, &[a, one])?;
-                let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc[0]])?[0];
-                (q, sc[1])
-            }
-        };
+        let out = insert_quantize(g, self.recipe, self.fmt(), v, t)?;
+        if matches!(self.recipe, Recipe::Delayed(_)) {
+            self.stats.history_update += 1;
+            self.stats.state_entries += 3;
+        }
         self.stats.amax += 1;
         self.stats.compute_scale += 1;
         self.stats.quantize += 1;
@@ -305,6 +251,76 @@ impl Scaler {
         g.rename_node(result.node, nm);
         Ok(())
     }
+}
+
+/// Inserts the quantization of tensor `v` named `t` (`fc1.x`, `fc1.dy`) in FP8 type `fmt`
+/// following `recipe`, with its scaling state for delayed scaling (see the module docs), and
+/// returns `(q, scale_inv)`. Shared by the forward scaling pass and the gradient quantizer
+/// of autodiff, so both follow the same TE order.
+pub fn insert_quantize(
+    g: &mut Graph,
+    recipe: Recipe,
+    fmt: DType,
+    v: Value,
+    t: &str,
+) -> Result<(Value, Value), IrError> {
+    let scalar = TensorType::scalar(DType::F32);
+    let q_op = Op::Quantize {
+        to: fmt,
+        saturate: true,
+    };
+    let out = match recipe {
+        Recipe::Delayed(r) => {
+            let len = r.amax_history_len as u64;
+            let h = g.add_state(
+                &format!("{t}.amax_history"),
+                TensorType::fixed(DType::F32, &[len]),
+                0.0,
+            )?;
+            let sc = g.add_state(&format!("{t}.scale"), scalar.clone(), 1.0)?;
+            let si = g.add_state(&format!("{t}.scale_inv"), scalar, 1.0)?;
+            let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc])?[0];
+            let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
+            let hist = g.add_node(&format!("{t}.history"), Op::AmaxHistoryUpdate, &[h, a])?;
+            let source = match r.amax_compute_algo {
+                AmaxComputeAlgo::Max => AmaxSource::HistoryMax,
+                AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
+            };
+            let cs = Op::ComputeScale {
+                fmt,
+                margin: r.margin,
+                source,
+                epsilon: 0.0,
+                power_2: false,
+            };
+            let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
+            g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
+            g.set_state_update(&format!("{t}.scale"), new[0])?;
+            g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
+            (q, si)
+        }
+        Recipe::Current(r) => {
+            let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[v])?[0];
+            let one = g.add_node(
+                &format!("{t}.scale_init"),
+                Op::Constant {
+                    value: Tensor::scalar_f32(1.0),
+                },
+                &[],
+            )?[0];
+            let cs = Op::ComputeScale {
+                fmt,
+                margin: 0.0,
+                source: AmaxSource::Current,
+                epsilon: r.amax_epsilon,
+                power_2: r.power_2_scale,
+            };
+            let sc = g.add_node(&format!("{t}.compute_scale"), cs, &[a, one])?;
+            let q = g.add_node(&format!("{t}.q"), q_op, &[v, sc[0]])?[0];
+            (q, sc[1])
+        }
+    };
+    Ok(out)
 }
 
 /// Names of a GEMM's two operand tensors, which name their nodes and scaling state: `.x` for

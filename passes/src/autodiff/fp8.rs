@@ -25,8 +25,8 @@
 
 use super::emit::Emit;
 use super::rules::{At, Grads};
-use fp8c_core::{AmaxComputeAlgo, Fp8Format, Recipe};
-use fp8c_ir::{AmaxSource, DType, Graph, IrError, Op, Tensor, TensorType, Value};
+use fp8c_core::{Fp8Format, Recipe};
+use fp8c_ir::{DType, Graph, IrError, Op, Value};
 use std::collections::HashMap;
 
 type R<T> = Result<T, IrError>;
@@ -62,63 +62,7 @@ impl GradQuantizer {
         if let Some(&hit) = self.cache.get(&dy) {
             return Ok(hit);
         }
-        let fmt = self.format();
-        let scalar = TensorType::scalar(DType::F32);
-        let q_op = Op::Quantize {
-            to: fmt,
-            saturate: true,
-        };
-        let out = match self.recipe {
-            Recipe::Delayed(r) => {
-                let len = r.amax_history_len as u64;
-                let h = g.add_state(
-                    &format!("{t}.amax_history"),
-                    TensorType::fixed(DType::F32, &[len]),
-                    0.0,
-                )?;
-                let sc = g.add_state(&format!("{t}.scale"), scalar.clone(), 1.0)?;
-                let si = g.add_state(&format!("{t}.scale_inv"), scalar, 1.0)?;
-                let q = g.add_node(&format!("{t}.q"), q_op, &[dy, sc])?[0];
-                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[dy])?[0];
-                let hist = g.add_node(&format!("{t}.history"), Op::AmaxHistoryUpdate, &[h, a])?;
-                let source = match r.amax_compute_algo {
-                    AmaxComputeAlgo::Max => AmaxSource::HistoryMax,
-                    AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
-                };
-                let cs = Op::ComputeScale {
-                    fmt,
-                    margin: r.margin,
-                    source,
-                    epsilon: 0.0,
-                    power_2: false,
-                };
-                let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
-                g.set_state_update(&format!("{t}.amax_history"), hist[1])?;
-                g.set_state_update(&format!("{t}.scale"), new[0])?;
-                g.set_state_update(&format!("{t}.scale_inv"), new[1])?;
-                (q, si)
-            }
-            Recipe::Current(r) => {
-                let a = g.add_node(&format!("{t}.amax"), Op::Amax, &[dy])?[0];
-                let one = g.add_node(
-                    &format!("{t}.scale_init"),
-                    Op::Constant {
-                        value: Tensor::scalar_f32(1.0),
-                    },
-                    &[],
-                )?[0];
-                let cs = Op::ComputeScale {
-                    fmt,
-                    margin: 0.0,
-                    source: AmaxSource::Current,
-                    epsilon: r.amax_epsilon,
-                    power_2: r.power_2_scale,
-                };
-                let sc = g.add_node(&format!("{t}.compute_scale"), cs, &[a, one])?;
-                let q = g.add_node(&format!("{t}.q"), q_op, &[dy, sc[0]])?[0];
-                (q, sc[1])
-            }
-        };
+        let out = crate::scaling::insert_quantize(g, self.recipe, self.format(), dy, t)?;
         self.quantized.push(t.to_string());
         self.cache.insert(dy, out);
         Ok(out)
