@@ -93,46 +93,6 @@ impl CpuExecutable {
     pub fn program(&self) -> &Program {
         &self.program
     }
-
-    /// Checks the caller's inputs against the program's interface.
-    fn check_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
-        let p = &self.program;
-        let names: Vec<&str> = p.inputs().iter().map(|(n, _)| n.as_str()).collect();
-        for given in inputs.keys() {
-            if !names.contains(&given.as_str()) {
-                return Err(RuntimeError::input(
-                    given,
-                    format!(
-                        "is not an input of the graph (its inputs are: {})",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        }
-        for (name, id) in p.inputs() {
-            let b = p.buffer(*id);
-            let t = inputs.get(name).ok_or_else(|| {
-                RuntimeError::input(name, format!("is missing (expected {})", b.ty))
-            })?;
-            if t.dtype() != b.ty.dtype {
-                return Err(RuntimeError::input(
-                    name,
-                    format!("has dtype {}, the graph expects {}", t.dtype(), b.ty),
-                ));
-            }
-            if t.shape() != b.dims {
-                return Err(RuntimeError::input(
-                    name,
-                    format!(
-                        "has shape {:?}, the program was compiled for {}",
-                        t.shape(),
-                        b.ty
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Executable for CpuExecutable {
@@ -141,7 +101,7 @@ impl Executable for CpuExecutable {
         inputs: &BTreeMap<String, Tensor>,
         obs: &mut Observer<'_>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
-        self.check_inputs(inputs)?;
+        self.program.check_inputs(inputs)?;
         let p = &self.program;
         let mut slots: Vec<Option<Cow<'_, Tensor>>> = vec![None; p.buffers().len()];
         for b in p.buffers() {

@@ -12,6 +12,7 @@
 
 use crate::RuntimeError;
 use fp8c_ir::{Op, Tensor, TensorType};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Identifies a buffer of a [`Program`] (its index in [`Program::buffers`]).
@@ -145,6 +146,48 @@ pub struct Program {
 }
 
 impl Program {
+    /// Checks a caller's inputs against the program's interface (every backend's `run`
+    /// does this first): unknown names, missing inputs, wrong dtype or shape, each an error
+    /// naming the input.
+    pub fn check_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
+        let p = self;
+        let names: Vec<&str> = p.inputs().iter().map(|(n, _)| n.as_str()).collect();
+        for given in inputs.keys() {
+            if !names.contains(&given.as_str()) {
+                return Err(RuntimeError::input(
+                    given,
+                    format!(
+                        "is not an input of the graph (its inputs are: {})",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        for (name, id) in p.inputs() {
+            let b = p.buffer(*id);
+            let t = inputs.get(name).ok_or_else(|| {
+                RuntimeError::input(name, format!("is missing (expected {})", b.ty))
+            })?;
+            if t.dtype() != b.ty.dtype {
+                return Err(RuntimeError::input(
+                    name,
+                    format!("has dtype {}, the graph expects {}", t.dtype(), b.ty),
+                ));
+            }
+            if t.shape() != b.dims {
+                return Err(RuntimeError::input(
+                    name,
+                    format!(
+                        "has shape {:?}, the program was compiled for {}",
+                        t.shape(),
+                        b.ty
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The graph's name.
     pub fn name(&self) -> &str {
         &self.name

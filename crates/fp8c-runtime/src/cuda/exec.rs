@@ -215,45 +215,6 @@ impl CudaExecutable {
         &self.dev.info
     }
 
-    fn check_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
-        let p = &self.program;
-        let names: Vec<&str> = p.inputs().iter().map(|(n, _)| n.as_str()).collect();
-        for given in inputs.keys() {
-            if !names.contains(&given.as_str()) {
-                return Err(RuntimeError::input(
-                    given,
-                    format!(
-                        "is not an input of the graph (its inputs are: {})",
-                        names.join(", ")
-                    ),
-                ));
-            }
-        }
-        for (name, id) in p.inputs() {
-            let b = p.buffer(*id);
-            let t = inputs.get(name).ok_or_else(|| {
-                RuntimeError::input(name, format!("is missing (expected {})", b.ty))
-            })?;
-            if t.dtype() != b.ty.dtype {
-                return Err(RuntimeError::input(
-                    name,
-                    format!("has dtype {}, the graph expects {}", t.dtype(), b.ty),
-                ));
-            }
-            if t.shape() != b.dims {
-                return Err(RuntimeError::input(
-                    name,
-                    format!(
-                        "has shape {:?}, the program was compiled for {}",
-                        t.shape(),
-                        b.ty
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
     fn upload_inputs(&self, inputs: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
         for (name, id) in self.program.inputs() {
             if let Some(t) = inputs.get(name) {
@@ -365,7 +326,7 @@ impl Executable for CudaExecutable {
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
-        self.check_inputs(inputs)?;
+        self.program.check_inputs(inputs)?;
         self.dev.bind()?;
         self.upload_inputs(inputs)?;
         // The first run goes eagerly (it also warms cuBLASLt); with --cuda-graph the second is
@@ -388,7 +349,7 @@ impl Executable for CudaExecutable {
         inputs: &BTreeMap<String, Tensor>,
         obs: &mut Observer<'_>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
-        self.check_inputs(inputs)?;
+        self.program.check_inputs(inputs)?;
         self.dev.bind()?;
         self.upload_inputs(inputs)?;
         self.dev
