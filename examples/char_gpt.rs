@@ -8,7 +8,7 @@
 //! The model is built with fp8c's IR builder, as another compiler would hand fp8c a graph:
 //! token and position embeddings, 2 pre-LN transformer blocks (d_model 128, 4 heads, causal
 //! attention through a constant mask, tanh-GELU MLP of width 512), a final LayerNorm and an
-//! untied LM head, context 64. Training uses `fp8c_passes::autodiff::Trainer` on the CPU
+//! untied LM head, context 64. Training uses `fp8c_session::Trainer` on the CPU
 //! reference backend: AdamW with linear warmup and cosine decay, the same initial weights and
 //! the same batches for every precision. The vocabulary (the text's characters) is padded to a
 //! multiple of 16 so the LM head meets the FP8 GEMM shape rule.
@@ -18,16 +18,15 @@
 //! `loss.svg`. The last line is `final_loss f32=… bf16=… fp8=…`, each the mean training loss
 //! of the last 50 steps.
 
-#[path = "../crates/fp8c-cli/src/plot.rs"]
-#[allow(dead_code)]
-mod plot;
+use fp8c_session::plot;
 
 use fp8c_core::Recipe;
 use fp8c_ir::{DType, GeluApprox, Graph, Op, Tensor, TensorType, Value};
 use fp8c_passes::PassOptions;
-use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec, Trainer};
+use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec};
 use fp8c_passes::precision::PrecisionMode;
 use fp8c_runtime::CpuBackend;
+use fp8c_session::Trainer;
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Write;

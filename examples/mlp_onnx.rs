@@ -11,15 +11,14 @@
 //! model back for `fp8c run` and onnxruntime), but through the library API. The last line is
 //! `final_loss f32=… bf16=… fp8=…` (mean of the last 50 steps), then the test accuracies.
 
-#[path = "../crates/fp8c-cli/src/plot.rs"]
-#[allow(dead_code)]
-mod plot;
+use fp8c_session::plot;
 
 use fp8c_ir::{Graph, Tensor};
-use fp8c_passes::autodiff::{Loss, LrSchedule, OptimizerSpec, TrainSpec, Trainer};
+use fp8c_passes::autodiff::{Loss, LrSchedule, OptimizerSpec, TrainSpec};
 use fp8c_passes::precision::PrecisionMode;
 use fp8c_passes::{PassCx, PassManager, PassOptions};
 use fp8c_runtime::{Backend, CpuBackend};
+use fp8c_session::Trainer;
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Read;

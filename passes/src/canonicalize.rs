@@ -78,7 +78,7 @@ pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> 
         if !is_foldable(&op) {
             continue;
         }
-        match fp8c_runtime::cpu::eval_op(&op, &consts) {
+        match fp8c_eval::eval_op(&op, &consts) {
             Ok(mut vals) if vals.len() == 1 => {
                 let value = vals.pop().expect("one value");
                 if value.ty() != outputs[0] {

@@ -29,6 +29,8 @@ pub struct PassOptions {
     pub recipe: fp8c_core::Recipe,
     /// Skip the fusion pass (`--no-fuse`).
     pub no_fuse: bool,
+    /// Build a training step (the autodiff pass runs only when this is set).
+    pub train: Option<crate::autodiff::TrainSpec>,
 }
 
 /// Mutable context handed to every pass: options, and what passes record for the user.
@@ -48,6 +50,8 @@ pub struct PassCx {
     pub scaling: crate::scaling::ScalingStats,
     /// What the fusion pass did (None when it did not run).
     pub fusion: Option<crate::fusion::FusionStats>,
+    /// What the autodiff pass did (None when it did not run).
+    pub train: Option<crate::autodiff::TrainInfo>,
 }
 
 impl PassCx {
@@ -79,8 +83,8 @@ pub enum PassError {
     UnknownPass(String, String),
 }
 
-/// The passes, in the order they run. Order matters: canonicalize first so every later
-/// pass sees a static, folded graph.
+/// The passes, in the order they run: one list for inference and training. Order matters:
+/// canonicalize first so every later pass sees a static, folded graph.
 pub fn pipeline() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(crate::canonicalize::Canonicalize),
@@ -88,7 +92,10 @@ pub fn pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(crate::precision::PrecisionPass),
         // Scaling materialises the precision decisions.
         Box::new(crate::scaling::ScalingPass),
-        // Fusion rewrites what scaling inserted (skipped with `no_fuse`).
+        // Training only (`PassOptions::train`): after scaling, so the backward GEMMs read the
+        // forward FP8 copies (ARCHITECTURE.md, "Training"); before fusion, so the whole step fuses.
+        Box::new(crate::autodiff::AutodiffPass),
+        // Fusion rewrites what scaling (and autodiff) inserted (skipped with `no_fuse`).
         Box::new(crate::fusion::FusionPass),
     ]
 }

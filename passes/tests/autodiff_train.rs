@@ -10,7 +10,7 @@ use fp8c_core::{CurrentScaling, DelayedScaling, Format, Recipe};
 use fp8c_ir::{DType, Graph, Op, Tensor, TensorType, Value};
 use fp8c_passes::autodiff::{
     Loss, LrSchedule, Optimizer, OptimizerSpec, SKIPPED_STATE, STEP_STATE, TrainSpec,
-    build_training_graph, training_pipeline,
+    build_training_graph,
 };
 use fp8c_passes::precision::PrecisionMode;
 use fp8c_passes::{PassCx, PassManager, PassOptions};
@@ -83,8 +83,9 @@ fn compile(fwd: &Graph, spec: TrainSpec, mode: PrecisionMode, recipe: Recipe) ->
     let mut g = fwd.clone();
     let mut o = options(mode, recipe);
     o.no_fuse = true;
+    o.train = Some(spec);
     let mut cx = PassCx::new(o);
-    PassManager::with_passes(training_pipeline(spec))
+    PassManager::default()
         .run(&mut g, &mut cx)
         .unwrap_or_else(|e| panic!("{e}"));
     g
@@ -641,7 +642,7 @@ fn bad_specs_give_clear_errors() {
     let tg = build_training_graph(&g, &ce_spec()).unwrap();
     let x = Tensor::from_f32(vec![8, 64], &[0.0; 512]);
     let labels = Tensor::from_i64(vec![8], &[0, 1, 2, 3, 16, 5, 6, 7]);
-    let lp = fp8c_runtime::eval_op(
+    let lp = fp8c_eval::eval_op(
         &Op::SoftmaxCrossEntropy,
         &[&Tensor::from_f32(vec![8, 16], &[0.0; 128]), &labels],
     )
@@ -798,7 +799,7 @@ fn training_ops_never_panic_on_any_input() {
         let inf: Vec<InferInput<'_>> = types.iter().map(InferInput::new).collect();
         let inferred = infer(&op, &inf);
         let refs: Vec<&Tensor> = ins.iter().collect();
-        let evaluated = fp8c_runtime::eval_op(&op, &refs);
+        let evaluated = fp8c_eval::eval_op(&op, &refs);
         // When both succeed they agree on the output types.
         if let (Ok(t), Ok(v)) = (&inferred, &evaluated) {
             let got: Vec<TensorType> = v.iter().map(|x| x.ty()).collect();

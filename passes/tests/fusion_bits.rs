@@ -114,23 +114,23 @@ fn bert_current_scaling_is_bit_identical() {
 
 /// The training step of the example MLP: forward, loss, FP8 dgrad/wgrad, AdamW, guard.
 fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
-    use fp8c_passes::autodiff::{Loss, TrainSpec, training_pipeline};
+    use fp8c_passes::autodiff::{Loss, TrainSpec};
     use fp8c_passes::{PassCx, PassManager, PassOptions};
     let mut g = load_ir(
         &repo_root().join("examples/ir/mlp.fp8ir"),
         &[("x", &[64, 256])],
     );
     fill_weights(&mut g, &mut Rng::new(3));
-    // The training pipeline ends with fusion; `no_fuse` turns it off.
-    let passes = training_pipeline(TrainSpec::new("logits", Loss::CrossEntropy));
+    // The pipeline ends with fusion; `no_fuse` turns it off.
     let mut options = PassOptions {
         recipe,
         no_fuse: !fuse,
+        train: Some(TrainSpec::new("logits", Loss::CrossEntropy)),
         ..Default::default()
     };
     options.policy.min_fp8_flops = 0;
     let mut cx = PassCx::new(options);
-    PassManager::with_passes(passes)
+    PassManager::default()
         .run(&mut g, &mut cx)
         .unwrap_or_else(|e| panic!("{e}"));
     g

@@ -280,7 +280,7 @@ fn small_tensor() -> impl Strategy<Value = Tensor> {
             let t = rng.tensor(&dims, 4.0);
             match kind {
                 0 => t,
-                1 => fp8c_runtime::eval_op(
+                1 => fp8c_eval::eval_op(
                     &Op::Quantize {
                         to: DType::F8E4M3,
                         saturate: true,
@@ -309,7 +309,7 @@ proptest! {
             types.iter().map(fp8c_ir::infer::InferInput::new).collect();
         let inferred = fp8c_ir::infer::infer(&op, &ins);
         let refs: Vec<&Tensor> = inputs.iter().collect();
-        let evaluated = fp8c_runtime::eval_op(&op, &refs);
+        let evaluated = fp8c_eval::eval_op(&op, &refs);
         if let (Ok(t), Ok(v)) = (&inferred, &evaluated) {
             let got: Vec<TensorType> = v.iter().map(Tensor::ty).collect();
             prop_assert_eq!(t, &got);

@@ -7,8 +7,7 @@
 //! `$FP8C_MODEL_CACHE`), so only the first run pays for it.
 #![allow(dead_code)]
 
-#[path = "../../crates/fp8c-cli/src/npy.rs"]
-pub mod npy;
+pub use fp8c_session::npy;
 
 use fp8c_ir::Tensor;
 use std::collections::BTreeMap;

@@ -163,6 +163,7 @@ pub fn compile(a: CompileArgs) -> Result<()> {
         policy: a.fp8.policy()?,
         recipe: a.fp8.recipe()?,
         no_fuse: a.fp8.no_fuse,
+        train: None,
     };
     pm.check_options(&options)?;
     let mut g = load_graph(&a.model, &a.output)?;

@@ -3,8 +3,6 @@
 mod bench;
 mod commands;
 mod fp8args;
-mod npy;
-mod plot;
 mod run;
 mod train;
 

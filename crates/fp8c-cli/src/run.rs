@@ -10,7 +10,6 @@
 
 use crate::commands::load_graph;
 use crate::fp8args::Fp8Args;
-use crate::npy;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use fp8c_core::Recipe;
@@ -18,6 +17,7 @@ use fp8c_ir::{Dim, Graph, Tensor, interface_name};
 use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
 use fp8c_passes::{PassCx, PassManager, PassOptions};
 use fp8c_runtime::{Backend, CpuBackend, Executable, Fp8TensorStats, Program, Step};
+use fp8c_session::npy;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -343,12 +343,12 @@ fn calibrate(
         let (Some(h), Some(prev)) = (state.get(&hist(t)), state.get(&scale)) else {
             continue;
         };
-        let mut upd = fp8c_runtime::eval_op(
+        let mut upd = fp8c_eval::eval_op(
             &fp8c_ir::Op::AmaxHistoryUpdate,
             &[h, &Tensor::scalar_f32(*m)],
         )
         .map_err(|e| anyhow!("tensor {t}: {e}"))?;
-        let mut s = fp8c_runtime::eval_op(&compute, &[&upd[0], prev])
+        let mut s = fp8c_eval::eval_op(&compute, &[&upd[0], prev])
             .map_err(|e| anyhow!("tensor {t}: {e}"))?;
         exe.set_state(&hist(t), upd.remove(1))?;
         exe.set_state(&scale_inv, s.remove(1))?;

@@ -15,17 +15,16 @@
 
 use crate::commands::load_graph;
 use crate::fp8args::Fp8Args;
-use crate::npy;
-use crate::plot;
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use fp8c_ir::{DType, Dim, Graph, Tensor, interface_name};
 use fp8c_passes::PassOptions;
-use fp8c_passes::autodiff::{
-    Loss, LrSchedule, Optimizer, OptimizerSpec, POISON_INPUT, TrainSpec, Trainer,
-};
+use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, POISON_INPUT, TrainSpec};
 use fp8c_passes::precision::PrecisionMode;
 use fp8c_runtime::CpuBackend;
+use fp8c_session::Trainer;
+use fp8c_session::npy;
+use fp8c_session::plot;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -421,7 +420,7 @@ fn save_checkpoint(dir: &Path, t: &Trainer, a: &TrainArgs) -> Result<()> {
     // The state first, then the metadata that points at it: a kill between the two leaves
     // the old metadata with a newer state only if the new state file is complete (rename).
     write_atomic(&dir.join("state.npz"), |p| {
-        npy::write_npz(p, &arrays).map(|_| ())
+        npy::write_npz(p, &arrays).map(|_| ()).map_err(Into::into)
     })?;
     let meta = Meta {
         format: 1,

@@ -1,5 +1,5 @@
 //! The CPU reference backend: executes each [`Step`] of a [`Program`] with
-//! [`crate::cpu::eval_op`], so FP8 is bit-exact through fp8c-core and GEMMs accumulate in f32
+//! [`fp8c_eval::eval_op`], so FP8 is bit-exact through fp8c-core and GEMMs accumulate in f32
 //! on the `gemm` crate (kernels use rayon's pool where the work is large enough).
 //!
 //! Buffer reuse is logical here: the executor holds one `Tensor` per live buffer and drops it
@@ -129,7 +129,7 @@ impl Executable for CpuExecutable {
                         })
                     })
                     .collect::<Result<Vec<&Tensor>, _>>()?;
-                let outs = crate::cpu::eval_op(&step.op, &ins).map_err(|e| {
+                let outs = fp8c_eval::eval_op(&step.op, &ins).map_err(|e| {
                     RuntimeError::node(&step.node, step.op.name(), e.message.clone())
                 })?;
                 if outs.len() != step.outputs.len() {

@@ -1,29 +1,21 @@
-//! fp8c's runtime.
+//! fp8c's runtime: running whole graphs.
 //!
-//! [`cpu`] is the reference evaluator: exact ONNX semantics for every IR op, bit-exact FP8
-//! rounding through fp8c-core and f32 accumulation. It folds constants for the passes and is
-//! the oracle every GPU kernel is compared with.
-//!
-//! Running whole graphs: [`lower`] turns a static graph into a [`Program`] (ordered steps over
+//! [`lower`] turns a static graph into a [`Program`] (ordered steps over
 //! buffers with a liveness-based memory plan); a [`Backend`] prepares it into an
 //! [`Executable`] that runs it and keeps its scaling state. [`CpuBackend`] executes each step
-//! with [`eval_op`]; [`CudaBackend`] runs the same program on a GPU ([`cuda`]). [`compare`] and [`fp8_stats`] give the numbers to judge FP8 results by.
+//! with the reference evaluator (`fp8c_eval::eval_op`); [`CudaBackend`] runs the same program on a GPU ([`cuda`]). [`compare`] and [`fp8_stats`] give the numbers to judge FP8 results by.
 
 mod backend;
-pub mod cpu;
 mod cpu_backend;
 pub mod cuda;
-mod error;
 mod lower;
 mod plan;
 mod program;
 mod stats;
 
 pub use backend::{Backend, Executable, Observer, RuntimeError};
-pub use cpu::eval_op;
 pub use cpu_backend::{CpuBackend, CpuExecutable};
 pub use cuda::{CudaBackend, CudaOptions};
-pub use error::{ErrorKind, EvalError};
 pub use lower::lower;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,

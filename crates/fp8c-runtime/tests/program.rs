@@ -408,7 +408,7 @@ proptest! {
                 Op::Input { name } => if name == "a" { a.clone() } else { b.clone() },
                 op => {
                     let ins: Vec<&Tensor> = n.inputs().iter().map(|v| &env[&v.node]).collect();
-                    fp8c_runtime::eval_op(op, &ins).unwrap().remove(0)
+                    fp8c_eval::eval_op(op, &ins).unwrap().remove(0)
                 }
             };
             env.insert(id, t);

@@ -35,11 +35,9 @@ mod loss;
 mod optim;
 mod params;
 mod rules;
-mod trainer;
 
 pub use loss::Loss;
 pub use optim::{LrSchedule, Optimizer, OptimizerSpec};
-pub use trainer::{StepReport, TrainError, Trainer, params_to_state};
 
 use crate::{Pass, PassCx};
 use emit::Emit;
@@ -238,12 +236,10 @@ pub fn build_training_graph_with_info(
     Ok((g, info))
 }
 
-/// The autodiff pass: [`build_training_graph`] as a pipeline step. It uses the pipeline's
-/// recipe for the gradients, so forward and backward scaling agree.
-pub struct AutodiffPass {
-    /// What to train.
-    pub spec: TrainSpec,
-}
+/// The autodiff pass: [`build_training_graph`] as a pipeline step. It runs only when the
+/// options carry a [`TrainSpec`] (`PassOptions::train`, set by the session when it trains), and
+/// uses the pipeline's recipe for the gradients, so forward and backward scaling agree.
+pub struct AutodiffPass;
 
 impl Pass for AutodiffPass {
     fn name(&self) -> &'static str {
@@ -251,11 +247,13 @@ impl Pass for AutodiffPass {
     }
 
     fn about(&self) -> &'static str {
-        "training step: loss, reverse-mode gradients (FP8 dgrad/wgrad), optimizer, non-finite guard"
+        "(training only) loss, reverse-mode gradients (FP8 dgrad/wgrad), optimizer, non-finite guard"
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
-        let mut spec = self.spec.clone();
+        let Some(mut spec) = cx.options.train.clone() else {
+            return Ok(false);
+        };
         spec.recipe = cx.options.recipe;
         let (t, info) = build_training_graph_with_info(g, &spec)?;
         *g = t;
@@ -267,18 +265,7 @@ impl Pass for AutodiffPass {
             info.fp8_gradients.len(),
             info.guarded_updates
         ));
+        cx.train = Some(info);
         Ok(true)
     }
-}
-
-/// The training pipeline: canonicalize, precision, scaling (forward FP8 as for inference),
-/// then autodiff on the result, then fusion over the whole step (skipped with `no_fuse`).
-pub fn training_pipeline(spec: TrainSpec) -> Vec<Box<dyn Pass>> {
-    vec![
-        Box::new(crate::canonicalize::Canonicalize),
-        Box::new(crate::precision::PrecisionPass),
-        Box::new(crate::scaling::ScalingPass),
-        Box::new(AutodiffPass { spec }),
-        Box::new(crate::fusion::FusionPass),
-    ]
 }

@@ -3,9 +3,9 @@
 
 #![allow(dead_code)]
 
+use fp8c_eval::eval_op;
 use fp8c_ir::{Graph, Op, Tensor, Value, interface_name};
 use fp8c_passes::autodiff::{Loss, TrainSpec, build_training_graph};
-use fp8c_runtime::eval_op;
 use std::collections::{BTreeMap, HashMap};
 
 /// One run of a graph: its outputs and the values its state updates give, by name.

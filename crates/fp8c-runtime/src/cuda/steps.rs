@@ -353,7 +353,7 @@ impl Lowerer<'_> {
             .iter()
             .filter_map(|&b| self.constant(b))
             .collect();
-        let outs = crate::cpu::eval_op(&step.op, &ins).map_err(|e| e.message)?;
+        let outs = fp8c_eval::eval_op(&step.op, &ins).map_err(|e| e.message)?;
         let mut actions = Vec::new();
         for (t, &b) in outs.iter().zip(&step.outputs) {
             let src = self.alloc(t.bytes().len() as u64)?;

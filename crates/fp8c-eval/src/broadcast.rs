@@ -1,0 +1,242 @@
+//! numpy broadcasting: the output shape of broadcast inputs and an iteration plan that maps
+//! every output element to the element it reads in each input.
+//!
+//! A [`Plan`] collapses the output to as few dims as possible (size-1 dims dropped, adjacent
+//! dims merged where every input walks them contiguously or not at all), then iterates rows of
+//! the last collapsed dim. Rows are independent, so large maps run on rayon's pool without any
+//! effect on the result.
+
+use crate::data::{PAR_MIN, numel};
+use crate::error::{KResult, shape_err};
+use rayon::prelude::*;
+
+/// The numpy broadcast of several shapes (right-aligned; a dim of 1 stretches).
+pub(crate) fn broadcast_shapes(shapes: &[&[u64]]) -> KResult<Vec<u64>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1u64; rank];
+    for s in shapes {
+        let off = rank - s.len();
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[off + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return shape_err!("shapes {} do not broadcast", fmt_shapes(shapes));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn fmt_shapes(shapes: &[&[u64]]) -> String {
+    shapes
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+/// How each input of a broadcast is read while walking the output in row-major order.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan {
+    /// Collapsed output dims (at least one).
+    dims: Vec<usize>,
+    /// Per input, its element stride along each collapsed dim (0 where broadcast).
+    strides: Vec<Vec<usize>>,
+    numel: usize,
+}
+
+impl Plan {
+    /// A plan reading `inputs` broadcast into `out` (each must broadcast to exactly `out`).
+    pub(crate) fn new(out: &[u64], inputs: &[&[u64]]) -> KResult<Plan> {
+        let n = numel(out)?;
+        let rank = out.len();
+        let mut dims: Vec<usize> = Vec::with_capacity(rank);
+        let mut strides: Vec<Vec<usize>> = vec![Vec::with_capacity(rank); inputs.len()];
+        // Per input, contiguous strides of its own shape, aligned to the output's dims.
+        let mut aligned: Vec<Vec<usize>> = Vec::with_capacity(inputs.len());
+        for s in inputs {
+            if s.len() > rank {
+                return shape_err!("shape {s:?} does not broadcast to {out:?}");
+            }
+            let off = rank - s.len();
+            let mut st = vec![0usize; rank];
+            let mut acc = 1usize;
+            for i in (0..s.len()).rev() {
+                let d = s[i];
+                if d != 1 && d != out[off + i] {
+                    return shape_err!("shape {s:?} does not broadcast to {out:?}");
+                }
+                st[off + i] = if d == 1 { 0 } else { acc };
+                acc *= d as usize;
+            }
+            aligned.push(st);
+        }
+        for (d, &size) in out.iter().enumerate() {
+            if size == 1 {
+                continue;
+            }
+            let size = size as usize;
+            let mergeable = !dims.is_empty()
+                && aligned.iter().enumerate().all(|(i, st)| {
+                    let prev = *strides[i].last().unwrap_or(&0);
+                    prev == st[d] * size
+                });
+            if mergeable {
+                let last = dims.len() - 1;
+                dims[last] *= size;
+                for (i, st) in aligned.iter().enumerate() {
+                    let l = strides[i].len() - 1;
+                    strides[i][l] = st[d];
+                }
+            } else {
+                dims.push(size);
+                for (i, st) in aligned.iter().enumerate() {
+                    strides[i].push(st[d]);
+                }
+            }
+        }
+        if dims.is_empty() {
+            dims.push(1);
+            for s in &mut strides {
+                s.push(0);
+            }
+        }
+        Ok(Plan {
+            dims,
+            strides,
+            numel: n,
+        })
+    }
+
+    fn row_len(&self) -> usize {
+        *self.dims.last().unwrap_or(&1)
+    }
+
+    /// Offset of the first element of output row `row` in input `input`, and the input's
+    /// stride along the row.
+    fn row(&self, row: usize, input: usize) -> (usize, usize) {
+        let st = &self.strides[input];
+        let last = self.dims.len() - 1;
+        let mut r = row;
+        let mut off = 0;
+        for d in (0..last).rev() {
+            off += (r % self.dims[d]) * st[d];
+            r /= self.dims[d];
+        }
+        (off, st[last])
+    }
+
+    /// Fills `out` row by row; `fill_row(row, chunk)` writes one row.
+    fn fill<O: Send>(&self, out: &mut [O], fill_row: impl Fn(usize, &mut [O]) + Sync + Send) {
+        let row_len = self.row_len();
+        if self.numel == 0 || row_len == 0 {
+            return;
+        }
+        if self.numel >= PAR_MIN {
+            let min_rows = (PAR_MIN / 4 / row_len).max(1);
+            out.par_chunks_mut(row_len)
+                .enumerate()
+                .with_min_len(min_rows)
+                .for_each(|(r, c)| fill_row(r, c));
+        } else {
+            out.chunks_mut(row_len)
+                .enumerate()
+                .for_each(|(r, c)| fill_row(r, c));
+        }
+    }
+
+    /// `out[i] = f(a[..], b[..])` over a plan with two inputs.
+    pub(crate) fn map2<A: Copy + Sync, B: Copy + Sync, O: Copy + Default + Send>(
+        &self,
+        a: &[A],
+        b: &[B],
+        f: impl Fn(A, B) -> O + Sync + Send,
+    ) -> Vec<O> {
+        let mut out = vec![O::default(); self.numel];
+        self.fill(&mut out, |r, chunk| {
+            let (oa, sa) = self.row(r, 0);
+            let (ob, sb) = self.row(r, 1);
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = f(a[oa + j * sa], b[ob + j * sb]);
+            }
+        });
+        out
+    }
+
+    /// `out[i] = f(a[..], b[..], c[..])` over a plan with three inputs.
+    pub(crate) fn map3<A: Copy + Sync, B: Copy + Sync, C: Copy + Sync, O: Copy + Default + Send>(
+        &self,
+        a: &[A],
+        b: &[B],
+        c: &[C],
+        f: impl Fn(A, B, C) -> O + Sync + Send,
+    ) -> Vec<O> {
+        let mut out = vec![O::default(); self.numel];
+        self.fill(&mut out, |r, chunk| {
+            let (oa, sa) = self.row(r, 0);
+            let (ob, sb) = self.row(r, 1);
+            let (oc, sc) = self.row(r, 2);
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = f(a[oa + j * sa], b[ob + j * sb], c[oc + j * sc]);
+            }
+        });
+        out
+    }
+}
+
+/// Applies `f` to two typed slices broadcast together; returns the values and output shape.
+pub(crate) fn zip2<A: Copy + Sync, B: Copy + Sync, O: Copy + Default + Send>(
+    a: (&[A], &[u64]),
+    b: (&[B], &[u64]),
+    f: impl Fn(A, B) -> O + Sync + Send,
+) -> KResult<(Vec<O>, Vec<u64>)> {
+    let out = broadcast_shapes(&[a.1, b.1])?;
+    let plan = Plan::new(&out, &[a.1, b.1])?;
+    Ok((plan.map2(a.0, b.0, f), out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_broadcast_like_numpy() {
+        assert_eq!(
+            broadcast_shapes(&[&[2, 1, 4], &[3, 1]]).unwrap(),
+            vec![2, 3, 4]
+        );
+        assert_eq!(broadcast_shapes(&[&[], &[5]]).unwrap(), vec![5]);
+        assert_eq!(broadcast_shapes(&[&[0, 1], &[1, 3]]).unwrap(), vec![0, 3]);
+        assert!(broadcast_shapes(&[&[2, 3], &[3, 2]]).is_err());
+    }
+
+    #[test]
+    fn plan_reads_the_right_elements() {
+        // a: [2,1,3] = 0..6, b: [4,1] = 10,20,30,40 → out [2,4,3]: out[i,j,k] = a[i,0,k] + b[j,0]
+        let a: Vec<i64> = (0..6).collect();
+        let b = vec![10i64, 20, 30, 40];
+        let (v, s) = zip2((&a, &[2, 1, 3]), (&b, &[4, 1]), |x, y| x + y).unwrap();
+        assert_eq!(s, vec![2, 4, 3]);
+        let mut want = vec![];
+        for i in 0..2 {
+            for bj in &b {
+                for k in 0..3 {
+                    want.push(a[i * 3 + k] + bj);
+                }
+            }
+        }
+        assert_eq!(v, want);
+    }
+
+    #[test]
+    fn large_plans_match_small_ones() {
+        // Parallel and sequential paths agree: [256,300] + [300] both ways.
+        let a: Vec<f32> = (0..256 * 300).map(|i| i as f32 * 0.5).collect();
+        let b: Vec<f32> = (0..300).map(|i| i as f32).collect();
+        let (v, _) = zip2((&a, &[256, 300]), (&b, &[300]), |x, y| x * y + 1.0).unwrap();
+        for (i, x) in v.iter().enumerate() {
+            assert_eq!(*x, a[i] * b[i % 300] + 1.0);
+        }
+    }
+}

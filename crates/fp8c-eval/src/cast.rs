@@ -1,0 +1,142 @@
+//! `cast` between every pair of dtypes.
+//!
+//! - float → int truncates toward zero; out-of-range values saturate and NaN becomes 0 (Rust
+//!   `as`; ONNX leaves these undefined). int → int wraps (two's complement), as C and numpy.
+//! - → f16/bf16 rounds once to nearest even from the exact source value: f64 and i64 sources
+//!   go through round-to-odd intermediates, never through a second nearest rounding
+//!   (onnxruntime casts f64 → f16 through a nearest f32, which can round twice).
+//! - → bool is `x != 0` (NaN is true, as numpy); bool → number is 0 or 1.
+//! - → FP8 goes through fp8c-core's encoder with the op's `saturate` flag, from f32: f16, bf16
+//!   and integers up to 2^24 reach f32 exactly; f64 is rounded to f32 first (so a value within
+//!   half an f32 ulp of an FP8 rounding tie may round differently from a direct f64 → FP8
+//!   cast, as in onnxruntime). FP8 → anything decodes exactly to f32 first.
+
+use crate::data::{Data, f64_to_bf16, f64_to_f16, tensor};
+use crate::error::KResult;
+use crate::fp8;
+use fp8c_ir::{DType, Tensor};
+
+/// Evaluates `cast { to, saturate }`.
+pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool) -> KResult<Tensor> {
+    let from = x.dtype();
+    if from == to {
+        return Ok(x.clone());
+    }
+    let shape = x.shape().to_vec();
+    if let Some(fmt) = fp8::format_of(to) {
+        let v = fp8::float_values_any(x, "input")?;
+        return tensor(to, shape, fp8::encode(fmt, &v, saturate));
+    }
+    if let Some(fmt) = fp8::format_of(from) {
+        let v = fp8::decode(fmt, x.bytes());
+        return tensor(to, shape, convert(Data::F32(v), to));
+    }
+    // f16/bf16 sources load as f32 exactly, so each pair below rounds at most once.
+    tensor(to, shape, convert(Data::load(x)?, to))
+}
+
+/// Converts values to the bytes of `to` (a non-FP8 dtype).
+fn convert(data: Data, to: DType) -> Vec<u8> {
+    macro_rules! from {
+        ($v:expr, $t:ty, $nonzero:expr, |$x:ident| $wide:expr) => {{
+            let v: Vec<$t> = $v;
+            let mut out = Vec::with_capacity(v.len() * to.size());
+            match to {
+                DType::F64 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, f64)).to_le_bytes())),
+                DType::F32 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, f32)).to_le_bytes())),
+                DType::F16 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&f64_to_f16($wide).to_le_bytes())),
+                DType::BF16 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&f64_to_bf16($wide).to_le_bytes())),
+                DType::I64 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, i64)).to_le_bytes())),
+                DType::I32 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, i32)).to_le_bytes())),
+                DType::I16 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, i16)).to_le_bytes())),
+                DType::I8 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, i8)).to_le_bytes())),
+                DType::U8 => v.iter().for_each(|&$x| out.push(num!($x, u8))),
+                DType::Bool => v.iter().for_each(|&$x| out.push(($nonzero) as u8)),
+                DType::F8E4M3 | DType::F8E5M2 => {
+                    unreachable!("FP8 targets are handled by the caller")
+                }
+            }
+            out
+        }};
+    }
+    // `x as T` for numbers (bools go through u8). The last argument of `from!` widens a value
+    // to f64 for the f16/bf16 rounding: exactly, or for i64 rounded to odd (see below).
+    macro_rules! num {
+        ($x:ident, $t:ty) => {
+            ($x as $t)
+        };
+    }
+    match data {
+        Data::F64(v) => from!(v, f64, x != 0.0, |x| x),
+        Data::F32(v) => from!(v, f32, x != 0.0, |x| x as f64),
+        Data::I64(v) => from!(v, i64, x != 0, |x| i64_to_f64_round_odd(x)),
+        Data::I32(v) => from!(v, i32, x != 0, |x| x as f64),
+        Data::I16(v) => from!(v, i16, x != 0, |x| x as f64),
+        Data::I8(v) => from!(v, i8, x != 0, |x| x as f64),
+        Data::U8(v) => from!(v, u8, x != 0, |x| x as f64),
+        Data::Bool(v) => {
+            let v: Vec<u8> = v.into_iter().map(u8::from).collect();
+            from!(v, u8, x != 0, |x| x as f64)
+        }
+    }
+}
+
+/// `x` as f64 rounded to odd: truncated toward zero and, if inexact, with the last mantissa
+/// bit set. Rounding that once more to a format of at most 51 mantissa bits (f16, bf16)
+/// gives the correctly rounded result, which plain `x as f64` (round to nearest) followed by
+/// a second rounding does not for |x| > 2^53.
+fn i64_to_f64_round_odd(x: i64) -> f64 {
+    let f = x as f64;
+    let back = f as i128; // 2^63 fits in i128
+    let exact = i128::from(x);
+    if back == exact || f.to_bits() & 1 == 1 {
+        return f;
+    }
+    // Step one ulp toward x: that neighbour is the truncation, with an odd last bit.
+    let bits = f.to_bits();
+    f64::from_bits(if (back > exact) == (f > 0.0) {
+        bits - 1
+    } else {
+        bits + 1
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_odd_widening_keeps_i64_to_bf16_single_rounded() {
+        // 2^62 + 2^54 + 1: bf16's ulp at 2^62 is 2^55, so this lies just above the tie at
+        // 2^54 and must round up to 2^62 + 2^55. Through a nearest-even f64 it would become
+        // the tie 2^62 + 2^54 and then round down to 2^62.
+        let x: i64 = (1 << 62) + (1 << 54) + 1;
+        assert_eq!(
+            f64_to_bf16(i64_to_f64_round_odd(x)).to_f64(),
+            2f64.powi(62) + 2f64.powi(55)
+        );
+        assert_eq!(i64_to_f64_round_odd(1 << 40), 2f64.powi(40));
+        assert_eq!(i64_to_f64_round_odd(-7), -7.0);
+        let y: i64 = -((1 << 62) + (1 << 54) + 1);
+        assert_eq!(
+            f64_to_bf16(i64_to_f64_round_odd(y)).to_f64(),
+            -(2f64.powi(62) + 2f64.powi(55))
+        );
+    }
+}

@@ -1,0 +1,244 @@
+//! fp8c's FP8 ops (`amax`, `compute_scale`, `amax_history_update`, `quantize`,
+//! `dequantize`) and the FP8 helpers other kernels share. Every rounding to or from FP8 is
+//! fp8c-core's, so this evaluator is bit-exact by construction.
+//!
+//! Conventions (TransformerEngine's, see fp8c-core's `scaling` module):
+//! - `quantize`: `q = encode(f32(x) * scale)`, the product rounded to f32 before the cast.
+//! - `dequantize`: `f32(q) * scale_inv` in f32, then rounded once to `to`.
+//! - `amax`: max |x| over the tensor as f32; NaN anywhere gives NaN; empty gives 0.
+//! - `compute_scale`: `amax' = max(amax, epsilon)` (NaN stays NaN), then fp8c-core's
+//!   `compute_scale(amax', fmt_max, margin, prev_scale)` (0, ±inf or NaN keep the previous
+//!   scale; an infinite result becomes f32::MAX), then with `power_2` the scale is rounded
+//!   down to a power of two by clearing its mantissa; `scale_inv = 1 / scale`.
+//!   The amax is history[0] for `history_most_recent` (TE's slot 0 holds the step being
+//!   recorded), the NaN-propagating max of the history for `history_max`, the scalar input for
+//!   `current`.
+//! - `amax_history_update`: `recorded` = history with slot 0 set to the amax; `next` =
+//!   fp8c-core's `roll_history(recorded)` (shift left by one, old slot 0 to the end, slot 0 = 0).
+
+use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor, write_vec};
+use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
+use fp8c_core::{AmaxComputeAlgo, Fp8Format};
+use fp8c_ir::{AmaxSource, DType, Tensor};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// The FP8 format of a dtype, if it is one.
+pub(crate) fn format_of(d: DType) -> Option<Fp8Format> {
+    match d {
+        DType::F8E4M3 => Some(Fp8Format::E4M3),
+        DType::F8E5M2 => Some(Fp8Format::E5M2),
+        _ => None,
+    }
+}
+
+/// Decodes FP8 codes to f32 (exact).
+pub(crate) fn decode(fmt: Fp8Format, codes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0f32; codes.len()];
+    if codes.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_MIN)
+            .zip(codes.par_chunks(PAR_MIN))
+            .for_each(|(o, c)| fp8c_core::decode_slice(fmt, c, o));
+    } else {
+        fp8c_core::decode_slice(fmt, codes, &mut out);
+    }
+    out
+}
+
+/// Encodes f32 values to FP8 codes (round to nearest even, ONNX `saturate`).
+pub(crate) fn encode(fmt: Fp8Format, v: &[f32], saturate: bool) -> Vec<u8> {
+    let mut out = vec![0u8; v.len()];
+    if v.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_MIN)
+            .zip(v.par_chunks(PAR_MIN))
+            .for_each(|(o, s)| fp8c_core::encode_f32_slice(fmt, s, o, saturate));
+    } else {
+        fp8c_core::encode_f32_slice(fmt, v, &mut out, saturate);
+    }
+    out
+}
+
+/// Values of any tensor as f32: floats (FP8 decoded, f64 rounded), integers and bools
+/// converted with `as`. `what` names the input in messages.
+pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
+    if let Some(fmt) = format_of(t.dtype()) {
+        return Ok(decode(fmt, t.bytes()));
+    }
+    Ok(
+        match Data::load(t).map_err(|f| Fail::new(f.kind, format!("{what}: {}", f.message)))? {
+            Data::F32(v) => v,
+            Data::F64(v) => v.into_iter().map(|x| x as f32).collect(),
+            Data::I64(v) => v.into_iter().map(|x| x as f32).collect(),
+            Data::I32(v) => v.into_iter().map(|x| x as f32).collect(),
+            Data::I16(v) => v.into_iter().map(f32::from).collect(),
+            Data::I8(v) => v.into_iter().map(f32::from).collect(),
+            Data::U8(v) => v.into_iter().map(f32::from).collect(),
+            Data::Bool(v) => v.into_iter().map(|b| if b { 1.0 } else { 0.0 }).collect(),
+        },
+    )
+}
+
+/// Stores f32 results as `to` (f32, f16 or bf16: rounded once to nearest even; f64 exactly).
+pub(crate) fn store_f32(v: Vec<f32>, to: DType, shape: Vec<u64>) -> KResult<Tensor> {
+    let bytes = match to {
+        DType::F32 => write_vec(&v),
+        DType::F64 => v.iter().flat_map(|&x| f64::from(x).to_le_bytes()).collect(),
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
+            .collect(),
+        DType::BF16 => v
+            .iter()
+            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        other => {
+            return attr_err!("the output type must be a float type other than FP8, got {other}");
+        }
+    };
+    tensor(to, shape, bytes)
+}
+
+fn fp8_attr(to: DType, name: &str) -> KResult<Fp8Format> {
+    format_of(to).map_or_else(
+        || attr_err!("{name}={to} is not an FP8 type (f8e4m3 or f8e5m2)"),
+        Ok,
+    )
+}
+
+/// A scalar f32 input (`scale`, `scale_inv`, `prev_scale`, `amax`).
+fn f32_scalar(t: &Tensor, what: &str) -> KResult<f32> {
+    if t.dtype() != DType::F32 {
+        return dtype_err!("{what} must be f32, got {}", t.dtype());
+    }
+    float_scalar_f32(t, what)
+}
+
+/// `amax(x)`: max |x| as f32[]; NaN propagates; an empty tensor gives 0.
+pub(crate) fn amax(x: &Tensor) -> KResult<Tensor> {
+    if !x.dtype().is_float() {
+        return dtype_err!("x must be a float tensor, got {}", x.dtype());
+    }
+    let v = float_values_any(x, "x")?;
+    // f64 inputs: |x| rounded to f32 is monotone, so the f32 amax is the rounded f64 amax.
+    let m = if v.len() >= PAR_MIN {
+        // max is exact and order-free (NaN wins in each chunk and across chunks).
+        let parts: Vec<f32> = v.par_chunks(PAR_MIN).map(fp8c_core::amax_f32).collect();
+        fp8c_core::amax_f32(&parts)
+    } else {
+        fp8c_core::amax_f32(&v)
+    };
+    Ok(Tensor::scalar_f32(m))
+}
+
+/// `compute_scale`: outputs `scale` and `scale_inv` (see the module docs).
+pub(crate) fn compute_scale(
+    inputs: &[&Tensor],
+    fmt: DType,
+    margin: f32,
+    source: AmaxSource,
+    epsilon: f32,
+    power_2: bool,
+) -> KResult<Vec<Tensor>> {
+    let [src, prev] = inputs else {
+        return Fail::arity("2", inputs.len());
+    };
+    let fmt = fp8_attr(fmt, "fmt")?;
+    if !margin.is_finite() {
+        return attr_err!("margin={margin} must be finite");
+    }
+    if !(epsilon.is_finite() && epsilon >= 0.0) {
+        return attr_err!("epsilon={epsilon} must be finite and >= 0");
+    }
+    let prev = f32_scalar(prev, "prev_scale")?;
+    let amax = match source {
+        AmaxSource::Current => f32_scalar(src, "amax")?,
+        AmaxSource::HistoryMax | AmaxSource::HistoryMostRecent => {
+            if src.dtype() != DType::F32 || src.shape().len() != 1 || src.is_empty() {
+                return shape_err!(
+                    "the amax history must be a non-empty f32[L], got {} {:?}",
+                    src.dtype(),
+                    src.shape()
+                );
+            }
+            let h = src
+                .to_f32_vec()
+                .map_err(|m| Fail::new(crate::error::ErrorKind::DType, m))?;
+            let algo = match source {
+                AmaxSource::HistoryMax => AmaxComputeAlgo::Max,
+                _ => AmaxComputeAlgo::MostRecent,
+            };
+            fp8c_core::history_amax(&h, algo)
+        }
+    };
+    let amax = if amax < epsilon { epsilon } else { amax };
+    let mut scale = fp8c_core::compute_scale(amax, fmt.max(), margin, prev);
+    if power_2 {
+        scale = f32::from_bits(scale.to_bits() & 0xFF80_0000);
+    }
+    Ok(vec![
+        Tensor::scalar_f32(scale),
+        Tensor::scalar_f32(1.0 / scale),
+    ])
+}
+
+/// `amax_history_update(history, amax)`: outputs `recorded` and `next` (module docs).
+pub(crate) fn amax_history_update(inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let [history, amax] = inputs else {
+        return Fail::arity("2", inputs.len());
+    };
+    if history.dtype() != DType::F32 || history.shape().len() != 1 || history.is_empty() {
+        return shape_err!(
+            "history must be a non-empty f32[L], got {} {:?}",
+            history.dtype(),
+            history.shape()
+        );
+    }
+    let amax = f32_scalar(amax, "amax")?;
+    let mut recorded = history
+        .to_f32_vec()
+        .map_err(|m| Fail::new(crate::error::ErrorKind::DType, m))?;
+    recorded[0] = amax;
+    let mut next = recorded.clone();
+    fp8c_core::roll_history(&mut next);
+    let shape = history.shape().to_vec();
+    Ok(vec![
+        Tensor::from_f32(shape.clone(), &recorded),
+        Tensor::from_f32(shape, &next),
+    ])
+}
+
+/// `quantize { to, saturate }(x, scale)`: `encode(f32(x) * scale)`.
+pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult<Tensor> {
+    let [x, scale] = inputs else {
+        return Fail::arity("2", inputs.len());
+    };
+    let fmt = fp8_attr(to, "to")?;
+    if !x.dtype().is_float() || x.dtype().is_fp8() {
+        return dtype_err!("x must be a float tensor other than FP8, got {}", x.dtype());
+    }
+    let scale = f32_scalar(scale, "scale")?;
+    let v = float_values_any(x, "x")?;
+    let mut out = vec![0u8; v.len()];
+    if v.len() >= PAR_MIN {
+        out.par_chunks_mut(PAR_MIN)
+            .zip(v.par_chunks(PAR_MIN))
+            .for_each(|(o, s)| fp8c_core::quantize_slice(fmt, s, scale, o, saturate));
+    } else {
+        fp8c_core::quantize_slice(fmt, &v, scale, &mut out, saturate);
+    }
+    tensor(to, x.shape().to_vec(), out)
+}
+
+/// `dequantize { to }(q, scale_inv)`: `f32(q) * scale_inv`, rounded once to `to`.
+pub(crate) fn dequantize(inputs: &[&Tensor], to: DType) -> KResult<Tensor> {
+    let [q, scale_inv] = inputs else {
+        return Fail::arity("2", inputs.len());
+    };
+    let Some(fmt) = format_of(q.dtype()) else {
+        return dtype_err!("q must be an FP8 tensor, got {}", q.dtype());
+    };
+    let s = f32_scalar(scale_inv, "scale_inv")?;
+    let table = fp8c_core::decode_table(fmt);
+    let v = par_map(q.bytes(), |&c| table[c as usize] * s);
+    store_f32(v, to, q.shape().to_vec())
+}

@@ -1,0 +1,168 @@
+//! The fusion pass's ops, evaluated as exactly the unfused ops they stand for: each kernel
+//! here composes the reference kernels (`quantize`, `amax`, `transpose`, `layer_norm`,
+//! `scaled_matmul`, the elementwise ops, `amax_history_update`, `compute_scale`), so a fused
+//! graph and its unfused original agree bit for bit on the CPU by construction. Every output
+//! is computed, read or not.
+//!
+//! An elementwise program ([`EwExpr`]) runs one instruction at a time, each result rounded to
+//! its own dtype as the unfused node's output would be.
+
+use crate::error::{Fail, KResult, attr_err};
+use crate::{fp8, linalg, movement, normalize};
+use fp8c_ir::{AmaxSource, DType, EwArg, EwExpr, Op, Tensor};
+
+/// True for the fused ops this file evaluates.
+pub(crate) fn is_fused_op(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::QuantizeAmax { .. }
+            | Op::CastTranspose { .. }
+            | Op::LayerNormQuantize { .. }
+            | Op::ElementwiseQuantize { .. }
+            | Op::ScaledMatMulEpilogue { .. }
+            | Op::BatchedScaleUpdate { .. }
+    )
+}
+
+/// Evaluates a fused op (see [`is_fused_op`]).
+pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    match op {
+        Op::QuantizeAmax { to, saturate } => {
+            let [x, _] = super::args(inputs)?;
+            Ok(vec![fp8::quantize(inputs, *to, *saturate)?, fp8::amax(x)?])
+        }
+        Op::CastTranspose { perm, to, saturate } => {
+            let [x, _] = super::args(inputs)?;
+            let q = fp8::quantize(inputs, *to, *saturate)?;
+            let t = movement::transpose(&q, perm)?;
+            Ok(vec![q, t, fp8::amax(x)?])
+        }
+        Op::LayerNormQuantize {
+            axis,
+            epsilon,
+            to,
+            saturate,
+        } => {
+            if !(3..=4).contains(&inputs.len()) {
+                return Fail::arity("3 or 4", inputs.len());
+            }
+            let mut ln_in = vec![inputs[0]];
+            ln_in.extend_from_slice(&inputs[2..]);
+            let y = normalize::layer_norm(&ln_in, *axis, *epsilon)?;
+            quantized(y, inputs[1], *to, *saturate)
+        }
+        Op::ElementwiseQuantize { expr, to, saturate } => {
+            let n = expr.num_inputs();
+            if inputs.len() != n + 1 {
+                return Fail::arity(
+                    &format!("{} (the program's {n} and the scale)", n + 1),
+                    inputs.len(),
+                );
+            }
+            let y = run_expr(expr, &inputs[..n])?;
+            quantized(y, inputs[n], *to, *saturate)
+        }
+        Op::ScaledMatMulEpilogue {
+            out,
+            expr,
+            to,
+            saturate,
+        } => {
+            let extras = expr.num_inputs().saturating_sub(1);
+            let want = 4 + extras + usize::from(to.is_some());
+            if inputs.len() != want {
+                return Fail::arity(&want.to_string(), inputs.len());
+            }
+            let acc = linalg::scaled_matmul(&inputs[..4], *out)?;
+            let mut ew_in = vec![&acc];
+            ew_in.extend_from_slice(&inputs[4..4 + extras]);
+            let d = run_expr(expr, &ew_in)?;
+            match to {
+                Some(to) => quantized(d, inputs[4 + extras], *to, *saturate),
+                None => Ok(vec![d]),
+            }
+        }
+        Op::BatchedScaleUpdate {
+            fmt,
+            margin,
+            source,
+            epsilon,
+            power_2,
+        } => {
+            if inputs.is_empty() || inputs.len() % 3 != 0 {
+                return Fail::arity(
+                    "a non-zero multiple of 3 (history, amax, scale per tensor)",
+                    inputs.len(),
+                );
+            }
+            if *source == AmaxSource::Current {
+                return attr_err!("source=current has no history to update");
+            }
+            let mut outs = Vec::with_capacity(inputs.len());
+            for (i, t) in inputs.chunks(3).enumerate() {
+                let at = |f: Fail| Fail::new(f.kind, format!("tensor {i}: {}", f.message));
+                let hist = fp8::amax_history_update(&t[..2]).map_err(at)?;
+                let scales = fp8::compute_scale(
+                    &[&hist[0], t[2]],
+                    *fmt,
+                    *margin,
+                    *source,
+                    *epsilon,
+                    *power_2,
+                )
+                .map_err(at)?;
+                let [_, next] = <[Tensor; 2]>::try_from(hist).map_err(|_| {
+                    Fail::new(
+                        crate::error::ErrorKind::Unsupported,
+                        "internal: history outputs",
+                    )
+                })?;
+                outs.push(next);
+                outs.extend(scales);
+            }
+            Ok(outs)
+        }
+        other => attr_err!("`{}` is not a fused op", other.name()),
+    }
+}
+
+/// `[y, quantize(y, scale), amax(y)]`.
+fn quantized(y: Tensor, scale: &Tensor, to: DType, saturate: bool) -> KResult<Vec<Tensor>> {
+    let q = fp8::quantize(&[&y, scale], to, saturate)?;
+    let a = fp8::amax(&y)?;
+    Ok(vec![y, q, a])
+}
+
+/// Runs an elementwise program on its inputs `a0..`; the empty program returns `a0`.
+fn run_expr(expr: &EwExpr, inputs: &[&Tensor]) -> KResult<Tensor> {
+    let mut temps: Vec<Tensor> = Vec::with_capacity(expr.insts().len());
+    for (i, inst) in expr.insts().iter().enumerate() {
+        let mut args = Vec::with_capacity(inst.args.len());
+        for a in &inst.args {
+            let t = match *a {
+                EwArg::Input(k) => inputs.get(k as usize).copied(),
+                EwArg::Temp(k) => temps.get(k as usize),
+            };
+            match t {
+                Some(t) => args.push(t),
+                None => return attr_err!("instruction {i} reads {a:?}, which does not exist"),
+            }
+        }
+        let at = |e: crate::EvalError| Fail::new(e.kind, format!("instruction {i}: {e}"));
+        let mut out = super::eval_op(&inst.op, &args).map_err(at)?;
+        if out.len() != 1 {
+            return attr_err!(
+                "instruction {i} (`{}`) does not give one output",
+                inst.op.name()
+            );
+        }
+        temps.push(out.remove(0));
+    }
+    match temps.pop() {
+        Some(y) => Ok(y),
+        None => inputs
+            .first()
+            .map(|t| (*t).clone())
+            .map_or_else(|| Fail::arity("at least 1", 0), Ok),
+    }
+}

@@ -1,0 +1,460 @@
+//! `matmul`, `gemm` and `scaled_matmul`, on the `gemm` crate.
+//!
+//! Floats (f32, f16, bf16, and decoded FP8) multiply in f32 with f32 accumulation; f64 in f64.
+//! Integers accumulate with wrapping arithmetic in i64 and wrap to their type.
+//!
+//! Determinism: the `gemm` crate splits work over threads by output blocks, never along K,
+//! and picks its K blocking from the cache sizes, not the thread count, so a result does not
+//! depend on the size of rayon's pool (a test checks it). It does depend on the CPU's SIMD
+//! width and cache sizes in the last bits: the oracle is exact per machine, and GPU results
+//! are compared with a tolerance anyway.
+
+use crate::broadcast::broadcast_shapes;
+use crate::cast::cast;
+use crate::data::{Data, float_values_f32, numel};
+use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
+use crate::fp8;
+use fp8c_ir::{DType, Tensor};
+use rayon::prelude::*;
+
+/// Work (m·n·k) from which one GEMM uses rayon's pool inside the `gemm` crate.
+const PAR_GEMM_WORK: usize = 1 << 18;
+
+/// A matrix operand: data, element offset of its first element, row and column strides.
+#[derive(Clone, Copy)]
+pub(crate) struct Mat<'a, T> {
+    pub data: &'a [T],
+    pub offset: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+/// Element types the `gemm` crate multiplies.
+pub(crate) trait GemmElem:
+    Copy + Send + Sync + Default + std::ops::Add<Output = Self> + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+}
+impl GemmElem for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+impl GemmElem for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+}
+
+/// `out[m×n] (row-major, contiguous) = A[m×k] · B[k×n]`, accumulating in `T`.
+/// `parallel` lets the `gemm` crate use rayon's pool (same result either way).
+pub(crate) fn gemm_into<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    out: &mut [T],
+    parallel: bool,
+) {
+    assert_eq!(out.len(), m * n, "gemm output buffer size");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out.fill(T::ZERO);
+        return;
+    }
+    // The last element each operand reads must be in bounds: this makes the raw-pointer call
+    // below sound.
+    let a_last = a.offset + (m - 1) * a.rs + (k - 1) * a.cs;
+    let b_last = b.offset + (k - 1) * b.rs + (n - 1) * b.cs;
+    assert!(
+        a_last < a.data.len() && b_last < b.data.len(),
+        "gemm operand out of bounds"
+    );
+    let par = if parallel && m.saturating_mul(n).saturating_mul(k) >= PAR_GEMM_WORK {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: `out` is m×n with row stride n and column stride 1; every element of A
+    // (offset + i·rs + p·cs, i < m, p < k) and of B (offset + p·rs + j·cs) is in bounds as
+    // asserted above; the buffers do not overlap (`out` is borrowed mutably). With
+    // read_dst = false, dst := 1·(A·B) (alpha, the dst factor, is unused).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.data.as_ptr().add(a.offset),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr().add(b.offset),
+            b.cs as isize,
+            b.rs as isize,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// The numpy matmul shapes of `a` and `b`: (batch dims, m, k, n, output shape), with 1-D
+/// operands promoted (a: `[k]` → `[1, k]`, b: `[k]` → `[k, 1]`) and the added axes dropped.
+struct MatmulShape {
+    batch: Vec<u64>,
+    a_batch: Vec<u64>,
+    b_batch: Vec<u64>,
+    m: usize,
+    k: usize,
+    n: usize,
+    out: Vec<u64>,
+}
+
+fn matmul_shape(a: &[u64], b: &[u64]) -> KResult<MatmulShape> {
+    let (a_batch, m, ka, a_vec) = match a {
+        [] => return shape_err!("matmul does not take scalars (input 0 has rank 0)"),
+        [k] => (&[][..], 1, *k, true),
+        [batch @ .., m, k] => (batch, *m, *k, false),
+    };
+    let (b_batch, kb, n, b_vec) = match b {
+        [] => return shape_err!("matmul does not take scalars (input 1 has rank 0)"),
+        [k] => (&[][..], *k, 1, true),
+        [batch @ .., k, n] => (batch, *k, *n, false),
+    };
+    if ka != kb {
+        return shape_err!("inner dims differ: {a:?} · {b:?} ({ka} vs {kb})");
+    }
+    let batch = broadcast_shapes(&[a_batch, b_batch])?;
+    let mut out = batch.clone();
+    if !a_vec {
+        out.push(m);
+    }
+    if !b_vec {
+        out.push(n);
+    }
+    numel(&out)?;
+    Ok(MatmulShape {
+        batch,
+        a_batch: a_batch.to_vec(),
+        b_batch: b_batch.to_vec(),
+        m: m as usize,
+        k: ka as usize,
+        n: n as usize,
+        out,
+    })
+}
+
+/// For each output batch index, the matrix index it reads in an operand with `batch` dims.
+fn batch_map(out_batch: &[u64], batch: &[u64]) -> Vec<usize> {
+    let total: usize = out_batch.iter().map(|&d| d as usize).product();
+    let off = out_batch.len() - batch.len();
+    (0..total)
+        .map(|mut i| {
+            let (mut idx, mut stride) = (0usize, 1usize);
+            for d in (0..out_batch.len()).rev() {
+                let coord = i % out_batch[d] as usize;
+                i /= out_batch[d] as usize;
+                if d >= off {
+                    let bd = batch[d - off] as usize;
+                    if bd != 1 {
+                        idx += coord * stride;
+                    }
+                    stride *= bd;
+                }
+            }
+            idx
+        })
+        .collect()
+}
+
+/// Batched float matmul (numpy rules) accumulating in `T`.
+fn matmul_float<T: GemmElem>(
+    a: &[T],
+    a_shape: &[u64],
+    b: &[T],
+    b_shape: &[u64],
+) -> KResult<(Vec<T>, Vec<u64>)> {
+    let s = matmul_shape(a_shape, b_shape)?;
+    let (m, k, n) = (s.m, s.k, s.n);
+    let a_idx = batch_map(&s.batch, &s.a_batch);
+    let b_idx = batch_map(&s.batch, &s.b_batch);
+    let mut out = vec![T::ZERO; a_idx.len() * m * n];
+    if m * n == 0 {
+        return Ok((out, s.out));
+    }
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let one = |(bi, chunk): (usize, &mut [T]), parallel: bool| {
+        let am = Mat {
+            data: a,
+            offset: a_idx[bi] * m * k,
+            rs: k,
+            cs: 1,
+        };
+        let bm = Mat {
+            data: b,
+            offset: b_idx[bi] * k * n,
+            rs: n,
+            cs: 1,
+        };
+        gemm_into(m, n, k, am, bm, chunk, parallel);
+    };
+    if a_idx.len() > 1 && work < PAR_GEMM_WORK {
+        // Many small products: one per task.
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|c| one(c, false));
+    } else {
+        out.chunks_mut(m * n).enumerate().for_each(|c| one(c, true));
+    }
+    Ok((out, s.out))
+}
+
+/// Batched integer matmul with wrapping i64 accumulation.
+fn matmul_int(
+    a: &[i64],
+    a_shape: &[u64],
+    b: &[i64],
+    b_shape: &[u64],
+) -> KResult<(Vec<i64>, Vec<u64>)> {
+    let s = matmul_shape(a_shape, b_shape)?;
+    let (m, k, n) = (s.m, s.k, s.n);
+    let a_idx = batch_map(&s.batch, &s.a_batch);
+    let b_idx = batch_map(&s.batch, &s.b_batch);
+    let mut out = vec![0i64; a_idx.len() * m * n];
+    if m * n == 0 {
+        return Ok((out, s.out));
+    }
+    out.par_chunks_mut(n).enumerate().for_each(|(row, o)| {
+        let (bi, i) = (row / m, row % m);
+        let ar = &a[a_idx[bi] * m * k + i * k..][..k];
+        let bm = &b[b_idx[bi] * k * n..][..k * n];
+        for (j, oj) in o.iter_mut().enumerate() {
+            *oj = (0..k).fold(0i64, |acc, p| {
+                acc.wrapping_add(ar[p].wrapping_mul(bm[p * n + j]))
+            });
+        }
+    });
+    Ok((out, s.out))
+}
+
+/// `matmul(a, b)`: numpy semantics for every numeric dtype.
+pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+    if a.dtype() != b.dtype() {
+        return dtype_err!("input dtypes differ: {} and {}", a.dtype(), b.dtype());
+    }
+    let dtype = a.dtype();
+    match (Data::load(a)?, Data::load(b)?) {
+        (Data::F32(x), Data::F32(y)) => {
+            let (v, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
+            Data::F32(v).store(dtype, shape)
+        }
+        (Data::F64(x), Data::F64(y)) => {
+            let (v, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
+            Data::F64(v).store(dtype, shape)
+        }
+        (Data::Bool(_), _) => dtype_err!("expects numeric inputs, got bool"),
+        _ => {
+            let (x, y) = (ints(a)?, ints(b)?);
+            let (v, shape) = matmul_int(&x, a.shape(), &y, b.shape())?;
+            cast(&Tensor::from_i64(shape, &v), dtype, false)
+        }
+    }
+}
+
+fn ints(t: &Tensor) -> KResult<Vec<i64>> {
+    t.to_i64_vec().map_err(|m| Fail::new(ErrorKind::DType, m))
+}
+
+/// `gemm { alpha, beta, trans_a, trans_b }(A, B[, C])`: `alpha·op(A)·op(B) + beta·C`, with C
+/// broadcast to `[M, N]`. The product is accumulated first and the epilogue applied per
+/// element, `alpha·acc + beta·c` (C is not read when beta is 0, as onnxruntime).
+pub(crate) fn gemm_op(
+    inputs: &[&Tensor],
+    alpha: f32,
+    beta: f32,
+    trans_a: bool,
+    trans_b: bool,
+) -> KResult<Tensor> {
+    let (a, b, c) = match inputs {
+        [a, b] => (*a, *b, None),
+        [a, b, c] => (*a, *b, Some(*c)),
+        _ => return Fail::arity("2 or 3", inputs.len()),
+    };
+    let dtype = a.dtype();
+    if b.dtype() != dtype || c.is_some_and(|c| c.dtype() != dtype) {
+        return dtype_err!("inputs must share a dtype");
+    }
+    let ([a0, a1], [b0, b1]) = (a.shape(), b.shape()) else {
+        return shape_err!(
+            "A and B must be 2-D, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        );
+    };
+    let (m, k) = if trans_a { (*a1, *a0) } else { (*a0, *a1) };
+    let (kb, n) = if trans_b { (*b1, *b0) } else { (*b0, *b1) };
+    if k != kb {
+        return shape_err!("op(A) is [{m}, {k}] and op(B) is [{kb}, {n}]: inner dims differ");
+    }
+    let out_shape = vec![m, n];
+    numel(&out_shape)?;
+    let c = match c {
+        Some(c) if beta != 0.0 => {
+            if c.shape().len() > 2 || broadcast_shapes(&[c.shape(), &out_shape])? != out_shape {
+                return shape_err!(
+                    "C of shape {:?} does not broadcast to [{m}, {n}]",
+                    c.shape()
+                );
+            }
+            Some(crate::movement::broadcast_to(c, &out_shape)?)
+        }
+        _ => None,
+    };
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    // Strides of op(A) and op(B) over the row-major stored matrices.
+    let (a_rs, a_cs) = if trans_a { (1, m) } else { (k, 1) };
+    let (b_rs, b_cs) = if trans_b { (1, k) } else { (n, 1) };
+    match Data::load(a)? {
+        Data::F32(x) => {
+            let y = float_values_f32(b, "B")?;
+            let mut acc = vec![0f32; m * n];
+            gemm_into(
+                m,
+                n,
+                k,
+                Mat {
+                    data: &x,
+                    offset: 0,
+                    rs: a_rs,
+                    cs: a_cs,
+                },
+                Mat {
+                    data: &y,
+                    offset: 0,
+                    rs: b_rs,
+                    cs: b_cs,
+                },
+                &mut acc,
+                true,
+            );
+            let cv = c.map(|c| float_values_f32(&c, "C")).transpose()?;
+            let out: Vec<f32> = match cv {
+                Some(cv) => acc
+                    .iter()
+                    .zip(&cv)
+                    .map(|(&p, &q)| alpha * p + beta * q)
+                    .collect(),
+                None => acc.iter().map(|&p| alpha * p).collect(),
+            };
+            Data::F32(out).store(dtype, out_shape)
+        }
+        Data::F64(x) => {
+            let Data::F64(y) = Data::load(b)? else {
+                return dtype_err!("B must be f64");
+            };
+            let mut acc = vec![0f64; m * n];
+            gemm_into(
+                m,
+                n,
+                k,
+                Mat {
+                    data: &x,
+                    offset: 0,
+                    rs: a_rs,
+                    cs: a_cs,
+                },
+                Mat {
+                    data: &y,
+                    offset: 0,
+                    rs: b_rs,
+                    cs: b_cs,
+                },
+                &mut acc,
+                true,
+            );
+            let (al, be) = (f64::from(alpha), f64::from(beta));
+            let out: Vec<f64> = match c
+                .map(|c| c.to_f64_vec())
+                .transpose()
+                .map_err(|m| Fail::new(ErrorKind::DType, m))?
+            {
+                Some(cv) => acc
+                    .iter()
+                    .zip(&cv)
+                    .map(|(&p, &q)| al * p + be * q)
+                    .collect(),
+                None => acc.iter().map(|&p| al * p).collect(),
+            };
+            Data::F64(out).store(dtype, out_shape)
+        }
+        Data::Bool(_) => dtype_err!("expects numeric inputs, got bool"),
+        _ => {
+            let (x, y) = (ints(a)?, ints(b)?);
+            let mut acc = vec![0i64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    acc[i * n + j] = (0..k).fold(0i64, |s, p| {
+                        s.wrapping_add(x[i * a_rs + p * a_cs].wrapping_mul(y[p * b_rs + j * b_cs]))
+                    });
+                }
+            }
+            let cv = c.map(|c| ints(&c)).transpose()?;
+            // Integer alpha/beta of 1 stay exact; others go through f64 and truncate.
+            let out: Vec<i64> = if alpha == 1.0 && (beta == 1.0 || cv.is_none()) {
+                match cv {
+                    Some(cv) => acc
+                        .iter()
+                        .zip(&cv)
+                        .map(|(&p, &q)| p.wrapping_add(q))
+                        .collect(),
+                    None => acc,
+                }
+            } else {
+                let (al, be) = (f64::from(alpha), f64::from(beta));
+                acc.iter()
+                    .enumerate()
+                    .map(|(i, &p)| {
+                        (al * p as f64 + cv.as_ref().map_or(0.0, |c| be * c[i] as f64)) as i64
+                    })
+                    .collect()
+            };
+            cast(&Tensor::from_i64(out_shape, &out), dtype, false)
+        }
+    }
+}
+
+/// `scaled_matmul { out }(qa, qb, scale_inv_a, scale_inv_b)`: both FP8 operands decoded
+/// exactly to f32, multiplied with f32 accumulation, then `acc · (sa·sb)` with the product of
+/// the two scale_invs rounded to f32 first, as cuBLASLt applies `alpha = sa·sb` to the
+/// accumulator in one multiply. Then rounded once to `out`.
+pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType) -> KResult<Tensor> {
+    let [a, b, sa, sb] = inputs else {
+        return Fail::arity("4", inputs.len());
+    };
+    let (Some(fa), Some(fb)) = (fp8::format_of(a.dtype()), fp8::format_of(b.dtype())) else {
+        return dtype_err!("qa and qb must be FP8, got {} and {}", a.dtype(), b.dtype());
+    };
+    let scalar = |t: &Tensor, what: &str| -> KResult<f32> {
+        if t.dtype() != DType::F32 || t.len() != 1 {
+            return dtype_err!(
+                "{what} must be a one-element f32 tensor, got {} {:?}",
+                t.dtype(),
+                t.shape()
+            );
+        }
+        crate::data::float_scalar_f32(t, what)
+    };
+    let alpha = scalar(sa, "scale_inv_a")? * scalar(sb, "scale_inv_b")?;
+    let (x, y) = (fp8::decode(fa, a.bytes()), fp8::decode(fb, b.bytes()));
+    let (acc, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
+    let v = acc.into_iter().map(|p| p * alpha).collect();
+    fp8::store_f32(v, out, shape)
+}

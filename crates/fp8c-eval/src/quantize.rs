@@ -1,0 +1,229 @@
+//! ONNX `QuantizeLinear` and `DequantizeLinear`, per tensor or per axis.
+//!
+//! - Quantize: `x / y_scale` in the scale's precision (ONNX opset 23's default `precision`:
+//!   the exact quotient rounded once to the scale's type), then for integer targets
+//!   `clamp(round_half_to_even(q) + zero_point)` (NaN gives the range's low end, as
+//!   onnxruntime and the reference do on x86), and for FP8 targets fp8c-core's cast of `q`
+//!   (as f32) with the `saturate` flag; the FP8 zero point must be 0.
+//! - Dequantize: `(x − zero_point) · x_scale` computed in f64 (exact for every integer input
+//!   and f32 scale: one rounding) and rounded once to the scale's type; FP8 inputs are decoded
+//!   exactly and their zero point must be 0.
+//! - The scale (and zero point) is a one-element tensor (per tensor) or 1-D with one entry per
+//!   index of `axis` (per axis). Blocked quantization is not part of the IR.
+
+use crate::cast::cast;
+use crate::data::{f64_to_bf16, f64_to_f16, norm_axis, tensor};
+use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err, value_err};
+use crate::fp8;
+use fp8c_ir::{DType, Tensor};
+
+/// For each element of a tensor of `shape`, which scale entry applies.
+struct Channels {
+    /// Elements per index of the axis (product of the dims after it); 0 means per tensor.
+    inner: usize,
+    /// Size of the axis.
+    dim: usize,
+}
+
+impl Channels {
+    fn of(&self, i: usize) -> usize {
+        i.checked_div(self.inner).map_or(0, |q| q % self.dim)
+    }
+}
+
+/// Checks the scale and zero point against `x` and says how elements map to their entries.
+fn channels(x: &Tensor, scale: &Tensor, zp: Option<&Tensor>, axis: i64) -> KResult<Channels> {
+    if !scale.dtype().is_float() || scale.dtype().is_fp8() {
+        return dtype_err!(
+            "the scale must be a float tensor other than FP8, got {}",
+            scale.dtype()
+        );
+    }
+    if let Some(z) = zp {
+        if z.shape() != scale.shape() && !(z.len() == 1 && scale.len() == 1) {
+            return shape_err!(
+                "the zero point's shape {:?} differs from the scale's {:?}",
+                z.shape(),
+                scale.shape()
+            );
+        }
+    }
+    if scale.len() == 1 && scale.shape().len() <= 1 {
+        return Ok(Channels { inner: 0, dim: 1 });
+    }
+    if scale.shape().len() != 1 {
+        return shape_err!(
+            "the scale must be a scalar or 1-D (per axis), got shape {:?}",
+            scale.shape()
+        );
+    }
+    let ax = norm_axis(axis, x.shape().len())?;
+    let dim = x.shape()[ax] as usize;
+    if scale.len() != dim {
+        return shape_err!(
+            "a per-axis scale needs {dim} entries (axis {ax} of {:?}), got {}",
+            x.shape(),
+            scale.len()
+        );
+    }
+    let inner = x.shape()[ax + 1..].iter().product::<u64>() as usize;
+    Ok(Channels {
+        inner: inner.max(1),
+        dim,
+    })
+}
+
+/// Rounds an f64 to the precision of a float dtype (and back to f64).
+fn round_to(d: DType, v: f64) -> f64 {
+    match d {
+        DType::F32 => f64::from(v as f32),
+        DType::F16 => f64_to_f16(v).to_f64(),
+        DType::BF16 => f64_to_bf16(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// An FP8 zero point must encode 0 (+0 or −0).
+fn check_fp8_zero_point(zp: Option<&Tensor>) -> KResult<()> {
+    if let Some(z) = zp {
+        if z.bytes().iter().any(|&c| c & 0x7F != 0) {
+            return value_err!("an FP8 zero point must be 0");
+        }
+    }
+    Ok(())
+}
+
+/// Values as f64 (floats other than FP8, and integers).
+fn values_f64(t: &Tensor, what: &str) -> KResult<Vec<f64>> {
+    t.to_f64_vec()
+        .map_err(|m| Fail::new(ErrorKind::DType, format!("{what}: {m}")))
+}
+
+/// `quantize_linear { axis, saturate, to }(x, y_scale[, y_zero_point])`.
+pub(crate) fn quantize_linear(
+    inputs: &[&Tensor],
+    axis: i64,
+    saturate: bool,
+    to: DType,
+) -> KResult<Tensor> {
+    let (x, scale, zp) = match inputs {
+        [x, s] => (*x, *s, None),
+        [x, s, z] => (*x, *s, Some(*z)),
+        _ => return Fail::arity("2 or 3", inputs.len()),
+    };
+    let range = match to {
+        DType::I8 => Some((f64::from(i8::MIN), f64::from(i8::MAX))),
+        DType::U8 => Some((0.0, f64::from(u8::MAX))),
+        DType::I16 => Some((f64::from(i16::MIN), f64::from(i16::MAX))),
+        DType::F8E4M3 | DType::F8E5M2 => None,
+        other => {
+            return attr_err!("to={other} is not a quantized type (i8, u8, i16, f8e4m3, f8e5m2)");
+        }
+    };
+    if x.dtype().is_fp8() || !(x.dtype().is_float() || x.dtype() == DType::I32) {
+        return dtype_err!(
+            "x must be a float tensor other than FP8, or i32, got {}",
+            x.dtype()
+        );
+    }
+    if let Some(z) = zp {
+        if z.dtype() != to {
+            return dtype_err!(
+                "the zero point must have the output type {to}, got {}",
+                z.dtype()
+            );
+        }
+    }
+    let ch = channels(x, scale, zp, axis)?;
+    let xs = values_f64(x, "x")?;
+    let ss = values_f64(scale, "y_scale")?;
+    let sd = scale.dtype();
+    let quotient = |i: usize, v: f64| round_to(sd, v / ss[ch.of(i)]);
+    let shape = x.shape().to_vec();
+    match range {
+        Some((lo, hi)) => {
+            let zs = match zp {
+                Some(z) => values_f64(z, "y_zero_point")?,
+                None => vec![0.0; ss.len()],
+            };
+            let q: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let r = quotient(i, v).round_ties_even() + zs[ch.of(i)];
+                    if r.is_nan() { lo } else { r.clamp(lo, hi) }
+                })
+                .collect();
+            cast(&Tensor::from_f64(shape, &q), to, false)
+        }
+        None => {
+            check_fp8_zero_point(zp)?;
+            let fmt = fp8::format_of(to)
+                .ok_or_else(|| Fail::new(ErrorKind::Attribute, "to must be FP8"))?;
+            let q: Vec<f32> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| quotient(i, v) as f32)
+                .collect();
+            tensor(to, shape, fp8::encode(fmt, &q, saturate))
+        }
+    }
+}
+
+/// `dequantize_linear { axis }(x, x_scale[, x_zero_point])`: output has the scale's type.
+pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
+    let (x, scale, zp) = match inputs {
+        [x, s] => (*x, *s, None),
+        [x, s, z] => (*x, *s, Some(*z)),
+        _ => return Fail::arity("2 or 3", inputs.len()),
+    };
+    if !matches!(
+        x.dtype(),
+        DType::I8 | DType::U8 | DType::I16 | DType::I32 | DType::F8E4M3 | DType::F8E5M2
+    ) {
+        return dtype_err!(
+            "x must be quantized (i8, u8, i16, i32, f8e4m3, f8e5m2), got {}",
+            x.dtype()
+        );
+    }
+    if let Some(z) = zp {
+        if z.dtype() != x.dtype() {
+            return dtype_err!(
+                "the zero point must have x's type {}, got {}",
+                x.dtype(),
+                z.dtype()
+            );
+        }
+    }
+    let ch = channels(x, scale, zp, axis)?;
+    let ss = values_f64(scale, "x_scale")?;
+    let (xs, zs): (Vec<f64>, Vec<f64>) = match fp8::format_of(x.dtype()) {
+        Some(fmt) => {
+            check_fp8_zero_point(zp)?;
+            (
+                fp8::decode(fmt, x.bytes())
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
+                vec![0.0; ss.len()],
+            )
+        }
+        None => {
+            let zs = match zp {
+                Some(z) => values_f64(z, "x_zero_point")?,
+                None => vec![0.0; ss.len()],
+            };
+            (values_f64(x, "x")?, zs)
+        }
+    };
+    let y: Vec<f64> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v - zs[ch.of(i)]) * ss[ch.of(i)])
+        .collect();
+    cast(
+        &Tensor::from_f64(x.shape().to_vec(), &y),
+        scale.dtype(),
+        false,
+    )
+}

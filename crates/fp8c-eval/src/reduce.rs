@@ -1,0 +1,179 @@
+//! Reductions (`reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`, `reduce_prod`) and
+//! the global pools, which are reductions over the spatial axes.
+//!
+//! - `axes` None or empty reduces every axis (ONNX's absent axes input); axes may be
+//!   negative; naming an axis twice is an error.
+//! - Floats accumulate in f64 in index order and round once to the input's type, so results
+//!   do not depend on threads (outputs are computed in parallel, each by one thread).
+//! - Integers accumulate with wrapping i64 arithmetic and wrap to their type; an integer mean
+//!   truncates toward zero (as onnxruntime). Bools reduce as 0/1 (max = any, min = all).
+//! - Max/min propagate NaN. An empty reduction gives 0 (sum), 1 (prod), NaN (float mean),
+//!   the lowest value (max: -inf for floats) or the highest (min).
+
+use crate::cast::cast;
+use crate::data::{Data, dims_of, norm_axis, numel, par_map, strides_of};
+use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err};
+use fp8c_ir::{DType, Tensor};
+
+/// Which reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reduction {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+/// The reduced axes as a mask; None or empty = all.
+fn axis_mask(axes: Option<&[i64]>, rank: usize) -> KResult<Vec<bool>> {
+    match axes {
+        None | Some([]) => Ok(vec![true; rank]),
+        Some(list) => {
+            let mut mask = vec![false; rank];
+            for &a in list {
+                let ax = norm_axis(a, rank)?;
+                if mask[ax] {
+                    return attr_err!("axes {list:?} name axis {ax} twice");
+                }
+                mask[ax] = true;
+            }
+            Ok(mask)
+        }
+    }
+}
+
+/// Evaluates a reduction.
+pub(crate) fn reduce(
+    x: &Tensor,
+    kind: Reduction,
+    axes: Option<&[i64]>,
+    keepdims: bool,
+) -> KResult<Tensor> {
+    let dims = dims_of(x);
+    let mask = axis_mask(axes, dims.len())?;
+    let st = strides_of(&dims);
+    let mut out_shape = Vec::new();
+    let (mut kept_dims, mut kept_st, mut red_dims, mut red_st) = (vec![], vec![], vec![], vec![]);
+    for (i, &d) in dims.iter().enumerate() {
+        if mask[i] {
+            red_dims.push(d);
+            red_st.push(st[i]);
+            if keepdims {
+                out_shape.push(1u64);
+            }
+        } else {
+            kept_dims.push(d);
+            kept_st.push(st[i]);
+            out_shape.push(d as u64);
+        }
+    }
+    let n_out = numel(&out_shape)?;
+    let red_offsets = offsets(&red_dims, &red_st);
+    let bases: Vec<usize> = if n_out == 0 {
+        vec![]
+    } else {
+        offsets(&kept_dims, &kept_st)
+    };
+    let dtype = x.dtype();
+    if dtype.is_fp8() {
+        return dtype_err!("expects a numeric input other than FP8, got {dtype}");
+    }
+    let t = match Data::load(x)? {
+        Data::F32(v) => float_reduce(
+            &v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+            &bases,
+            &red_offsets,
+            kind,
+            out_shape,
+        )?,
+        Data::F64(v) => float_reduce(&v, &bases, &red_offsets, kind, out_shape)?,
+        _ => {
+            let v = x.to_i64_vec().map_err(|m| Fail::new(ErrorKind::DType, m))?;
+            let count = red_offsets.len() as i64;
+            let (lo, hi) = int_range(dtype);
+            let out = par_map(&bases, |&b| {
+                let vals = red_offsets.iter().map(|&o| v[b + o]);
+                match kind {
+                    Reduction::Sum => vals.fold(0i64, i64::wrapping_add),
+                    Reduction::Prod => vals.fold(1i64, i64::wrapping_mul),
+                    Reduction::Max => vals.fold(lo, i64::max),
+                    Reduction::Min => vals.fold(hi, i64::min),
+                    Reduction::Mean if count == 0 => 0,
+                    Reduction::Mean => vals.fold(0i64, i64::wrapping_add).wrapping_div(count),
+                }
+            });
+            Tensor::from_i64(out_shape, &out)
+        }
+    };
+    cast(&t, dtype, false)
+}
+
+fn float_reduce(
+    v: &[f64],
+    bases: &[usize],
+    red: &[usize],
+    kind: Reduction,
+    shape: Vec<u64>,
+) -> KResult<Tensor> {
+    let out = par_map(bases, |&b| {
+        let vals = red.iter().map(|&o| v[b + o]);
+        match kind {
+            Reduction::Sum => vals.sum::<f64>(),
+            Reduction::Mean => vals.sum::<f64>() / red.len() as f64,
+            Reduction::Prod => vals.product::<f64>(),
+            Reduction::Max => vals.fold(f64::NEG_INFINITY, |a, x| {
+                if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(x)
+                }
+            }),
+            Reduction::Min => vals.fold(f64::INFINITY, |a, x| {
+                if a.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    a.min(x)
+                }
+            }),
+        }
+    });
+    Ok(Tensor::from_f64(shape, &out))
+}
+
+/// The value range of an integer (or bool) dtype, as i64.
+fn int_range(d: DType) -> (i64, i64) {
+    match d {
+        DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+        DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+        DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+        DType::U8 => (0, u8::MAX.into()),
+        DType::Bool => (0, 1),
+        _ => (i64::MIN, i64::MAX),
+    }
+}
+
+/// Every element offset of a sub-grid (row-major over `dims` with the given strides).
+fn offsets(dims: &[usize], strides: &[usize]) -> Vec<usize> {
+    let mut out = vec![0usize];
+    for (&d, &s) in dims.iter().zip(strides) {
+        out = out
+            .iter()
+            .flat_map(|&b| (0..d).map(move |i| b + i * s))
+            .collect();
+    }
+    out
+}
+
+/// `global_average_pool` / `global_max_pool`: reduce the spatial axes (2..), keeping them.
+pub(crate) fn global_pool(x: &Tensor, kind: Reduction) -> KResult<Tensor> {
+    let r = x.shape().len();
+    if r < 3 {
+        return crate::error::shape_err!("x must be [N, C, spatial...], got {:?}", x.shape());
+    }
+    if !x.dtype().is_float() || x.dtype().is_fp8() {
+        return dtype_err!("expects a float input other than FP8, got {}", x.dtype());
+    }
+    let axes: Vec<i64> = (2..r as i64).collect();
+    reduce(x, kind, Some(&axes), true)
+}

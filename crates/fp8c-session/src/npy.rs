@@ -1,0 +1,242 @@
+//! NumPy `.npy` / `.npz` files ⇄ IR tensors, through the `npyz` crate (arrays) and the `zip`
+//! crate (archives): what `fp8c run` reads inputs from and writes outputs to.
+//!
+//! Keys are kept verbatim (ONNX names may hold `/` or `:`; the member for key K is `K.npy`,
+//! as `np.savez` writes it). Written archives are uncompressed and deterministic (fixed
+//! timestamps, arrays in the order given); reading accepts `np.savez_compressed` too.
+//!
+//! Element types: f64, f32, f16, i64, i32, i16, i8, u8 and bool map one to one. On writing,
+//! bf16 is widened to f32 (exact) and FP8 is written as its raw codes (u8), since NumPy has
+//! neither type; [`write_npz`] reports which arrays it converted.
+//!
+//! A corrupt file is an `Err` naming the file (and the key), never a panic.
+
+use crate::error::{Context, Error, Result, bail};
+use fp8c_ir::{DType, Tensor};
+use npyz::{TypeChar, WriterBuilder};
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// Runs a parser of untrusted bytes, turning a panic inside it into an error (npyz multiplies
+/// header dims without overflow checks, which panics in debug builds on absurd shapes).
+fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    r.unwrap_or_else(|_| {
+        Err(Error::invalid(
+            "the file is corrupt (its header cannot be interpreted)",
+        ))
+    })
+}
+
+/// Parses one `.npy` image.
+pub fn tensor_from_npy(bytes: &[u8]) -> Result<Tensor> {
+    guarded(|| parse_npy(bytes))
+}
+
+fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
+    let mut data = bytes;
+    let header = npyz::NpyHeader::from_reader(&mut data)
+        .map_err(|e| Error::invalid(format!("not a valid .npy array: {e}")))?;
+    let npy = npyz::NpyFile::with_header(header, data);
+    let shape = npy.shape().to_vec();
+    let n = fp8c_ir::checked_numel(&shape)
+        .ok_or_else(|| Error::invalid(format!("shape {shape:?} is too large")))?
+        as usize;
+    let npyz::DType::Plain(ts) = npy.dtype() else {
+        bail!(
+            "dtype {} is not supported (structured or array dtypes)",
+            npy.dtype().descr()
+        );
+    };
+    let (ch, size) = (ts.type_char(), ts.size_field());
+    let dtype = match (ch, size) {
+        (TypeChar::Float, 8) => DType::F64,
+        (TypeChar::Float, 4) => DType::F32,
+        (TypeChar::Float, 2) => DType::F16,
+        (TypeChar::Int, 8) => DType::I64,
+        (TypeChar::Int, 4) => DType::I32,
+        (TypeChar::Int, 2) => DType::I16,
+        (TypeChar::Int, 1) => DType::I8,
+        (TypeChar::Uint, 1) => DType::U8,
+        (TypeChar::Bool, 1) => DType::Bool,
+        _ => {
+            bail!("dtype `{ts}` is not supported (use float64/32/16, int64/32/16/8, uint8 or bool)")
+        }
+    };
+    // The data must be there before anything is allocated for it.
+    if (n as u64).saturating_mul(dtype.size() as u64) > data.len() as u64 {
+        bail!(
+            "the file is truncated: shape {shape:?} of {} needs {} bytes of data, the file has {}",
+            dtype,
+            n * dtype.size(),
+            data.len()
+        );
+    }
+    let fortran = npy.order() == npyz::Order::Fortran;
+    let io = |e: std::io::Error| Error::invalid(format!("cannot read the array data: {e}"));
+    let data: Vec<u8> = match dtype {
+        DType::F64 => le(npy.into_vec::<f64>().map_err(io)?, f64::to_le_bytes),
+        DType::F32 => le(npy.into_vec::<f32>().map_err(io)?, f32::to_le_bytes),
+        DType::F16 => le(
+            npy.into_vec::<half::f16>().map_err(io)?,
+            half::f16::to_le_bytes,
+        ),
+        DType::I64 => le(npy.into_vec::<i64>().map_err(io)?, i64::to_le_bytes),
+        DType::I32 => le(npy.into_vec::<i32>().map_err(io)?, i32::to_le_bytes),
+        DType::I16 => le(npy.into_vec::<i16>().map_err(io)?, i16::to_le_bytes),
+        DType::I8 => le(npy.into_vec::<i8>().map_err(io)?, i8::to_le_bytes),
+        DType::U8 => npy.into_vec::<u8>().map_err(io)?,
+        DType::Bool => npy
+            .into_vec::<bool>()
+            .map_err(io)?
+            .into_iter()
+            .map(u8::from)
+            .collect(),
+        _ => unreachable!("mapped above"),
+    };
+    if !fortran || shape.len() < 2 {
+        return Tensor::from_bytes(dtype, shape, data).map_err(Error::invalid);
+    }
+    // Fortran order: the data is the C-order array of the reversed shape; transpose it back.
+    let rev: Vec<u64> = shape.iter().rev().copied().collect();
+    let t = Tensor::from_bytes(dtype, rev, data).map_err(Error::invalid)?;
+    let perm: Vec<i64> = (0..shape.len() as i64).rev().collect();
+    let mut out = fp8c_eval::eval_op(&fp8c_ir::Op::Transpose { perm }, &[&t])
+        .map_err(|e| Error::invalid(format!("cannot reorder the Fortran-ordered array: {e}")))?;
+    Ok(out.remove(0))
+}
+
+fn le<T: Copy, const N: usize>(v: Vec<T>, f: fn(T) -> [u8; N]) -> Vec<u8> {
+    v.into_iter().flat_map(f).collect()
+}
+
+/// Reads a `.npy` file.
+pub fn read_npy(path: &Path) -> Result<Tensor> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    tensor_from_npy(&bytes).with_context(|| format!("{}", path.display()))
+}
+
+/// Reads every array of a `.npz` file, in archive order.
+pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
+    let f =
+        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| {
+        Error::invalid(format!(
+            "{}: not a valid .npz (zip) archive: {e}",
+            path.display()
+        ))
+    })?;
+    let mut out = Vec::new();
+    for i in 0..zip.len() {
+        let mut entry = zip
+            .by_index(i)
+            .map_err(|e| Error::invalid(format!("{}: member {i}: {e}", path.display())))?;
+        let member = entry.name().to_string();
+        let Some(key) = member.strip_suffix(".npy") else {
+            continue;
+        };
+        let key = key.to_string();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).map_err(|e| {
+            Error::invalid(format!(
+                "{}: array \"{key}\": cannot read: {e}",
+                path.display()
+            ))
+        })?;
+        let t = tensor_from_npy(&bytes)
+            .with_context(|| format!("{}: array \"{key}\"", path.display()))?;
+        out.push((key, t));
+    }
+    Ok(out)
+}
+
+/// One array as a `.npy` image; the second value says what was converted, if anything.
+pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
+    let shape = t.shape().to_vec();
+    let mut buf = Vec::new();
+    fn put<T: npyz::AutoSerialize>(buf: &mut Vec<u8>, shape: &[u64], v: Vec<T>) -> Result<()> {
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(shape)
+            .writer(buf)
+            .begin_nd()?;
+        w.extend(v)?;
+        w.finish()?;
+        Ok(())
+    }
+    let ints = || t.to_i64_vec().map_err(Error::invalid);
+    let mut note = None;
+    match t.dtype() {
+        DType::F64 => put(&mut buf, &shape, t.to_f64_vec().map_err(Error::invalid)?)?,
+        DType::F32 => put(&mut buf, &shape, t.to_f32_vec().map_err(Error::invalid)?)?,
+        DType::F16 => {
+            let v: Vec<half::f16> = t
+                .bytes()
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            put(&mut buf, &shape, v)?
+        }
+        DType::BF16 => {
+            note = Some("bf16 written as float32 (exact)");
+            put(&mut buf, &shape, t.to_f32_vec().map_err(Error::invalid)?)?
+        }
+        DType::F8E4M3 | DType::F8E5M2 => {
+            note = Some("FP8 written as its raw uint8 codes");
+            put(&mut buf, &shape, t.bytes().to_vec())?
+        }
+        DType::I64 => put(&mut buf, &shape, ints()?)?,
+        DType::I32 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i32).collect(),
+        )?,
+        DType::I16 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i16).collect(),
+        )?,
+        DType::I8 => put(
+            &mut buf,
+            &shape,
+            ints()?.into_iter().map(|v| v as i8).collect(),
+        )?,
+        DType::U8 => put(&mut buf, &shape, t.bytes().to_vec())?,
+        DType::Bool => put(
+            &mut buf,
+            &shape,
+            t.bytes().iter().map(|&b| b != 0).collect::<Vec<bool>>(),
+        )?,
+    }
+    Ok((buf, note))
+}
+
+/// Writes `arrays` to an uncompressed `.npz` file; returns `(key, note)` for every array that
+/// had to be converted (see the module docs).
+pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String, &'static str)>> {
+    let f = std::fs::File::create(path)
+        .with_context(|| format!("{}: cannot create", path.display()))?;
+    let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(f));
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .large_file(true);
+    let mut notes = Vec::new();
+    for (key, t) in arrays {
+        let (bytes, note) = npy_bytes(t).with_context(|| format!("array \"{key}\""))?;
+        if let Some(n) = note {
+            notes.push((key.to_string(), n));
+        }
+        zip.start_file(format!("{key}.npy"), opts)
+            .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
+            .with_context(|| format!("{}: cannot write array \"{key}\"", path.display()))?;
+    }
+    let mut w = zip
+        .finish()
+        .with_context(|| format!("{}: cannot finish the archive", path.display()))?;
+    w.flush()
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    Ok(notes)
+}

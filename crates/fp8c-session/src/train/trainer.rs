@@ -1,0 +1,233 @@
+//! A training session on a runtime backend: the library entry point the CLI and the examples
+//! (or another compiler) call.
+//!
+//! [`Trainer::new`] compiles a static forward graph with the pass pipeline (autodiff on), lowers the
+//! training step and prepares it on a [`Backend`]; [`Trainer::step`] runs one step. The
+//! executable keeps everything that changes between steps, so a step is just `run`:
+//! trained parameters become state entries of the same name (their initial values are loaded
+//! with `set_state`), next to the optimizer moments, the scaling state and the counters.
+//! [`Trainer::state`] is therefore the whole training state (what a checkpoint saves) and
+//! [`Trainer::set_state`] restores it bit for bit.
+
+use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
+use fp8c_passes::autodiff::{SKIPPED_STATE, STEP_STATE, TrainInfo, TrainSpec};
+use fp8c_passes::{PassCx, PassError, PassManager, PassOptions};
+use fp8c_runtime::{Backend, Executable, Program, RuntimeError};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Why a training session could not be set up or run.
+#[derive(Debug, Error)]
+pub enum TrainError {
+    /// Compiling the training graph failed.
+    #[error(transparent)]
+    Pass(#[from] PassError),
+    /// Building or rewriting the graph failed.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// Lowering, preparing or running failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+/// What one step reports.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepReport {
+    /// The loss of this step's batch (computed before the update).
+    pub loss: f64,
+    /// The learning rate used.
+    pub lr: f64,
+    /// False when the step was skipped (non-finite loss or gradient).
+    pub applied: bool,
+}
+
+/// A prepared training step and its state.
+pub struct Trainer {
+    graph: Graph,
+    program: Program,
+    exe: Box<dyn Executable>,
+    info: TrainInfo,
+    notes: Vec<String>,
+    /// Params the graph still reads as params (not trained), with their data.
+    frozen: BTreeMap<String, Tensor>,
+    /// Names of the trained params (now state entries).
+    trained: Vec<String>,
+}
+
+impl Trainer {
+    /// Compiles `forward` (static input shapes) for training with `options` (precision policy
+    /// and recipe) and prepares it on `backend`.
+    pub fn new(
+        forward: &Graph,
+        spec: &TrainSpec,
+        options: PassOptions,
+        backend: &dyn Backend,
+    ) -> Result<Trainer, TrainError> {
+        let mut g = forward.clone();
+        let mut cx = PassCx::new(PassOptions {
+            train: Some(spec.clone()),
+            ..options
+        });
+        PassManager::default().run(&mut g, &mut cx)?;
+        // Recover the pass's info (cheaply: which params are updated).
+        let trained: Vec<String> = g
+            .params()
+            .iter()
+            .map(|&id| fp8c_ir::interface_name(&g.node(id).op).to_string())
+            .filter(|n| g.state_updates().contains_key(n))
+            .collect();
+        let initial = params_to_state(&mut g, &trained)?;
+        let program = fp8c_runtime::lower(&g)?;
+        backend.check()?;
+        let mut exe = backend.prepare(&program, g.weights())?;
+        for (name, t) in initial {
+            exe.set_state(&name, t)?;
+        }
+        let info = cx.train.take().unwrap_or_else(|| TrainInfo {
+            trained: trained.clone(),
+            ..Default::default()
+        });
+        Ok(Trainer {
+            frozen: g.weights().clone(),
+            graph: g,
+            program,
+            exe,
+            info,
+            notes: cx.notes,
+            trained,
+        })
+    }
+
+    /// Runs one step on `inputs` (the model's inputs and the labels/target, by name).
+    pub fn step(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<StepReport, RuntimeError> {
+        let out = self.exe.run(inputs)?;
+        let scalar = |k: &str| -> f64 {
+            out.get(k)
+                .and_then(|t| t.to_f64_vec().ok())
+                .and_then(|v| v.first().copied())
+                .unwrap_or(f64::NAN)
+        };
+        Ok(StepReport {
+            loss: scalar("loss"),
+            lr: scalar("lr"),
+            applied: scalar("finite") != 0.0,
+        })
+    }
+
+    /// Runs one step and returns every graph output (loss, lr, finite, and the model output
+    /// or gradients when the spec asked for them).
+    pub fn step_outputs(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        self.exe.run(inputs)
+    }
+
+    /// The whole training state by name: trained weights, optimizer moments, scaling state,
+    /// counters.
+    pub fn state(&self) -> BTreeMap<String, Tensor> {
+        self.exe.state()
+    }
+
+    /// Restores state entries (a checkpoint); every name must exist with its declared type.
+    pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
+        for (k, t) in state {
+            self.exe.set_state(k, t.clone())?;
+        }
+        Ok(())
+    }
+
+    /// The current value of every parameter of the model: trained ones from the state, the
+    /// others as they were.
+    pub fn weights(&self) -> BTreeMap<String, Tensor> {
+        let state = self.exe.state();
+        let mut w = self.frozen.clone();
+        for n in &self.trained {
+            if let Some(t) = state.get(n) {
+                w.insert(n.clone(), t.clone());
+            }
+        }
+        w
+    }
+
+    /// Steps run so far (skipped ones included).
+    pub fn steps(&self) -> u64 {
+        self.counter(STEP_STATE)
+    }
+
+    /// Steps skipped because of a non-finite loss or gradient.
+    pub fn skipped_steps(&self) -> u64 {
+        self.counter(SKIPPED_STATE)
+    }
+
+    fn counter(&self, name: &str) -> u64 {
+        self.exe
+            .state()
+            .get(name)
+            .and_then(|t| t.to_f64_vec().ok())
+            .and_then(|v| v.first().copied())
+            .unwrap_or(0.0) as u64
+    }
+
+    /// The names of the trained parameters.
+    pub fn trained(&self) -> &[String] {
+        &self.trained
+    }
+
+    /// What the autodiff pass reported.
+    pub fn info(&self) -> &TrainInfo {
+        &self.info
+    }
+
+    /// Notes the passes left (shown with `-v`).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The compiled training graph (trained params turned into state).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The lowered program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+}
+
+/// Turns each named param into a state entry of the same name, read and updated in its
+/// place; returns the params' data (the state's initial values).
+pub fn params_to_state(
+    g: &mut Graph,
+    names: &[String],
+) -> Result<BTreeMap<String, Tensor>, IrError> {
+    let mut initial = BTreeMap::new();
+    for name in names {
+        let id = g
+            .params()
+            .iter()
+            .copied()
+            .find(|&id| fp8c_ir::interface_name(&g.node(id).op) == name)
+            .ok_or_else(|| IrError::NotFound {
+                kind: "param",
+                name: name.clone(),
+            })?;
+        let data =
+            g.weights().get(name).cloned().ok_or_else(|| {
+                IrError::Other(format!("param \"{name}\" has no data to train from"))
+            })?;
+        let update = g.state_updates().get(name).copied();
+        let ty = g.node(id).outputs[0].clone();
+        let s = g.add_state(name, ty, 0.0)?;
+        g.replace_uses(Value::new(id, 0), s)?;
+        // The update read the param only through uses just replaced; drop the old node.
+        g.remove_node(id)?;
+        if let Some(u) = update {
+            let u = if u == Value::new(id, 0) { s } else { u };
+            g.set_state_update(name, u)?;
+        }
+        debug_assert!(!matches!(g.node(s.node).op, Op::Param { .. }));
+        initial.insert(name.clone(), data);
+    }
+    Ok(initial)
+}
