@@ -31,8 +31,6 @@ pub(crate) trait Elem:
 {
     /// Bytes per element.
     const SIZE: usize;
-    /// Reads one element from exactly `SIZE` little-endian bytes.
-    fn read(b: &[u8]) -> Self;
     /// Appends the element's little-endian bytes.
     fn write(self, out: &mut Vec<u8>);
 }
@@ -41,11 +39,6 @@ macro_rules! impl_elem {
     ($($t:ty),*) => {$(
         impl Elem for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
-            fn read(b: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                a.copy_from_slice(b);
-                <$t>::from_le_bytes(a)
-            }
             fn write(self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_le_bytes());
             }
@@ -56,17 +49,9 @@ impl_elem!(f64, f32, i64, i32, i16, i8, u8);
 
 impl Elem for bool {
     const SIZE: usize = 1;
-    fn read(b: &[u8]) -> Self {
-        b[0] != 0
-    }
     fn write(self, out: &mut Vec<u8>) {
         out.push(self as u8);
     }
-}
-
-/// Decodes little-endian bytes into elements.
-pub(crate) fn read_vec<T: Elem>(bytes: &[u8]) -> Vec<T> {
-    bytes.chunks_exact(T::SIZE).map(T::read).collect()
 }
 
 /// Encodes elements as little-endian bytes.
@@ -82,9 +67,10 @@ impl Data {
     /// Loads a tensor's values; f16/bf16 widen to f32 exactly; FP8 is refused.
     pub(crate) fn load(t: &Tensor) -> KResult<Data> {
         let b = t.bytes();
+        let pod = |m: String| Fail::new(ErrorKind::DType, m);
         Ok(match t.dtype() {
-            DType::F64 => Data::F64(read_vec(b)),
-            DType::F32 => Data::F32(read_vec(b)),
+            DType::F64 => Data::F64(t.as_slice().map_err(pod)?.to_vec()),
+            DType::F32 => Data::F32(t.as_slice().map_err(pod)?.to_vec()),
             DType::F16 => Data::F32(
                 b.chunks_exact(2)
                     .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -95,10 +81,10 @@ impl Data {
                     .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
                     .collect(),
             ),
-            DType::I64 => Data::I64(read_vec(b)),
-            DType::I32 => Data::I32(read_vec(b)),
-            DType::I16 => Data::I16(read_vec(b)),
-            DType::I8 => Data::I8(read_vec(b)),
+            DType::I64 => Data::I64(t.as_slice().map_err(pod)?.to_vec()),
+            DType::I32 => Data::I32(t.as_slice().map_err(pod)?.to_vec()),
+            DType::I16 => Data::I16(t.as_slice().map_err(pod)?.to_vec()),
+            DType::I8 => Data::I8(t.as_slice().map_err(pod)?.to_vec()),
             DType::U8 => Data::U8(b.to_vec()),
             DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
             d @ (DType::F8E4M3 | DType::F8E5M2) => {
@@ -112,9 +98,10 @@ impl Data {
     /// Stores the values as a tensor of `dtype` (which must compute in this variant's type);
     /// f32 values stored as f16/bf16 are rounded to nearest even.
     pub(crate) fn store(self, dtype: DType, shape: Vec<u64>) -> KResult<Tensor> {
+        let pod = |r: Result<Tensor, String>| r.map_err(|m| Fail::new(ErrorKind::TooLarge, m));
         let bytes = match (self, dtype) {
-            (Data::F64(v), DType::F64) => write_vec(&v),
-            (Data::F32(v), DType::F32) => write_vec(&v),
+            (Data::F64(v), DType::F64) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::F32(v), DType::F32) => return pod(Tensor::from_pod(dtype, shape, &v)),
             (Data::F32(v), DType::F16) => v
                 .iter()
                 .flat_map(|&x| f16::from_f32(x).to_le_bytes())
@@ -123,10 +110,10 @@ impl Data {
                 .iter()
                 .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
                 .collect(),
-            (Data::I64(v), DType::I64) => write_vec(&v),
-            (Data::I32(v), DType::I32) => write_vec(&v),
-            (Data::I16(v), DType::I16) => write_vec(&v),
-            (Data::I8(v), DType::I8) => write_vec(&v),
+            (Data::I64(v), DType::I64) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::I32(v), DType::I32) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::I16(v), DType::I16) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::I8(v), DType::I8) => return pod(Tensor::from_pod(dtype, shape, &v)),
             (Data::U8(v), DType::U8) => v,
             (Data::Bool(v), DType::Bool) => write_vec(&v),
             (d, t) => {

@@ -35,6 +35,8 @@ pub trait AttrValue: Sized {
     fn to_attr(&self) -> Attr;
     /// Reads a value back; the error says what was expected.
     fn from_attr(a: Attr) -> Result<Self, String>;
+    /// Some valid value (for `Op::examples`, which coverage tests walk).
+    fn example() -> Self;
 }
 
 impl AttrValue for i64 {
@@ -46,6 +48,9 @@ impl AttrValue for i64 {
             Attr::Int(v) => Ok(v),
             other => Err(format!("expected an integer, got {other:?}")),
         }
+    }
+    fn example() -> Self {
+        0
     }
 }
 
@@ -60,6 +65,9 @@ impl AttrValue for f32 {
             other => Err(format!("expected a float, got {other:?}")),
         }
     }
+    fn example() -> Self {
+        0.0
+    }
 }
 
 impl AttrValue for f64 {
@@ -73,6 +81,9 @@ impl AttrValue for f64 {
             other => Err(format!("expected a float, got {other:?}")),
         }
     }
+    fn example() -> Self {
+        0.0
+    }
 }
 
 impl AttrValue for bool {
@@ -85,6 +96,9 @@ impl AttrValue for bool {
             other => Err(format!("expected true or false, got {other:?}")),
         }
     }
+    fn example() -> Self {
+        false
+    }
 }
 
 impl AttrValue for Vec<i64> {
@@ -96,6 +110,9 @@ impl AttrValue for Vec<i64> {
             Attr::Ints(v) => Ok(v),
             other => Err(format!("expected a list of integers, got {other:?}")),
         }
+    }
+    fn example() -> Self {
+        Vec::new()
     }
 }
 
@@ -110,6 +127,9 @@ impl AttrValue for Vec<f64> {
             other => Err(format!("expected a list of floats, got {other:?}")),
         }
     }
+    fn example() -> Self {
+        Vec::new()
+    }
 }
 
 impl AttrValue for String {
@@ -121,6 +141,9 @@ impl AttrValue for String {
             Attr::Str(v) => Ok(v),
             other => Err(format!("expected a quoted string, got {other:?}")),
         }
+    }
+    fn example() -> Self {
+        String::new()
     }
 }
 
@@ -134,6 +157,9 @@ impl AttrValue for DType {
             other => Err(format!("expected a dtype, got {other:?}")),
         }
     }
+    fn example() -> Self {
+        DType::F32
+    }
 }
 
 impl AttrValue for Tensor {
@@ -145,6 +171,9 @@ impl AttrValue for Tensor {
             Attr::Tensor(t) => Ok(t),
             other => Err(format!("expected a tensor literal, got {other:?}")),
         }
+    }
+    fn example() -> Self {
+        Tensor::scalar_f32(0.0)
     }
 }
 
@@ -160,6 +189,9 @@ impl<T: AttrValue> AttrValue for Option<T> {
             Attr::None => Ok(None),
             other => T::from_attr(other).map(Some),
         }
+    }
+    fn example() -> Self {
+        None
     }
 }
 
@@ -193,6 +225,9 @@ macro_rules! word_enum {
                     $crate::attr::Attr::Word(w) => w.parse(),
                     other => Err(format!("expected a word, got {other:?}")),
                 }
+            }
+            fn example() -> Self {
+                [$($name::$variant),+][0]
             }
         }
     };

@@ -192,6 +192,9 @@ impl AttrValue for EwExpr {
             )),
         }
     }
+    fn example() -> Self {
+        EwExpr::default()
+    }
 }
 
 impl Serialize for EwExpr {

@@ -7,12 +7,15 @@
 
 mod attr;
 mod dtype;
+pub mod elementwise;
 mod error;
+pub mod formula;
 pub mod fused;
 mod graph;
 pub mod infer;
 mod op;
 mod shape;
+mod storage;
 mod tensor;
 pub mod text;
 mod verify;
@@ -22,8 +25,13 @@ pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
-pub use op::{AmaxSource, AutoPad, GeluApprox, Op, PadMode};
+pub use op::{
+    AmaxSource, AutoPad, ConvOp, ElementwiseOp, Family, Fp8Op, FusedOp, GeluApprox, InterfaceOp,
+    LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp, PadMode, PoolOp, Props,
+    ReduceOp,
+};
 pub use shape::{Dim, Shape, TensorType, shape_of};
+pub use storage::Storage;
 pub use tensor::{MAX_ELEMENTS, Tensor, checked_numel};
 pub use text::{
     from_json, parse, print, read_weights, to_json, to_json_with_weights, write_weights,

@@ -1,9 +1,11 @@
 //! The closed set of IR operations.
 //!
-//! One table ([`define_ops!`]) declares every op: its variant, its text name and its typed
-//! attributes. The macro derives the name, the attribute list (for the printer) and the
-//! constructor from attributes (for the parser), so adding an op is one line here, one arm in
-//! `infer.rs` and one in the CPU runtime.
+//! One table ([`define_ops!`]) declares every op: its family, its variant, its text name, its
+//! typed attributes and its properties ([`Props`]). The macro derives the name, the family,
+//! the properties, a borrowed per-family view ([`OpView`], for exhaustive dispatch), an
+//! example instance of every op, the attribute list (for the printer) and the constructor from
+//! attributes (for the parser). ARCHITECTURE.md, "Adding an op", lists the one function per
+//! family module that every crate then asks for; a missing one is a compile error.
 //!
 //! Conventions shared by every op:
 //! - Inputs are positional. Ops whose ONNX form has optional inputs get them filled in by the
@@ -40,35 +42,121 @@ word_enum!(
     }
 );
 
+/// Properties of an op that passes and backends ask about (one place, not per-pass lists).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Props {
+    /// A view: reinterprets its first input without moving data (free in the cost model; a
+    /// parameter read through it is still the parameter).
+    pub view: bool,
+    /// GEMM-like: the precision policy may put it in FP8.
+    pub gemm: bool,
+    /// FP8 scaling machinery: it reads or maintains scaling state, so constant folding keeps it.
+    pub scaling: bool,
+    /// Emitted by the autodiff pass only (gradients, losses, optimizer steps).
+    pub training: bool,
+}
+
+impl Props {
+    /// No property.
+    pub const NONE: Props = Props {
+        view: false,
+        gemm: false,
+        scaling: false,
+        training: false,
+    };
+}
+
 macro_rules! define_ops {
-    ($( $(#[$doc:meta])* $variant:ident $({ $($field:ident : $fty:ty),* $(,)? })? => $text:literal, )*) => {
+    ($( $(#[$fdoc:meta])* family $fam:ident($famty:ident) {
+        $( $(#[$doc:meta])* $variant:ident $({ $($field:ident : $fty:ty),* $(,)? })? => $text:literal $([$($prop:ident),*])?, )*
+    } )*) => {
         /// An IR operation with its attributes.
         #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
         #[serde(tag = "op", rename_all = "snake_case")]
         pub enum Op {
-            $( $(#[$doc])* #[serde(rename = $text)] $variant $({ $($field: $fty),* })?, )*
+            $( $( $(#[$doc])* #[serde(rename = $text)] $variant $({ $($field: $fty),* })?, )* )*
+        }
+
+        /// The op families. Every crate that dispatches on ops has one module per family, with
+        /// these names, and matches exhaustively inside it (see [`OpView`]).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Family {
+            $( $(#[$fdoc])* $fam, )*
+        }
+
+        impl Family {
+            /// Every family, in table order.
+            pub const ALL: &'static [Family] = &[$(Family::$fam),*];
+
+            /// The family's module name (`elementwise`, `linalg`, ...).
+            pub fn name(self) -> &'static str {
+                match self { $( Family::$fam => family_name!($fam), )* }
+            }
+        }
+
+        $(
+            $(#[$fdoc])*
+            ///
+            /// A borrowed view of one [`Op`] of this family (from [`Op::view`]): matching on it
+            /// is exhaustive, so adding an op to the family fails to compile wherever the family
+            /// is handled. The hidden variant is uninhabited and never needs an arm.
+            #[derive(Clone, Copy, Debug, PartialEq)]
+            pub enum $famty<'a> {
+                $( $(#[$doc])* $variant $({ $($field: &'a $fty),* })?, )*
+                #[doc(hidden)]
+                __Lifetime(std::convert::Infallible, std::marker::PhantomData<&'a ()>),
+            }
+        )*
+
+        /// An op seen through its family: `match op.view() { OpView::Linalg(l) => ..., }`.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum OpView<'a> {
+            $( $(#[$fdoc])* $fam($famty<'a>), )*
         }
 
         impl Op {
-            /// Every op's text name, in declaration order.
-            pub const NAMES: &'static [&'static str] = &[$($text),*];
+            /// Every op's text name, in table order.
+            pub const NAMES: &'static [&'static str] = &[$($($text),*),*];
 
             /// The op's text name (`matmul`, `scaled_matmul`, ...).
             pub fn name(&self) -> &'static str {
-                match self { $( Op::$variant { .. } => $text, )* }
+                match self { $( $( Op::$variant { .. } => $text, )* )* }
+            }
+
+            /// The op's family.
+            pub fn family(&self) -> Family {
+                match self { $( $( Op::$variant { .. } => Family::$fam, )* )* }
+            }
+
+            /// The op's properties (the table's `[...]` flags).
+            pub fn props(&self) -> Props {
+                match self { $( $( Op::$variant { .. } => Props { $($($prop: true,)*)? ..Props::NONE }, )* )* }
+            }
+
+            /// The op seen through its family, for exhaustive per-family dispatch.
+            pub fn view(&self) -> OpView<'_> {
+                match self {
+                    $( $( Op::$variant $({ $($field),* })? => OpView::$fam($famty::$variant $({ $($field),* })?), )* )*
+                }
+            }
+
+            /// One instance of every op, in table order, with example attribute values (what
+            /// coverage tests walk).
+            pub fn examples() -> Vec<Op> {
+                vec![$( $( Op::$variant $({ $($field: <$fty as AttrValue>::example()),* })?, )* )*]
             }
 
             /// The attributes in their fixed (declaration) order.
             pub fn attrs(&self) -> Vec<(&'static str, Attr)> {
                 match self {
-                    $( Op::$variant $({ $($field),* })? => vec![$($( (stringify!($field), AttrValue::to_attr($field)) ),*)?], )*
+                    $( $( Op::$variant $({ $($field),* })? => vec![$($( (stringify!($field), AttrValue::to_attr($field)) ),*)?], )* )*
                 }
             }
 
             /// Builds an op from its text name and attributes (the parser's entry point).
             pub fn from_parts(name: &str, mut attrs: AttrMap) -> Result<Op, String> {
                 let op = match name {
-                    $( $text => Op::$variant $({ $($field: attrs.take(stringify!($field))?),* })?, )*
+                    $( $( $text => Op::$variant $({ $($field: attrs.take(stringify!($field))?),* })?, )* )*
                     _ => return Err(format!("unknown op `{name}`")),
                 };
                 attrs.finish(name)?;
@@ -78,276 +166,334 @@ macro_rules! define_ops {
     };
 }
 
+/// The module name of a family (its identifier in snake case).
+macro_rules! family_name {
+    (Interface) => {
+        "interface"
+    };
+    (Elementwise) => {
+        "elementwise"
+    };
+    (Linalg) => {
+        "linalg"
+    };
+    (Conv) => {
+        "conv"
+    };
+    (Pool) => {
+        "pool"
+    };
+    (Normalize) => {
+        "normalize"
+    };
+    (Reduce) => {
+        "reduce"
+    };
+    (Movement) => {
+        "movement"
+    };
+    (Fp8) => {
+        "fp8"
+    };
+    (Loss) => {
+        "loss"
+    };
+    (Optim) => {
+        "optim"
+    };
+    (Fused) => {
+        "fused"
+    };
+}
+
 define_ops! {
-    // ---- graph interface (no inputs) ----
-    /// A graph input, fed by the caller.
-    Input { name: String } => "input",
-    /// A parameter (an FP32 master weight or other initializer); data lives in `Graph::weights`.
-    Param { name: String } => "param",
-    /// A piece of persistent state (amax history, scale, optimizer moment), read at step start.
-    State { name: String } => "state",
-    /// A constant tensor held inline.
-    Constant { value: Tensor } => "constant",
-
-    // ---- elementwise unary ----
-    /// Returns its input unchanged.
-    Identity => "identity",
-    Neg => "neg",
-    Abs => "abs",
-    Sqrt => "sqrt",
-    Reciprocal => "reciprocal",
-    Exp => "exp",
-    Log => "log",
-    Erf => "erf",
-    Tanh => "tanh",
-    Sigmoid => "sigmoid",
-    Relu => "relu",
-    Floor => "floor",
-    Ceil => "ceil",
-    Sin => "sin",
-    Cos => "cos",
-    /// ONNX Gelu (opset 20); decomposed erf-GELU patterns are recognised into this.
-    Gelu { approximate: GeluApprox } => "gelu",
-    LeakyRelu { alpha: f32 } => "leaky_relu",
-    Not => "not",
-    IsNaN => "is_nan",
-    IsInf { detect_negative: bool, detect_positive: bool } => "is_inf",
-
-    // ---- elementwise binary (numpy broadcasting) ----
-    Add => "add",
-    Sub => "sub",
-    Mul => "mul",
-    Div => "div",
-    Pow => "pow",
-    Max => "max",
-    Min => "min",
-    Mod { fmod: bool } => "mod",
-    Equal => "equal",
-    Less => "less",
-    LessOrEqual => "less_or_equal",
-    Greater => "greater",
-    GreaterOrEqual => "greater_or_equal",
-    And => "and",
-    Or => "or",
-    Xor => "xor",
-    /// `where(cond, a, b)`.
-    Where => "where",
-    /// `clip(x, min, max)`; the importer fills absent bounds with the type's extremes.
-    Clip => "clip",
-    /// Element type conversion; `saturate` as in ONNX Cast (only matters for FP8 targets).
-    Cast { to: DType, saturate: bool } => "cast",
-
-    // ---- linear algebra ----
-    /// numpy matmul semantics (batched, broadcasting).
-    MatMul => "matmul",
-    /// `alpha * op(A) * op(B) + beta * C` with 2 or 3 inputs.
-    Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool } => "gemm",
-    /// N-d convolution, NCHW; inputs x, w and an optional bias.
-    Conv { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv",
-
-    // ---- pooling and normalisation ----
-    MaxPool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool",
-    AveragePool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool",
-    GlobalAveragePool => "global_average_pool",
-    GlobalMaxPool => "global_max_pool",
-    /// Inference-mode batch norm; inputs x, scale, bias, mean, var.
-    BatchNormalization { epsilon: f32 } => "batch_norm",
-    /// Inputs x, scale and an optional bias; normalises over axes `axis..rank`.
-    LayerNormalization { axis: i64, epsilon: f32 } => "layer_norm",
-    Softmax { axis: i64 } => "softmax",
-    LogSoftmax { axis: i64 } => "log_softmax",
-
-    // ---- reductions (axes None = all axes, as ONNX) ----
-    ReduceMean { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_mean",
-    ReduceSum { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_sum",
-    ReduceMax { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_max",
-    ReduceMin { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_min",
-    ReduceProd { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_prod",
-
-    // ---- shape and data movement ----
-    /// The shape of its input as i64[rank], sliced to `start..end`.
-    Shape { start: i64, end: Option<i64> } => "shape",
-    /// Inputs data and a shape tensor (i64[n]); 0 copies the input dim unless allowzero.
-    Reshape { allowzero: bool } => "reshape",
-    Transpose { perm: Vec<i64> } => "transpose",
-    Unsqueeze { axes: Vec<i64> } => "unsqueeze",
-    /// `axes` None removes every size-1 axis.
-    Squeeze { axes: Option<Vec<i64>> } => "squeeze",
-    Flatten { axis: i64 } => "flatten",
-    Concat { axis: i64 } => "concat",
-    /// Splits into `split.len()` outputs along `axis`.
-    Split { axis: i64, split: Vec<i64> } => "split",
-    /// Inputs data, starts, ends, axes, steps (the importer fills absent axes/steps).
-    Slice => "slice",
-    Gather { axis: i64 } => "gather",
-    /// Inputs data and a target shape (i64[n]), numpy broadcasting.
-    Expand => "expand",
-    /// Input: shape (i64[n]); output filled with `value` (a one-element tensor).
-    ConstantOfShape { value: Tensor } => "constant_of_shape",
-    /// Inputs start, limit, delta (scalars).
-    Range => "range",
-    /// Inputs data, pads (i64[2*rank]), constant value (scalar).
-    Pad { mode: PadMode } => "pad",
-    /// Inputs data, repeats.
-    Tile => "tile",
-
-    // ---- ONNX quantization ----
-    /// ONNX QuantizeLinear: inputs x, y_scale, y_zero_point; `to` is the quantized type.
-    QuantizeLinear { axis: i64, saturate: bool, to: DType } => "quantize_linear",
-    /// ONNX DequantizeLinear: inputs x, x_scale, x_zero_point; output has the scale's type.
-    DequantizeLinear { axis: i64 } => "dequantize_linear",
-
-    // ---- fp8c's FP8 ops (inserted by the scaling pass) ----
-    /// Max of |x| over the whole tensor: f32[] (NaN propagates).
-    Amax => "amax",
-    /// Inputs: the amax source and the previous scale f32[]; outputs scale and scale_inv
-    /// (both f32[]). The source is the recorded history f32[L] (first output of
-    /// `amax_history_update`) for `history_max` / `history_most_recent` (most recent = slot 0,
-    /// as TE), or this step's amax f32[] for `current` (then `max(amax, epsilon)`, and the
-    /// scale rounded down to a power of two if `power_2`). TE's rules: amax 0, inf or NaN keeps
-    /// the previous scale; an infinite result becomes f32::MAX; `scale = fmt_max / amax / 2^margin`.
-    ComputeScale { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "compute_scale",
-    /// Inputs history f32[L] and this step's amax f32[]; two outputs, both f32[L]:
-    /// `recorded` = history with slot 0 set to amax (what the scale is computed from), and
-    /// `next` = TE's roll of `recorded` (shift left by one, the old slot 0 moves to the end,
-    /// then slot 0 zeroed), which becomes the state for the next step.
-    AmaxHistoryUpdate => "amax_history_update",
-    /// `cast(x * scale)` to an FP8 type; inputs x and scale f32[].
-    Quantize { to: DType, saturate: bool } => "quantize",
-    /// `f32(q) * scale_inv` to `to`; inputs q and scale_inv f32[].
-    Dequantize { to: DType } => "dequantize",
-    /// FP8 matmul with f32 accumulation: inputs qa, qb, scale_inv_a, scale_inv_b; numpy
-    /// matmul shape rules; output type `out`.
-    ScaledMatMul { out: DType } => "scaled_matmul",
-
-    // ---- training ops (autodiff) ----
-    // Backward kernels, losses and optimizer steps the autodiff pass emits
-    // (`passes/src/autodiff/`). Each gradient op's doc says which forward op it differentiates.
-    /// Gradient of `gather { axis }` w.r.t. its data (an embedding's scatter-add): inputs dy
-    /// and indices; output the data's shape (axis dim `size`), zero except that each gathered
-    /// slice of dy is added back where it came from (repeated indices accumulate).
-    GatherGrad { axis: i64, size: i64 } => "gather_grad",
-    /// Gradient of `layer_norm { axis, epsilon }`: inputs x, scale, dy; outputs dx, dscale,
-    /// dbias (the last two shaped like scale).
-    LayerNormGrad { axis: i64, epsilon: f32 } => "layer_norm_grad",
-    /// Gradient of `softmax { axis }` (`log_softmax` when `log`): inputs the forward output y
-    /// and dy; output dx (`y·(dy − Σdy·y)`, or `dy − exp(y)·Σdy`).
-    SoftmaxGrad { axis: i64, log: bool } => "softmax_grad",
-    /// Gradient of `gelu { approximate }`: inputs x and dy; output dx.
-    GeluGrad { approximate: GeluApprox } => "gelu_grad",
-    /// Gradient of `conv` w.r.t. x (dgrad, a transposed convolution): inputs dy and w; the
-    /// conv's attributes (kernel_shape filled in) and x's shape.
-    ConvGradInput { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad, input_shape: Vec<i64> } => "conv_grad_input",
-    /// Gradient of `conv` w.r.t. w (wgrad): inputs x and dy; output `[M, C/group, kernel..]`.
-    ConvGradWeight { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv_grad_weight",
-    /// Gradient of `max_pool`: inputs x and dy; each window's dy goes to its (first) maximum.
-    MaxPoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool_grad",
-    /// Gradient of `average_pool`: inputs x (for its shape) and dy.
-    AveragePoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool_grad",
-    /// Mean softmax cross-entropy over the last axis with integer labels: inputs logits
-    /// `[.., C]` and labels (i64/i32) `[..]`; outputs the loss (a scalar of the logits' type,
-    /// the mean over every label) and the log-probabilities. A label outside `[0, C)` is an
-    /// evaluation error naming it.
-    SoftmaxCrossEntropy => "softmax_cross_entropy",
-    /// Gradient of `softmax_cross_entropy` w.r.t. the logits: inputs log_probs, labels and
-    /// dloss (scalar); output `(softmax − onehot(labels)) · dloss / N`.
-    SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad",
-    /// bool[]: true when every element of every (float) input is finite.
-    AllFinite => "all_finite",
-    /// PyTorch's SGD step: inputs param, grad, momentum buffer, lr (f32[]); outputs the new
-    /// param and buffer. `g = grad + wd·param; buf = momentum·buf + g; param −= lr·(nesterov ?
-    /// g + momentum·buf : buf)` (with momentum 0 the buffer is g).
-    SgdUpdate { momentum: f32, weight_decay: f32, nesterov: bool } => "sgd_update",
-    /// PyTorch's AdamW step: inputs param, grad, m, v, lr (f32[]) and t (f32[], the 1-based
-    /// count of applied updates); outputs the new param, m and v. `param −= lr·wd·param;
-    /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; param −= lr·m̂ / (√v̂ + ε)` with the bias
-    /// corrections `m̂ = m/(1−β1^t)`, `v̂ = v/(1−β2^t)`.
-    AdamwUpdate { beta1: f32, beta2: f32, epsilon: f32, weight_decay: f32 } => "adamw_update",
-
-    // ---- fused ops (fusion pass) ----
-    // Each computes bit for bit what the unfused ops it replaces compute (its doc says which);
-    // an output nobody reads is not written. `expr` is an elementwise program (`fused.rs`).
-    /// `quantize(x, scale)` and `amax(x)` in one read of x: inputs x, scale; outputs q, amax.
-    QuantizeAmax { to: DType, saturate: bool } => "quantize_amax",
-    /// TE's cast+transpose: inputs x, scale; outputs `q = quantize(x, scale)`,
-    /// `transpose(q, perm)` and `amax(x)`.
-    CastTranspose { perm: Vec<i64>, to: DType, saturate: bool } => "cast_transpose",
-    /// LayerNorm emitting FP8: inputs x, scale, gamma and an optional beta; outputs
-    /// `y = layer_norm(x, gamma, beta)`, `quantize(y, scale)` and `amax(y)`.
-    LayerNormQuantize { axis: i64, epsilon: f32, to: DType, saturate: bool } => "layer_norm_quantize",
-    /// Elementwise ops emitting FP8: inputs a0..a(n-1) and scale; outputs `y = expr(a..)`,
-    /// `quantize(y, scale)` and `amax(y)`.
-    ElementwiseQuantize { expr: EwExpr, to: DType, saturate: bool } => "elementwise_quantize",
-    /// `scaled_matmul` with an elementwise epilogue, and optionally cuBLASLt's D scale and amax
-    /// of D: inputs qa, qb, scale_inv_a, scale_inv_b, the epilogue's extra inputs, then (when
-    /// `to` is set) the D scale. `expr` reads the product as `a0` and the extras as `a1..`.
-    /// Outputs `d = expr(scaled_matmul(..), extras..)`, and with `to`: `quantize(d, d_scale)`
-    /// and `amax(d)`.
-    ScaledMatMulEpilogue { out: DType, expr: EwExpr, to: Option<DType>, saturate: bool } => "scaled_matmul_epilogue",
-    /// Every delayed-scaling update of a step in one kernel: inputs (history, amax, scale) per
-    /// tensor; outputs (next history, scale, scale_inv) per tensor, each the result of
-    /// `amax_history_update` then `compute_scale` with these attributes.
-    BatchedScaleUpdate { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "batched_scale_update",
+    /// The graph interface (no inputs): values fed by the caller or held by the graph.
+    family Interface(InterfaceOp) {
+        /// A graph input, fed by the caller.
+        Input { name: String } => "input",
+        /// A parameter (an FP32 master weight or other initializer); data lives in `Graph::weights`.
+        Param { name: String } => "param",
+        /// A piece of persistent state (amax history, scale, optimizer moment), read at step start.
+        State { name: String } => "state",
+        /// A constant tensor held inline.
+        Constant { value: Tensor } => "constant",
+    }
+    /// Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and logic, `where`, `clip`, `cast`, and the GELU gradient (one row each in `elementwise.rs`).
+    family Elementwise(ElementwiseOp) {
+        /// Returns its input unchanged.
+        Identity => "identity" [view],
+        Neg => "neg",
+        Abs => "abs",
+        Sqrt => "sqrt",
+        Reciprocal => "reciprocal",
+        Exp => "exp",
+        Log => "log",
+        Erf => "erf",
+        Tanh => "tanh",
+        Sigmoid => "sigmoid",
+        Relu => "relu",
+        Floor => "floor",
+        Ceil => "ceil",
+        Sin => "sin",
+        Cos => "cos",
+        /// ONNX Gelu (opset 20). The importer does not recognise decomposed erf-GELU; fusion folds
+        /// such chains into one `elementwise_quantize` program instead.
+        Gelu { approximate: GeluApprox } => "gelu",
+        LeakyRelu { alpha: f32 } => "leaky_relu",
+        Not => "not",
+        IsNaN => "is_nan",
+        IsInf { detect_negative: bool, detect_positive: bool } => "is_inf",
+        Add => "add",
+        Sub => "sub",
+        Mul => "mul",
+        Div => "div",
+        Pow => "pow",
+        Max => "max",
+        Min => "min",
+        Mod { fmod: bool } => "mod",
+        Equal => "equal",
+        Less => "less",
+        LessOrEqual => "less_or_equal",
+        Greater => "greater",
+        GreaterOrEqual => "greater_or_equal",
+        And => "and",
+        Or => "or",
+        Xor => "xor",
+        /// `where(cond, a, b)`.
+        Where => "where",
+        /// `clip(x, min, max)`; the importer fills absent bounds with the type's extremes.
+        Clip => "clip",
+        /// Element type conversion; `saturate` as in ONNX Cast (only matters for FP8 targets).
+        Cast { to: DType, saturate: bool } => "cast",
+        /// Gradient of `gelu { approximate }`: inputs x and dy; output dx.
+        GeluGrad { approximate: GeluApprox } => "gelu_grad",
+    }
+    /// Matrix products: numpy matmul, ONNX Gemm, and the FP8 GEMM.
+    family Linalg(LinalgOp) {
+        /// numpy matmul semantics (batched, broadcasting).
+        MatMul => "matmul" [gemm],
+        /// `alpha * op(A) * op(B) + beta * C` with 2 or 3 inputs.
+        Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool } => "gemm" [gemm],
+        /// FP8 matmul with f32 accumulation: inputs qa, qb, scale_inv_a, scale_inv_b; numpy
+        /// matmul shape rules; output type `out`.
+        ScaledMatMul { out: DType } => "scaled_matmul" [scaling],
+    }
+    /// Convolutions and their gradients (window geometry in `window.rs`).
+    family Conv(ConvOp) {
+        /// N-d convolution, NCHW; inputs x, w and an optional bias.
+        Conv { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv" [gemm],
+        /// Gradient of `conv` w.r.t. x (dgrad, a transposed convolution): inputs dy and w; the
+        /// conv's attributes (kernel_shape filled in) and x's shape.
+        ConvGradInput { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad, input_shape: Vec<i64> } => "conv_grad_input" [training],
+        /// Gradient of `conv` w.r.t. w (wgrad): inputs x and dy; output `[M, C/group, kernel..]`.
+        ConvGradWeight { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv_grad_weight" [training],
+    }
+    /// Pooling and its gradients.
+    family Pool(PoolOp) {
+        MaxPool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool",
+        AveragePool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool",
+        GlobalAveragePool => "global_average_pool",
+        GlobalMaxPool => "global_max_pool",
+        /// Gradient of `max_pool`: inputs x and dy; each window's dy goes to its (first) maximum.
+        MaxPoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool_grad" [training],
+        /// Gradient of `average_pool`: inputs x (for its shape) and dy.
+        AveragePoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool_grad" [training],
+    }
+    /// Normalisations and softmax, and their gradients.
+    family Normalize(NormalizeOp) {
+        /// Inference-mode batch norm; inputs x, scale, bias, mean, var.
+        BatchNormalization { epsilon: f32 } => "batch_norm",
+        /// Inputs x, scale and an optional bias; normalises over axes `axis..rank`.
+        LayerNormalization { axis: i64, epsilon: f32 } => "layer_norm",
+        Softmax { axis: i64 } => "softmax",
+        LogSoftmax { axis: i64 } => "log_softmax",
+        /// Gradient of `layer_norm { axis, epsilon }`: inputs x, scale, dy; outputs dx, dscale,
+        /// dbias (the last two shaped like scale).
+        LayerNormGrad { axis: i64, epsilon: f32 } => "layer_norm_grad" [training],
+        /// Gradient of `softmax { axis }` (`log_softmax` when `log`): inputs the forward output y
+        /// and dy; output dx (`y·(dy − Σdy·y)`, or `dy − exp(y)·Σdy`).
+        SoftmaxGrad { axis: i64, log: bool } => "softmax_grad" [training],
+    }
+    /// Reductions (axes None = all axes, as ONNX) and the finiteness check.
+    family Reduce(ReduceOp) {
+        ReduceMean { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_mean",
+        ReduceSum { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_sum",
+        ReduceMax { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_max",
+        ReduceMin { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_min",
+        ReduceProd { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_prod",
+        /// bool[]: true when every element of every (float) input is finite.
+        AllFinite => "all_finite" [training],
+    }
+    /// Shape arithmetic and data movement.
+    family Movement(MovementOp) {
+        /// The shape of its input as i64[rank], sliced to `start..end`.
+        Shape { start: i64, end: Option<i64> } => "shape",
+        /// Inputs data and a shape tensor (i64[n]); 0 copies the input dim unless allowzero.
+        Reshape { allowzero: bool } => "reshape" [view],
+        Transpose { perm: Vec<i64> } => "transpose",
+        Unsqueeze { axes: Vec<i64> } => "unsqueeze" [view],
+        /// `axes` None removes every size-1 axis.
+        Squeeze { axes: Option<Vec<i64>> } => "squeeze" [view],
+        Flatten { axis: i64 } => "flatten" [view],
+        Concat { axis: i64 } => "concat",
+        /// Splits into `split.len()` outputs along `axis`.
+        Split { axis: i64, split: Vec<i64> } => "split",
+        /// Inputs data, starts, ends, axes, steps (the importer fills absent axes/steps).
+        Slice => "slice",
+        Gather { axis: i64 } => "gather",
+        /// Inputs data and a target shape (i64[n]), numpy broadcasting.
+        Expand => "expand",
+        /// Input: shape (i64[n]); output filled with `value` (a one-element tensor).
+        ConstantOfShape { value: Tensor } => "constant_of_shape",
+        /// Inputs start, limit, delta (scalars).
+        Range => "range",
+        /// Inputs data, pads (i64[2*rank]), constant value (scalar).
+        Pad { mode: PadMode } => "pad",
+        /// Inputs data, repeats.
+        Tile => "tile",
+        /// Gradient of `gather { axis }` w.r.t. its data (an embedding's scatter-add): inputs dy
+        /// and indices; output the data's shape (axis dim `size`), zero except that each gathered
+        /// slice of dy is added back where it came from (repeated indices accumulate).
+        GatherGrad { axis: i64, size: i64 } => "gather_grad" [training],
+    }
+    /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
+    family Fp8(Fp8Op) {
+        /// ONNX QuantizeLinear: inputs x, y_scale, y_zero_point; `to` is the quantized type.
+        QuantizeLinear { axis: i64, saturate: bool, to: DType } => "quantize_linear",
+        /// ONNX DequantizeLinear: inputs x, x_scale, x_zero_point; output has the scale's type.
+        DequantizeLinear { axis: i64 } => "dequantize_linear",
+        /// Max of |x| over the whole tensor: f32[] (NaN propagates).
+        Amax => "amax" [scaling],
+        /// Inputs: the amax source and the previous scale f32[]; outputs scale and scale_inv
+        /// (both f32[]). The source is the recorded history f32[L] (first output of
+        /// `amax_history_update`) for `history_max` / `history_most_recent` (most recent = slot 0,
+        /// as TE), or this step's amax f32[] for `current` (then `max(amax, epsilon)`, and the
+        /// scale rounded down to a power of two if `power_2`). TE's rules: amax 0, inf or NaN keeps
+        /// the previous scale; an infinite result becomes f32::MAX; `scale = fmt_max / amax / 2^margin`.
+        ComputeScale { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "compute_scale" [scaling],
+        /// Inputs history f32[L] and this step's amax f32[]; two outputs, both f32[L]:
+        /// `recorded` = history with slot 0 set to amax (what the scale is computed from), and
+        /// `next` = TE's roll of `recorded` (shift left by one, the old slot 0 moves to the end,
+        /// then slot 0 zeroed), which becomes the state for the next step.
+        AmaxHistoryUpdate => "amax_history_update" [scaling],
+        /// `cast(x * scale)` to an FP8 type; inputs x and scale f32[].
+        Quantize { to: DType, saturate: bool } => "quantize" [scaling],
+        /// `f32(q) * scale_inv` to `to`; inputs q and scale_inv f32[].
+        Dequantize { to: DType } => "dequantize" [scaling],
+    }
+    /// Losses and their gradients (the autodiff pass emits them).
+    family Loss(LossOp) {
+        /// Mean softmax cross-entropy over the last axis with integer labels: inputs logits
+        /// `[.., C]` and labels (i64/i32) `[..]`; outputs the loss (a scalar of the logits' type,
+        /// the mean over every label) and the log-probabilities. A label outside `[0, C)` is an
+        /// evaluation error naming it.
+        SoftmaxCrossEntropy => "softmax_cross_entropy" [training],
+        /// Gradient of `softmax_cross_entropy` w.r.t. the logits: inputs log_probs, labels and
+        /// dloss (scalar); output `(softmax − onehot(labels)) · dloss / N`.
+        SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad" [training],
+    }
+    /// Optimizer steps on FP32 master weights (the autodiff pass emits them).
+    family Optim(OptimOp) {
+        /// PyTorch's SGD step: inputs param, grad, momentum buffer, lr (f32[]); outputs the new
+        /// param and buffer. `g = grad + wd·param; buf = momentum·buf + g; param −= lr·(nesterov ?
+        /// g + momentum·buf : buf)` (with momentum 0 the buffer is g).
+        SgdUpdate { momentum: f32, weight_decay: f32, nesterov: bool } => "sgd_update" [training],
+        /// PyTorch's AdamW step: inputs param, grad, m, v, lr (f32[]) and t (f32[], the 1-based
+        /// count of applied updates); outputs the new param, m and v. `param −= lr·wd·param;
+        /// m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²; param −= lr·m̂ / (√v̂ + ε)` with the bias
+        /// corrections `m̂ = m/(1−β1^t)`, `v̂ = v/(1−β2^t)`.
+        AdamwUpdate { beta1: f32, beta2: f32, epsilon: f32, weight_decay: f32 } => "adamw_update" [training],
+    }
+    /// Fused ops (the fusion pass makes them). Each computes bit for bit what the unfused ops it replaces compute (its doc says which); an output nobody reads is not written. `expr` is an elementwise program (`fused.rs`).
+    family Fused(FusedOp) {
+        /// `quantize(x, scale)` and `amax(x)` in one read of x: inputs x, scale; outputs q, amax.
+        QuantizeAmax { to: DType, saturate: bool } => "quantize_amax",
+        /// TE's cast+transpose: inputs x, scale; outputs `q = quantize(x, scale)`,
+        /// `transpose(q, perm)` and `amax(x)`.
+        CastTranspose { perm: Vec<i64>, to: DType, saturate: bool } => "cast_transpose",
+        /// LayerNorm emitting FP8: inputs x, scale, gamma and an optional beta; outputs
+        /// `y = layer_norm(x, gamma, beta)`, `quantize(y, scale)` and `amax(y)`.
+        LayerNormQuantize { axis: i64, epsilon: f32, to: DType, saturate: bool } => "layer_norm_quantize",
+        /// Elementwise ops emitting FP8: inputs a0..a(n-1) and scale; outputs `y = expr(a..)`,
+        /// `quantize(y, scale)` and `amax(y)`.
+        ElementwiseQuantize { expr: EwExpr, to: DType, saturate: bool } => "elementwise_quantize",
+        /// `scaled_matmul` with an elementwise epilogue, and optionally cuBLASLt's D scale and amax
+        /// of D: inputs qa, qb, scale_inv_a, scale_inv_b, the epilogue's extra inputs, then (when
+        /// `to` is set) the D scale. `expr` reads the product as `a0` and the extras as `a1..`.
+        /// Outputs `d = expr(scaled_matmul(..), extras..)`, and with `to`: `quantize(d, d_scale)`
+        /// and `amax(d)`.
+        ScaledMatMulEpilogue { out: DType, expr: EwExpr, to: Option<DType>, saturate: bool } => "scaled_matmul_epilogue",
+        /// Every delayed-scaling update of a step in one kernel: inputs (history, amax, scale) per
+        /// tensor; outputs (next history, scale, scale_inv) per tensor, each the result of
+        /// `amax_history_update` then `compute_scale` with these attributes.
+        BatchedScaleUpdate { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "batched_scale_update" [scaling],
+    }
 }
 
 impl Op {
-    /// True for ops that read no inputs and define the graph's interface.
+    /// True for ops that read no inputs and define the graph's interface (`input`, `param`,
+    /// `state`; a `constant` is in the interface family but not in the interface).
     pub fn is_interface(&self) -> bool {
         matches!(self, Op::Input { .. } | Op::Param { .. } | Op::State { .. })
     }
 
     /// True for elementwise ops with one input and one output of the same shape.
     pub fn is_elementwise_unary(&self) -> bool {
-        matches!(
-            self,
-            Op::Identity
-                | Op::Neg
-                | Op::Abs
-                | Op::Sqrt
-                | Op::Reciprocal
-                | Op::Exp
-                | Op::Log
-                | Op::Erf
-                | Op::Tanh
-                | Op::Sigmoid
-                | Op::Relu
-                | Op::Floor
-                | Op::Ceil
-                | Op::Sin
-                | Op::Cos
-                | Op::Gelu { .. }
-                | Op::LeakyRelu { .. }
-                | Op::Not
-                | Op::IsNaN
-                | Op::IsInf { .. }
-        )
+        crate::elementwise::row_of(self).is_some_and(|r| r.kind == crate::elementwise::Kind::Unary)
+            || matches!(self, Op::Not | Op::IsNaN | Op::IsInf { .. })
     }
 
-    /// True for broadcasting binary elementwise ops.
+    /// True for broadcasting binary elementwise ops (arithmetic, comparisons, logic).
     pub fn is_elementwise_binary(&self) -> bool {
-        matches!(
-            self,
-            Op::Add
-                | Op::Sub
-                | Op::Mul
-                | Op::Div
-                | Op::Pow
-                | Op::Max
-                | Op::Min
-                | Op::Mod { .. }
-                | Op::Equal
-                | Op::Less
-                | Op::LessOrEqual
-                | Op::Greater
-                | Op::GreaterOrEqual
-                | Op::And
-                | Op::Or
-                | Op::Xor
-        )
+        use crate::elementwise::Kind;
+        crate::elementwise::row_of(self).is_some_and(|r| {
+            matches!(
+                r.kind,
+                Kind::Binary | Kind::Variadic | Kind::Compare | Kind::Logic
+            )
+        }) || matches!(self, Op::Pow | Op::Mod { .. })
     }
 
-    /// True for GEMM-like ops the precision policy may put in FP8.
+    /// True for GEMM-like ops the precision policy may put in FP8 (the table's `gemm` flag).
     pub fn is_gemm_like(&self) -> bool {
-        matches!(self, Op::MatMul | Op::Gemm { .. } | Op::Conv { .. })
+        self.props().gemm
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_has_one_name_family_and_view() {
+        let ex = Op::examples();
+        assert_eq!(ex.len(), Op::NAMES.len());
+        for (op, name) in ex.iter().zip(Op::NAMES) {
+            assert_eq!(op.name(), *name);
+            // The view and the family agree.
+            let fam = match op.view() {
+                OpView::Interface(_) => Family::Interface,
+                OpView::Elementwise(_) => Family::Elementwise,
+                OpView::Linalg(_) => Family::Linalg,
+                OpView::Conv(_) => Family::Conv,
+                OpView::Pool(_) => Family::Pool,
+                OpView::Normalize(_) => Family::Normalize,
+                OpView::Reduce(_) => Family::Reduce,
+                OpView::Movement(_) => Family::Movement,
+                OpView::Fp8(_) => Family::Fp8,
+                OpView::Loss(_) => Family::Loss,
+                OpView::Optim(_) => Family::Optim,
+                OpView::Fused(_) => Family::Fused,
+            };
+            assert_eq!(op.family(), fam, "{name}");
+            // Text form round trip of the example.
+            let attrs = AttrMap(
+                op.attrs()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            );
+            assert_eq!(&Op::from_parts(name, attrs).unwrap(), op);
+        }
     }
 }

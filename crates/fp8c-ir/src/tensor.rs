@@ -1,8 +1,14 @@
-//! Constant tensor data (ONNX initializers, folded constants): raw little-endian bytes.
+//! Constant tensor data (ONNX initializers, folded constants, runtime values): raw
+//! little-endian bytes in a shared [`Storage`].
 //!
 //! Invariant: `data.len() == shape.product() * dtype.size()`. Constructors check it; the
 //! fields are private so that nothing can break it afterwards.
+//!
+//! Cloning a tensor (and so a graph, whose weights are tensors) shares the bytes; writing
+//! through [`Tensor::bytes_mut`] copies them first if they are shared. The bytes are 64-byte
+//! aligned, so they can be read as a typed slice ([`Tensor::as_slice`]) without a copy.
 
+use crate::storage::Storage;
 use crate::{DType, TensorType};
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
@@ -12,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub struct Tensor {
     dtype: DType,
     shape: Vec<u64>,
-    data: Vec<u8>,
+    data: Storage,
 }
 
 /// Largest tensor (in elements) that constructors accept: guards against absurd shapes.
@@ -40,7 +46,47 @@ impl Tensor {
                 data.len()
             ));
         }
+        Ok(Tensor {
+            dtype,
+            shape,
+            data: Storage::from_slice(&data),
+        })
+    }
+
+    /// Builds a tensor over existing shared bytes (no copy); errors if the length does not
+    /// match.
+    pub fn from_storage(dtype: DType, shape: Vec<u64>, data: Storage) -> Result<Self, String> {
+        let n =
+            checked_numel(&shape).ok_or_else(|| format!("tensor shape {shape:?} is too large"))?;
+        if Some(data.len() as u64) != n.checked_mul(dtype.size() as u64) {
+            return Err(format!(
+                "{dtype} tensor of shape {shape:?} needs {} bytes, got {}",
+                n.saturating_mul(dtype.size() as u64),
+                data.len()
+            ));
+        }
         Ok(Tensor { dtype, shape, data })
+    }
+
+    /// A tensor holding `values` (plain-old-data elements of `dtype`'s size), copied once into
+    /// aligned storage.
+    pub fn from_pod<T: bytemuck::Pod>(
+        dtype: DType,
+        shape: Vec<u64>,
+        values: &[T],
+    ) -> Result<Self, String> {
+        if std::mem::size_of::<T>() != dtype.size() {
+            return Err(format!(
+                "{dtype} elements are {} bytes, not {}",
+                dtype.size(),
+                std::mem::size_of::<T>()
+            ));
+        }
+        Self::from_storage(
+            dtype,
+            shape,
+            Storage::from_slice(bytemuck::cast_slice(values)),
+        )
     }
 
     /// A tensor of zeros (all bits zero).
@@ -53,7 +99,7 @@ impl Tensor {
         Ok(Tensor {
             dtype,
             shape,
-            data: vec![0; bytes],
+            data: Storage::zeroed(bytes),
         })
     }
 
@@ -142,6 +188,25 @@ impl Tensor {
         Tensor::from_bytes(dtype, shape, data).expect("value count must match the shape")
     }
 
+    /// The elements as a typed slice, without a copy (the storage is 64-byte aligned). Errors
+    /// if `T`'s size is not the dtype's.
+    pub fn as_slice<T: bytemuck::Pod>(&self) -> Result<&[T], String> {
+        if std::mem::size_of::<T>() != self.dtype.size() {
+            return Err(format!(
+                "{} elements are {} bytes, not {}",
+                self.dtype,
+                self.dtype.size(),
+                std::mem::size_of::<T>()
+            ));
+        }
+        Ok(bytemuck::cast_slice(self.data.bytes()))
+    }
+
+    /// The shared storage (cloning it shares the bytes).
+    pub fn storage(&self) -> &Storage {
+        &self.data
+    }
+
     /// A scalar f32 tensor.
     pub fn scalar_f32(v: f32) -> Self {
         Self::from_f32(vec![], &[v])
@@ -164,17 +229,18 @@ impl Tensor {
 
     /// Raw little-endian bytes.
     pub fn bytes(&self) -> &[u8] {
-        &self.data
+        self.data.bytes()
     }
 
-    /// Raw little-endian bytes, mutable (length cannot change).
+    /// Raw little-endian bytes, mutable (length cannot change); copies them first if they are
+    /// shared with another tensor.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.data
+        self.data.bytes_mut()
     }
 
-    /// Consumes the tensor, giving its bytes.
+    /// Consumes the tensor, giving its bytes (a copy).
     pub fn into_bytes(self) -> Vec<u8> {
-        self.data
+        self.data.bytes().to_vec()
     }
 
     /// Number of elements.
@@ -206,7 +272,7 @@ impl Tensor {
 
     /// Values as f64 (every type but FP8, which needs fp8c-core's decoder).
     pub fn to_f64_vec(&self) -> Result<Vec<f64>, String> {
-        let d = &self.data;
+        let d = self.data.bytes();
         Ok(match self.dtype {
             DType::F64 => d
                 .chunks_exact(8)
@@ -249,6 +315,7 @@ impl Tensor {
         if self.dtype == DType::F32 {
             return Ok(self
                 .data
+                .bytes()
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
                 .collect());
@@ -258,7 +325,7 @@ impl Tensor {
 
     /// Values as i64 (integer and bool types only).
     pub fn to_i64_vec(&self) -> Result<Vec<i64>, String> {
-        let d = &self.data;
+        let d = self.data.bytes();
         Ok(match self.dtype {
             DType::I64 => d
                 .chunks_exact(8)

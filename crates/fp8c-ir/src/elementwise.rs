@@ -1,0 +1,486 @@
+//! The elementwise table: one row per op of the elementwise family, holding everything the
+//! crates above need to know about it, so that an elementwise op is added in one place.
+//!
+//! A row gives:
+//! - its **kind** (how operands combine: unary or binary math, comparison, logic, predicate,
+//!   or one of the ops with a kernel of their own: `pow`, `where`, `clip`, `cast`);
+//! - its **CUDA** expression, a template over the operands `{a0}`, `{a1}`, ... and the op's
+//!   attributes `{alpha}` (device functions of `kernels/elementwise.cu`), or `None` with the
+//!   reason it has no CUDA form;
+//! - its **scalar semantics** for floats (one closure, expanded for f32 and f64 so that each
+//!   type computes in its own precision, bit for bit what the CPU reference computes) and,
+//!   where integers are accepted, for integers (wrapping two's complement, as numpy);
+//! - its **derivative**: one formula per input (the [`crate::formula`] language over `x`/`a`,
+//!   `b`, `c`, the output `y`, the incoming gradient `dy` and the op's attributes), or why it
+//!   has none.
+//!
+//! The CPU evaluator runs the closures through [`dispatch_unary`] / [`dispatch_binary`] (the
+//! caller's kernel receives the concrete closure, so the per-element loop is monomorphised and
+//! inlined); the CUDA code generator renders the templates; autodiff instantiates the formulas.
+//! Every generated `match` is exhaustive over [`ElementwiseOp`], so an op added to the family
+//! without a row here does not compile.
+
+use crate::op::ElementwiseOp;
+
+/// How an elementwise op combines its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `f(x)` on one numeric input, same type out.
+    Unary,
+    /// `f(a, b)` on two same-typed numeric inputs (numpy broadcasting), same type out.
+    Binary,
+    /// Binary with any number (≥ 1) of inputs, folded left (`max`, `min`).
+    Variadic,
+    /// A comparison of two same-typed inputs, bool out.
+    Compare,
+    /// A boolean connective on bool inputs, bool out.
+    Logic,
+    /// A test on one float input, bool out.
+    Predicate,
+    /// An op with its own kernel (`pow`, `where`, `clip`, `cast`, `not`, `gelu_grad`).
+    Special,
+}
+
+/// The derivative of an elementwise op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grad {
+    /// One formula per input (`""`: that input gets no gradient, e.g. `where`'s condition).
+    /// Formulas of broadcasting ops give the gradient of the broadcast shape; autodiff sums it
+    /// back to each operand's shape.
+    Formulas(&'static [&'static str]),
+    /// The op is piecewise constant: its gradient is zero almost everywhere (`floor`).
+    Zero(&'static str),
+    /// The op's output is not a float function of float inputs, or no rule is defined; the
+    /// string says why (autodiff reports it if a gradient must flow through).
+    NotDifferentiable(&'static str),
+}
+
+/// One row of the table (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Row {
+    /// How operands combine.
+    pub kind: Kind,
+    /// The CUDA expression template, or why there is none.
+    pub cuda: Result<&'static str, &'static str>,
+    /// The derivative.
+    pub grad: Grad,
+}
+
+/// Float arithmetic the table's closures use: implemented for f32 and f64, each computing in
+/// its own precision (`x.exp()` is `f32::exp` for f32).
+pub trait Real:
+    Copy
+    + PartialOrd
+    + Send
+    + Sync
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Rem<Output = Self>
+    + std::ops::Neg<Output = Self>
+{
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+    /// The nearest value of this type to `v` (exact for f64).
+    fn from_f64(v: f64) -> Self;
+    /// `v` widened or kept (exact).
+    fn from_f32(v: f32) -> Self;
+    /// Absolute value.
+    fn abs(self) -> Self;
+    /// Square root.
+    fn sqrt(self) -> Self;
+    /// e^x.
+    fn exp(self) -> Self;
+    /// Natural logarithm.
+    fn ln(self) -> Self;
+    /// The error function (musl's `erff`/`erf` through `libm`, < 1 ulp).
+    fn erf(self) -> Self;
+    /// Hyperbolic tangent.
+    fn tanh(self) -> Self;
+    /// Sine.
+    fn sin(self) -> Self;
+    /// Cosine.
+    fn cos(self) -> Self;
+    /// Round toward −∞.
+    fn floor(self) -> Self;
+    /// Round toward +∞.
+    fn ceil(self) -> Self;
+    /// `self` to the power `e`.
+    fn powf(self, e: Self) -> Self;
+    /// True for NaN.
+    fn is_nan(self) -> bool;
+    /// True for ±∞.
+    fn is_infinite(self) -> bool;
+}
+
+macro_rules! impl_real {
+    ($t:ty, $erf:path) => {
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            fn abs(self) -> Self {
+                <$t>::abs(self)
+            }
+            fn sqrt(self) -> Self {
+                <$t>::sqrt(self)
+            }
+            fn exp(self) -> Self {
+                <$t>::exp(self)
+            }
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            fn tanh(self) -> Self {
+                <$t>::tanh(self)
+            }
+            fn sin(self) -> Self {
+                <$t>::sin(self)
+            }
+            fn cos(self) -> Self {
+                <$t>::cos(self)
+            }
+            fn floor(self) -> Self {
+                <$t>::floor(self)
+            }
+            fn ceil(self) -> Self {
+                <$t>::ceil(self)
+            }
+            fn powf(self, e: Self) -> Self {
+                <$t>::powf(self, e)
+            }
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn is_infinite(self) -> bool {
+                <$t>::is_infinite(self)
+            }
+        }
+    };
+}
+impl_real!(f32, libm::erff);
+impl_real!(f64, libm::erf);
+
+/// Integer arithmetic the table's closures use, with numpy's wrapping semantics.
+pub trait Int: Copy + Ord + Send + Sync {
+    /// 0.
+    const ZERO: Self;
+    /// Wrapping negation.
+    fn wrapping_neg(self) -> Self;
+    /// Wrapping absolute value (|MIN| = MIN, as numpy).
+    fn wrapping_abs(self) -> Self;
+    /// Wrapping sum.
+    fn wrapping_add(self, o: Self) -> Self;
+    /// Wrapping difference.
+    fn wrapping_sub(self, o: Self) -> Self;
+    /// Wrapping product.
+    fn wrapping_mul(self, o: Self) -> Self;
+}
+
+macro_rules! impl_int {
+    (signed: $($t:ty),*) => {$(
+        impl Int for $t {
+            const ZERO: Self = 0;
+            fn wrapping_neg(self) -> Self { <$t>::wrapping_neg(self) }
+            fn wrapping_abs(self) -> Self { <$t>::wrapping_abs(self) }
+            fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
+            fn wrapping_sub(self, o: Self) -> Self { <$t>::wrapping_sub(self, o) }
+            fn wrapping_mul(self, o: Self) -> Self { <$t>::wrapping_mul(self, o) }
+        }
+    )*};
+    (unsigned: $($t:ty),*) => {$(
+        impl Int for $t {
+            const ZERO: Self = 0;
+            fn wrapping_neg(self) -> Self { <$t>::wrapping_neg(self) }
+            fn wrapping_abs(self) -> Self { self }
+            fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
+            fn wrapping_sub(self, o: Self) -> Self { <$t>::wrapping_sub(self, o) }
+            fn wrapping_mul(self, o: Self) -> Self { <$t>::wrapping_mul(self, o) }
+        }
+    )*};
+}
+impl_int!(signed: i64, i32, i16, i8);
+impl_int!(unsigned: u64, u32, u16, u8);
+
+/// A CPU kernel that receives a unary closure (see [`dispatch_unary`]).
+pub trait UnaryKernel<T> {
+    /// What the kernel returns.
+    type Out;
+    /// Runs the kernel with the op's scalar function.
+    fn run(self, f: impl Fn(T) -> T + Send + Sync + Copy) -> Self::Out;
+}
+
+/// A CPU kernel that receives a binary closure (see [`dispatch_binary`]).
+pub trait BinaryKernel<T> {
+    /// What the kernel returns.
+    type Out;
+    /// Runs the kernel with the op's scalar function.
+    fn run(self, f: impl Fn(T, T) -> T + Send + Sync + Copy) -> Self::Out;
+}
+
+/// A CPU kernel that receives a comparison or logic closure (see [`dispatch_compare`]).
+pub trait CompareKernel<T> {
+    /// What the kernel returns.
+    type Out;
+    /// Runs the kernel with the op's predicate.
+    fn run(self, f: impl Fn(T, T) -> bool + Send + Sync + Copy) -> Self::Out;
+}
+
+/// A CPU kernel that receives a one-input predicate (see [`dispatch_predicate`]).
+pub trait PredicateKernel<T> {
+    /// What the kernel returns.
+    type Out;
+    /// Runs the kernel with the op's predicate.
+    fn run(self, f: impl Fn(T) -> bool + Send + Sync + Copy) -> Self::Out;
+}
+
+/// √(2/π), the tanh-GELU constant.
+pub const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+
+/// NaN-propagating max (the first operand's NaN wins, as the CPU reference and CUDA agree).
+fn fmax_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
+    #[allow(clippy::eq_op)]
+    if x != x || x >= y { x } else { y }
+}
+
+/// NaN-propagating min.
+fn fmin_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
+    #[allow(clippy::eq_op)]
+    if x != x || x <= y { x } else { y }
+}
+
+macro_rules! elementwise_table {
+    ($(
+        $variant:ident $({ $($attr:ident),* })? => $kind:ident, cuda $cuda:expr
+            $(, float |$($fx:ident),+| $fbody:expr)?
+            $(, int |$($ix:ident),+| $ibody:expr)?
+            $(, cmp |$cx:ident, $cy:ident| $cbody:expr)?
+            $(, logic |$lx:ident, $ly:ident| $lbody:expr)?
+            , grad $grad:expr;
+    )*) => {
+        /// The row of an elementwise op.
+        #[allow(unused_variables)]
+        pub fn row(op: ElementwiseOp<'_>) -> Row {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => Row { kind: Kind::$kind, cuda: $cuda, grad: $grad }, )*
+            }
+        }
+
+        /// The text names of the ops that have a row (every op of the elementwise family).
+        pub const ROW_NAMES: &[&str] = &[$(elementwise_table!(@name $variant)),*];
+
+        /// Runs `k` with the float scalar function of a [`Kind::Unary`] op; None for ops of
+        /// other kinds.
+        #[allow(unused_variables)]
+        pub fn dispatch_unary<F: Real, K: UnaryKernel<F>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@float1 k, F, $kind; $(|$($fx),+| $fbody)?), )*
+            }
+        }
+
+        /// Runs `k` with the float scalar function of a [`Kind::Binary`] or
+        /// [`Kind::Variadic`] op; None for ops of other kinds.
+        #[allow(unused_variables)]
+        pub fn dispatch_binary<F: Real, K: BinaryKernel<F>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@float2 k, F; $(|$($fx),+| $fbody)?), )*
+            }
+        }
+
+        /// Runs `k` with the integer function of a unary op that accepts integers; None
+        /// otherwise.
+        #[allow(unused_variables)]
+        pub fn dispatch_unary_int<I: Int, K: UnaryKernel<I>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@int1 k, I; $(|$($ix),+| $ibody)?), )*
+            }
+        }
+
+        /// Runs `k` with the integer function of a binary op that accepts integers; None
+        /// otherwise.
+        #[allow(unused_variables)]
+        pub fn dispatch_binary_int<I: Int, K: BinaryKernel<I>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@int2 k, I; $(|$($ix),+| $ibody)?), )*
+            }
+        }
+
+        /// Runs `k` with the predicate of a [`Kind::Compare`] op (any ordered type); None for
+        /// ops of other kinds.
+        #[allow(unused_variables)]
+        pub fn dispatch_compare<T: PartialOrd + Copy + Send + Sync, K: CompareKernel<T>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@cmp k, T; $(|$cx, $cy| $cbody)?), )*
+            }
+        }
+
+        /// Runs `k` with the connective of a [`Kind::Logic`] op on bools; None for ops of
+        /// other kinds.
+        #[allow(unused_variables)]
+        pub fn dispatch_logic<K: CompareKernel<bool>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@cmp k, bool; $(|$lx, $ly| $lbody)?), )*
+            }
+        }
+
+        /// Runs `k` with the predicate of a [`Kind::Predicate`] op; None for other kinds.
+        #[allow(unused_variables)]
+        pub fn dispatch_predicate<F: Real, K: PredicateKernel<F>>(op: ElementwiseOp<'_>, k: K) -> Option<K::Out> {
+            match op {
+                $( ElementwiseOp::$variant $({ $($attr),* })? => elementwise_table!(@pred k, F, $kind; $(|$($fx),+| $fbody)?), )*
+            }
+        }
+    };
+    (@name $variant:ident) => { stringify!($variant) };
+    (@float1 $k:ident, $F:ident, Unary; |$x:ident| $body:expr) => { Some($k.run(move |$x: $F| -> $F { $body })) };
+    (@float1 $k:ident, $F:ident, $kind:ident; $($rest:tt)*) => { None };
+    (@float2 $k:ident, $F:ident; |$x:ident, $y:ident| $body:expr) => { Some($k.run(move |$x: $F, $y: $F| -> $F { $body })) };
+    (@float2 $k:ident, $F:ident; $($rest:tt)*) => { None };
+    (@int1 $k:ident, $I:ident; |$x:ident| $body:expr) => { Some($k.run(move |$x: $I| -> $I { $body })) };
+    (@int1 $k:ident, $I:ident; $($rest:tt)*) => { None };
+    (@int2 $k:ident, $I:ident; |$x:ident, $y:ident| $body:expr) => { Some($k.run(move |$x: $I, $y: $I| -> $I { $body })) };
+    (@int2 $k:ident, $I:ident; $($rest:tt)*) => { None };
+    (@cmp $k:ident, $T:ident; |$x:ident, $y:ident| $body:expr) => { Some($k.run(move |$x: $T, $y: $T| -> bool { $body })) };
+    (@cmp $k:ident, $T:ident; ) => { None };
+    (@pred $k:ident, $F:ident, Predicate; |$x:ident| $body:expr) => { Some($k.run(move |$x: $F| -> bool { $body })) };
+    (@pred $k:ident, $F:ident, $kind:ident; $($rest:tt)*) => { None };
+}
+
+// Rows. Float bodies are written once for f32 and f64 (`Real`); constants go through
+// `F::from_f64`, which for these decimal literals gives the same f32 as writing them as f32
+// literals (checked by a test). Derivative formulas use the names documented in
+// `crate::formula`.
+elementwise_table! {
+    // ---- unary math ----
+    Identity => Unary, cuda Ok("ew_identity({a0})"), float |x| x, int |x| x, grad Grad::Formulas(&["dy"]);
+    Neg => Unary, cuda Ok("ew_neg({a0})"), float |x| -x, int |x| x.wrapping_neg(), grad Grad::Formulas(&["-dy"]);
+    Abs => Unary, cuda Ok("ew_abs({a0})"), float |x| x.abs(), int |x| x.wrapping_abs(),
+        grad Grad::Formulas(&["where(x > 0, dy, where(x < 0, -dy, 0))"]);
+    Sqrt => Unary, cuda Ok("ew_sqrt({a0})"), float |x| x.sqrt(), grad Grad::Formulas(&["dy / y * 0.5"]);
+    Reciprocal => Unary, cuda Ok("ew_reciprocal({a0})"), float |x| F::ONE / x, grad Grad::Formulas(&["-(dy * (y * y))"]);
+    Exp => Unary, cuda Ok("ew_exp({a0})"), float |x| x.exp(), grad Grad::Formulas(&["dy * y"]);
+    Log => Unary, cuda Ok("ew_log({a0})"), float |x| x.ln(), grad Grad::Formulas(&["dy / x"]);
+    // ONNX Erf takes integers too; the evaluator computes erf in f64 and truncates (Special
+    // integer handling there), floats use the closure.
+    Erf => Unary, cuda Ok("ew_erf({a0})"), float |x| x.erf(), grad Grad::Formulas(&["dy * exp(-(x * x)) * 1.1283791670955126"]);
+    Tanh => Unary, cuda Ok("ew_tanh({a0})"), float |x| x.tanh(), grad Grad::Formulas(&["dy * (1 - y * y)"]);
+    // Two branches so that exp never overflows: both are accurate to an ulp or two.
+    Sigmoid => Unary, cuda Ok("ew_sigmoid({a0})"),
+        float |x| if x >= F::ZERO { F::ONE / (F::ONE + (-x).exp()) } else { let e = x.exp(); e / (F::ONE + e) },
+        grad Grad::Formulas(&["dy * (y * (1 - y))"]);
+    // `x < 0` keeps NaN (and -0.0) as they are.
+    Relu => Unary, cuda Ok("ew_relu({a0})"), float |x| if x < F::ZERO { F::ZERO } else { x },
+        int |x| if x < I::ZERO { I::ZERO } else { x }, grad Grad::Formulas(&["where(x > 0, dy, 0)"]);
+    Floor => Unary, cuda Ok("ew_floor({a0})"), float |x| x.floor(), grad Grad::Zero("floor is piecewise constant");
+    Ceil => Unary, cuda Ok("ew_ceil({a0})"), float |x| x.ceil(), grad Grad::Zero("ceil is piecewise constant");
+    Sin => Unary, cuda Ok("ew_sin({a0})"), float |x| x.sin(), grad Grad::Formulas(&["dy * cos(x)"]);
+    Cos => Unary, cuda Ok("ew_cos({a0})"), float |x| x.cos(), grad Grad::Formulas(&["-(dy * sin(x))"]);
+    // 0.5·x·(1 + erf(x/√2)) with x/√2 computed as x·(1/√2), as onnxruntime does; or
+    // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+    Gelu { approximate } => Unary, cuda Ok("ew_gelu_{approximate}({a0})"),
+        float |x| match approximate {
+            crate::GeluApprox::None => F::from_f64(0.5) * x * (F::ONE + (x * F::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf()),
+            crate::GeluApprox::Tanh => F::from_f64(0.5) * x * (F::ONE + (F::from_f64(SQRT_2_OVER_PI) * (x + F::from_f64(0.044715) * x * x * x)).tanh()),
+        },
+        grad Grad::Formulas(&["gelu_grad(x, dy)"]);
+    LeakyRelu { alpha } => Unary, cuda Ok("ew_leaky_relu({a0}, {alpha})"),
+        float |x| if x < F::ZERO { F::from_f32(*alpha) * x } else { x },
+        grad Grad::Formulas(&["where(x > 0, dy, dy * alpha)"]);
+    Not => Special, cuda Ok("ew_not({a0})"), grad Grad::NotDifferentiable("not is a boolean op");
+    IsNaN => Predicate, cuda Ok("ew_is_nan({a0})"), float |x| x.is_nan(), grad Grad::NotDifferentiable("is_nan has a bool output");
+    IsInf { detect_negative, detect_positive } => Predicate, cuda Ok("ew_is_inf({a0}, {detect_negative}, {detect_positive})"),
+        float |x| x.is_infinite() && ((x > F::ZERO && *detect_positive) || (x < F::ZERO && *detect_negative)),
+        grad Grad::NotDifferentiable("is_inf has a bool output");
+
+    // ---- binary arithmetic (numpy broadcasting) ----
+    Add => Binary, cuda Ok("ew_add({a0}, {a1})"), float |x, y| x + y, int |x, y| x.wrapping_add(y), grad Grad::Formulas(&["dy", "dy"]);
+    Sub => Binary, cuda Ok("ew_sub({a0}, {a1})"), float |x, y| x - y, int |x, y| x.wrapping_sub(y), grad Grad::Formulas(&["dy", "-dy"]);
+    Mul => Binary, cuda Ok("ew_mul({a0}, {a1})"), float |x, y| x * y, int |x, y| x.wrapping_mul(y), grad Grad::Formulas(&["dy * b", "dy * a"]);
+    // Integer division truncates toward zero and fails on a zero divisor: a Special case in
+    // the evaluator; floats use the closure.
+    Div => Binary, cuda Ok("ew_div({a0}, {a1})"), float |x, y| x / y, grad Grad::Formulas(&["dy / b", "-(dy * y / b)"]);
+    // Mixed base and exponent types: a kernel of its own.
+    Pow => Special, cuda Ok("ew_pow({a0}, {a1})"),
+        grad Grad::Formulas(&["dy * (pow(a, cast(b, a) - 1) * cast(b, a))", "cast(dy * (y * log(a)), b)"]);
+    Max => Variadic, cuda Ok("ew_max({a0}, {a1})"), float |x, y| fmax_nan(x, y), int |x, y| x.max(y),
+        grad Grad::Formulas(&["where(a >= b, dy, 0)", "where(a >= b, 0, dy)"]);
+    Min => Variadic, cuda Ok("ew_min({a0}, {a1})"), float |x, y| fmin_nan(x, y), int |x, y| x.min(y),
+        grad Grad::Formulas(&["where(a <= b, dy, 0)", "where(a <= b, 0, dy)"]);
+    // fmod=1: C's fmod (sign of the dividend; Rust's float `%`); fmod=0: Python's `%` on
+    // integers. Integer forms and the zero-divisor check are Special in the evaluator.
+    Mod { fmod } => Special, cuda if *fmod { Ok("ew_fmod({a0}, {a1})") } else { Err("integer mod (fmod=0) has no CUDA form yet") },
+        grad Grad::NotDifferentiable("mod is not differentiated (no rule)");
+
+    // ---- comparisons and logic ----
+    Equal => Compare, cuda Ok("ew_equal({a0}, {a1})"), cmp |x, y| x == y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    Less => Compare, cuda Ok("ew_less({a0}, {a1})"), cmp |x, y| x < y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    LessOrEqual => Compare, cuda Ok("ew_less_or_equal({a0}, {a1})"), cmp |x, y| x <= y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    Greater => Compare, cuda Ok("ew_greater({a0}, {a1})"), cmp |x, y| x > y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    GreaterOrEqual => Compare, cuda Ok("ew_greater_or_equal({a0}, {a1})"), cmp |x, y| x >= y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    And => Logic, cuda Ok("ew_and({a0}, {a1})"), logic |x, y| x & y, grad Grad::NotDifferentiable("logic ops have a bool output");
+    Or => Logic, cuda Ok("ew_or({a0}, {a1})"), logic |x, y| x | y, grad Grad::NotDifferentiable("logic ops have a bool output");
+    Xor => Logic, cuda Ok("ew_xor({a0}, {a1})"), logic |x, y| x ^ y, grad Grad::NotDifferentiable("logic ops have a bool output");
+
+    // ---- selection, clipping, conversion ----
+    Where => Special, cuda Ok("ew_where({a0}, {a1}, {a2})"), grad Grad::Formulas(&["", "where(c, dy, 0)", "where(c, 0, dy)"]);
+    // The gradient passes where min ≤ x ≤ max (PyTorch's rule at the bounds); the bounds get none.
+    Clip => Special, cuda Ok("ew_clip({a0}, {a1}, {a2})"), grad Grad::Formulas(&["where(x >= b, where(x <= c, dy, 0), 0)", "", ""]);
+    Cast { to, saturate } => Special, cuda Err("cast has a kernel of its own (cast.cu)"), grad Grad::Formulas(&["cast(dy, x)"]);
+    // The gradient of gelu: inputs x and dy.
+    GeluGrad { approximate } => Special, cuda Ok("ew_gelu_grad_{approximate}({a0}, {a1})"),
+        grad Grad::NotDifferentiable("second-order gradients are not supported");
+}
+
+/// True for ops of the elementwise family (the ops an elementwise program may contain).
+pub fn is_elementwise(op: &crate::Op) -> bool {
+    matches!(op.view(), crate::OpView::Elementwise(_))
+}
+
+/// The row of `op`, if it is elementwise.
+pub fn row_of(op: &crate::Op) -> Option<Row> {
+    match op.view() {
+        crate::OpView::Elementwise(e) => Some(row(e)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f64_constants_round_to_the_f32_literals() {
+        // `F::from_f64(c)` for f32 must equal the f32 literal the reference used to write.
+        assert_eq!(0.044715f64 as f32, 0.044715f32);
+        assert_eq!(0.5f64 as f32, 0.5f32);
+        assert_eq!(SQRT_2_OVER_PI as f32, 0.797_884_6_f32);
+        assert_eq!(
+            std::f64::consts::FRAC_1_SQRT_2 as f32,
+            std::f32::consts::FRAC_1_SQRT_2
+        );
+    }
+
+    #[test]
+    fn every_elementwise_op_has_a_row_and_every_formula_parses() {
+        for op in crate::Op::examples() {
+            let Some(r) = row_of(&op) else { continue };
+            if let Grad::Formulas(fs) = r.grad {
+                for f in fs.iter().filter(|f| !f.is_empty()) {
+                    crate::formula::parse(f)
+                        .unwrap_or_else(|e| panic!("{}: formula `{f}`: {e}", op.name()));
+                }
+            }
+        }
+    }
+}
