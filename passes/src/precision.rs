@@ -141,6 +141,37 @@ impl GemmDims {
     }
 }
 
+/// Which rule of the policy decided a node (typed: passes read this, never the reason text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rule {
+    /// Both operands are already dequantized FP8 (the model or an earlier pass quantized it).
+    AlreadyFp8,
+    /// `--precision f32|bf16`: nothing goes to FP8.
+    Mode,
+    /// `--keep-high GLOB` matched.
+    KeepHigh,
+    /// `--force-fp8 GLOB` matched.
+    ForceFp8,
+    /// `--keep-first-last`.
+    KeepFirstLast,
+    /// Both operands are activations (attention's QKᵀ and PV) and `--fp8-attention` is off.
+    Attention,
+    /// A dim is not a multiple of 16 and the GEMM cannot be padded.
+    Misaligned,
+    /// Fewer FLOPs than `--min-fp8-flops`.
+    TooSmall,
+    /// FP8 with a weight operand (the default), padded to multiples of 16 if `pad` is set.
+    Fp8Gemm,
+    /// FP8 attention (`--fp8-attention`).
+    Fp8Attention,
+    /// Not a GEMM: computes in high precision (norms, softmax, reductions, elementwise).
+    NotGemm,
+}
+
+/// How the report says that `--pad-to-16` pads a GEMM.
+const PADDED_REASON: &str = "padded to multiples of 16";
+
 /// One row of the explain report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Decision {
@@ -155,7 +186,13 @@ pub struct Decision {
     pub flops: Option<u64>,
     /// The decision.
     pub precision: Precision,
-    /// Why.
+    /// The rule that decided it.
+    #[serde(skip)]
+    pub rule: Rule,
+    /// The scaling pass zero-pads the operands to multiples of 16 (`--pad-to-16`).
+    #[serde(skip)]
+    pub pad: bool,
+    /// Why, for people (no code reads it).
     pub reason: String,
 }
 
@@ -349,14 +386,17 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
             .iter()
             .take(2)
             .all(|&v| matches!(g.node(v.node).op, Op::Dequantize { .. }));
-        let (precision, reason) = if already_fp8 {
+        let padded = mis.is_some() && can_pad;
+        let (precision, rule, reason) = if already_fp8 {
             (
                 Precision::Fp8,
+                Rule::AlreadyFp8,
                 "already FP8 (operands dequantized from FP8)".to_string(),
             )
         } else if o.mode != PrecisionMode::Fp8 {
             (
                 high,
+                Rule::Mode,
                 format!(
                     "--precision {}",
                     if o.mode == PrecisionMode::Bf16 {
@@ -367,38 +407,48 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                 ),
             )
         } else if keep_high.is_match(&n.name) {
-            (high, "user: --keep-high".to_string())
+            (high, Rule::KeepHigh, "user: --keep-high".to_string())
         } else if force_fp8.is_match(&n.name) {
             let reason = match (&mis, can_pad) {
                 (None, _) => "user: --force-fp8".to_string(),
-                (Some(_), true) => format!("user: --force-fp8 ({})", crate::scaling::PADDED_REASON),
+                (Some(_), true) => format!("user: --force-fp8 ({PADDED_REASON})"),
                 // The user insists: the CPU reference computes it unpadded; the CUDA backend
                 // falls back to an exact bf16 GEMM of the FP8 values for such shapes.
                 (Some(m), false) => {
                     format!("user: --force-fp8, unpadded (dims not multiples of 16: {m})")
                 }
             };
-            (Precision::Fp8, reason)
+            (Precision::Fp8, Rule::ForceFp8, reason)
         } else if o.keep_first_last && (i == 0 || i + 1 == gemms.len()) {
             (
                 high,
+                Rule::KeepFirstLast,
                 format!(
                     "user: --keep-first-last ({} GEMM)",
                     if i == 0 { "first" } else { "last" }
                 ),
             )
         } else if both_activations && !o.fp8_attention {
-            (high, "attention (use --fp8-attention)".to_string())
+            (
+                high,
+                Rule::Attention,
+                "attention (use --fp8-attention)".to_string(),
+            )
         } else if let Some(m) = mis.as_ref().filter(|_| !can_pad) {
             let hint = if o.pad_to_16 {
                 "--pad-to-16 pads matmul and gemm only"
             } else {
                 "use --pad-to-16"
             };
-            (high, format!("dims not multiples of 16 ({m}); {hint}"))
+            (
+                high,
+                Rule::Misaligned,
+                format!("dims not multiples of 16 ({m}); {hint}"),
+            )
         } else if flops.is_some_and(|f| f < o.min_fp8_flops) {
             (
                 high,
+                Rule::TooSmall,
                 format!(
                     "too small to gain ({} FLOP < --min-fp8-flops {})",
                     flops.unwrap_or(0),
@@ -408,22 +458,31 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         } else if mis.is_some() {
             (
                 Precision::Fp8,
-                format!("gemm ({})", crate::scaling::PADDED_REASON),
+                Rule::Fp8Gemm,
+                format!("gemm ({PADDED_REASON})"),
             )
         } else if both_activations {
             (
                 Precision::Fp8,
+                Rule::Fp8Attention,
                 "attention in fp8 (--fp8-attention)".to_string(),
             )
         } else {
-            (Precision::Fp8, "gemm with a weight operand".to_string())
+            (
+                Precision::Fp8,
+                Rule::Fp8Gemm,
+                "gemm with a weight operand".to_string(),
+            )
         };
+        let pad = precision == Precision::Fp8 && rule != Rule::AlreadyFp8 && padded;
         out.push(Decision {
             name: n.name.clone(),
             op: n.op.name().to_string(),
             dims,
             flops,
             precision,
+            rule,
+            pad,
             reason,
         });
     }
@@ -529,6 +588,8 @@ pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
                 dims: GemmDims::default(),
                 flops: None,
                 precision: high,
+                rule: Rule::NotGemm,
+                pad: false,
                 reason: reason.into(),
             })
         })

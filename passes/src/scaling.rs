@@ -22,7 +22,7 @@
 //! convolutions over dequantized FP8 operands (quantize→dequantize→conv), which computes
 //! exactly what an FP8 implicit GEMM with f32 accumulation computes, up to summation order.
 
-use crate::precision::Precision;
+use crate::precision::{Precision, Rule};
 use crate::{Pass, PassCx};
 use fp8c_core::{AmaxComputeAlgo, Recipe};
 use fp8c_ir::{AmaxSource, DType, Graph, IrError, NodeId, Op, Tensor, TensorType, Value};
@@ -73,8 +73,8 @@ impl Pass for ScalingPass {
         let fp8: Vec<(String, bool)> = cx
             .decisions
             .iter()
-            .filter(|d| d.precision == Precision::Fp8 && !d.reason.starts_with("already FP8"))
-            .map(|d| (d.name.clone(), d.reason.contains(PADDED_REASON)))
+            .filter(|d| d.precision == Precision::Fp8 && d.rule != Rule::AlreadyFp8)
+            .map(|d| (d.name.clone(), d.pad))
             .collect();
         let mut s = Scaler {
             recipe,
@@ -336,9 +336,6 @@ pub fn operand_names(g: &Graph, gemm: &str, a: Value, b: Value) -> (String, Stri
     };
     (format!("{gemm}.{sa}"), format!("{gemm}.{sb}"))
 }
-
-/// Marker in a precision decision's reason for GEMMs that `--pad-to-16` pads.
-pub const PADDED_REASON: &str = "padded to multiples of 16";
 
 /// Extra rows/columns to reach the next multiple of 16 (0 for unknown dims).
 fn to16(d: Option<u64>) -> u64 {
