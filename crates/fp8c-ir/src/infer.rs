@@ -25,6 +25,7 @@
 //!   from a shape tensor's length to [`MAX_RANK`].
 
 use crate::op::{AmaxSource, AutoPad};
+use crate::window::conv_out_dim;
 use crate::{DType, Dim, MAX_ELEMENTS, Op, Shape, Tensor, TensorType};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -1104,45 +1105,6 @@ struct WindowAttrs<'o> {
     dilations: &'o [i64],
     auto_pad: AutoPad,
     ceil_mode: bool,
-}
-
-/// Output size of one spatial axis: `floor((in + pb + pe − d·(k−1) − 1) / s) + 1`; with
-/// `ceil_mode` the division rounds up, but the last window must start inside the input or
-/// the left padding (ONNX and PyTorch drop it otherwise).
-pub fn conv_out_dim(
-    input: u64,
-    kernel: u64,
-    stride: u64,
-    dilation: u64,
-    pads: (u64, u64),
-    ceil_mode: bool,
-) -> Result<u64, String> {
-    let overflow = || "window arithmetic overflows u64".to_string();
-    if kernel == 0 || stride == 0 || dilation == 0 {
-        return Err(format!(
-            "kernel ({kernel}), stride ({stride}) and dilation ({dilation}) must be ≥ 1"
-        ));
-    }
-    let (pb, pe) = pads;
-    let window = dilation
-        .checked_mul(kernel - 1)
-        .and_then(|w| w.checked_add(1))
-        .ok_or_else(overflow)?;
-    let begin = input.checked_add(pb).ok_or_else(overflow)?;
-    let padded = begin.checked_add(pe).ok_or_else(overflow)?;
-    let span = padded.checked_sub(window).ok_or_else(|| {
-        format!(
-            "the window (kernel {kernel}, dilation {dilation}: {window} wide) is larger than the padded input ({input} + {pb} + {pe} = {padded})"
-        )
-    })?;
-    if !ceil_mode {
-        return Ok(span / stride + 1);
-    }
-    let mut out = span.div_ceil(stride).checked_add(1).ok_or_else(overflow)?;
-    if (out - 1).saturating_mul(stride) >= begin {
-        out -= 1;
-    }
-    Ok(out)
 }
 
 /// One value per spatial axis (`[]` means `default` everywhere), each ≥ `min`.

@@ -19,6 +19,7 @@ mod storage;
 mod tensor;
 pub mod text;
 mod verify;
+pub mod window;
 
 pub use attr::{Attr, AttrMap, AttrValue};
 pub use dtype::DType;
