@@ -15,9 +15,9 @@
 use crate::ops::{NodeCx, lookup};
 use crate::proto::tensor_shape_proto::dimension;
 use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, type_proto};
-use crate::tensor::{dtype_from_onnx, tensor_from_proto};
+use crate::tensor::{dtype_from_onnx, tensor_from_proto, tensor_from_raw};
 use crate::{OnnxError, UnsupportedOp};
-use fp8c_ir::{DType, Dim, Graph, Op, Shape, Tensor, TensorType, Value, shape_of};
+use fp8c_ir::{DType, Dim, Graph, Op, Shape, Storage, Tensor, TensorType, Value, shape_of};
 use prost::Message;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -97,10 +97,14 @@ pub(crate) fn is_default_domain(domain: &str) -> bool {
 
 /// Reads and imports an ONNX model file; external data is looked up next to it.
 /// Every error is prefixed with the file name.
+/// The initializers' data is read from the file straight into the tensors' storage
+/// (`stream.rs`), so the weights are held once, not three times, while importing.
 pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxError> {
     let run = || {
-        let bytes = std::fs::read(path)?;
-        import_bytes(&bytes, path.parent(), opts)
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        let s = crate::stream::read_model(std::io::BufReader::new(file), len)?;
+        import_streamed(&s.model, &s.raw, path.parent(), opts)
     };
     run().map_err(|e| e.in_file(path))
 }
@@ -120,10 +124,21 @@ pub fn import_model(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<Imported, OnnxError> {
+    import_streamed(model, &[], base_dir, opts)
+}
+
+/// [`import_model`] where `raw[i]` (if present) is the `raw_data` of initializer `i`, read
+/// separately (`stream.rs`).
+fn import_streamed(
+    model: &ModelProto,
+    raw: &[Option<Storage>],
+    base_dir: Option<&Path>,
+    opts: &ImportOptions,
+) -> Result<Imported, OnnxError> {
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
     let opset = ai_onnx_opset(model)?;
     let plan = plan(graph, opts)?;
-    let (graph, values) = build(graph, &plan, opset, base_dir, opts)?;
+    let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts)?;
     Ok(Imported {
         graph,
         opset,
@@ -304,6 +319,7 @@ fn build(
     graph: &GraphProto,
     plan: &Plan<'_>,
     opset: i64,
+    raw: &[Option<Storage>],
     base_dir: Option<&Path>,
     opts: &ImportOptions,
 ) -> Result<(Graph, HashMap<String, Value>), OnnxError> {
@@ -346,8 +362,15 @@ fn build(
         };
         values.insert(vi.name().to_string(), v);
     }
-    for t in graph.initializer.iter().filter(|t| used.contains(t.name())) {
-        let v = add_initializer(&mut g, t, base_dir)?;
+    for (i, t) in graph.initializer.iter().enumerate() {
+        if !used.contains(t.name()) {
+            continue;
+        }
+        let tensor = match raw.get(i).cloned().flatten() {
+            Some(data) => tensor_from_raw(t, data)?,
+            None => tensor_from_proto(t, base_dir)?,
+        };
+        let v = add_initializer(&mut g, t, tensor)?;
         values.insert(t.name().to_string(), v);
     }
     if let Some(s) = sparse
@@ -533,12 +556,7 @@ fn constant_input(g: &mut Graph, vi: &ValueInfoProto, t: &Tensor) -> Result<Valu
 
 /// Float initializers become params (weights); integer, bool and FP8 ones become constants
 /// (exporters use them as shape constants and quantized data).
-fn add_initializer(
-    g: &mut Graph,
-    t: &TensorProto,
-    base_dir: Option<&Path>,
-) -> Result<Value, OnnxError> {
-    let tensor = tensor_from_proto(t, base_dir)?;
+fn add_initializer(g: &mut Graph, t: &TensorProto, tensor: Tensor) -> Result<Value, OnnxError> {
     if t.name().is_empty() {
         return Err(OnnxError::tensor("", "initializers must have a name"));
     }

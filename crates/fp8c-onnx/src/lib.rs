@@ -16,6 +16,7 @@ mod error;
 mod import;
 mod inspect;
 mod ops;
+mod stream;
 mod tensor;
 
 /// The prost types generated from `proto/onnx.proto` (package `onnx`).

@@ -8,7 +8,7 @@
 use crate::OnnxError;
 use crate::proto::TensorProto;
 use crate::proto::tensor_proto::{DataLocation, DataType};
-use fp8c_ir::{DType, Tensor, checked_numel};
+use fp8c_ir::{DType, Storage, Tensor, checked_numel};
 use prost::Message;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
@@ -103,6 +103,26 @@ pub(crate) fn tensor_dims(t: &TensorProto) -> Result<(Vec<u64>, u64), OnnxError>
         )
     })?;
     Ok((dims, numel))
+}
+
+/// A tensor from a proto whose `raw_data` was read separately into `raw` (see `stream.rs`);
+/// the same checks as [`tensor_from_proto`].
+pub(crate) fn tensor_from_raw(t: &TensorProto, raw: Storage) -> Result<Tensor, OnnxError> {
+    let name = t.name();
+    let err = |msg: String| OnnxError::tensor(name, msg);
+    let dtype = dtype_from_onnx(t.data_type()).map_err(err)?;
+    let (dims, numel) = tensor_dims(t)?;
+    if t.segment.is_some() {
+        return Err(err("segmented tensors are not supported".into()));
+    }
+    let want = numel * dtype.size() as u64;
+    if raw.len() as u64 != want {
+        return Err(err(format!(
+            "raw_data has {} bytes, but {dtype} dims {dims:?} need {want}",
+            raw.len()
+        )));
+    }
+    Tensor::from_storage(dtype, dims, raw).map_err(err)
 }
 
 /// Decodes a tensor proto; `base_dir` is where external data files are looked up.
