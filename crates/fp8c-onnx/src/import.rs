@@ -61,6 +61,9 @@ pub struct Imported {
     pub producer_version: String,
     /// Every imported ONNX value name and the IR value it became.
     pub values: BTreeMap<String, Value>,
+    /// What the importer accepted but the user should know (attributes no version of their op
+    /// has, ignored as onnxruntime ignores them), one line each, naming the node.
+    pub warnings: Vec<String>,
 }
 
 /// Decodes model bytes; an empty or graph-less message is an error.
@@ -77,12 +80,20 @@ pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
 
 /// The model's ai.onnx opset version, checked against the supported range.
 pub fn ai_onnx_opset(model: &ModelProto) -> Result<i64, OnnxError> {
-    let v = model
+    let mut default = model
         .opset_import
         .iter()
-        .find(|o| is_default_domain(o.domain()))
+        .filter(|o| is_default_domain(o.domain()));
+    let v = default
+        .next()
         .map(|o| o.version())
         .ok_or_else(|| OnnxError::Opset("the model imports no ai.onnx opset".into()))?;
+    if let Some(again) = default.next() {
+        return Err(OnnxError::Opset(format!(
+            "the model imports the ai.onnx opset twice ({v} and {}); onnx.checker rejects such a model",
+            again.version()
+        )));
+    }
     if !(MIN_OPSET..=MAX_OPSET).contains(&v) {
         return Err(OnnxError::Opset(format!(
             "ai.onnx opset {v} is not supported (supported: {MIN_OPSET} to {MAX_OPSET})"
@@ -138,7 +149,8 @@ fn import_streamed(
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
     let opset = ai_onnx_opset(model)?;
     let plan = plan(graph, opts)?;
-    let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts)?;
+    let mut warnings = Vec::new();
+    let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
     Ok(Imported {
         graph,
         opset,
@@ -146,6 +158,7 @@ fn import_streamed(
         producer: model.producer_name().into(),
         producer_version: model.producer_version().into(),
         values: values.into_iter().collect(),
+        warnings,
     })
 }
 
@@ -322,6 +335,7 @@ fn build(
     raw: &[Option<Storage>],
     base_dir: Option<&Path>,
     opts: &ImportOptions,
+    warnings: &mut Vec<String>,
 ) -> Result<(Graph, HashMap<String, Value>), OnnxError> {
     let Plan {
         names,
@@ -391,6 +405,7 @@ fn build(
             opset,
             used,
             base_dir,
+            warnings,
         )?;
     }
     for o in selected {
@@ -590,10 +605,14 @@ fn map_node(
     opset: i64,
     used: &HashSet<String>,
     base_dir: Option<&Path>,
+    warnings: &mut Vec<String>,
 ) -> Result<(), OnnxError> {
     let op_type = node.op_type();
     let err = |msg: String| OnnxError::node(name, op_type, msg);
     let (build, arity) = lookup(op_type).ok_or_else(|| err("op is not supported".into()))?;
+    for w in crate::ops::schema::check_attrs(op_type, opset, &node.attribute).map_err(err)? {
+        warnings.push(format!("node \"{name}\" ({op_type}): {w}"));
+    }
     let given = node
         .input
         .iter()

@@ -12,6 +12,8 @@ mod math;
 mod nn;
 mod quant;
 mod reduce;
+pub(crate) mod schema;
+mod schema_table;
 mod shape;
 
 use crate::OnnxError;
