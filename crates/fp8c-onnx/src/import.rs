@@ -397,16 +397,13 @@ fn build(
         ));
     }
     for &k in order {
-        map_node(
-            &mut g,
-            &mut values,
-            &nodes[k],
-            &names[k],
+        let mut cx = MapCx {
             opset,
             used,
             base_dir,
-            warnings,
-        )?;
+            warnings: &mut *warnings,
+        };
+        map_node(&mut g, &mut values, &nodes[k], &names[k], &mut cx)?;
     }
     for o in selected {
         let v = *values
@@ -596,17 +593,25 @@ fn arity_text(r: &RangeInclusive<usize>) -> String {
     }
 }
 
+/// What every node mapping reads: the opset, the values the kept graph uses, where external
+/// data lives, and where warnings go.
+struct MapCx<'a> {
+    opset: i64,
+    used: &'a HashSet<String>,
+    base_dir: Option<&'a Path>,
+    warnings: &'a mut Vec<String>,
+}
+
 /// Maps one ONNX node through its builder and records its outputs.
 fn map_node(
     g: &mut Graph,
     values: &mut HashMap<String, Value>,
     node: &NodeProto,
     name: &str,
-    opset: i64,
-    used: &HashSet<String>,
-    base_dir: Option<&Path>,
-    warnings: &mut Vec<String>,
+    mcx: &mut MapCx<'_>,
 ) -> Result<(), OnnxError> {
+    let (opset, used, base_dir) = (mcx.opset, mcx.used, mcx.base_dir);
+    let warnings = &mut *mcx.warnings;
     let op_type = node.op_type();
     let err = |msg: String| OnnxError::node(name, op_type, msg);
     let (build, arity) = lookup(op_type).ok_or_else(|| err("op is not supported".into()))?;
