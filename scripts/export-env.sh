@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the model-export virtual environment in .venv-export with the pinned
+# packages of scripts/requirements-export.txt (torch, transformers, onnxscript, ...), and
+# prints the path of its python on stdout. Only scripts/export_llms.py needs it; the tests
+# use .venv (scripts/python-env.sh). Needs ~6 GB of disk (torch from PyPI is the CUDA build).
+# Usage: PY=$(scripts/export-env.sh)   — safe to call repeatedly; it installs only once.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv-export"
+req="$root/scripts/requirements-export.txt"
+stamp="$venv/.requirements.sha"
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" >&2
+fi
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
+  echo "$want" > "$stamp"
+fi
+echo "$venv/bin/python"
