@@ -41,6 +41,8 @@
 //! Every error is an [`Error`] whose message is complete on its own, prefixed with the file,
 //! flag or input at fault.
 
+#![warn(missing_docs)]
+
 pub mod calibrate;
 mod compiled;
 mod error;
