@@ -18,15 +18,9 @@
 //! `loss.svg`. The last line is `final_loss f32=… bf16=… fp8=…`, each the mean training loss
 //! of the last 50 steps.
 
-use fp8c_session::plot;
-
-use fp8c_core::Recipe;
 use fp8c_ir::{DType, GeluApprox, Graph, Op, Tensor, TensorType, Value};
-use fp8c_passes::PassOptions;
 use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec};
-use fp8c_passes::precision::PrecisionMode;
-use fp8c_runtime::CpuBackend;
-use fp8c_session::Trainer;
+use fp8c_session::{CompileOptions, Device, Model, PrecisionMode, Recipe, Trainer, plot};
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::io::Write;
@@ -298,13 +292,18 @@ fn main() -> Res<()> {
         return Err(format!("{}: the text is too short", a.data.display()).into());
     }
     std::fs::create_dir_all(&a.out)?;
-    let forward = build_gpt(cfg, a.seed)?;
+    let forward = Model::from_graph(build_gpt(cfg, a.seed)?);
     println!(
         "char_gpt: {} characters, vocabulary {} (padded to {}), {} parameters, batch {}×{}, {} steps",
         ids.len(),
         chars.len(),
         cfg.vocab,
-        forward.weights().values().map(|t| t.len()).sum::<usize>(),
+        forward
+            .graph()
+            .weights()
+            .values()
+            .map(|t| t.len())
+            .sum::<usize>(),
         cfg.batch,
         cfg.context,
         a.steps
@@ -331,13 +330,12 @@ fn main() -> Res<()> {
     let mut series = Vec::new();
     for p in &a.precisions {
         let mode: PrecisionMode = p.parse()?;
-        let mut options = PassOptions::default();
-        options.policy.mode = mode;
-        // Every weight GEMM in FP8 (the default threshold keeps GEMMs this small high).
-        options.policy.min_fp8_flops = 0;
-        options.recipe = Recipe::default(); // delayed scaling, HYBRID, history 1024, max
+        let options = CompileOptions::precision(mode)
+            // Every weight GEMM in FP8 (the default threshold keeps GEMMs this small high).
+            .min_fp8_flops(0)
+            .recipe(Recipe::default()); // delayed scaling, HYBRID, history 1024, max
         let t0 = Instant::now();
-        let mut trainer = Trainer::new(&forward, &spec, options, &CpuBackend)?;
+        let mut trainer = Trainer::for_model(&forward, &spec, &options, Device::Cpu)?;
         let log_path = a.out.join(format!("{p}.csv"));
         let mut log = std::io::BufWriter::new(std::fs::File::create(&log_path)?);
         writeln!(log, "step,loss,lr,applied,elapsed_s")?;

@@ -20,9 +20,8 @@ mod support;
 
 use fp8c_ir::{DType, Graph, Tensor};
 use fp8c_onnx::{ImportOptions, load_model, load_tensor_pb};
-use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
-use fp8c_passes::{PassCx, PassManager, PassOptions};
 use fp8c_runtime::{Backend, CpuBackend};
+use fp8c_session::{CompileOptions, Model};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -93,26 +92,18 @@ fn build(
             }
         }
     }
-    let mut g = load_model(model, &opts).map_err(|e| e.to_string())?.graph;
-    let shapes: BTreeMap<String, Vec<u64>> = names
+    let g = load_model(model, &opts).map_err(|e| e.to_string())?.graph;
+    let mut compile = CompileOptions::f32();
+    compile.input_shapes = names
         .iter()
         .zip(&set.inputs)
         .filter(|(n, _)| !opts.constant_inputs.contains_key(*n))
         .map(|(n, t)| (n.clone(), t.shape().to_vec()))
         .collect();
-    fp8c_passes::shapes::bind_input_shapes(&mut g, &shapes).map_err(|e| e.to_string())?;
-    let options = PassOptions {
-        policy: PolicyOptions {
-            mode: PrecisionMode::F32,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut cx = PassCx::new(options);
-    PassManager::default()
-        .run(&mut g, &mut cx)
+    let compiled = Model::from_graph(g)
+        .compile(&compile)
         .map_err(|e| e.to_string())?;
-    Ok(g)
+    Ok(compiled.graph)
 }
 
 /// Runs one test directory; `Err` says what went wrong.

@@ -1,12 +1,10 @@
-//! The subcommands: argument structs and what each one does.
+//! `fp8c inspect` and `fp8c compile`: their arguments, and what they print.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use fp8c_ir::Graph;
-use fp8c_passes::{PassCx, PassManager, PassOptions};
-use std::collections::BTreeMap;
+use fp8c_session::{LoadOptions, Model};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// `fp8c inspect`.
 #[derive(Args, Debug)]
@@ -75,63 +73,9 @@ pub enum ReportFormat {
     Json,
 }
 
-/// The sidecar file holding parameter data next to an IR text file.
-pub fn weights_path(ir: &Path) -> PathBuf {
-    let mut s = ir.as_os_str().to_owned();
-    s.push(".weights");
-    PathBuf::from(s)
-}
-
-fn is_ir_text(path: &Path) -> Result<bool> {
-    if path.extension().is_some_and(|e| e == "fp8ir") {
-        return Ok(true);
-    }
-    if path.extension().is_some_and(|e| e == "onnx") {
-        return Ok(false);
-    }
-    // Unknown extension: sniff the first bytes.
-    let head = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    Ok(head.trim_ascii_start().starts_with(b"graph @"))
-}
-
-/// Loads a model (ONNX or IR text), keeping only `outputs` if any are given.
-pub fn load_graph(path: &Path, outputs: &[String]) -> Result<Graph> {
-    if !path.exists() {
-        bail!("{}: no such file", path.display());
-    }
-    if is_ir_text(path)? {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("{}: cannot read as UTF-8 text", path.display()))?;
-        let mut g = fp8c_ir::text::parse(&text).with_context(|| format!("{}", path.display()))?;
-        // Hand-written IR may declare types that contradict inference: check before any pass
-        // re-infers them.
-        fp8c_ir::verify(&g).with_context(|| format!("{}", path.display()))?;
-        let wp = weights_path(path);
-        if wp.exists() {
-            let f = std::fs::File::open(&wp)
-                .with_context(|| format!("{}: cannot open", wp.display()))?;
-            fp8c_ir::text::read_weights(&mut g, &mut std::io::BufReader::new(f))
-                .with_context(|| format!("{}", wp.display()))?;
-        }
-        if !outputs.is_empty() {
-            g.select_outputs(outputs)
-                .with_context(|| format!("{}", path.display()))?;
-            g.dce();
-        }
-        Ok(g)
-    } else {
-        let opts = fp8c_onnx::ImportOptions {
-            outputs: (!outputs.is_empty()).then(|| outputs.to_vec()),
-            ..Default::default()
-        };
-        let imported = fp8c_onnx::load_model(path, &opts)?;
-        Ok(imported.graph)
-    }
-}
-
 /// `fp8c inspect`.
 pub fn inspect(a: InspectArgs) -> Result<()> {
-    let info = fp8c_onnx::inspect(&a.model)?;
+    let info = fp8c_onnx::inspect(&a.model).map_err(fp8c_session::Error::from)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&info)?);
     } else {
@@ -140,54 +84,49 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     Ok(())
 }
 
-/// Parses the repeated `--input-shape` flags.
-pub fn parse_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
-    let mut shapes = BTreeMap::new();
-    for s in specs {
-        let (name, dims) = fp8c_passes::shapes::parse_input_shape(s).map_err(anyhow::Error::msg)?;
-        if shapes.insert(name.clone(), dims).is_some() {
-            bail!("--input-shape {name} is given twice");
-        }
+/// Prints the IR dumps of `--print-after` to stderr and logs the passes' notes (`-v`).
+fn show_records(dumps: &[(String, String)], notes: &[String]) {
+    for (pass, text) in dumps {
+        eprintln!("// ----- IR after {pass} -----\n{text}");
     }
-    Ok(shapes)
+    for n in notes {
+        tracing::info!("{n}");
+    }
 }
 
 /// `fp8c compile`.
 pub fn compile(a: CompileArgs) -> Result<()> {
-    let shapes = parse_shapes(&a.input_shape)?;
-    let pm = PassManager::default();
-    let options = PassOptions {
-        skip_verify: a.no_verify,
-        print_after: a.print_after.clone(),
-        stop_after: a.stop_after.clone(),
-        policy: a.fp8.policy()?,
-        recipe: a.fp8.recipe()?,
-        no_fuse: a.fp8.no_fuse,
-        train: None,
-    };
-    pm.check_options(&options)?;
-    let mut g = load_graph(&a.model, &a.output)?;
-    fp8c_passes::shapes::bind_input_shapes(&mut g, &shapes)
-        .with_context(|| format!("{}", a.model.display()))?;
-    let mut cx = PassCx::new(options);
-    let run = pm.run(&mut g, &mut cx);
-    for (pass, text) in &cx.dumps {
-        eprintln!("// ----- IR after {pass} -----\n{text}");
-    }
-    for n in &cx.notes {
-        tracing::info!("{n}");
-    }
-    if let Err(e) = run {
-        if let fp8c_passes::PassError::Failed { last_good, .. } = &e {
-            let dump = std::env::temp_dir().join("fp8c-last-good.fp8ir");
-            if std::fs::write(&dump, fp8c_ir::text::print(last_good)).is_ok() {
-                eprintln!("note: the last IR that verified is in {}", dump.display());
+    let shapes = fp8c_session::parse_input_shapes(&a.input_shape)?;
+    let mut opts = a.fp8.compile_options(|r| r.recipe())?;
+    opts.input_shapes = shapes;
+    opts.verify = !a.no_verify;
+    opts.print_after = a.print_after.clone();
+    opts.stop_after = a.stop_after.clone();
+    opts.validate()?;
+    let model = Model::load_with(
+        &a.model,
+        &LoadOptions {
+            outputs: a.output.clone(),
+        },
+    )?;
+    let compiled = match model.compile(&opts) {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(f) = e.pass_failure() {
+                show_records(&f.dumps, &f.notes);
+                if let fp8c_passes::PassError::Failed { last_good, .. } = &f.error {
+                    let dump = std::env::temp_dir().join("fp8c-last-good.fp8ir");
+                    if std::fs::write(&dump, fp8c_ir::text::print(last_good)).is_ok() {
+                        eprintln!("note: the last IR that verified is in {}", dump.display());
+                    }
+                }
             }
+            return Err(e.into());
         }
-        return Err(anyhow::Error::new(e).context(format!("{}", a.model.display())));
-    }
+    };
+    show_records(compiled.dumps(), compiled.notes());
     if let Some(fmt) = a.report {
-        let report = fp8c_passes::report::build(&g, &cx, a.report_all);
+        let report = compiled.report(a.report_all);
         match fmt {
             ReportFormat::Text => print!("{}", report.to_table()),
             ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -196,28 +135,18 @@ pub fn compile(a: CompileArgs) -> Result<()> {
             return Ok(());
         }
     }
-    let text = match a.emit {
-        Emit::Ir => fp8c_ir::text::print(&g),
-        Emit::Json => fp8c_ir::text::to_json(&g),
-    };
-    match &a.out {
-        None => {
+    match (&a.out, a.emit) {
+        (Some(path), Emit::Ir) => compiled.write_ir(path)?,
+        (Some(path), Emit::Json) => std::fs::write(path, compiled.json())
+            .with_context(|| format!("{}: cannot write", path.display()))?,
+        (None, emit) => {
+            let text = match emit {
+                Emit::Ir => compiled.ir_text(),
+                Emit::Json => compiled.json(),
+            };
             let mut out = std::io::stdout().lock();
             out.write_all(text.as_bytes())?;
             out.flush()?;
-        }
-        Some(path) => {
-            std::fs::write(path, &text)
-                .with_context(|| format!("{}: cannot write", path.display()))?;
-            if a.emit == Emit::Ir && !g.weights().is_empty() {
-                let wp = weights_path(path);
-                let f = std::fs::File::create(&wp)
-                    .with_context(|| format!("{}: cannot write", wp.display()))?;
-                let mut w = std::io::BufWriter::new(f);
-                fp8c_ir::text::write_weights(&g, &mut w)
-                    .with_context(|| format!("{}", wp.display()))?;
-                w.flush()?;
-            }
         }
     }
     Ok(())

@@ -1,10 +1,10 @@
-//! The precision-policy and recipe flags shared by `compile`, `run` and `train`.
+//! The precision-policy and recipe flags shared by `compile`, `run` and `train`; the session
+//! turns them into a policy and a recipe (`fp8c_session::RecipeOptions`).
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
-use fp8c_core::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Recipe};
-use fp8c_passes::precision::{DEFAULT_MIN_FP8_FLOPS, PolicyOptions, PrecisionMode};
-use serde::Deserialize;
+use fp8c_passes::precision::DEFAULT_MIN_FP8_FLOPS;
+use fp8c_session::{CompileOptions, PolicyOptions, PrecisionMode, Recipe, RecipeOptions};
 use std::path::PathBuf;
 
 /// Precision policy and FP8 recipe flags.
@@ -60,14 +60,8 @@ pub struct Fp8Args {
     pub min_fp8_flops: u64,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    recipe: Option<Recipe>,
-}
-
 impl Fp8Args {
-    /// The policy options.
+    /// The policy options, validated (`--keep-high` / `--force-fp8` globs).
     pub fn policy(&self) -> Result<PolicyOptions> {
         let p = PolicyOptions {
             mode: self.precision,
@@ -78,73 +72,34 @@ impl Fp8Args {
             pad_to_16: self.pad_to_16,
             min_fp8_flops: self.min_fp8_flops,
         };
-        p.validate().map_err(anyhow::Error::msg)?;
+        fp8c_session::validate_policy(&p)?;
         Ok(p)
     }
 
-    /// The recipe: the config file's (if any), then each given flag on top; validated.
-    pub fn recipe(&self) -> Result<Recipe> {
-        let base = match &self.config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("{}: cannot read", path.display()))?;
-                let cfg: ConfigFile = toml::from_str(&text)
-                    .with_context(|| format!("{}: invalid recipe config", path.display()))?;
-                cfg.recipe.unwrap_or_default()
-            }
-            None => Recipe::default(),
-        };
-        let kind = self.recipe.as_deref().unwrap_or(base.kind());
-        let format: Format = match &self.format {
-            Some(f) => f.parse().with_context(|| format!("--format {f}"))?,
-            None => base.fp8_format(),
-        };
-        let recipe = match kind {
-            "delayed" => {
-                let d = match base {
-                    Recipe::Delayed(d) => d,
-                    Recipe::Current(_) => DelayedScaling::default(),
-                };
-                let algo: AmaxComputeAlgo = match &self.amax_algo {
-                    Some(a) => a.parse().with_context(|| format!("--amax-algo {a}"))?,
-                    None => d.amax_compute_algo,
-                };
-                if self.amax_epsilon.is_some() || self.power_2_scale {
-                    bail!("--amax-epsilon and --power-2-scale apply to --recipe current only");
-                }
-                Recipe::Delayed(
-                    DelayedScaling::new(
-                        self.margin.unwrap_or(d.margin),
-                        format,
-                        self.amax_history.unwrap_or(d.amax_history_len),
-                        algo,
-                        d.reduce_amax,
-                    )
-                    .context("invalid delayed-scaling recipe")?,
-                )
-            }
-            "current" => {
-                let c = match base {
-                    Recipe::Current(c) => c,
-                    Recipe::Delayed(_) => CurrentScaling::default(),
-                };
-                if self.amax_history.is_some() || self.amax_algo.is_some() || self.margin.is_some()
-                {
-                    bail!(
-                        "--amax-history, --amax-algo and --margin apply to --recipe delayed only"
-                    );
-                }
-                Recipe::Current(
-                    CurrentScaling::new(
-                        format,
-                        self.amax_epsilon.unwrap_or(c.amax_epsilon),
-                        self.power_2_scale || c.power_2_scale,
-                    )
-                    .context("invalid current-scaling recipe")?,
-                )
-            }
-            other => bail!("--recipe {other}: expected delayed or current"),
-        };
-        Ok(recipe)
+    /// The recipe flags, for the session to combine with `--config` and validate.
+    pub fn recipe_options(&self) -> RecipeOptions {
+        RecipeOptions {
+            kind: self.recipe.clone(),
+            format: self.format.clone(),
+            amax_history: self.amax_history,
+            amax_algo: self.amax_algo.clone(),
+            margin: self.margin,
+            amax_epsilon: self.amax_epsilon,
+            power_2_scale: self.power_2_scale,
+            config: self.config.clone(),
+        }
+    }
+
+    /// The compile options of these flags with `recipe` (the policy validated first).
+    pub fn compile_options(
+        &self,
+        recipe: impl FnOnce(RecipeOptions) -> fp8c_session::Result<Recipe>,
+    ) -> Result<CompileOptions> {
+        let policy = self.policy()?;
+        let recipe = recipe(self.recipe_options())?;
+        Ok(CompileOptions::fp8()
+            .policy(policy)
+            .recipe(recipe)
+            .no_fuse(self.no_fuse))
     }
 }

@@ -3,6 +3,8 @@
 mod bench;
 mod commands;
 mod fp8args;
+mod plot;
+mod progress;
 mod run;
 mod train;
 
@@ -33,7 +35,7 @@ enum Command {
     /// Train a model (loss, gradients, optimizer; FP8 forward and backward) on .npz data.
     Train(Box<train::TrainArgs>),
     /// Overlay the loss curves of training logs (CSV) in one plot.
-    Plot(train::PlotArgs),
+    Plot(plot::PlotArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
         Command::Compile(a) => commands::compile(*a),
         Command::Run(a) => run::run(*a),
         Command::Train(a) => train::train(*a),
-        Command::Plot(a) => train::plot_cmd(a),
+        Command::Plot(a) => plot::plot_cmd(a),
         Command::Bench(a) => bench::bench(a),
     };
     match result {

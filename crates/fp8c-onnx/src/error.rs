@@ -114,6 +114,13 @@ pub enum OnnxError {
         /// What is wrong.
         msg: String,
     },
+    /// An initializer to be rewritten keeps its data in an external file
+    /// ([`crate::export::with_weights`] writes inline data only).
+    #[error("initializer \"{name}\" uses external data; only inline data can be written back")]
+    ExternalData {
+        /// The initializer's name.
+        name: String,
+    },
     /// An [`crate::ImportOptions`] entry does not fit the model.
     #[error("import options: {0}")]
     Options(String),

@@ -6,6 +6,7 @@
 //!   stages and `ops/` for the op registry ([`SUPPORTED_OPS`]).
 //! - [`inspect`]: a summary read from the proto alone (works on unsupported models).
 //! - [`load_tensor_pb`] / [`save_tensor_pb`]: the `.pb` tensor files of ONNX backend tests.
+//! - [`export::with_weights`]: trained weights written back into a copy of the model.
 //! - [`builder::ModelBuilder`]: builds small models for tests.
 //!
 //! Nothing here panics on a corrupt file: every failure is an [`OnnxError`] naming the file,
@@ -13,6 +14,7 @@
 
 pub mod builder;
 mod error;
+pub mod export;
 mod import;
 mod inspect;
 mod ops;

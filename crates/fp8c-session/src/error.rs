@@ -18,8 +18,8 @@ pub enum Error {
     #[error("{0}")]
     Onnx(OnnxError),
     /// A pass failed; the pass error carries the last IR that verified.
-    #[error("{0}")]
-    Pass(PassError),
+    #[error("{}", .0.error)]
+    Pass(Box<PassFailure>),
     /// Building, parsing or verifying IR failed.
     #[error("{0}")]
     Ir(IrError),
@@ -46,6 +46,17 @@ pub enum Error {
         /// The error it describes.
         inner: Box<Error>,
     },
+}
+
+/// A failed compilation: the pass error and what the passes before it recorded.
+#[derive(Debug)]
+pub struct PassFailure {
+    /// The error; [`PassError::Failed`] holds the last IR that verified.
+    pub error: PassError,
+    /// `(pass, IR text)` recorded for `print_after` before the failure.
+    pub dumps: Vec<(String, String)>,
+    /// Notes the passes left before the failure.
+    pub notes: Vec<String>,
 }
 
 /// The result of a session call.
@@ -75,6 +86,12 @@ impl Error {
 
     /// The pass error inside, if a pass failed (it holds the last IR that verified).
     pub fn pass_error(&self) -> Option<&PassError> {
+        self.pass_failure().map(|f| &f.error)
+    }
+
+    /// The failed compilation inside, if a pass failed: the error, and the IR dumps and notes
+    /// recorded before it.
+    pub fn pass_failure(&self) -> Option<&PassFailure> {
         match self.root() {
             Error::Pass(p) => Some(p),
             _ => None,
@@ -91,7 +108,17 @@ macro_rules! from_err {
         }
     )*};
 }
-from_err!(OnnxError => Onnx, PassError => Pass, IrError => Ir, RuntimeError => Runtime);
+from_err!(OnnxError => Onnx, IrError => Ir, RuntimeError => Runtime);
+
+impl From<PassError> for Error {
+    fn from(error: PassError) -> Self {
+        Error::Pass(Box::new(PassFailure {
+            error,
+            dumps: Vec::new(),
+            notes: Vec::new(),
+        }))
+    }
+}
 
 /// Adds a prefix to errors, like `anyhow::Context` but typed.
 pub trait Context<T> {

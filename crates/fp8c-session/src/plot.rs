@@ -1,5 +1,5 @@
 //! Loss-curve plots: `fp8c plot a.csv b.csv -o loss.svg`, `fp8c train --plot`, and the
-//! examples (which include this file as a module, so it depends on nothing but plotters).
+//! examples' `loss.svg`.
 //!
 //! plotters is built without font libraries (no `ttf` feature): SVG text is written as
 //! `<text>` elements the viewer lays out, which needs no font. A PNG cannot draw glyphs without

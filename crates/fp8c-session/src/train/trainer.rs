@@ -9,26 +9,15 @@
 //! [`Trainer::state`] is therefore the whole training state (what a checkpoint saves) and
 //! [`Trainer::set_state`] restores it bit for bit.
 
+use crate::error::Result;
+use crate::model::Model;
+use crate::options::CompileOptions;
+use crate::runner::Device;
 use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
 use fp8c_passes::autodiff::{SKIPPED_STATE, STEP_STATE, TrainInfo, TrainSpec};
-use fp8c_passes::{PassCx, PassError, PassManager, PassOptions};
-use fp8c_runtime::{Backend, Executable, Program, RuntimeError};
+use fp8c_passes::{PassCx, PassManager, PassOptions};
+use fp8c_runtime::{Backend, Executable, Program};
 use std::collections::BTreeMap;
-use thiserror::Error;
-
-/// Why a training session could not be set up or run.
-#[derive(Debug, Error)]
-pub enum TrainError {
-    /// Compiling the training graph failed.
-    #[error(transparent)]
-    Pass(#[from] PassError),
-    /// Building or rewriting the graph failed.
-    #[error(transparent)]
-    Ir(#[from] IrError),
-    /// Lowering, preparing or running failed.
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-}
 
 /// What one step reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -62,7 +51,7 @@ impl Trainer {
         spec: &TrainSpec,
         options: PassOptions,
         backend: &dyn Backend,
-    ) -> Result<Trainer, TrainError> {
+    ) -> Result<Trainer> {
         let mut g = forward.clone();
         let mut cx = PassCx::new(PassOptions {
             train: Some(spec.clone()),
@@ -98,8 +87,29 @@ impl Trainer {
         })
     }
 
+    /// Compiles `model` for training on `device`: `opts` gives the input shapes to bind (the
+    /// batch), the precision policy and the recipe. Errors are prefixed with the model's file.
+    pub fn for_model(
+        model: &Model,
+        spec: &TrainSpec,
+        opts: &CompileOptions,
+        device: Device,
+    ) -> Result<Trainer> {
+        opts.validate()?;
+        let mut forward = model.clone();
+        let bound = forward.bind_input_shapes(&opts.input_shapes);
+        model.in_file(bound)?;
+        let trainer = Trainer::new(
+            forward.graph(),
+            spec,
+            opts.pass_options(),
+            device.backend().as_ref(),
+        );
+        model.in_file(trainer)
+    }
+
     /// Runs one step on `inputs` (the model's inputs and the labels/target, by name).
-    pub fn step(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<StepReport, RuntimeError> {
+    pub fn step(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<StepReport> {
         let out = self.exe.run(inputs)?;
         let scalar = |k: &str| -> f64 {
             out.get(k)
@@ -119,8 +129,8 @@ impl Trainer {
     pub fn step_outputs(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
-    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
-        self.exe.run(inputs)
+    ) -> Result<BTreeMap<String, Tensor>> {
+        Ok(self.exe.run(inputs)?)
     }
 
     /// The whole training state by name: trained weights, optimizer moments, scaling state,
@@ -130,7 +140,7 @@ impl Trainer {
     }
 
     /// Restores state entries (a checkpoint); every name must exist with its declared type.
-    pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<(), RuntimeError> {
+    pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<()> {
         for (k, t) in state {
             self.exe.set_state(k, t.clone())?;
         }
@@ -200,7 +210,7 @@ impl Trainer {
 pub fn params_to_state(
     g: &mut Graph,
     names: &[String],
-) -> Result<BTreeMap<String, Tensor>, IrError> {
+) -> std::result::Result<BTreeMap<String, Tensor>, IrError> {
     let mut initial = BTreeMap::new();
     for name in names {
         let id = g

@@ -1,0 +1,101 @@
+//! A compiled model: the rewritten graph and what the passes recorded about it (notes, IR
+//! dumps, precision decisions, scaling and fusion statistics); its text forms, the explain
+//! report, and [`Compiled::prepare`], which lowers it and loads it on a [`Device`].
+
+use crate::error::{Context, Error, Result};
+use crate::runner::{Device, Runner};
+use fp8c_ir::Graph;
+use fp8c_passes::PassCx;
+use fp8c_passes::precision::Decision;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A graph after the pass pipeline, with the passes' records.
+#[derive(Debug)]
+pub struct Compiled {
+    /// The compiled graph (static shapes, FP8 casts and scaling inserted, fused).
+    pub graph: Graph,
+    /// What the passes recorded: notes, IR dumps, decisions, scaling and fusion statistics.
+    pub passes: PassCx,
+    path: Option<PathBuf>,
+}
+
+impl Compiled {
+    /// Wraps a compiled graph and its pass context (`path`: the model's file, for messages).
+    pub(crate) fn new(graph: Graph, passes: PassCx, path: Option<PathBuf>) -> Self {
+        Compiled {
+            graph,
+            passes,
+            path,
+        }
+    }
+
+    /// Notes the passes left (what `fp8c -v` logs).
+    pub fn notes(&self) -> &[String] {
+        &self.passes.notes
+    }
+
+    /// `(pass, IR text)` after each pass named in [`crate::CompileOptions::print_after`].
+    pub fn dumps(&self) -> &[(String, String)] {
+        &self.passes.dumps
+    }
+
+    /// The precision decision of every GEMM-like node.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.passes.decisions
+    }
+
+    /// The IR text form (parses back with [`crate::Model::load`] from a `.fp8ir` file).
+    pub fn ir_text(&self) -> String {
+        fp8c_ir::text::print(&self.graph)
+    }
+
+    /// The IR as JSON (`fp8c_ir::GraphDef`).
+    pub fn json(&self) -> String {
+        fp8c_ir::text::to_json(&self.graph)
+    }
+
+    /// Writes the IR text to `path` and, when the graph has parameter data, the data to
+    /// the sidecar [`weights_path`]`(path)`.
+    pub fn write_ir(&self, path: &Path) -> Result<()> {
+        std::fs::write(path, self.ir_text())
+            .map_err(|e| Error::io(format_args!("{}: cannot write", path.display()), e))?;
+        if self.graph.weights().is_empty() {
+            return Ok(());
+        }
+        let wp = weights_path(path);
+        let cannot = |e| Error::io(format_args!("{}: cannot write", wp.display()), e);
+        let f = std::fs::File::create(&wp).map_err(cannot)?;
+        let mut w = std::io::BufWriter::new(f);
+        fp8c_ir::text::write_weights(&self.graph, &mut w).context(wp.display())?;
+        w.flush().map_err(cannot)
+    }
+
+    /// The explain report: one row per GEMM (every node with `all`), then totals.
+    pub fn report(&self, all: bool) -> fp8c_passes::report::Report {
+        fp8c_passes::report::build(&self.graph, &self.passes, all)
+    }
+
+    /// Lowers the graph to a program and loads it on `device` with its weights.
+    pub fn prepare(&self, device: Device) -> Result<Runner> {
+        let program = self.in_file(fp8c_runtime::lower(&self.graph))?;
+        let backend = device.backend();
+        backend.check()?;
+        let exe = self.in_file(backend.prepare(&program, self.graph.weights()))?;
+        Ok(Runner::new(self.graph.clone(), program, exe, device))
+    }
+
+    fn in_file<T, E: Into<Error>>(&self, r: std::result::Result<T, E>) -> Result<T> {
+        match &self.path {
+            Some(p) => r.with_context(|| p.display()),
+            None => r.map_err(Into::into),
+        }
+    }
+}
+
+/// The sidecar file holding parameter data next to an IR text file (`FILE.weights`).
+pub fn weights_path(ir: &Path) -> PathBuf {
+    let mut s = ir.as_os_str().to_owned();
+    s.push(".weights");
+    PathBuf::from(s)
+}

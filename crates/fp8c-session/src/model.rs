@@ -1,0 +1,239 @@
+//! A model to compile: loaded from ONNX or IR text (`.fp8ir` and its `.weights` sidecar), or
+//! handed over as a graph; its declared interface, and the checks inputs must pass against it.
+//!
+//! Errors from loading and compiling are prefixed with the model's file (`model.onnx: ...`);
+//! a model made with [`Model::from_graph`] has no prefix.
+
+use crate::compiled::{Compiled, weights_path};
+use crate::error::{Context, Error, PassFailure, Result, bail};
+use crate::options::CompileOptions;
+use fp8c_ir::{Dim, Graph, Tensor, TensorType, interface_name};
+use fp8c_passes::{PassCx, PassManager};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Keep only these graph outputs (none: all). Nodes feeding no kept output are pruned
+    /// before import, so unsupported ops on unused branches do not matter.
+    pub outputs: Vec<String>,
+}
+
+/// One declared graph input.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInput {
+    /// The input's name.
+    pub name: String,
+    /// Its declared type (dims may be symbols such as `batch`).
+    pub ty: TensorType,
+}
+
+/// A model: its graph (static or with symbolic dims) and where it came from.
+#[derive(Clone, Debug)]
+pub struct Model {
+    graph: Graph,
+    path: Option<PathBuf>,
+}
+
+impl Model {
+    /// Loads an ONNX model or IR text (`.fp8ir`; other extensions are sniffed).
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        Self::load_with(path, &LoadOptions::default())
+    }
+
+    /// Loads a model with options (output selection).
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
+        let path = path.as_ref();
+        if !path.exists() {
+            bail!("{}: no such file", path.display());
+        }
+        let graph = if is_ir_text(path)? {
+            load_ir_text(path, &opts.outputs)?
+        } else {
+            let import = fp8c_onnx::ImportOptions {
+                outputs: (!opts.outputs.is_empty()).then(|| opts.outputs.clone()),
+                ..Default::default()
+            };
+            fp8c_onnx::load_model(path, &import)?.graph
+        };
+        Ok(Model {
+            graph,
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// A model from a graph built in memory (another compiler's IR, a test).
+    pub fn from_graph(graph: Graph) -> Model {
+        Model { graph, path: None }
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The graph, to edit (set weights, bind shapes by hand).
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        &mut self.graph
+    }
+
+    /// The graph, by value.
+    pub fn into_graph(self) -> Graph {
+        self.graph
+    }
+
+    /// The file the model was loaded from.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The declared graph inputs, in order.
+    pub fn inputs(&self) -> Vec<ModelInput> {
+        let g = &self.graph;
+        g.inputs()
+            .iter()
+            .map(|&id| {
+                let n = g.node(id);
+                ModelInput {
+                    name: interface_name(&n.op).to_string(),
+                    ty: n.outputs[0].clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// The graph output names, in order.
+    pub fn outputs(&self) -> Vec<String> {
+        self.graph
+            .outputs()
+            .iter()
+            .map(|o| o.name.clone())
+            .collect()
+    }
+
+    /// The type of output `name` (after shapes are bound and types inferred, static).
+    pub fn output_type(&self, name: &str) -> Option<TensorType> {
+        let g = &self.graph;
+        let o = g.outputs().iter().find(|o| o.name == name)?;
+        Some(g.value_type(o.value).clone())
+    }
+
+    /// Checks a tensor against the declared input `name`: the name exists, dtype, rank and
+    /// every fixed dim match. Messages name the input; callers prefix where it came from.
+    pub fn check_input(&self, name: &str, t: &Tensor) -> Result<()> {
+        let declared = self.inputs();
+        let Some(input) = declared.iter().find(|i| i.name == name) else {
+            let names: Vec<&str> = declared.iter().map(|i| i.name.as_str()).collect();
+            bail!(
+                "\"{name}\" is not an input of the model (its inputs are: {})",
+                names.join(", ")
+            );
+        };
+        check_type(t, &input.ty).map_err(|m| Error::Invalid(format!("input \"{name}\" {m}")))
+    }
+
+    /// Binds concrete input shapes (and the symbols they fix) in place. Errors name the input
+    /// and the flag (`--input-shape`), not the file: the caller says which model.
+    pub fn bind_input_shapes(&mut self, shapes: &BTreeMap<String, Vec<u64>>) -> Result<()> {
+        fp8c_passes::shapes::bind_input_shapes(&mut self.graph, shapes)?;
+        Ok(())
+    }
+
+    /// Re-infers every node's type (after binding shapes, to read static output types).
+    pub fn reinfer(&mut self) -> Result<()> {
+        let r = self.graph.reinfer();
+        self.in_file(r)
+    }
+
+    /// Compiles a copy of the model: binds `opts.input_shapes`, then runs the pass pipeline
+    /// (canonicalize, precision, scaling, fusion). A failed pass is an [`Error`] whose
+    /// [`Error::pass_failure`] holds the pass error (with the last IR that verified) and the
+    /// dumps and notes recorded before it.
+    pub fn compile(&self, opts: &CompileOptions) -> Result<Compiled> {
+        opts.validate()?;
+        let mut g = self.graph.clone();
+        let bound = fp8c_passes::shapes::bind_input_shapes(&mut g, &opts.input_shapes);
+        self.in_file(bound)?;
+        let mut cx = PassCx::new(opts.pass_options());
+        if let Err(error) = PassManager::default().run(&mut g, &mut cx) {
+            let failure = Error::Pass(Box::new(PassFailure {
+                error,
+                dumps: std::mem::take(&mut cx.dumps),
+                notes: std::mem::take(&mut cx.notes),
+            }));
+            return self.in_file(Err(failure));
+        }
+        Ok(Compiled::new(g, cx, self.path.clone()))
+    }
+
+    /// Prefixes an error with the model's file, if it has one.
+    pub(crate) fn in_file<T, E: Into<Error>>(&self, r: std::result::Result<T, E>) -> Result<T> {
+        match &self.path {
+            Some(p) => r.with_context(|| p.display()),
+            None => r.map_err(Into::into),
+        }
+    }
+}
+
+/// Checks a tensor against a declared input type; the message reads after `input "x" `.
+fn check_type(t: &Tensor, ty: &TensorType) -> std::result::Result<(), String> {
+    if t.dtype() != ty.dtype {
+        return Err(format!("has dtype {}, the model declares {ty}", t.dtype()));
+    }
+    if t.shape().len() != ty.rank() {
+        return Err(format!(
+            "has rank {} (shape {:?}), the model declares rank {} ({ty})",
+            t.shape().len(),
+            t.shape(),
+            ty.rank()
+        ));
+    }
+    for (axis, (d, &n)) in ty.shape.iter().zip(t.shape()).enumerate() {
+        if let Dim::Known(k) = d
+            && *k != n
+        {
+            return Err(format!(
+                "has shape {:?}, but dim {axis} is fixed to {k} in the model ({ty})",
+                t.shape()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `path` holds IR text: by extension, else by its first bytes.
+fn is_ir_text(path: &Path) -> Result<bool> {
+    if path.extension().is_some_and(|e| e == "fp8ir") {
+        return Ok(true);
+    }
+    if path.extension().is_some_and(|e| e == "onnx") {
+        return Ok(false);
+    }
+    let head = std::fs::read(path)
+        .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
+    Ok(head.trim_ascii_start().starts_with(b"graph @"))
+}
+
+/// Parses and verifies IR text, reads its weights sidecar if present, selects outputs.
+fn load_ir_text(path: &Path, outputs: &[String]) -> Result<Graph> {
+    let file = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format_args!("{file}: cannot read as UTF-8 text"), e))?;
+    let mut g = fp8c_ir::text::parse(&text).context(&file)?;
+    // Hand-written IR may declare types that contradict inference: check before any pass
+    // re-infers them.
+    fp8c_ir::verify(&g).context(&file)?;
+    let wp = weights_path(path);
+    if wp.exists() {
+        let f = std::fs::File::open(&wp)
+            .map_err(|e| Error::io(format_args!("{}: cannot open", wp.display()), e))?;
+        fp8c_ir::text::read_weights(&mut g, &mut std::io::BufReader::new(f))
+            .context(wp.display())?;
+    }
+    if !outputs.is_empty() {
+        g.select_outputs(outputs).context(&file)?;
+        g.dce();
+    }
+    Ok(g)
+}

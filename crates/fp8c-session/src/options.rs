@@ -1,0 +1,323 @@
+//! What a compilation is asked to do: [`CompileOptions`] (input shapes, precision policy,
+//! scaling recipe, pass-manager switches), and [`RecipeOptions`], the recipe as a program's
+//! flags give it (a TOML `[recipe]` file, then each flag on top, validated).
+//!
+//! Error messages name the `fp8c` flag of the faulty field (`--format e5m2: ...`), as the
+//! pass crate's do; a program with other flag names maps them by field.
+
+use crate::error::{Context, Error, Result, bail};
+use fp8c_core::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Recipe};
+use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
+use fp8c_passes::{PassManager, PassOptions};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// How to compile a model: shapes to bind, precision policy, recipe and pipeline switches.
+///
+/// ```
+/// use fp8c_session::CompileOptions;
+/// let opts = CompileOptions::fp8()
+///     .input_shape("input_ids", &[2, 64])
+///     .keep_high("lm_head*")
+///     .min_fp8_flops(0);
+/// assert_eq!(opts.input_shapes["input_ids"], [2, 64]);
+/// ```
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Concrete shapes of graph inputs; the symbols they bind (`batch`) apply to every input.
+    pub input_shapes: BTreeMap<String, Vec<u64>>,
+    /// Which GEMMs go to FP8.
+    pub policy: PolicyOptions,
+    /// The FP8 scaling recipe.
+    pub recipe: Recipe,
+    /// Skip the fusion pass.
+    pub no_fuse: bool,
+    /// Run the IR verifier after every pass.
+    pub verify: bool,
+    /// Record the IR text after these passes ([`crate::Compiled::dumps`]).
+    pub print_after: Vec<String>,
+    /// Stop after this pass.
+    pub stop_after: Option<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions::fp8()
+    }
+}
+
+impl CompileOptions {
+    /// Compiles in `mode` with the default policy and recipe (delayed scaling, HYBRID).
+    pub fn precision(mode: PrecisionMode) -> Self {
+        CompileOptions {
+            input_shapes: BTreeMap::new(),
+            policy: PolicyOptions {
+                mode,
+                ..PolicyOptions::default()
+            },
+            recipe: Recipe::default(),
+            no_fuse: false,
+            verify: true,
+            print_after: Vec::new(),
+            stop_after: None,
+        }
+    }
+
+    /// GEMMs in FP8 where the policy allows (the default).
+    pub fn fp8() -> Self {
+        Self::precision(PrecisionMode::Fp8)
+    }
+
+    /// Everything in f32: the reference path.
+    pub fn f32() -> Self {
+        Self::precision(PrecisionMode::F32)
+    }
+
+    /// GEMMs in bf16: the mixed-precision baseline.
+    pub fn bf16() -> Self {
+        Self::precision(PrecisionMode::Bf16)
+    }
+
+    /// Binds input `name` to `dims`.
+    pub fn input_shape(mut self, name: &str, dims: &[u64]) -> Self {
+        self.input_shapes.insert(name.to_string(), dims.to_vec());
+        self
+    }
+
+    /// Replaces the precision mode, keeping the rest of the policy.
+    pub fn with_precision(mut self, mode: PrecisionMode) -> Self {
+        self.policy.mode = mode;
+        self
+    }
+
+    /// Replaces the whole policy.
+    pub fn policy(mut self, policy: PolicyOptions) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Replaces the recipe.
+    pub fn recipe(mut self, recipe: Recipe) -> Self {
+        self.recipe = recipe;
+        self
+    }
+
+    /// Keeps GEMMs whose node name matches `glob` in high precision.
+    pub fn keep_high(mut self, glob: &str) -> Self {
+        self.policy.keep_high.push(glob.to_string());
+        self
+    }
+
+    /// Puts GEMMs whose node name matches `glob` in FP8 regardless of size.
+    pub fn force_fp8(mut self, glob: &str) -> Self {
+        self.policy.force_fp8.push(glob.to_string());
+        self
+    }
+
+    /// GEMMs with fewer FLOPs (2·M·N·K) stay high; 0 puts every eligible GEMM in FP8.
+    pub fn min_fp8_flops(mut self, flops: u64) -> Self {
+        self.policy.min_fp8_flops = flops;
+        self
+    }
+
+    /// Skips (`true`) or runs the fusion pass.
+    pub fn no_fuse(mut self, no_fuse: bool) -> Self {
+        self.no_fuse = no_fuse;
+        self
+    }
+
+    /// Runs (`true`, the default) or skips the verifier after each pass.
+    pub fn verify(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
+    }
+
+    /// Records the IR after `pass`.
+    pub fn print_after(mut self, pass: &str) -> Self {
+        self.print_after.push(pass.to_string());
+        self
+    }
+
+    /// Stops after `pass`.
+    pub fn stop_after(mut self, pass: &str) -> Self {
+        self.stop_after = Some(pass.to_string());
+        self
+    }
+
+    /// Checks the policy's globs and the pass names (`print_after`, `stop_after`).
+    pub fn validate(&self) -> Result<()> {
+        validate_policy(&self.policy)?;
+        PassManager::default().check_options(&self.pass_options())?;
+        Ok(())
+    }
+
+    /// The pass manager's options (no training).
+    pub fn pass_options(&self) -> PassOptions {
+        PassOptions {
+            skip_verify: !self.verify,
+            print_after: self.print_after.clone(),
+            stop_after: self.stop_after.clone(),
+            policy: self.policy.clone(),
+            recipe: self.recipe,
+            no_fuse: self.no_fuse,
+            train: None,
+        }
+    }
+}
+
+/// Checks a policy's globs (`--keep-high`, `--force-fp8`).
+pub fn validate_policy(policy: &PolicyOptions) -> Result<()> {
+    policy.validate().map_err(Error::Invalid)
+}
+
+/// Parses `NAME=2x64` specs (`--input-shape`) into a map; a name given twice is an error.
+pub fn parse_input_shapes(specs: &[String]) -> Result<BTreeMap<String, Vec<u64>>> {
+    let mut shapes = BTreeMap::new();
+    for s in specs {
+        let (name, dims) = fp8c_passes::shapes::parse_input_shape(s).map_err(Error::Invalid)?;
+        if shapes.insert(name.clone(), dims).is_some() {
+            bail!("--input-shape {name} is given twice");
+        }
+    }
+    Ok(shapes)
+}
+
+/// The short name of a precision mode (`f32`, `bf16`, `fp8`), as flags and files spell it.
+pub fn precision_name(mode: PrecisionMode) -> &'static str {
+    match mode {
+        PrecisionMode::F32 => "f32",
+        PrecisionMode::Bf16 => "bf16",
+        PrecisionMode::Fp8 => "fp8",
+    }
+}
+
+/// The recipe as a program's flags give it; every field is optional and overrides the
+/// `config` file's `[recipe]` table (TransformerEngine's field names), which overrides the
+/// defaults. [`RecipeOptions::recipe`] validates the result.
+#[derive(Clone, Debug, Default)]
+pub struct RecipeOptions {
+    /// `delayed` or `current` (`--recipe`).
+    pub kind: Option<String>,
+    /// `hybrid` or `e4m3` (`--format`).
+    pub format: Option<String>,
+    /// Delayed scaling: amax history length (`--amax-history`).
+    pub amax_history: Option<usize>,
+    /// Delayed scaling: `max` or `most-recent` (`--amax-algo`).
+    pub amax_algo: Option<String>,
+    /// Delayed scaling: scale margin (`--margin`).
+    pub margin: Option<f32>,
+    /// Current scaling: lower bound on amax (`--amax-epsilon`).
+    pub amax_epsilon: Option<f32>,
+    /// Current scaling: round scales down to powers of two (`--power-2-scale`).
+    pub power_2_scale: bool,
+    /// A TOML file with a `[recipe]` table (`--config`).
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    recipe: Option<Recipe>,
+}
+
+/// Reads the `[recipe]` table of a TOML config file (the default recipe when it has none).
+pub fn read_recipe_config(path: &std::path::Path) -> Result<Recipe> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
+    let cfg: ConfigFile = toml::from_str(&text)
+        .map_err(Error::invalid)
+        .with_context(|| format!("{}: invalid recipe config", path.display()))?;
+    Ok(cfg.recipe.unwrap_or_default())
+}
+
+impl RecipeOptions {
+    /// The recipe: the config file's (if any), then each given field on top; validated.
+    pub fn recipe(&self) -> Result<Recipe> {
+        let base = match &self.config {
+            Some(path) => read_recipe_config(path)?,
+            None => Recipe::default(),
+        };
+        let kind = self.kind.as_deref().unwrap_or(base.kind());
+        let format: Format = match &self.format {
+            Some(f) => parsed(f.parse(), || format!("--format {f}"))?,
+            None => base.fp8_format(),
+        };
+        let recipe = match kind {
+            "delayed" => {
+                let d = match base {
+                    Recipe::Delayed(d) => d,
+                    Recipe::Current(_) => DelayedScaling::default(),
+                };
+                let algo: AmaxComputeAlgo = match &self.amax_algo {
+                    Some(a) => parsed(a.parse(), || format!("--amax-algo {a}"))?,
+                    None => d.amax_compute_algo,
+                };
+                if self.amax_epsilon.is_some() || self.power_2_scale {
+                    bail!("--amax-epsilon and --power-2-scale apply to --recipe current only");
+                }
+                Recipe::Delayed(parsed(
+                    DelayedScaling::new(
+                        self.margin.unwrap_or(d.margin),
+                        format,
+                        self.amax_history.unwrap_or(d.amax_history_len),
+                        algo,
+                        d.reduce_amax,
+                    ),
+                    || "invalid delayed-scaling recipe",
+                )?)
+            }
+            "current" => {
+                let c = match base {
+                    Recipe::Current(c) => c,
+                    Recipe::Delayed(_) => CurrentScaling::default(),
+                };
+                if self.amax_history.is_some() || self.amax_algo.is_some() || self.margin.is_some()
+                {
+                    bail!(
+                        "--amax-history, --amax-algo and --margin apply to --recipe delayed only"
+                    );
+                }
+                Recipe::Current(parsed(
+                    CurrentScaling::new(
+                        format,
+                        self.amax_epsilon.unwrap_or(c.amax_epsilon),
+                        self.power_2_scale || c.power_2_scale,
+                    ),
+                    || "invalid current-scaling recipe",
+                )?)
+            }
+            other => bail!("--recipe {other}: expected delayed or current"),
+        };
+        Ok(recipe)
+    }
+
+    /// The recipe for running a model (not training it): as [`RecipeOptions::recipe`],
+    /// except that with no recipe and no config given the default is current scaling (a fresh
+    /// model has no recorded amax history), or delayed scaling when `calibrate` (or a
+    /// delayed-only field) asks for histories.
+    pub fn recipe_for_inference(&self, calibrate: bool) -> Result<Recipe> {
+        let mut o = self.clone();
+        if o.kind.is_none() && o.config.is_none() {
+            let delayed_fields =
+                o.amax_history.is_some() || o.amax_algo.is_some() || o.margin.is_some();
+            o.kind = Some(
+                if calibrate || delayed_fields {
+                    "delayed"
+                } else {
+                    "current"
+                }
+                .into(),
+            );
+        }
+        o.recipe()
+    }
+}
+
+/// A core (recipe) result as a session result, prefixed with `context`.
+fn parsed<T, E: std::fmt::Display, C: std::fmt::Display>(
+    r: std::result::Result<T, E>,
+    context: impl FnOnce() -> C,
+) -> Result<T> {
+    r.map_err(Error::invalid).with_context(context)
+}

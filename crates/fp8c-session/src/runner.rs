@@ -1,0 +1,128 @@
+//! Running a compiled model: the [`Device`] to run on and the [`Runner`], a lowered program
+//! loaded on a backend together with its scaling state.
+//!
+//! Run errors name the input or the node, not the model's file: the caller knows which run
+//! failed (`fp8c run` prefixes the model, or `(f32 path)` for its reference run).
+
+use crate::error::Result;
+use fp8c_ir::{Graph, Tensor};
+use fp8c_runtime::{Backend, CpuBackend, CudaBackend, Executable, Observer, Program};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Where a program runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Device {
+    /// The CPU reference backend (bit-exact FP8 emulation, f32 accumulation).
+    #[default]
+    Cpu,
+    /// An NVIDIA GPU (the CUDA backend; needs the driver at run time).
+    Cuda,
+}
+
+impl Device {
+    /// The short name (`cpu`, `cuda`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Cpu => "cpu",
+            Device::Cuda => "cuda",
+        }
+    }
+
+    /// The runtime backend of this device.
+    pub fn backend(self) -> Box<dyn Backend> {
+        match self {
+            Device::Cpu => Box::new(CpuBackend),
+            Device::Cuda => Box::new(CudaBackend::default()),
+        }
+    }
+
+    /// Checks that the device can run here (for CUDA: driver and GPU present).
+    pub fn check(self) -> Result<()> {
+        self.backend().check()?;
+        Ok(())
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda),
+            _ => Err(format!("unknown device `{s}`; expected cpu or cuda")),
+        }
+    }
+}
+
+/// A compiled model loaded on a device: runs it and keeps its state (amax histories, scales)
+/// between runs.
+pub struct Runner {
+    graph: Graph,
+    program: Program,
+    exe: Box<dyn Executable>,
+    device: Device,
+}
+
+impl Runner {
+    pub(crate) fn new(
+        graph: Graph,
+        program: Program,
+        exe: Box<dyn Executable>,
+        device: Device,
+    ) -> Self {
+        Runner {
+            graph,
+            program,
+            exe,
+            device,
+        }
+    }
+
+    /// Runs the program on `inputs` (by graph input name; every input, exact types) and
+    /// returns the outputs by name. State updates persist to the next run.
+    pub fn run(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<BTreeMap<String, Tensor>> {
+        Ok(self.exe.run(inputs)?)
+    }
+
+    /// [`Runner::run`], calling `observe` after every step with the step, its inputs and its
+    /// outputs (statistics, calibration, debugging).
+    pub fn run_observed(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        observe: &mut Observer<'_>,
+    ) -> Result<BTreeMap<String, Tensor>> {
+        Ok(self.exe.run_observed(inputs, observe)?)
+    }
+
+    /// Every state entry by name (amax histories, scales; for training, weights and moments).
+    pub fn state(&self) -> BTreeMap<String, Tensor> {
+        self.exe.state()
+    }
+
+    /// Replaces a state entry (same dtype and shape as declared).
+    pub fn set_state(&mut self, name: &str, value: Tensor) -> Result<()> {
+        Ok(self.exe.set_state(name, value)?)
+    }
+
+    /// The lowered program (steps, buffers, memory plan).
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The compiled graph the program was lowered from.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The device it runs on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}

@@ -1,0 +1,316 @@
+//! Training data: arrays from a `.npz` file, one sample per row, checked against the model's
+//! inputs and the loss; the rows of each step; the forward model bound to the batch.
+//!
+//! Determinism: the rows of step `s` depend only on (seed, s) — a seeded shuffle per epoch,
+//! batches taken in order across epoch boundaries — so a resumed run sees the same batches.
+//! Messages name the `fp8c train` flag of the faulty option (`--data`, `--labels`, `--batch`).
+
+use crate::error::{Error, Result, bail};
+use crate::model::Model;
+use crate::npy;
+use fp8c_ir::{DType, Dim, Tensor};
+use fp8c_passes::autodiff::{Loss, TrainSpec};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// What to read from the archive.
+#[derive(Clone, Debug)]
+pub struct DataOptions {
+    /// Graph input → array key, where they differ (by default an input reads the array of its
+    /// own name).
+    pub inputs: BTreeMap<String, String>,
+    /// The array of the labels (cross-entropy: integer class indices) or the target (mse).
+    pub labels: String,
+    /// The loss, which decides what the labels must be.
+    pub loss: Loss,
+    /// Samples per step (checked against the number of rows).
+    pub batch: u64,
+}
+
+/// The training data: one array per graph input and the labels, all with `rows` rows.
+#[derive(Clone, Debug)]
+pub struct Dataset {
+    /// `(graph input, array)`, in the model's input order.
+    pub inputs: Vec<(String, Tensor)>,
+    /// The labels (i64 class indices for cross-entropy) or the target (f32, mse).
+    pub labels: Tensor,
+    /// The labels' array key.
+    pub labels_key: String,
+    /// The loss the labels were read for.
+    pub loss: Loss,
+    /// Samples.
+    pub rows: u64,
+}
+
+/// One step's samples.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    /// The model inputs by name.
+    pub inputs: BTreeMap<String, Tensor>,
+    /// The labels or target of those rows.
+    pub labels: Tensor,
+}
+
+impl Batch {
+    /// What the trainer reads: the model inputs, and the labels under `spec.target_input`.
+    pub fn feed(&self, spec: &TrainSpec) -> BTreeMap<String, Tensor> {
+        let mut feed = self.inputs.clone();
+        feed.insert(spec.target_input.clone(), self.labels.clone());
+        feed
+    }
+}
+
+impl Dataset {
+    /// Reads the archive at `path` and checks it against `model`'s inputs and the loss.
+    pub fn load(path: &Path, model: &Model, opts: &DataOptions) -> Result<Dataset> {
+        let file = path.display().to_string();
+        if !path.is_file() {
+            bail!("--data {file}: no such file");
+        }
+        let arrays: BTreeMap<String, Tensor> = npy::read_npz(path)?.into_iter().collect();
+        if arrays.is_empty() {
+            bail!("--data {file}: the archive holds no arrays");
+        }
+        let keys: Vec<&str> = arrays.keys().map(String::as_str).collect();
+        let get = |key: &str, what: &str| -> Result<Tensor> {
+            match arrays.get(key) {
+                Some(t) => Ok(t.clone()),
+                None => bail!(
+                    "--data {file}: no array \"{key}\" for {what} (its arrays are: {})",
+                    keys.join(", ")
+                ),
+            }
+        };
+        let declared = model.inputs();
+        for name in opts.inputs.keys() {
+            if !declared.iter().any(|i| i.name == *name) {
+                let names: Vec<&str> = declared.iter().map(|i| i.name.as_str()).collect();
+                bail!(
+                    "--input {name}=...: the model has no input \"{name}\" (its inputs are: {})",
+                    names.join(", ")
+                );
+            }
+        }
+        let mut inputs = Vec::new();
+        for input in &declared {
+            let (name, ty) = (&input.name, &input.ty);
+            let key = opts.inputs.get(name).unwrap_or(name);
+            let t = get(
+                key,
+                &format!("input \"{name}\" (map it with --input {name}=KEY)"),
+            )?;
+            if t.dtype() != ty.dtype {
+                bail!(
+                    "--data {file}: array \"{key}\" has dtype {}, input \"{name}\" is {ty}",
+                    t.dtype()
+                );
+            }
+            if t.shape().len() != ty.rank() {
+                bail!(
+                    "--data {file}: array \"{key}\" has shape {:?}, input \"{name}\" is {ty} (one sample per row of the array)",
+                    t.shape()
+                );
+            }
+            for (axis, (d, &n)) in ty.shape.iter().zip(t.shape()).enumerate().skip(1) {
+                if let Dim::Known(k) = d
+                    && *k != n
+                {
+                    bail!(
+                        "--data {file}: array \"{key}\" has shape {:?}, but dim {axis} of input \"{name}\" is fixed to {k} ({ty})",
+                        t.shape()
+                    );
+                }
+            }
+            inputs.push((name.clone(), t));
+        }
+        let labels = get(&opts.labels, "--labels")?;
+        let rows = inputs.first().map(|(_, t)| t.shape()[0]).unwrap_or(0);
+        for (k, t) in inputs
+            .iter()
+            .map(|(n, t)| (n.as_str(), t))
+            .chain(std::iter::once((opts.labels.as_str(), &labels)))
+        {
+            match t.shape().first() {
+                Some(&n) if n == rows => {}
+                _ => bail!(
+                    "--data {file}: \"{k}\" has shape {:?}, expected {rows} rows like the other arrays",
+                    t.shape()
+                ),
+            }
+        }
+        if rows == 0 {
+            bail!("--data {file}: the arrays hold no samples (0 rows)");
+        }
+        if opts.batch == 0 || opts.batch > rows {
+            bail!(
+                "--batch {}: must be between 1 and the {rows} samples of {file}",
+                opts.batch
+            );
+        }
+        let labels = match opts.loss {
+            Loss::CrossEntropy => {
+                if !labels.dtype().is_int() {
+                    bail!(
+                        "--labels {}: cross-entropy needs integer class indices, the array is {}",
+                        opts.labels,
+                        labels.dtype()
+                    );
+                }
+                let v = labels.to_i64_vec().map_err(Error::Invalid)?;
+                Tensor::from_i64(labels.shape().to_vec(), &v)
+            }
+            Loss::Mse => {
+                if labels.dtype() != DType::F32 {
+                    bail!(
+                        "--labels {}: the mse target must be f32, the array is {}",
+                        opts.labels,
+                        labels.dtype()
+                    );
+                }
+                labels
+            }
+            Loss::Scalar => {
+                bail!("a scalar loss reads no labels: train it with Trainer and its own inputs")
+            }
+        };
+        Ok(Dataset {
+            inputs,
+            labels,
+            labels_key: opts.labels.clone(),
+            loss: opts.loss,
+            rows,
+        })
+    }
+
+    /// The samples of step `step` in batches of `batch` (see [`batch_rows`]).
+    pub fn batch(&self, batch: u64, seed: u64, step: u64) -> Batch {
+        let rows = batch_rows(self.rows, batch, seed, step);
+        Batch {
+            inputs: self
+                .inputs
+                .iter()
+                .map(|(n, t)| (n.clone(), gather(t, &rows)))
+                .collect(),
+            labels: gather(&self.labels, &rows),
+        }
+    }
+
+    /// The forward model for steps of `batch` samples: every input bound to `[batch, ...]`
+    /// of its array, types inferred; for cross-entropy, `output`'s class axis must be known
+    /// and every label in range. Errors from binding are prefixed with the model's file.
+    pub fn forward_model(&self, model: &Model, batch: u64, output: &str) -> Result<Model> {
+        let shapes: BTreeMap<String, Vec<u64>> = self
+            .inputs
+            .iter()
+            .map(|(n, t)| {
+                let mut s = t.shape().to_vec();
+                s[0] = batch;
+                (n.clone(), s)
+            })
+            .collect();
+        let mut forward = model.clone();
+        let bound = fp8c_passes::shapes::bind_input_shapes(forward.graph_mut(), &shapes);
+        model.in_file(bound)?;
+        forward.reinfer()?;
+        if self.loss == Loss::CrossEntropy {
+            let Some(out_ty) = forward.output_type(output) else {
+                bail!("--output {output}: the model has no such output");
+            };
+            let Some(classes) = out_ty.shape.last().and_then(Dim::known) else {
+                bail!(
+                    "--output {output} is {out_ty}: cross-entropy needs a known class axis (the last)"
+                );
+            };
+            check_labels(&self.labels, classes, &self.labels_key)?;
+        }
+        Ok(forward)
+    }
+}
+
+/// Checks class labels against the output's class count (before any step runs).
+pub fn check_labels(labels: &Tensor, classes: u64, key: &str) -> Result<()> {
+    let v = labels.to_i64_vec().map_err(Error::Invalid)?;
+    if let Some((i, &l)) = v
+        .iter()
+        .enumerate()
+        .find(|&(_, &l)| l < 0 || l as u64 >= classes)
+    {
+        bail!(
+            "--labels {key}: label {l} (entry {i}) is out of range: the output has {classes} classes (0..{})",
+            classes.saturating_sub(1)
+        );
+    }
+    Ok(())
+}
+
+/// Rows `idx` of `t`, as a new tensor of shape `[idx.len(), ...]`.
+pub fn gather(t: &Tensor, idx: &[u64]) -> Tensor {
+    let row_bytes = t.bytes().len() / t.shape()[0].max(1) as usize;
+    let mut bytes = Vec::with_capacity(row_bytes * idx.len());
+    for &i in idx {
+        bytes.extend_from_slice(&t.bytes()[i as usize * row_bytes..][..row_bytes]);
+    }
+    let mut shape = t.shape().to_vec();
+    shape[0] = idx.len() as u64;
+    Tensor::from_bytes(t.dtype(), shape, bytes).expect("rows of a valid tensor")
+}
+
+/// Which rows step `step` trains on: a seeded shuffle per epoch, batches taken in order
+/// across epoch boundaries. Depends only on (seed, step).
+pub fn batch_rows(rows: u64, batch: u64, seed: u64, step: u64) -> Vec<u64> {
+    let mut out = Vec::with_capacity(batch as usize);
+    let mut cache: Option<(u64, Vec<u64>)> = None;
+    for k in 0..batch {
+        let pos = step * batch + k;
+        let (epoch, at) = (pos / rows, pos % rows);
+        if cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            cache = Some((epoch, permutation(rows, seed, epoch)));
+        }
+        out.push(cache.as_ref().expect("just set").1[at as usize]);
+    }
+    out
+}
+
+/// A Fisher–Yates shuffle of `0..n` from an xorshift seeded by (seed, epoch).
+pub fn permutation(n: u64, seed: u64, epoch: u64) -> Vec<u64> {
+    let mut s =
+        (seed ^ 0x9E37_79B9_7F4A_7C15).wrapping_add(epoch.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut p: Vec<u64> = (0..n).collect();
+    for i in (1..n as usize).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        p.swap(i, j);
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_cover_each_epoch_once_and_depend_only_on_seed_and_step() {
+        let (rows, batch) = (10, 4);
+        let epoch: Vec<u64> = (0..5)
+            .flat_map(|s| batch_rows(rows, batch, 7, s))
+            .take(rows as usize)
+            .collect();
+        let mut sorted = epoch.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..rows).collect::<Vec<_>>());
+        assert_eq!(batch_rows(rows, batch, 7, 3), batch_rows(rows, batch, 7, 3));
+        assert_ne!(permutation(rows, 7, 0), permutation(rows, 8, 0));
+        assert_ne!(permutation(rows, 7, 0), permutation(rows, 7, 1));
+    }
+
+    #[test]
+    fn gather_takes_whole_rows() {
+        let t = Tensor::from_i64(vec![3, 2], &[0, 1, 10, 11, 20, 21]);
+        assert_eq!(gather(&t, &[2, 0]).to_i64_vec().unwrap(), [20, 21, 0, 1]);
+    }
+}

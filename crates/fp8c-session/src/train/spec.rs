@@ -1,0 +1,185 @@
+//! What to train and how, as plain options (what `fp8c train`'s flags give), turned into the
+//! autodiff pass's [`TrainSpec`]; which output to train; accuracy of a batch.
+
+use crate::error::{Result, bail};
+use crate::model::Model;
+use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec};
+
+/// The optimizer rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OptimizerKind {
+    /// AdamW (decoupled weight decay; default decay 0.01).
+    #[default]
+    AdamW,
+    /// SGD with momentum (default decay 0).
+    Sgd,
+}
+
+/// The learning-rate schedule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScheduleKind {
+    /// The same learning rate at every step.
+    #[default]
+    Constant,
+    /// Linear warmup, then cosine decay to `min_lr` at the last step.
+    Cosine,
+}
+
+/// Training options.
+#[derive(Clone, Debug)]
+pub struct TrainOptions {
+    /// The model output the loss reads.
+    pub output: String,
+    /// The loss.
+    pub loss: Loss,
+    /// The optimizer.
+    pub optimizer: OptimizerKind,
+    /// Base learning rate.
+    pub lr: f32,
+    /// Learning-rate schedule.
+    pub schedule: ScheduleKind,
+    /// Warmup steps of the cosine schedule.
+    pub warmup: u64,
+    /// Total steps of the run (the cosine schedule ends there).
+    pub steps: u64,
+    /// Final learning rate of the cosine schedule (default lr/10).
+    pub min_lr: Option<f32>,
+    /// Weight decay of rank ≥ 2 parameters (default: the optimizer's).
+    pub weight_decay: Option<f32>,
+    /// SGD momentum.
+    pub momentum: f32,
+    /// Parameter-name globs that do not train.
+    pub freeze: Vec<String>,
+    /// Add the `train.poison` test-hook input (NaN there makes the step's gradients NaN).
+    pub poison: bool,
+}
+
+impl TrainOptions {
+    /// Cross-entropy on `output` with AdamW at lr 1e-3, constant schedule, 100 steps.
+    pub fn new(output: &str) -> Self {
+        TrainOptions {
+            output: output.to_string(),
+            loss: Loss::CrossEntropy,
+            optimizer: OptimizerKind::AdamW,
+            lr: 1e-3,
+            schedule: ScheduleKind::Constant,
+            warmup: 0,
+            steps: 100,
+            min_lr: None,
+            weight_decay: None,
+            momentum: 0.9,
+            freeze: Vec::new(),
+            poison: false,
+        }
+    }
+
+    /// The autodiff pass's spec. The labels (or target) input is `train.labels`; with
+    /// cross-entropy the trained output stays a graph output (for accuracy).
+    pub fn spec(&self) -> TrainSpec {
+        let mut spec = TrainSpec::new(&self.output, self.loss);
+        spec.target_input = "train.labels".into();
+        let kind = match self.optimizer {
+            OptimizerKind::AdamW => Optimizer::adamw(),
+            OptimizerKind::Sgd => Optimizer::Sgd {
+                momentum: self.momentum,
+                nesterov: false,
+            },
+        };
+        let schedule = match self.schedule {
+            ScheduleKind::Constant => LrSchedule::Constant,
+            ScheduleKind::Cosine => LrSchedule::WarmupCosine {
+                warmup: self.warmup,
+                total: self.steps,
+                min_lr: self.min_lr.unwrap_or(self.lr / 10.0),
+            },
+        };
+        spec.optimizer = Some(OptimizerSpec {
+            kind,
+            lr: self.lr,
+            weight_decay: self.weight_decay.unwrap_or(match self.optimizer {
+                OptimizerKind::AdamW => 0.01,
+                OptimizerKind::Sgd => 0.0,
+            }),
+            schedule,
+            decay_vectors: false,
+        });
+        spec.freeze = self.freeze.clone();
+        spec.poison_input = self.poison;
+        spec.keep_output = self.loss == Loss::CrossEntropy;
+        spec
+    }
+}
+
+/// The output to train: `wanted` if the model has it, else the model's only output.
+pub fn pick_output(model: &Model, wanted: Option<&str>) -> Result<String> {
+    let outputs = model.outputs();
+    let output = match (wanted, outputs.as_slice()) {
+        (Some(o), _) => o.to_string(),
+        (None, [one]) => one.clone(),
+        (None, outs) => bail!(
+            "{}the model has {} outputs ({}); choose the one to train with --output NAME",
+            model
+                .path()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default(),
+            outs.len(),
+            outs.join(", ")
+        ),
+    };
+    if !outputs.contains(&output) {
+        bail!(
+            "--output {output}: the model has no such output (its outputs are: {})",
+            outputs.join(", ")
+        );
+    }
+    Ok(output)
+}
+
+/// Fraction of rows whose argmax over the last axis equals the label (None when the shapes
+/// do not fit: not a classifier output).
+pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f64> {
+    let v = logits.to_f64_vec().ok()?;
+    let l = labels.to_i64_vec().ok()?;
+    let c = *logits.shape().last()? as usize;
+    if c == 0 || l.is_empty() || v.len() != l.len() * c {
+        return None;
+    }
+    let hits = l
+        .iter()
+        .enumerate()
+        .filter(|&(r, &lab)| {
+            let row = &v[r * c..][..c];
+            let best = (0..c).fold(0, |b, j| if row[j] > row[b] { j } else { b });
+            best as i64 == lab
+        })
+        .count();
+    Some(hits as f64 / l.len() as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8c_ir::Tensor;
+
+    #[test]
+    fn accuracy_counts_argmax_hits() {
+        let logits = Tensor::from_f32(vec![2, 3], &[0.1, 0.9, 0.0, 2.0, 1.0, 0.0]);
+        let labels = Tensor::from_i64(vec![2], &[1, 2]);
+        assert_eq!(accuracy(&logits, &labels), Some(0.5));
+        assert_eq!(accuracy(&logits, &Tensor::from_i64(vec![1], &[0])), None);
+    }
+
+    #[test]
+    fn spec_defaults_follow_the_optimizer() {
+        let mut o = TrainOptions::new("logits");
+        assert_eq!(o.spec().optimizer.unwrap().weight_decay, 0.01);
+        o.optimizer = OptimizerKind::Sgd;
+        o.schedule = ScheduleKind::Cosine;
+        let s = o.spec().optimizer.unwrap();
+        assert_eq!(s.weight_decay, 0.0);
+        assert!(matches!(
+            s.schedule,
+            LrSchedule::WarmupCosine { total: 100, .. }
+        ));
+    }
+}

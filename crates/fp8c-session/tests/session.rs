@@ -1,0 +1,275 @@
+//! The session API on the repository's MLP (`examples/models/mlp_digits.onnx`, x f32[batch,64]
+//! → logits f32[batch,10]): load, compile, IR round trip, input checks, recipes, calibration,
+//! training with checkpoints, failures that keep the pass error.
+
+use fp8c_passes::PassError;
+use fp8c_session::train::{DataOptions, Dataset, TrainOptions, checkpoint};
+use fp8c_session::{
+    CompileOptions, Device, LoadOptions, Model, PrecisionMode, Recipe, RecipeOptions, Tensor,
+    Trainer,
+};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join(path)
+}
+
+fn mlp() -> Model {
+    Model::load(repo("examples/models/mlp_digits.onnx")).expect("the example MLP loads")
+}
+
+fn feed(rows: u64) -> BTreeMap<String, Tensor> {
+    let v: Vec<f32> = (0..rows * 64).map(|i| (i % 17) as f32 / 17.0).collect();
+    BTreeMap::from([("x".to_string(), Tensor::from_f32(vec![rows, 64], &v))])
+}
+
+#[test]
+fn compile_emit_reload_and_run_give_the_same_outputs() {
+    let model = mlp();
+    assert_eq!(model.inputs()[0].name, "x");
+    assert_eq!(model.inputs()[0].ty.to_string(), "f32[batch,64]");
+    assert_eq!(model.outputs(), ["logits"]);
+    let opts = CompileOptions::fp8()
+        .input_shape("x", &[16, 64])
+        .min_fp8_flops(0)
+        .recipe(Recipe::Current(Default::default()))
+        .print_after("precision");
+    let compiled = model.compile(&opts).unwrap();
+    assert_eq!(compiled.dumps().len(), 1);
+    assert_eq!(compiled.dumps()[0].0, "precision");
+    assert_eq!(compiled.decisions().len(), 3, "one decision per GEMM");
+    assert!(compiled.report(false).totals.fp8_flops_fraction > 0.0);
+    let want = compiled
+        .prepare(Device::Cpu)
+        .unwrap()
+        .run(&feed(16))
+        .unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let ir = dir.path().join("mlp.fp8ir");
+    compiled.write_ir(&ir).unwrap();
+    assert!(fp8c_session::weights_path(&ir).is_file());
+    let reloaded = Model::load(&ir).unwrap();
+    let again = reloaded.compile(&CompileOptions::fp8()).unwrap();
+    let got = again.prepare(Device::Cpu).unwrap().run(&feed(16)).unwrap();
+    assert_eq!(got["logits"].bytes(), want["logits"].bytes());
+    assert!(compiled.json().starts_with('{'));
+}
+
+#[test]
+fn inputs_are_checked_against_the_declared_interface() {
+    let model = mlp();
+    model
+        .check_input("x", &Tensor::from_f32(vec![3, 64], &[0.0; 192]))
+        .unwrap();
+    let msg = |name: &str, t: Tensor| model.check_input(name, &t).unwrap_err().to_string();
+    assert_eq!(
+        msg("y", Tensor::scalar_f32(0.0)),
+        "\"y\" is not an input of the model (its inputs are: x)"
+    );
+    assert_eq!(
+        msg("x", Tensor::from_f32(vec![2, 8], &[0.0; 16])),
+        "input \"x\" has shape [2, 8], but dim 1 is fixed to 64 in the model (f32[batch,64])"
+    );
+    assert!(msg("x", Tensor::from_i64(vec![1, 64], &[0; 64])).contains("has dtype i64"));
+    assert!(msg("x", Tensor::from_f32(vec![64], &[0.0; 64])).contains("has rank 1"));
+}
+
+#[test]
+fn load_errors_name_the_file_once() {
+    let e = Model::load("/nonexistent/m.onnx").unwrap_err();
+    assert_eq!(e.to_string(), "/nonexistent/m.onnx: no such file");
+    let e = Model::load_with(
+        repo("examples/models/mlp_digits.onnx"),
+        &LoadOptions {
+            outputs: vec!["nope".into()],
+        },
+    )
+    .unwrap_err();
+    let text = e.to_string();
+    assert_eq!(text.matches("no value named \"nope\"").count(), 1, "{text}");
+    assert!(std::error::Error::source(&e).is_none());
+}
+
+#[test]
+fn recipe_options_read_the_config_then_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("fp8.toml");
+    std::fs::write(&cfg, "[recipe]\nkind = \"delayed\"\namax_history_len = 8\n").unwrap();
+    let from_file = RecipeOptions {
+        config: Some(cfg.clone()),
+        ..Default::default()
+    };
+    let history = |o: &RecipeOptions| match o.recipe().unwrap() {
+        Recipe::Delayed(d) => d.amax_history_len,
+        Recipe::Current(_) => panic!("expected delayed scaling"),
+    };
+    assert_eq!(history(&from_file), 8);
+    let flag = RecipeOptions {
+        amax_history: Some(4),
+        ..from_file.clone()
+    };
+    assert_eq!(history(&flag), 4, "a flag overrides the file");
+    let over = RecipeOptions {
+        kind: Some("current".into()),
+        margin: Some(1.0),
+        ..from_file.clone()
+    };
+    let e = over.recipe().unwrap_err().to_string();
+    assert!(e.contains("apply to --recipe delayed only"), "{e}");
+    let bad = RecipeOptions {
+        format: Some("e5m2".into()),
+        ..Default::default()
+    };
+    assert!(
+        bad.recipe()
+            .unwrap_err()
+            .to_string()
+            .starts_with("--format e5m2: ")
+    );
+    let run = RecipeOptions::default();
+    assert!(matches!(
+        run.recipe_for_inference(false).unwrap(),
+        Recipe::Current(_)
+    ));
+    assert!(matches!(
+        run.recipe_for_inference(true).unwrap(),
+        Recipe::Delayed(_)
+    ));
+    let missing = RecipeOptions {
+        config: Some(dir.path().join("absent.toml")),
+        ..Default::default()
+    };
+    assert!(
+        missing
+            .recipe()
+            .unwrap_err()
+            .to_string()
+            .contains("absent.toml: cannot read")
+    );
+}
+
+#[test]
+fn calibration_fills_every_fp8_tensor_from_the_f32_path() {
+    let model = mlp();
+    let opts = CompileOptions::fp8()
+        .input_shape("x", &[16, 64])
+        .min_fp8_flops(0);
+    let Recipe::Delayed(d) = opts.recipe else {
+        panic!("the default recipe is delayed scaling")
+    };
+    let mut fp8 = model.compile(&opts).unwrap().prepare(Device::Cpu).unwrap();
+    let f32_opts = opts.clone().with_precision(PrecisionMode::F32);
+    let mut reference = model
+        .compile(&f32_opts)
+        .unwrap()
+        .prepare(Device::Cpu)
+        .unwrap();
+    let before = fp8.state();
+    let c = fp8c_session::calibrate::calibrate(&mut fp8, &mut reference, &feed(16), &d).unwrap();
+    assert_eq!(
+        (c.calibrated, c.total),
+        (4, 4),
+        "x and w of the two FP8 GEMMs"
+    );
+    let after = fp8.state();
+    let changed = after
+        .iter()
+        .filter(|(k, v)| before[*k].bytes() != v.bytes());
+    assert_eq!(
+        changed.count(),
+        12,
+        "history, scale and scale_inv of each tensor"
+    );
+}
+
+#[test]
+fn training_resumes_bit_identically_from_a_checkpoint() {
+    let model = mlp();
+    let options = TrainOptions::new("logits");
+    let data = Dataset::load(
+        &repo("examples/data/digits_train.npz"),
+        &model,
+        &DataOptions {
+            inputs: BTreeMap::new(),
+            labels: "y".into(),
+            loss: options.loss,
+            batch: 16,
+        },
+    )
+    .unwrap();
+    let forward = data.forward_model(&model, 16, "logits").unwrap();
+    let spec = options.spec();
+    let opts = CompileOptions::fp8().min_fp8_flops(0);
+    let new = || Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
+    let steps = |t: &mut Trainer, range: std::ops::Range<u64>| -> Vec<u64> {
+        range
+            .map(|s| {
+                t.step(&data.batch(16, 7, s).feed(&spec))
+                    .unwrap()
+                    .loss
+                    .to_bits()
+            })
+            .collect()
+    };
+    let mut full = new();
+    let all = steps(&mut full, 0..6);
+
+    let dir = tempfile::tempdir().unwrap();
+    let meta = checkpoint::Meta::new("mlp", "fp8", "ce", 7, 16);
+    let mut first = new();
+    steps(&mut first, 0..3);
+    checkpoint::save(dir.path(), &first, &meta).unwrap();
+    let mut resumed = new();
+    assert_eq!(
+        checkpoint::load(dir.path(), &mut resumed, &meta).unwrap(),
+        3
+    );
+    assert_eq!(steps(&mut resumed, 3..6), all[3..]);
+
+    let other = checkpoint::Meta::new("mlp", "fp8", "ce", 8, 16);
+    let e = checkpoint::load(dir.path(), &mut new(), &other).unwrap_err();
+    assert!(e.to_string().contains("--seed 7; this run has"), "{e}");
+}
+
+#[test]
+fn a_failed_pass_keeps_its_error_and_last_good_ir() {
+    let model = mlp().into_graph();
+    let mut forward = Model::from_graph(model);
+    forward
+        .bind_input_shapes(&BTreeMap::from([("x".to_string(), vec![16, 64])]))
+        .unwrap();
+    let mut options = TrainOptions::new("logits");
+    options.freeze = vec!["*".into()];
+    let e = match Trainer::for_model(
+        &forward,
+        &options.spec(),
+        &CompileOptions::f32(),
+        Device::Cpu,
+    ) {
+        Ok(_) => panic!("freezing every parameter must fail"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        e.to_string().matches("no trainable parameters").count(),
+        1,
+        "{e}"
+    );
+    match e.pass_error() {
+        Some(PassError::Failed {
+            pass, last_good, ..
+        }) => {
+            assert_eq!(*pass, "autodiff");
+            assert!(!last_good.inputs().is_empty());
+        }
+        other => panic!("expected a failed pass, got {other:?}"),
+    }
+    let e = mlp()
+        .compile(&CompileOptions::fp8().stop_after("nosuchpass"))
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with("unknown pass `nosuchpass`"),
+        "{e}"
+    );
+}
