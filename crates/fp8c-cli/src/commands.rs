@@ -109,6 +109,7 @@ pub fn compile(a: CompileArgs) -> Result<()> {
             outputs: a.output.clone(),
         },
     )?;
+    warn_all(model.warnings());
     let compiled = match model.compile(&opts) {
         Ok(c) => c,
         Err(e) => {
@@ -150,4 +151,11 @@ pub fn compile(a: CompileArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Prints the warnings a model load left, one line each.
+pub fn warn_all(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
 }

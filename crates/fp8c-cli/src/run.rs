@@ -191,6 +191,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let device = fp8c_session::Device::from(a.device);
     device.check()?;
     let mut model = Model::load(&a.model)?;
+    crate::commands::warn_all(model.warnings());
     let inputs = read_inputs(&a, &model)?;
     let shapes: BTreeMap<String, Vec<u64>> = inputs
         .iter()

@@ -220,6 +220,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let opts = a.fp8.compile_options(|r| r.recipe())?;
     let mode = opts.policy.mode;
     let model = Model::load(&a.model)?;
+    crate::commands::warn_all(model.warnings());
     let output = pick_output(&model, a.output.as_deref())?;
     let options = a.train_options(&output);
     let data_opts = DataOptions {

@@ -34,6 +34,7 @@ pub struct ModelInput {
 pub struct Model {
     graph: Graph,
     path: Option<PathBuf>,
+    warnings: Vec<String>,
 }
 
 impl Model {
@@ -48,24 +49,42 @@ impl Model {
         if !path.exists() {
             bail!("{}: no such file", path.display());
         }
-        let graph = if is_ir_text(path)? {
-            load_ir_text(path, &opts.outputs)?
+        let (graph, warnings) = if is_ir_text(path)? {
+            (load_ir_text(path, &opts.outputs)?, Vec::new())
         } else {
             let import = fp8c_onnx::ImportOptions {
                 outputs: (!opts.outputs.is_empty()).then(|| opts.outputs.clone()),
                 ..Default::default()
             };
-            fp8c_onnx::load_model(path, &import)?.graph
+            let imported = fp8c_onnx::load_model(path, &import)?;
+            let file = path.display();
+            let warnings = imported
+                .warnings
+                .iter()
+                .map(|w| format!("{file}: {w}"))
+                .collect();
+            (imported.graph, warnings)
         };
         Ok(Model {
             graph,
             path: Some(path.to_path_buf()),
+            warnings,
         })
     }
 
     /// A model from a graph built in memory (another compiler's IR, a test).
     pub fn from_graph(graph: Graph) -> Model {
-        Model { graph, path: None }
+        Model {
+            graph,
+            path: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// What loading accepted but the user should know (e.g. attributes the op does not have
+    /// in the model's opset, ignored as onnxruntime ignores them), one line each.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The graph.
