@@ -66,7 +66,12 @@ fn main() -> Res<()> {
     let mut accuracies = Vec::new();
     for mode in [PrecisionMode::F32, PrecisionMode::Bf16, PrecisionMode::Fp8] {
         let p = precision_name(mode);
-        let opts = CompileOptions::precision(mode).min_fp8_flops(0);
+        // Training: delayed scaling (TransformerEngine's default recipe).
+        let opts = CompileOptions::precision(mode)
+            .recipe(fp8c_session::default_recipe(
+                fp8c_session::Purpose::Training,
+            ))
+            .min_fp8_flops(0);
         let mut t = Trainer::for_model(&forward, &spec, &opts, Device::Cpu)?;
         let mut losses = Vec::new();
         for step in 0..steps {

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use fp8c_session::{LoadOptions, Model};
+use fp8c_session::{LoadOptions, Model, Purpose};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -79,7 +79,11 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&info)?);
     } else {
-        print!("{info}");
+        let text = info.to_string();
+        print!("{text}");
+        if !text.ends_with('\n') {
+            println!();
+        }
     }
     Ok(())
 }
@@ -97,7 +101,9 @@ fn show_records(dumps: &[(String, String)], notes: &[String]) {
 /// `fp8c compile`.
 pub fn compile(a: CompileArgs) -> Result<()> {
     let shapes = fp8c_session::parse_input_shapes(&a.input_shape)?;
-    let mut opts = a.fp8.compile_options(|r| r.recipe())?;
+    let mut opts = a
+        .fp8
+        .compile_options(|r| r.recipe_for(Purpose::Inference { calibrated: false }))?;
     opts.input_shapes = shapes;
     opts.verify = !a.no_verify;
     opts.print_after = a.print_after.clone();

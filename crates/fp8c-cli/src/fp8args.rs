@@ -13,7 +13,9 @@ pub struct Fp8Args {
     /// Overall precision: fp8 (GEMMs in FP8 where the policy allows), or the bf16 / f32 baselines.
     #[arg(long, default_value = "fp8", value_name = "f32|bf16|fp8")]
     pub precision: PrecisionMode,
-    /// Scaling recipe: delayed (amax history of past steps, TE's default) or current.
+    /// Scaling recipe: current (amax of the tensor itself) or delayed (amax history of past
+    /// steps). [default: current for compile and run; delayed for train, and for run with
+    /// --calibrate or a delayed-only flag]
     #[arg(long, value_name = "delayed|current")]
     pub recipe: Option<String>,
     /// FP8 format: hybrid (E4M3 forward, E5M2 gradients) or e4m3.

@@ -12,7 +12,7 @@ pub struct PlotArgs {
     #[arg(required = true, value_name = "LOG.csv")]
     pub logs: Vec<PathBuf>,
     /// The plot (.svg, or .png without text).
-    #[arg(short, long, value_name = "FILE")]
+    #[arg(short = 'o', long = "out", alias = "output", value_name = "FILE")]
     pub output: PathBuf,
     /// Curve labels, in order (default: the file names).
     #[arg(long = "label", value_name = "NAME")]

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use fp8c_ir::Tensor;
 use fp8c_runtime::{Fp8TensorStats, Program, Step};
-use fp8c_session::{Compiled, Model, PrecisionMode, Recipe, npy, precision_name};
+use fp8c_session::{Compiled, Model, PrecisionMode, Purpose, Recipe, npy, precision_name};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -41,12 +41,17 @@ pub struct RunArgs {
     /// of the graph's inputs.
     #[arg(long, value_name = "DIR")]
     pub data: Option<PathBuf>,
-    /// Write the outputs to a NumPy .npz archive (keys = graph output names).
-    #[arg(long, value_name = "FILE.npz")]
+    /// Keep only this output (repeatable): a graph output or any intermediate value, by its
+    /// ONNX name. Nodes feeding no kept output are pruned before import, so unsupported ops on
+    /// unused branches do not matter.
+    #[arg(long = "output", value_name = "NAME")]
+    pub output: Vec<String>,
+    /// Write the outputs to a NumPy .npz archive (keys = output names).
+    #[arg(short = 'o', long = "out", alias = "outputs", value_name = "FILE.npz")]
     pub outputs: Option<PathBuf>,
     /// Write the outputs as output_0.pb, output_1.pb, ... (ONNX TensorProto, the layout of
     /// --data) into DIR.
-    #[arg(long = "output-dir", value_name = "DIR")]
+    #[arg(long = "out-dir", alias = "output-dir", value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
     /// Fill the delayed-scaling amax histories and scales from these inputs (.npz) first, run
     /// through the f32 path as TransformerEngine's fp8_calibration does; implies --recipe
@@ -184,13 +189,20 @@ fn compile(model: &Model, opts: &fp8c_session::CompileOptions) -> Result<Compile
 /// `fp8c run`.
 pub fn run(a: RunArgs) -> Result<()> {
     let started = Instant::now();
-    let opts = a
-        .fp8
-        .compile_options(|r| r.recipe_for_inference(a.calibrate.is_some()))?;
+    let opts = a.fp8.compile_options(|r| {
+        r.recipe_for(Purpose::Inference {
+            calibrated: a.calibrate.is_some(),
+        })
+    })?;
     let (policy, recipe) = (opts.policy.clone(), opts.recipe);
     let device = fp8c_session::Device::from(a.device);
     device.check()?;
-    let mut model = Model::load(&a.model)?;
+    let mut model = Model::load_with(
+        &a.model,
+        &fp8c_session::LoadOptions {
+            outputs: a.output.clone(),
+        },
+    )?;
     crate::commands::warn_all(model.warnings());
     let inputs = read_inputs(&a, &model)?;
     let shapes: BTreeMap<String, Vec<u64>> = inputs
@@ -279,6 +291,9 @@ pub fn run(a: RunArgs) -> Result<()> {
             String::new()
         }
     );
+    for line in compiled.high_precision_summary() {
+        eprintln!("  {line}");
+    }
     for (name, b) in program.outputs() {
         eprintln!("  output \"{name}\": {}", program.buffer(*b).ty);
     }

@@ -19,7 +19,7 @@ use fp8c_session::train::{
     DataOptions, Dataset, OptimizerKind, ScheduleKind, TrainOptions, accuracy, checkpoint,
     pick_output,
 };
-use fp8c_session::{Device, Model, Trainer, plot, precision_name};
+use fp8c_session::{Device, Model, Purpose, Trainer, plot, precision_name};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -66,7 +66,10 @@ pub struct TrainArgs {
     /// The array holding the labels (ce: integer class indices) or the target (mse).
     #[arg(long, value_name = "KEY")]
     pub labels: String,
-    /// The model output the loss reads (default: the model's only output).
+    /// The model output the loss reads (default: the model's only output): a graph output or
+    /// any intermediate value, by its ONNX name; nodes that feed no other kept value are pruned
+    /// before import, so unsupported ops on unused branches (a classifier's label branch) do
+    /// not matter.
     #[arg(long, value_name = "NAME")]
     pub output: Option<String>,
     /// The loss.
@@ -121,7 +124,12 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
     /// Write the model with the trained weights to FILE.onnx.
-    #[arg(long = "save-onnx", value_name = "FILE.onnx")]
+    #[arg(
+        short = 'o',
+        long = "out",
+        alias = "save-onnx",
+        value_name = "FILE.onnx"
+    )]
     pub save_onnx: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
@@ -217,9 +225,16 @@ fn save_onnx(a: &TrainArgs, dst: &Path, trainer: &Trainer) -> Result<()> {
 
 /// `fp8c train`.
 pub fn train(a: TrainArgs) -> Result<()> {
-    let opts = a.fp8.compile_options(|r| r.recipe())?;
+    let opts = a.fp8.compile_options(|r| r.recipe_for(Purpose::Training))?;
     let mode = opts.policy.mode;
-    let model = Model::load(&a.model)?;
+    // The loss's output (and only it) is kept: an unused branch with unsupported ops, such as
+    // a classifier's label branch, is pruned before import.
+    let model = Model::load_with(
+        &a.model,
+        &fp8c_session::LoadOptions {
+            outputs: a.output.iter().cloned().collect(),
+        },
+    )?;
     crate::commands::warn_all(model.warnings());
     let output = pick_output(&model, a.output.as_deref())?;
     let options = a.train_options(&output);
@@ -258,6 +273,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
             String::new()
         }
     );
+    for line in trainer.high_precision_summary() {
+        eprintln!("  {line}");
+    }
     if start_step >= a.steps {
         eprintln!(
             "  the checkpoint is at step {start_step}: nothing left to do for --steps {}",

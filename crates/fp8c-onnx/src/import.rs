@@ -248,7 +248,7 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
                 if !defined.contains_key(o.as_str()) {
                     let outs: Vec<&str> = graph.output.iter().map(|o| o.name()).collect();
                     return Err(OnnxError::Options(format!(
-                        "no value named \"{o}\" to output (graph outputs are: {})",
+                        "no value named \"{o}\" to output: no such output or intermediate value (graph outputs are: {})",
                         outs.join(", ")
                     )));
                 }

@@ -182,7 +182,7 @@ fn unknown_output_in_options() {
     let msg = import_with(relu_model(), &opts).unwrap_err().to_string();
     assert_eq!(
         msg,
-        r#"import options: no value named "zzz" to output (graph outputs are: y)"#
+        r#"import options: no value named "zzz" to output: no such output or intermediate value (graph outputs are: y)"#
     );
 }
 

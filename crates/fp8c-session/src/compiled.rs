@@ -45,6 +45,14 @@ impl Compiled {
         &self.passes.decisions
     }
 
+    /// When FP8 was asked for, the GEMMs that stay in high precision, one line per reason
+    /// class with its count and an example reason (`3 GEMMs stay f32: dims not multiples of
+    /// 16 (M=360 ...); use --pad-to-16`). Empty when every GEMM is in FP8 or FP8 was not asked
+    /// for. What `fp8c run` and `fp8c train` print, so no run is silently less FP8 than asked.
+    pub fn high_precision_summary(&self) -> Vec<String> {
+        high_precision_summary(self.decisions())
+    }
+
     /// The IR text form (parses back with [`crate::Model::load`] from a `.fp8ir` file).
     pub fn ir_text(&self) -> String {
         fp8c_ir::text::print(&self.graph)
@@ -98,4 +106,34 @@ pub fn weights_path(ir: &Path) -> PathBuf {
     let mut s = ir.as_os_str().to_owned();
     s.push(".weights");
     PathBuf::from(s)
+}
+
+/// The GEMMs of `decisions` that stay in high precision although FP8 was asked for, one line
+/// per reason class (see [`Compiled::high_precision_summary`]).
+pub fn high_precision_summary(decisions: &[Decision]) -> Vec<String> {
+    use fp8c_passes::precision::{Precision, Rule};
+    let mut classes: Vec<(Rule, Precision, usize, &str)> = Vec::new();
+    for d in decisions {
+        if d.precision == Precision::Fp8 || d.rule == Rule::Mode {
+            continue;
+        }
+        match classes
+            .iter_mut()
+            .find(|c| c.0 == d.rule && c.1 == d.precision)
+        {
+            Some(c) => c.2 += 1,
+            None => classes.push((d.rule, d.precision, 1, &d.reason)),
+        }
+    }
+    classes
+        .into_iter()
+        .map(|(_, precision, n, reason)| {
+            let word = match precision {
+                Precision::Bf16 => "bf16",
+                _ => "f32",
+            };
+            let gemms = if n == 1 { "GEMM stays" } else { "GEMMs stay" };
+            format!("{n} {gemms} {word}: {reason}")
+        })
+        .collect()
 }

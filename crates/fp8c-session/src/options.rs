@@ -47,8 +47,37 @@ impl Default for CompileOptions {
     }
 }
 
+/// What a recipe is for; it decides the default scaling when nothing else does.
+///
+/// Inference defaults to **current scaling** (a fresh model has no amax history, and
+/// current scaling is right from the first call), or delayed scaling when calibration data
+/// fills the histories first or a delayed-only field (history length, algorithm, margin) is
+/// given. Training defaults to **delayed scaling** (TransformerEngine's `DelayedScaling`):
+/// the history fills as steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// Compile or run a model; `calibrated` when calibration data fills the histories first.
+    Inference {
+        /// Calibration data is given (`--calibrate`).
+        calibrated: bool,
+    },
+    /// Train a model.
+    Training,
+}
+
+/// The default recipe for `purpose` when neither flags nor a config file name one.
+pub fn default_recipe(purpose: Purpose) -> Recipe {
+    match purpose {
+        Purpose::Inference { calibrated: false } => Recipe::Current(CurrentScaling::default()),
+        Purpose::Inference { calibrated: true } | Purpose::Training => {
+            Recipe::Delayed(DelayedScaling::default())
+        }
+    }
+}
+
 impl CompileOptions {
-    /// Compiles in `mode` with the default policy and recipe (delayed scaling, HYBRID).
+    /// Compiles in `mode` with the default policy and the inference recipe (current scaling,
+    /// HYBRID; see [`Purpose`]).
     pub fn precision(mode: PrecisionMode) -> Self {
         CompileOptions {
             input_shapes: BTreeMap::new(),
@@ -56,7 +85,7 @@ impl CompileOptions {
                 mode,
                 ..PolicyOptions::default()
             },
-            recipe: Recipe::default(),
+            recipe: default_recipe(Purpose::Inference { calibrated: false }),
             no_fuse: false,
             verify: true,
             print_after: Vec::new(),
@@ -64,9 +93,14 @@ impl CompileOptions {
         }
     }
 
-    /// GEMMs in FP8 where the policy allows (the default).
+    /// GEMMs in FP8 where the policy allows (the default), for inference (current scaling).
     pub fn fp8() -> Self {
         Self::precision(PrecisionMode::Fp8)
+    }
+
+    /// GEMMs in FP8, for training: delayed scaling (TransformerEngine's default recipe).
+    pub fn fp8_training() -> Self {
+        Self::precision(PrecisionMode::Fp8).recipe(default_recipe(Purpose::Training))
     }
 
     /// Everything in f32: the reference path.
@@ -221,23 +255,33 @@ struct ConfigFile {
     recipe: Option<Recipe>,
 }
 
-/// Reads the `[recipe]` table of a TOML config file (the default recipe when it has none).
-pub fn read_recipe_config(path: &std::path::Path) -> Result<Recipe> {
+/// Reads the `[recipe]` table of a TOML config file; None when the file has none (then the
+/// purpose's default applies, see [`Purpose`]).
+pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
     let cfg: ConfigFile = toml::from_str(&text)
         .map_err(Error::invalid)
         .with_context(|| format!("{}: invalid recipe config", path.display()))?;
-    Ok(cfg.recipe.unwrap_or_default())
+    Ok(cfg.recipe)
 }
 
 impl RecipeOptions {
-    /// The recipe: the config file's (if any), then each given field on top; validated.
-    pub fn recipe(&self) -> Result<Recipe> {
-        let base = match &self.config {
+    /// The recipe for `purpose`: the config file's `[recipe]` (if it has one, else the
+    /// purpose's default), then each given field on top; validated.
+    pub fn recipe_for(&self, purpose: Purpose) -> Result<Recipe> {
+        let configured = match &self.config {
             Some(path) => read_recipe_config(path)?,
-            None => Recipe::default(),
+            None => None,
         };
+        let delayed_fields =
+            self.amax_history.is_some() || self.amax_algo.is_some() || self.margin.is_some();
+        let base = configured.unwrap_or_else(|| match purpose {
+            Purpose::Inference { calibrated: false } if delayed_fields => {
+                default_recipe(Purpose::Training)
+            }
+            p => default_recipe(p),
+        });
         let kind = self.kind.as_deref().unwrap_or(base.kind());
         let format: Format = match &self.format {
             Some(f) => parsed(f.parse(), || format!("--format {f}"))?,
@@ -290,27 +334,6 @@ impl RecipeOptions {
             other => bail!("--recipe {other}: expected delayed or current"),
         };
         Ok(recipe)
-    }
-
-    /// The recipe for running a model (not training it): as [`RecipeOptions::recipe`],
-    /// except that with no recipe and no config given the default is current scaling (a fresh
-    /// model has no recorded amax history), or delayed scaling when `calibrate` (or a
-    /// delayed-only field) asks for histories.
-    pub fn recipe_for_inference(&self, calibrate: bool) -> Result<Recipe> {
-        let mut o = self.clone();
-        if o.kind.is_none() && o.config.is_none() {
-            let delayed_fields =
-                o.amax_history.is_some() || o.amax_algo.is_some() || o.margin.is_some();
-            o.kind = Some(
-                if calibrate || delayed_fields {
-                    "delayed"
-                } else {
-                    "current"
-                }
-                .into(),
-            );
-        }
-        o.recipe()
     }
 }
 

@@ -5,8 +5,8 @@
 use fp8c_passes::PassError;
 use fp8c_session::train::{DataOptions, Dataset, TrainOptions, checkpoint};
 use fp8c_session::{
-    CompileOptions, Device, LoadOptions, Model, PrecisionMode, Recipe, RecipeOptions, Tensor,
-    Trainer,
+    CompileOptions, Device, LoadOptions, Model, PrecisionMode, Purpose, Recipe, RecipeOptions,
+    Tensor, Trainer,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -101,7 +101,7 @@ fn recipe_options_read_the_config_then_the_flags() {
         config: Some(cfg.clone()),
         ..Default::default()
     };
-    let history = |o: &RecipeOptions| match o.recipe().unwrap() {
+    let history = |o: &RecipeOptions| match o.recipe_for(Purpose::Training).unwrap() {
         Recipe::Delayed(d) => d.amax_history_len,
         Recipe::Current(_) => panic!("expected delayed scaling"),
     };
@@ -116,26 +116,45 @@ fn recipe_options_read_the_config_then_the_flags() {
         margin: Some(1.0),
         ..from_file.clone()
     };
-    let e = over.recipe().unwrap_err().to_string();
+    let e = over.recipe_for(Purpose::Training).unwrap_err().to_string();
     assert!(e.contains("apply to --recipe delayed only"), "{e}");
     let bad = RecipeOptions {
         format: Some("e5m2".into()),
         ..Default::default()
     };
     assert!(
-        bad.recipe()
+        bad.recipe_for(Purpose::Training)
             .unwrap_err()
             .to_string()
             .starts_with("--format e5m2: ")
     );
     let run = RecipeOptions::default();
     assert!(matches!(
-        run.recipe_for_inference(false).unwrap(),
+        run.recipe_for(Purpose::Inference { calibrated: false })
+            .unwrap(),
         Recipe::Current(_)
     ));
     assert!(matches!(
-        run.recipe_for_inference(true).unwrap(),
+        run.recipe_for(Purpose::Inference { calibrated: true })
+            .unwrap(),
         Recipe::Delayed(_)
+    ));
+    assert!(matches!(
+        run.recipe_for(Purpose::Training).unwrap(),
+        Recipe::Delayed(_)
+    ));
+    // A config file without a [recipe] table says nothing: inference keeps current scaling.
+    let empty = dir.path().join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let from_empty = RecipeOptions {
+        config: Some(empty),
+        ..Default::default()
+    };
+    assert!(matches!(
+        from_empty
+            .recipe_for(Purpose::Inference { calibrated: false })
+            .unwrap(),
+        Recipe::Current(_)
     ));
     let missing = RecipeOptions {
         config: Some(dir.path().join("absent.toml")),
@@ -143,7 +162,7 @@ fn recipe_options_read_the_config_then_the_flags() {
     };
     assert!(
         missing
-            .recipe()
+            .recipe_for(Purpose::Training)
             .unwrap_err()
             .to_string()
             .contains("absent.toml: cannot read")
@@ -153,11 +172,15 @@ fn recipe_options_read_the_config_then_the_flags() {
 #[test]
 fn calibration_fills_every_fp8_tensor_from_the_f32_path() {
     let model = mlp();
+    // Calibration fills delayed-scaling histories: the recipe of calibrated inference.
     let opts = CompileOptions::fp8()
         .input_shape("x", &[16, 64])
-        .min_fp8_flops(0);
+        .min_fp8_flops(0)
+        .recipe(fp8c_session::default_recipe(Purpose::Inference {
+            calibrated: true,
+        }));
     let Recipe::Delayed(d) = opts.recipe else {
-        panic!("the default recipe is delayed scaling")
+        panic!("calibrated inference uses delayed scaling")
     };
     let mut fp8 = model.compile(&opts).unwrap().prepare(Device::Cpu).unwrap();
     let f32_opts = opts.clone().with_precision(PrecisionMode::F32);

@@ -37,6 +37,7 @@ pub struct Trainer {
     exe: Box<dyn Executable>,
     info: TrainInfo,
     notes: Vec<String>,
+    decisions: Vec<fp8c_passes::precision::Decision>,
     /// Params the graph still reads as params (not trained), with their data.
     frozen: BTreeMap<String, Tensor>,
     /// Names of the trained params (now state entries).
@@ -83,6 +84,7 @@ impl Trainer {
             exe,
             info,
             notes: cx.notes,
+            decisions: cx.decisions,
             trained,
         })
     }
@@ -192,6 +194,17 @@ impl Trainer {
     /// Notes the passes left (shown with `-v`).
     pub fn notes(&self) -> &[String] {
         &self.notes
+    }
+
+    /// The precision decision of every GEMM of the forward graph.
+    pub fn decisions(&self) -> &[fp8c_passes::precision::Decision] {
+        &self.decisions
+    }
+
+    /// The GEMMs that stay in high precision although FP8 was asked for, one line per reason
+    /// class (see [`crate::Compiled::high_precision_summary`]).
+    pub fn high_precision_summary(&self) -> Vec<String> {
+        crate::compiled::high_precision_summary(&self.decisions)
     }
 
     /// The compiled training graph (trained params turned into state).
