@@ -1,29 +1,26 @@
-//! ONNX's own backend node tests, run end to end on the CPU backend: import, compile with
-//! `--precision f32` semantics (the whole pipeline, no FP8 rewriting), lower, run, and compare
-//! with the test's expected outputs.
+//! ONNX's own backend node tests, run the way a user runs them: one `fp8c run model.onnx
+//! --data test_data_set_N --out-dir OUT --precision f32` process per data set, whose
+//! `output_K.pb` files are compared with the test's expected outputs. Nothing is frozen or
+//! patched by this harness: inputs that decide shapes (Reshape's shape, Slice bounds, axes fed
+//! as inputs) are specialised on by `fp8c run` itself.
 //!
 //! The tests come from the pinned onnx wheel (`scripts/gen_onnx_node_tests.py`, generated into
 //! `.cache/onnx-node-tests` on first use). `tests/onnx-node-manifest.txt` lists the tests
 //! expected to pass (like tract's `node.txt`); a manifest test that fails fails this test. The
 //! other tests run too and are reported, so the manifest can grow: `FP8C_BLESS_MANIFEST=1`
-//! appends every newly passing test to it.
+//! appends every newly passing test to it. The output gives the passing count per op family.
 //!
 //! Comparison, as ONNX's backend runner: floats within `rtol = 1e-3`, `atol = 1e-7`
 //! (`|got − want| ≤ atol + rtol·|want|`) with NaN equal to NaN; integers, bools and FP8 codes
 //! exactly (any FP8 NaN code equals any other).
-//!
-//! Inputs are fed at run time. A model that cannot be imported, compiled or lowered that way
-//! (an input the IR needs as a constant: Reshape's shape, Slice's bounds, ...) is retried with
-//! its integer inputs frozen to the test data as constants.
 
 mod support;
 
-use fp8c_ir::{DType, Graph, Tensor};
-use fp8c_onnx::{ImportOptions, load_model, load_tensor_pb};
-use fp8c_runtime::{Backend, CpuBackend};
-use fp8c_session::{CompileOptions, Model};
+use fp8c_ir::{DType, Tensor};
+use fp8c_onnx::load_tensor_pb;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 const RTOL: f64 = 1e-3;
 const ATOL: f64 = 1e-7;
@@ -42,9 +39,8 @@ fn manifest() -> Vec<String> {
         .collect()
 }
 
-/// One data set: inputs and expected outputs, in the model's order.
+/// One data set's expected outputs, in the model's order (its inputs are read by `fp8c run`).
 struct DataSet {
-    inputs: Vec<Tensor>,
     outputs: Vec<Tensor>,
 }
 
@@ -67,7 +63,6 @@ fn load_sets(dir: &Path) -> Result<Vec<DataSet>, String> {
             Ok(v)
         };
         sets.push(DataSet {
-            inputs: load("input")?,
             outputs: load("output")?,
         });
     }
@@ -77,83 +72,63 @@ fn load_sets(dir: &Path) -> Result<Vec<DataSet>, String> {
     Ok(sets)
 }
 
-/// Import, bind shapes, compile in f32: the graph ready to lower.
-fn build(
-    model: &Path,
-    names: &[String],
-    set: &DataSet,
-    freeze_ints: bool,
-) -> Result<Graph, String> {
-    let mut opts = ImportOptions::default();
-    if freeze_ints {
-        for (name, t) in names.iter().zip(&set.inputs) {
-            if t.dtype().is_int() {
-                opts.constant_inputs.insert(name.clone(), t.clone());
-            }
-        }
-    }
-    let g = load_model(model, &opts).map_err(|e| e.to_string())?.graph;
-    let mut compile = CompileOptions::f32();
-    compile.input_shapes = names
-        .iter()
-        .zip(&set.inputs)
-        .filter(|(n, _)| !opts.constant_inputs.contains_key(*n))
-        .map(|(n, t)| (n.clone(), t.shape().to_vec()))
-        .collect();
-    let compiled = Model::from_graph(g)
-        .compile(&compile)
-        .map_err(|e| e.to_string())?;
-    Ok(compiled.graph)
-}
-
-/// Runs one test directory; `Err` says what went wrong.
-fn run_test(dir: &Path) -> Result<(), String> {
+/// Runs one test directory through the `fp8c` binary; `Err` says what went wrong.
+fn run_test(dir: &Path, scratch: &Path) -> Result<(), String> {
     let model = dir.join("model.onnx");
-    let info = fp8c_onnx::inspect(&model).map_err(|e| e.to_string())?;
-    let names: Vec<String> = info.inputs.iter().map(|v| v.name.clone()).collect();
-    let out_names: Vec<String> = info.outputs.iter().map(|v| v.name.clone()).collect();
     for (i, set) in load_sets(dir)?.iter().enumerate() {
-        if set.inputs.len() != names.len() {
-            return Err(format!(
-                "data set {i} has {} inputs, the model {}",
-                set.inputs.len(),
-                names.len()
-            ));
+        let set_dir = dir.join(format!("test_data_set_{i}"));
+        let out = scratch.join(format!("set{i}"));
+        let _ = std::fs::remove_dir_all(&out);
+        let run = support::run_fp8c([
+            "run".as_ref(),
+            model.as_os_str(),
+            "--data".as_ref(),
+            set_dir.as_os_str(),
+            "--out-dir".as_ref(),
+            out.as_os_str(),
+            "--precision".as_ref(),
+            "f32".as_ref(),
+        ]);
+        if !run.ok {
+            let msg = run.stderr.trim().lines().last().unwrap_or("").to_string();
+            return Err(format!("data set {i}: {msg}"));
         }
-        let lowered = |freeze| {
-            build(&model, &names, set, freeze)
-                .and_then(|g| Ok((fp8c_runtime::lower(&g).map_err(|e| e.to_string())?, g)))
-        };
-        let ((program, g), frozen) = match lowered(false) {
-            Ok(x) => (x, false),
-            Err(first) => match lowered(true) {
-                Ok(x) => (x, true),
-                Err(_) => return Err(first),
-            },
-        };
-        let mut exe = CpuBackend
-            .prepare(&program, g.weights())
-            .map_err(|e| e.to_string())?;
-        let feed: BTreeMap<String, Tensor> = names
-            .iter()
-            .zip(&set.inputs)
-            .filter(|(n, t)| {
-                !(frozen && t.dtype().is_int()) && program.inputs().iter().any(|(m, _)| m == *n)
-            })
-            .map(|(n, t)| (n.clone(), t.clone()))
-            .collect();
-        let got = exe.run(&feed).map_err(|e| e.to_string())?;
         for (k, want) in set.outputs.iter().enumerate() {
-            let name = out_names
-                .get(k)
-                .ok_or_else(|| format!("output_{k}.pb has no model output"))?;
-            let t = got
-                .get(name)
-                .ok_or_else(|| format!("output \"{name}\" was not produced"))?;
-            same(t, want).map_err(|m| format!("data set {i}, output \"{name}\": {m}"))?;
+            let path = out.join(format!("output_{k}.pb"));
+            let got = load_tensor_pb(&path).map_err(|e| format!("output {k}: {e}"))?;
+            same(&got, want).map_err(|m| format!("data set {i}, output {k}: {m}"))?;
         }
     }
     Ok(())
+}
+
+/// The op family of a test, for the per-family counts: the family of the op the test is
+/// named after (the longest op name of the test's ops found in its name), in fp8c's family
+/// names.
+fn family_of(test: &str, ops: &[&str]) -> &'static str {
+    let name = test.to_lowercase().replace('_', "");
+    let main = ops
+        .iter()
+        .filter(|o| name.contains(&o.to_lowercase()))
+        .max_by_key(|o| o.len())
+        .or(ops.first())
+        .copied()
+        .unwrap_or("");
+    match main {
+        "MatMul" | "Gemm" | "Einsum" | "MatMulInteger" | "QLinearMatMul" => "linalg",
+        "Conv" | "ConvTranspose" | "ConvInteger" | "QLinearConv" => "conv",
+        m if m.ends_with("Pool") || m == "LpPool" => "pool",
+        m if m.contains("Normalization") || m.contains("Softmax") || m == "LRN" => "normalize",
+        m if m.starts_with("Reduce") || m.starts_with("Arg") || m == "TopK" => "reduce",
+        "QuantizeLinear" | "DequantizeLinear" | "DynamicQuantizeLinear" => "fp8",
+        "Cast" | "CastLike" if name.contains("float8") || name.contains("e8m0") => "fp8",
+        "Reshape" | "Transpose" | "Unsqueeze" | "Squeeze" | "Flatten" | "Concat" | "Split"
+        | "Slice" | "Gather" | "GatherND" | "GatherElements" | "ScatterND" | "ScatterElements"
+        | "Expand" | "ConstantOfShape" | "Range" | "Pad" | "Tile" | "Shape" | "Size" | "Trilu"
+        | "CumSum" | "Identity" | "Constant" | "OneHot" | "DepthToSpace" | "SpaceToDepth"
+        | "Resize" => "movement",
+        _ => "elementwise",
+    }
 }
 
 /// ONNX backend comparison (see the module docs).
@@ -202,6 +177,22 @@ fn same(got: &Tensor, want: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
+/// `test name → its ops`, from the suite's MANIFEST.tsv.
+fn suite_ops(suite: &Path) -> BTreeMap<String, Vec<String>> {
+    let text = std::fs::read_to_string(suite.join("MANIFEST.tsv")).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (name, ops) = (f.next()?, f.next()?);
+            Some((
+                name.to_string(),
+                ops.split(';').map(str::to_string).collect(),
+            ))
+        })
+        .collect()
+}
+
 #[test]
 fn onnx_backend_node_tests_run() {
     let suite = support::onnx_node_tests();
@@ -220,21 +211,54 @@ fn onnx_backend_node_tests_run() {
         "manifest tests not in {}: {missing:?}",
         suite.display()
     );
+    let ops = suite_ops(&suite);
+    let scratch = support::scratch("onnx-node-cli");
+
+    // Two workers: this machine (and CI) has two cores; each test is one or a few processes.
+    let results: Mutex<Vec<(String, Result<(), String>)>> = Mutex::new(Vec::new());
+    let next = Mutex::new(0usize);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let i = {
+                        let mut n = next.lock().unwrap();
+                        *n += 1;
+                        *n - 1
+                    };
+                    let Some(dir) = dirs.get(i) else { break };
+                    let name = name_of(dir);
+                    let r = run_test(dir, &scratch.join(&name));
+                    results.lock().unwrap().push((name, r));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by(|a, b| a.0.cmp(&b.0));
 
     let (mut passed, mut failed) = (0usize, Vec::new());
     let mut newly = Vec::new();
     let mut others_failing = 0usize;
-    for dir in &dirs {
-        let name = name_of(dir);
-        let result = run_test(dir);
-        if listed.contains(&name) {
+    let mut by_family: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for (name, result) in &results {
+        let test_ops: Vec<&str> = ops
+            .get(name)
+            .map(|v| v.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let fam = by_family.entry(family_of(name, &test_ops)).or_default();
+        fam.1 += 1;
+        if result.is_ok() {
+            fam.0 += 1;
+        }
+        if listed.iter().any(|l| l == name) {
             match result {
                 Ok(()) => passed += 1,
                 Err(e) => failed.push(format!("{name}: {e}")),
             }
         } else {
             match result {
-                Ok(()) => newly.push(name),
+                Ok(()) => newly.push(name.clone()),
                 Err(e) => {
                     others_failing += 1;
                     if std::env::var_os("FP8C_CONFORMANCE_VERBOSE").is_some() {
@@ -261,13 +285,20 @@ fn onnx_backend_node_tests_run() {
         }
     }
     eprintln!(
+        "passing per op family (all {} selected tests, through `fp8c run`):",
+        results.len()
+    );
+    for (fam, (ok, all)) in &by_family {
+        eprintln!("  {fam:<12} {ok:>4} of {all:>4}");
+    }
+    eprintln!(
         "outside the manifest: {} pass, {others_failing} fail (FP8C_CONFORMANCE_VERBOSE=1 lists why)",
         newly.len()
     );
     for f in &failed {
         eprintln!("FAILED {f}");
     }
-    eprintln!("{passed} passed, {} failed", failed.len());
+    eprintln!("{passed} manifest tests passed, {} failed", failed.len());
     assert!(
         failed.is_empty(),
         "{} manifest test(s) failed:\n{}",

@@ -204,7 +204,17 @@ pub fn run(a: RunArgs) -> Result<()> {
         },
     )?;
     crate::commands::warn_all(model.warnings());
-    let inputs = read_inputs(&a, &model)?;
+    let mut inputs = read_inputs(&a, &model)?;
+    // Integer inputs whose values decide shapes are specialised on, like input shapes.
+    if let Some((specialised, said)) = model.specialise(&inputs)? {
+        for line in said {
+            tracing::info!("{line}");
+        }
+        for n in model.shape_inputs() {
+            inputs.remove(n);
+        }
+        model = specialised;
+    }
     let shapes: BTreeMap<String, Vec<u64>> = inputs
         .iter()
         .map(|(k, t)| (k.clone(), t.shape().to_vec()))

@@ -64,6 +64,9 @@ pub struct Imported {
     /// What the importer accepted but the user should know (attributes no version of their op
     /// has, ignored as onnxruntime ignores them), one line each, naming the node.
     pub warnings: Vec<String>,
+    /// Integer graph inputs whose values decide shapes ([`crate::shape_inputs`]), still graph
+    /// inputs (not given in `ImportOptions::constant_inputs`); a caller specialises on them.
+    pub shape_inputs: Vec<String>,
 }
 
 /// Decodes model bytes; an empty or graph-less message is an error.
@@ -120,6 +123,32 @@ pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxErr
     run().map_err(|e| e.in_file(path))
 }
 
+/// The interface of a model that cannot be imported until some inputs are known: a graph
+/// with the model's inputs and no nodes, and the integer inputs whose values decide shapes
+/// (over the outputs `opts` selects). What a session loads before it specialises a model
+/// whose ops need those values as constants (e.g. `Unsqueeze` with `axes` fed as an input).
+pub fn load_interface(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxError> {
+    let run = || {
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        let s = crate::stream::read_model(std::io::BufReader::new(file), len)?;
+        let graph = s.model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
+        let plan = plan(graph, opts)?;
+        let shape_inputs: Vec<String> = crate::shape_inputs(graph)
+            .into_iter()
+            .filter(|n| !opts.constant_inputs.contains_key(n) && plan.used.contains(n))
+            .collect();
+        let bare = ImportOptions {
+            outputs: Some(Vec::new()),
+            ..opts.clone()
+        };
+        let mut imported = import_streamed(&s.model, &s.raw, path.parent(), &bare)?;
+        imported.shape_inputs = shape_inputs;
+        Ok(imported)
+    };
+    run().map_err(|e: OnnxError| e.in_file(path))
+}
+
 /// Imports serialized model bytes; `base_dir` is where external data files are looked up.
 pub fn import_bytes(
     bytes: &[u8],
@@ -149,6 +178,10 @@ fn import_streamed(
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
     let opset = ai_onnx_opset(model)?;
     let plan = plan(graph, opts)?;
+    let shape_inputs = crate::shape_inputs(graph)
+        .into_iter()
+        .filter(|n| !opts.constant_inputs.contains_key(n) && plan.used.contains(n))
+        .collect();
     let mut warnings = Vec::new();
     let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
     Ok(Imported {
@@ -159,6 +192,7 @@ fn import_streamed(
         producer_version: model.producer_version().into(),
         values: values.into_iter().collect(),
         warnings,
+        shape_inputs,
     })
 }
 

@@ -18,6 +18,7 @@ pub mod export;
 mod import;
 mod inspect;
 mod ops;
+mod shape_inputs;
 mod stream;
 mod tensor;
 
@@ -30,10 +31,11 @@ pub mod proto {
 pub use error::{OnnxError, UnsupportedOp};
 pub use import::{
     ImportOptions, Imported, MAX_OPSET, MIN_OPSET, ai_onnx_opset, decode_model, import_bytes,
-    import_model, load_model,
+    import_model, load_interface, load_model,
 };
 pub use inspect::{ModelInfo, OpsetInfo, ValueSummary, inspect, inspect_bytes, inspect_model};
 pub use ops::SUPPORTED_OPS;
+pub use shape_inputs::shape_inputs;
 pub use tensor::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, load_tensor_pb, onnx_dtype_name,
     save_tensor_pb, tensor_from_proto, tensor_to_proto,

@@ -53,6 +53,7 @@ pub mod npy;
 mod options;
 pub mod plot;
 mod runner;
+mod session;
 pub mod train;
 
 pub use compiled::{Compiled, weights_path};
@@ -63,6 +64,7 @@ pub use options::{
     read_recipe_config, validate_policy,
 };
 pub use runner::{Device, Runner};
+pub use session::Session;
 pub use train::{StepReport, Trainer};
 
 pub use fp8c_core::Recipe;

@@ -35,6 +35,12 @@ pub struct Model {
     graph: Graph,
     path: Option<PathBuf>,
     warnings: Vec<String>,
+    /// How the model was loaded (to load it again, specialised).
+    load: LoadOptions,
+    /// Integer inputs whose values decide shapes (see [`Model::shape_inputs`]).
+    shape_inputs: Vec<String>,
+    /// Why only the interface is loaded: the import needs the values of shape inputs.
+    deferred: Option<String>,
 }
 
 impl Model {
@@ -49,27 +55,94 @@ impl Model {
         if !path.exists() {
             bail!("{}: no such file", path.display());
         }
-        let (graph, warnings) = if is_ir_text(path)? {
-            (load_ir_text(path, &opts.outputs)?, Vec::new())
+        Self::load_specialised(path, opts, &BTreeMap::new())
+    }
+
+    /// Loads a model with the graph inputs in `constants` replaced by those values (ONNX
+    /// models: the importer takes them as constants).
+    fn load_specialised(
+        path: &Path,
+        opts: &LoadOptions,
+        constants: &BTreeMap<String, Tensor>,
+    ) -> Result<Model> {
+        let (graph, warnings, shape_inputs) = if is_ir_text(path)? {
+            (load_ir_text(path, &opts.outputs)?, Vec::new(), Vec::new())
         } else {
             let import = fp8c_onnx::ImportOptions {
                 outputs: (!opts.outputs.is_empty()).then(|| opts.outputs.clone()),
+                constant_inputs: constants.clone(),
                 ..Default::default()
             };
-            let imported = fp8c_onnx::load_model(path, &import)?;
+            let imported = match fp8c_onnx::load_model(path, &import) {
+                Ok(i) => i,
+                Err(e) => {
+                    // Ops that take a shape input's value as an attribute (Unsqueeze axes fed
+                    // as a graph input) cannot be imported before the value is known: load the
+                    // interface, and import for real when inputs arrive (`specialise`).
+                    let Ok(bare) = fp8c_onnx::load_interface(path, &import) else {
+                        return Err(e.into());
+                    };
+                    if bare.shape_inputs.is_empty() {
+                        return Err(e.into());
+                    }
+                    return Ok(Model {
+                        graph: bare.graph,
+                        path: Some(path.to_path_buf()),
+                        warnings: Vec::new(),
+                        load: opts.clone(),
+                        shape_inputs: bare.shape_inputs,
+                        deferred: Some(e.to_string()),
+                    });
+                }
+            };
             let file = path.display();
             let warnings = imported
                 .warnings
                 .iter()
                 .map(|w| format!("{file}: {w}"))
                 .collect();
-            (imported.graph, warnings)
+            (imported.graph, warnings, imported.shape_inputs)
         };
         Ok(Model {
             graph,
             path: Some(path.to_path_buf()),
             warnings,
+            load: opts.clone(),
+            shape_inputs,
+            deferred: None,
         })
+    }
+
+    /// The integer inputs whose *values* decide shapes: a Reshape's target shape, Slice
+    /// bounds, reduction axes, ... fed as graph inputs (see `fp8c_onnx::shape_inputs`). A
+    /// program is compiled for static shapes, so these are specialised on like input shapes:
+    /// [`Model::specialise`] makes them constants. Data inputs (token ids) are never among
+    /// them. Empty for IR text and graphs built in memory.
+    pub fn shape_inputs(&self) -> &[String] {
+        &self.shape_inputs
+    }
+
+    /// The model specialised on the values of its [`Model::shape_inputs`] found in `inputs`
+    /// (they become constants and leave the interface), with a line per input saying so; None
+    /// when there is nothing to specialise.
+    pub fn specialise(
+        &self,
+        inputs: &BTreeMap<String, Tensor>,
+    ) -> Result<Option<(Model, Vec<String>)>> {
+        let values: BTreeMap<String, Tensor> = self
+            .shape_inputs
+            .iter()
+            .filter_map(|n| inputs.get(n).map(|t| (n.clone(), t.clone())))
+            .collect();
+        let Some(path) = self.path.as_deref().filter(|_| !values.is_empty()) else {
+            return Ok(None);
+        };
+        let said = values
+            .iter()
+            .map(|(n, t)| format!("specialised on input \"{n}\" = {}", brief(t)))
+            .collect();
+        let m = Self::load_specialised(path, &self.load, &values)?;
+        Ok(Some((m, said)))
     }
 
     /// A model from a graph built in memory (another compiler's IR, a test).
@@ -78,6 +151,9 @@ impl Model {
             graph,
             path: None,
             warnings: Vec::new(),
+            load: LoadOptions::default(),
+            shape_inputs: Vec::new(),
+            deferred: None,
         }
     }
 
@@ -171,6 +247,12 @@ impl Model {
     /// dumps and notes recorded before it.
     pub fn compile(&self, opts: &CompileOptions) -> Result<Compiled> {
         opts.validate()?;
+        if let Some(why) = &self.deferred {
+            bail!(
+                "{why} (the values of the inputs {} decide shapes: give them, and the model is specialised on them, as `fp8c run` and `Session::run` do)",
+                self.shape_inputs.join(", ")
+            );
+        }
         let mut g = self.graph.clone();
         let bound = fp8c_passes::shapes::bind_input_shapes(&mut g, &opts.input_shapes);
         self.in_file(bound)?;
@@ -192,6 +274,16 @@ impl Model {
             Some(p) => r.with_context(|| p.display()),
             None => r.map_err(Into::into),
         }
+    }
+}
+
+/// A short rendering of a (small, integer) tensor's values for messages: `[2, 3, -1]`, cut
+/// after 16 values.
+fn brief(t: &Tensor) -> String {
+    match t.to_i64_vec() {
+        Ok(v) if v.len() <= 16 => format!("{v:?}"),
+        Ok(v) => format!("{:?} … ({} values)", &v[..16], v.len()),
+        Err(_) => format!("{} {:?}", t.dtype(), t.shape()),
     }
 }
 

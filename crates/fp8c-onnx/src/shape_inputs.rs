@@ -1,0 +1,110 @@
+//! Which graph inputs are shapes in disguise: integer inputs whose *values* decide the shape
+//! of a tensor (a Reshape's target shape, Slice bounds, reduction axes, Range limits, ...),
+//! directly or through integer arithmetic on them.
+//!
+//! A program is compiled for static shapes, so such an input is treated like an input shape:
+//! the session specialises the model on the value it is given (the import turns the input
+//! into a constant, `ImportOptions::constant_inputs`) and specialises again when a later
+//! call's value differs. Data inputs are left alone, even when they are integers (token ids):
+//! only inputs that reach a shape position count.
+//!
+//! The analysis runs backwards from every input position that ONNX defines as shape-like
+//! (the table below), through the nodes that compute those values: every input of such a node
+//! is shape-like too, except the data input of `Shape` and `Size`, which read only the shape.
+
+use crate::proto::GraphProto;
+use std::collections::{HashMap, HashSet};
+
+/// Input positions of `op_type` (default domain) whose values decide output shapes, or that
+/// the IR takes as attributes (axes, split sizes, k).
+fn shape_positions(op_type: &str) -> &'static [usize] {
+    match op_type {
+        "Reshape" | "Expand" | "Tile" | "Unsqueeze" | "Squeeze" | "Split" | "TopK" | "CumSum"
+        | "OneHot" | "Trilu" | "Upsample" | "CenterCropPad" | "DFT" => &[1],
+        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+        | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => &[1],
+        "ConstantOfShape" | "BlackmanWindow" | "HannWindow" | "HammingWindow" => &[0],
+        "Range" => &[0, 1, 2],
+        "Slice" => &[1, 2, 3, 4],
+        "Pad" => &[1, 3],
+        "Resize" => &[2, 3],
+        "MaxUnpool" => &[2],
+        "Col2Im" => &[1, 2],
+        "STFT" => &[2, 3],
+        _ => &[],
+    }
+}
+
+/// The graph inputs (not initializers) of integer type whose values decide shapes, in the
+/// graph's input order.
+pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
+    let producer: HashMap<&str, usize> = graph
+        .node
+        .iter()
+        .enumerate()
+        .flat_map(|(k, n)| n.output.iter().map(move |o| (o.as_str(), k)))
+        .collect();
+    let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut stack: Vec<&str> = Vec::new();
+    for n in &graph.node {
+        for &i in shape_positions(n.op_type()) {
+            if let Some(v) = n.input.get(i).filter(|v| !v.is_empty()) {
+                stack.push(v);
+            }
+        }
+    }
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || inits.contains(v) {
+            continue;
+        }
+        let Some(&k) = producer.get(v) else { continue };
+        let n = &graph.node[k];
+        if matches!(n.op_type(), "Shape" | "Size") {
+            continue;
+        }
+        stack.extend(n.input.iter().filter(|i| !i.is_empty()).map(String::as_str));
+    }
+    graph
+        .input
+        .iter()
+        .filter(|i| seen.contains(i.name()) && !inits.contains(i.name()))
+        .filter(|i| is_integer_input(i))
+        .map(|i| i.name().to_string())
+        .collect()
+}
+
+/// True for a graph input declared with an integer (or bool) element type.
+fn is_integer_input(vi: &crate::proto::ValueInfoProto) -> bool {
+    let Ok((code, _)) = crate::import::value_info_parts(vi) else {
+        return false;
+    };
+    crate::tensor::dtype_from_onnx(code).is_ok_and(|d| d.is_int() || d == fp8c_ir::DType::Bool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::ModelBuilder;
+    use fp8c_ir::DType;
+
+    #[test]
+    fn only_inputs_reaching_a_shape_position_count() {
+        // y = reshape(x, concat(shape(x)[0], n + 1)); ids feed a gather (data, not a shape).
+        let b = ModelBuilder::new()
+            .input("x", DType::F32, &[2.into(), 6.into()])
+            .input("n", DType::I64, &[1.into()])
+            .input("ids", DType::I64, &[2.into()])
+            .input("table", DType::F32, &[4.into(), 3.into()])
+            .node("Shape", &["x"], &["s"])
+            .node("Add", &["n", "n"], &["n2"])
+            .node("Concat", &["s", "n2"], &["target"])
+            .attr_int("axis", 0)
+            .node("Reshape", &["x", "target"], &["y"])
+            .node("Gather", &["table", "ids"], &["e"])
+            .output_untyped("y")
+            .output_untyped("e");
+        let model = b.into_model();
+        assert_eq!(shape_inputs(model.graph.as_ref().unwrap()), ["n"]);
+    }
+}
