@@ -1,9 +1,8 @@
 //! `fp8c inspect` and `fp8c compile`: their arguments, and what they print.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use fp8c_session::{LoadOptions, Model, Purpose};
-use std::io::Write;
 use std::path::PathBuf;
 
 /// `fp8c inspect`.
@@ -77,13 +76,13 @@ pub enum ReportFormat {
 pub fn inspect(a: InspectArgs) -> Result<()> {
     let info = fp8c_onnx::inspect(&a.model).map_err(fp8c_session::Error::from)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        crate::out::println(&serde_json::to_string_pretty(&info)?)?;
     } else {
-        let text = info.to_string();
-        print!("{text}");
+        let mut text = info.to_string();
         if !text.ends_with('\n') {
-            println!();
+            text.push('\n');
         }
+        crate::out::print(&text)?;
     }
     Ok(())
 }
@@ -109,6 +108,10 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     opts.print_after = a.print_after.clone();
     opts.stop_after = a.stop_after.clone();
     opts.validate()?;
+    if let Some(path) = &a.out {
+        // Refuse a bad target (a link, a device, the model itself) before any work.
+        fp8c_session::files::Output::check("-o", path, &[&a.model])?;
+    }
     let model = Model::load_with(
         &a.model,
         &LoadOptions {
@@ -122,8 +125,10 @@ pub fn compile(a: CompileArgs) -> Result<()> {
             if let Some(f) = e.pass_failure() {
                 show_records(&f.dumps, &f.notes);
                 if let fp8c_passes::PassError::Failed { last_good, .. } = &f.error {
-                    let dump = std::env::temp_dir().join("fp8c-last-good.fp8ir");
-                    if std::fs::write(&dump, fp8c_ir::text::print(last_good)).is_ok() {
+                    let text = fp8c_ir::text::print(last_good);
+                    if let Ok(dump) =
+                        fp8c_session::files::private_dump("last-good", ".fp8ir", &text)
+                    {
                         eprintln!("note: the last IR that verified is in {}", dump.display());
                     }
                 }
@@ -135,8 +140,8 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     if let Some(fmt) = a.report {
         let report = compiled.report(a.report_all);
         match fmt {
-            ReportFormat::Text => print!("{}", report.to_table()),
-            ReportFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+            ReportFormat::Text => crate::out::print(&report.to_table())?,
+            ReportFormat::Json => crate::out::println(&serde_json::to_string_pretty(&report)?)?,
         }
         if a.out.is_none() {
             return Ok(());
@@ -144,16 +149,13 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     }
     match (&a.out, a.emit) {
         (Some(path), Emit::Ir) => compiled.write_ir(path)?,
-        (Some(path), Emit::Json) => std::fs::write(path, compiled.json())
-            .with_context(|| format!("{}: cannot write", path.display()))?,
+        (Some(path), Emit::Json) => compiled.write_text(path, &compiled.json())?,
         (None, emit) => {
             let text = match emit {
                 Emit::Ir => compiled.ir_text(),
                 Emit::Json => compiled.json(),
             };
-            let mut out = std::io::stdout().lock();
-            out.write_all(text.as_bytes())?;
-            out.flush()?;
+            crate::out::print(&text)?;
         }
     }
     Ok(())

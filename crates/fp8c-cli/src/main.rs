@@ -3,6 +3,7 @@
 mod bench;
 mod commands;
 mod fp8args;
+mod out;
 mod plot;
 mod progress;
 mod run;
@@ -40,8 +41,14 @@ enum Command {
 
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
+        // `println!` to a closed pipe panics; end quietly as other command-line tools do.
+        let msg = info.to_string();
+        if msg.contains("Broken pipe") {
+            std::process::exit(out::BROKEN_PIPE_EXIT.into());
+        }
         eprintln!(
-            "error: internal compiler error (this is a bug in fp8c, please report it): {info}"
+            "error: internal compiler error (this is a bug in fp8c, please report it): {}",
+            out::sanitize(&msg)
         );
     }));
     let passes = fp8c_passes::pass_names()
@@ -82,8 +89,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if out::is_broken_pipe(&e) => ExitCode::from(out::BROKEN_PIPE_EXIT),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", out::sanitize(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }

@@ -158,8 +158,9 @@ fn write_outputs(a: &RunArgs, program: &Program, outs: &BTreeMap<String, Tensor>
             .with_context(|| format!("{}: cannot create the directory", dir.display()))?;
         for (k, (name, t)) in ordered.iter().enumerate() {
             let path = dir.join(format!("output_{k}.pb"));
-            fp8c_onnx::save_tensor_pb(&path, name, t)
-                .map_err(fp8c_session::Error::from)
+            let bytes = fp8c_onnx::tensor_pb_bytes(name, t);
+            fp8c_session::files::Output::check("--out-dir", &path, &[])?
+                .write_bytes(&bytes)
                 .with_context(|| format!("output \"{name}\""))?;
         }
     }
@@ -173,8 +174,10 @@ fn write_stats(path: &Path, a: &RunArgs, recipe: &Recipe, stats: &[Fp8TensorStat
         "recipe": recipe,
         "tensors": stats,
     });
-    let text = serde_json::to_string_pretty(&doc)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))
+    let text = serde_json::to_string_pretty(&doc)? + "\n";
+    fp8c_session::files::Output::check("--stats", path, &[&a.model])?
+        .write_bytes(text.as_bytes())?;
+    Ok(())
 }
 
 /// Compiles `model` with `opts`, logging the passes' notes (`-v`).
@@ -319,7 +322,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         let ref_outs = r
             .run(&inputs)
             .with_context(|| format!("{} (f32 path)", a.model.display()))?;
-        println!("compare {} vs f32:", precision_name(a.fp8.precision));
+        crate::out::println(&format!(
+            "compare {} vs f32:",
+            precision_name(a.fp8.precision)
+        ))?;
         for (name, _) in program.outputs() {
             let (Some(x), Some(y)) = (outs.get(name), ref_outs.get(name)) else {
                 continue;
@@ -327,10 +333,10 @@ pub fn run(a: RunArgs) -> Result<()> {
             let c = fp8c_runtime::compare(x, y)
                 .map_err(fp8c_session::Error::from)
                 .with_context(|| format!("output \"{name}\""))?;
-            println!(
+            crate::out::println(&format!(
                 "  \"{name}\": rel_l2={:.4e} max_abs={:.4e} cosine={:.6}",
                 c.rel_l2, c.max_abs, c.cosine
-            );
+            ))?;
         }
     }
     if let Some(path) = &a.stats {

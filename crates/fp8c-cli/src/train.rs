@@ -238,6 +238,18 @@ pub fn train(a: TrainArgs) -> Result<()> {
     crate::commands::warn_all(model.warnings());
     let output = pick_output(&model, a.output.as_deref())?;
     let options = a.train_options(&output);
+    options.validate()?;
+    // Every output target is checked before any step runs: a bad one must not cost the run.
+    let inputs_read = [a.model.as_path(), a.data.as_path()];
+    if let Some(dst) = &a.save_onnx {
+        fp8c_session::files::Output::check("-o", dst, &inputs_read)?;
+    }
+    if let Some(p) = &a.plot {
+        plot::check_target(p).map_err(|e| anyhow!("--plot {e}"))?;
+    }
+    if let Some(dir) = &a.checkpoint {
+        checkpoint::check_dir(dir)?;
+    }
     let data_opts = DataOptions {
         inputs: a.input_keys()?,
         labels: a.labels.clone(),
@@ -252,7 +264,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
     for n in trainer.notes() {
         tracing::info!("{n}");
     }
-    let meta = a.checkpoint_meta();
+    let meta = a.checkpoint_meta().with_model_file(&a.model)?;
     let mut start_step = 0;
     if let Some(dir) = &a.resume {
         start_step = checkpoint::load(dir, &mut trainer, &meta)?;
@@ -289,6 +301,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         .map(|p| progress::open_log(p, start_step))
         .transpose()?;
     let bar = progress::bar(a.quiet, a.steps, start_step);
+    let stop = progress::stop_flag()?;
     let t0 = Instant::now();
     let mut losses: Vec<(f64, f64)> = Vec::new();
     let mut last_acc = None;
@@ -331,14 +344,26 @@ pub fn train(a: TrainArgs) -> Result<()> {
         bar.set_message(format!("loss {loss:.4}"));
         bar.inc(1);
         let done = step + 1;
+        if stop.load(std::sync::atomic::Ordering::Relaxed) && done < a.steps {
+            bar.finish_and_clear();
+            if let Some(w) = &mut log {
+                w.flush()?;
+            }
+            let dir = match &a.checkpoint {
+                Some(d) => d.clone(),
+                None => progress::interrupted_dir()?,
+            };
+            checkpoint::save(&dir, &trainer, &meta)?;
+            anyhow::bail!(
+                "interrupted after step {step}: the whole training state is in {dir} (continue with --resume {dir})",
+                dir = dir.display()
+            );
+        }
         if let Some(dir) = &a.checkpoint
             && a.checkpoint_every > 0
             && done % a.checkpoint_every == 0
             && done < a.steps
         {
-            if let Some(w) = &mut log {
-                w.flush()?;
-            }
             checkpoint::save(dir, &trainer, &meta)?;
         }
     }

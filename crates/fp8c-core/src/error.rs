@@ -5,8 +5,9 @@ use thiserror::Error;
 /// Errors from recipe validation, parsing and scaling-state updates.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum CoreError {
-    /// `amax_history_len` was 0; TransformerEngine needs at least one slot.
-    #[error("amax_history_len must be >= 1, got {0}")]
+    /// `amax_history_len` was 0 (TransformerEngine needs at least one slot) or beyond
+    /// [`crate::MAX_AMAX_HISTORY`].
+    #[error("amax_history_len must be between 1 and {max}, got {0}", max = crate::MAX_AMAX_HISTORY)]
     AmaxHistoryLen(usize),
     /// `margin` was infinite or NaN.
     #[error("margin must be finite, got {0}")]

@@ -30,3 +30,8 @@ pub use scaling::{
     ScalingState, compute_scale, current_scale, delayed_update, history_amax, record_amax,
     roll_history,
 };
+
+/// The longest amax history a delayed-scaling recipe may keep: 65,536 entries (256 KiB of
+/// f32 per FP8 tensor). TransformerEngine's default is 1,024; the bound turns an absurd
+/// request (`--amax-history 1000000000`) into an error instead of gigabytes of state.
+pub const MAX_AMAX_HISTORY: usize = 1 << 16;

@@ -188,7 +188,7 @@ impl DelayedScaling {
 
     /// Checks `amax_history_len >= 1` and a finite `margin`.
     pub fn validate(&self) -> Result<(), CoreError> {
-        if self.amax_history_len == 0 {
+        if self.amax_history_len == 0 || self.amax_history_len > crate::MAX_AMAX_HISTORY {
             return Err(CoreError::AmaxHistoryLen(self.amax_history_len));
         }
         if !self.margin.is_finite() {

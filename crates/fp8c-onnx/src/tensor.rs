@@ -305,6 +305,12 @@ pub fn load_tensor_pb(path: &Path) -> Result<Tensor, OnnxError> {
 }
 
 /// Writes `tensor` as a serialized `TensorProto` named `name`.
+/// The bytes of a `.pb` tensor file (a serialized `TensorProto` named `name`).
+pub fn tensor_pb_bytes(name: &str, tensor: &Tensor) -> Vec<u8> {
+    tensor_to_proto(name, tensor).encode_to_vec()
+}
+
+/// Writes a `.pb` tensor file (plainly; the CLI writes through its checked, atomic outputs).
 pub fn save_tensor_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), OnnxError> {
     std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec())
         .map_err(|e| OnnxError::Io(e).in_file(path))

@@ -3,11 +3,11 @@
 //! report, and [`Compiled::prepare`], which lowers it and loads it on a [`Device`].
 
 use crate::error::{Context, Error, Result};
+use crate::files::Output;
 use crate::runner::{Device, Runner};
 use fp8c_ir::Graph;
 use fp8c_passes::PassCx;
 use fp8c_passes::precision::Decision;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A graph after the pass pipeline, with the passes' records.
@@ -64,19 +64,31 @@ impl Compiled {
     }
 
     /// Writes the IR text to `path` and, when the graph has parameter data, the data to
-    /// the sidecar [`weights_path`]`(path)`.
+    /// the sidecar [`weights_path`]`(path)`. Both targets are checked first (never a link, a
+    /// device, or the model being compiled; `/dev/null` discards) and written atomically, the
+    /// sidecar first.
     pub fn write_ir(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.ir_text())
-            .map_err(|e| Error::io(format_args!("{}: cannot write", path.display()), e))?;
-        if self.graph.weights().is_empty() {
+        let inputs: Vec<&Path> = self.path.as_deref().into_iter().collect();
+        let ir = Output::check("-o", path, &inputs)?;
+        if ir.is_discard() {
             return Ok(());
         }
-        let wp = weights_path(path);
-        let cannot = |e| Error::io(format_args!("{}: cannot write", wp.display()), e);
-        let f = std::fs::File::create(&wp).map_err(cannot)?;
-        let mut w = std::io::BufWriter::new(f);
-        fp8c_ir::text::write_weights(&self.graph, &mut w).context(wp.display())?;
-        w.flush().map_err(cannot)
+        if !self.graph.weights().is_empty() {
+            let wp = weights_path(path);
+            let sidecar = Output::check("-o", &wp, &inputs)?;
+            sidecar.write(|w| {
+                let mut w = w;
+                fp8c_ir::text::write_weights(&self.graph, &mut w).context(wp.display())
+            })?;
+        }
+        ir.write_bytes(self.ir_text().as_bytes())
+    }
+
+    /// Writes `text` (the JSON form, say) to `path`, checked and atomically like
+    /// [`Compiled::write_ir`].
+    pub fn write_text(&self, path: &Path, text: &str) -> Result<()> {
+        let inputs: Vec<&Path> = self.path.as_deref().into_iter().collect();
+        Output::check("-o", path, &inputs)?.write_bytes(text.as_bytes())
     }
 
     /// The explain report: one row per GEMM (every node with `all`), then totals.

@@ -53,6 +53,7 @@ pub mod npy;
 mod options;
 pub mod plot;
 mod runner;
+pub mod safetensors_io;
 mod session;
 pub mod train;
 

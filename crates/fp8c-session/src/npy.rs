@@ -214,12 +214,10 @@ pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
     Ok((buf, note))
 }
 
-/// Writes `arrays` to an uncompressed `.npz` file; returns `(key, note)` for every array that
-/// had to be converted (see the module docs).
-pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String, &'static str)>> {
-    let f = std::fs::File::create(path)
-        .with_context(|| format!("{}: cannot create", path.display()))?;
-    let mut zip = zip::ZipWriter::new(std::io::BufWriter::new(f));
+/// The bytes of an uncompressed `.npz` archive of `arrays`, and `(key, note)` for every array
+/// that had to be converted (see the module docs).
+pub fn npz_bytes(arrays: &[(&str, &Tensor)]) -> Result<(Vec<u8>, Vec<(String, &'static str)>)> {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
         .large_file(true);
@@ -231,12 +229,17 @@ pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String,
         }
         zip.start_file(format!("{key}.npy"), opts)
             .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
-            .with_context(|| format!("{}: cannot write array \"{key}\"", path.display()))?;
+            .with_context(|| format!("array \"{key}\""))?;
     }
-    let mut w = zip
-        .finish()
-        .with_context(|| format!("{}: cannot finish the archive", path.display()))?;
-    w.flush()
-        .with_context(|| format!("{}: cannot write", path.display()))?;
+    let cursor = zip.finish().context("cannot finish the archive")?;
+    Ok((cursor.into_inner(), notes))
+}
+
+/// Writes `arrays` to an uncompressed `.npz` file (checked and atomic, see
+/// [`crate::files::Output`]); returns `(key, note)` for every array that had to be converted.
+pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String, &'static str)>> {
+    let out = crate::files::Output::check("", path, &[])?;
+    let (bytes, notes) = npz_bytes(arrays).with_context(|| path.display())?;
+    out.write_bytes(&bytes)?;
     Ok(notes)
 }

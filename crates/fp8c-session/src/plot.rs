@@ -34,8 +34,24 @@ fn width(i: usize, n: usize) -> u32 {
     2 + 2 * (n - 1 - i.min(n - 1)) as u32
 }
 
+/// The most rows a log may have (a plot of more says nothing more, and a bad file must not
+/// exhaust memory): 10 million.
+pub const MAX_ROWS: usize = 10_000_000;
+
 /// Reads a training log (`step,loss,...` with a header) as a series labelled `label`.
 pub fn read_csv(path: &Path, label: &str) -> Result<Series, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if meta.len() > 1 << 30 {
+        return Err(format!(
+            "{}: {} bytes is more than a training log of {MAX_ROWS} rows needs",
+            path.display(),
+            meta.len()
+        ));
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let mut lines = text.lines();
@@ -68,6 +84,9 @@ pub fn read_csv(path: &Path, label: &str) -> Result<Series, String> {
             })
         };
         points.push((num(xs)?, num(ys)?));
+        if points.len() > MAX_ROWS {
+            return Err(format!("{}: more than {MAX_ROWS} rows", path.display()));
+        }
     }
     if points.is_empty() {
         return Err(format!("{}: no data rows", path.display()));
@@ -93,8 +112,47 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
     out
 }
 
-/// Plots `series` to `path` (`.svg`, or `.png` without text), smoothed over `window` steps.
+/// Checks a plot target before the work that makes the plot: a `.svg` or `.png` name that
+/// may be written ([`crate::files::Output::check`]).
+pub fn check_target(path: &Path) -> Result<(), String> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    if !matches!(ext.as_deref(), Some("svg") | Some("png")) {
+        return Err(format!(
+            "{}: the plot's file name must end in .svg or .png",
+            path.display()
+        ));
+    }
+    crate::files::Output::check("", path, &[])
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Plots `series` to `path` (`.svg`, or `.png` without text), smoothed over `window` steps;
+/// the file is written atomically after checks ([`crate::files::Output`]).
 pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Result<(), String> {
+    check_target(path)?;
+    let out = crate::files::Output::check("", path, &[]).map_err(|e| e.to_string())?;
+    let mut failure = None;
+    out.write_path(|tmp| {
+        draw(series, title, window, path, tmp).map_err(|e| {
+            failure = Some(e.clone());
+            crate::Error::invalid(e)
+        })
+    })
+    .map_err(|e| failure.unwrap_or_else(|| e.to_string()))
+}
+
+/// Draws the plot into `file` (`path` decides the format and names it in messages).
+fn draw(
+    series: &[Series],
+    title: &str,
+    window: usize,
+    path: &Path,
+    file: &Path,
+) -> Result<(), String> {
     let visible: Vec<&Series> = series.iter().filter(|s| !s.points.is_empty()).collect();
     if visible.is_empty() {
         return Err("nothing to plot: every series is empty".into());
@@ -119,6 +177,11 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
     if x0 > x1 || y0 > y1 {
         return Err("nothing to plot: no finite values".into());
     }
+    if !(x1 - x0).is_finite() || !(y1 - y0).is_finite() {
+        return Err(format!(
+            "cannot plot: the values span more than a float can hold (steps {x0:e} to {x1:e}, losses {y0:e} to {y1:e})"
+        ));
+    }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     let (y0, y1) = (y0 - pad, y1 + pad);
     let x1 = if x1 > x0 { x1 } else { x0 + 1.0 };
@@ -129,7 +192,7 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
     let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     match ext.as_deref() {
         Some("svg") => {
-            let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+            let root = SVGBackend::new(file, (960, 600)).into_drawing_area();
             root.fill(&WHITE).map_err(|e| err(&e))?;
             let caption = if window > 1 {
                 format!("{title} ({window}-step moving average)")
@@ -175,7 +238,7 @@ pub fn plot(series: &[Series], title: &str, window: usize, path: &Path) -> Resul
         }
         Some("png") => {
             // No glyphs without a font rasteriser: curves, a grid and a colour key only.
-            let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+            let root = BitMapBackend::new(file, (960, 600)).into_drawing_area();
             root.fill(&WHITE).map_err(|e| err(&e))?;
             let mut chart = ChartBuilder::on(&root)
                 .margin(24)

@@ -1,62 +1,97 @@
-//! Checkpoints: a folder with `state.npz` (every state entry of the training step, exactly:
-//! weights, optimizer moments, scaling state, counters) and `meta.json` (what made it).
+//! Checkpoints: a folder with `state.safetensors` (every state entry of the training step,
+//! exactly and in its own dtype: weights, optimizer moments, amax histories and scales,
+//! counters) and `meta.json` (what made it: format version, the integer step, the model's
+//! digest, the loss, precision, batch, seed, and the state file's SHA-256).
 //!
-//! Both files are written to temporary files and renamed into place, the state first: a run
-//! killed at any moment leaves the previous checkpoint intact. [`load`] restores the state
-//! bit for bit, so a resumed run continues with identical losses.
+//! Both files are written to temporary files, synced and renamed into place, the state first:
+//! a run killed at any moment leaves the previous checkpoint intact (a kill between the two
+//! renames leaves a state whose digest no longer matches the old metadata; [`load`] refuses
+//! it with a message rather than resuming from mixed files). [`load`] checks the format, the
+//! model and loss identity, the run's settings and the digest, then restores the state bit for
+//! bit, so a resumed run continues with identical losses. Python reads the state with
+//! `safetensors.numpy.load_file`, FP8 and bf16 with their own dtypes.
 
 use super::Trainer;
 use crate::error::{Context, Error, Result, bail};
-use crate::files::write_atomic;
-use crate::npy;
-use fp8c_ir::Tensor;
+use crate::files::Output;
+use crate::safetensors_io;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The checkpoint format this version writes and reads.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
+
+/// The state file's name inside a checkpoint folder.
+pub const STATE_FILE: &str = "state.safetensors";
 
 /// What `meta.json` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Meta {
     /// [`FORMAT`].
     pub format: u32,
-    /// Steps run when it was saved.
+    /// Steps run when it was saved (an exact integer).
     pub step: u64,
+    /// Steps skipped (non-finite loss or gradient) among them.
+    #[serde(default)]
+    pub skipped_steps: u64,
     /// The model file.
     pub model: String,
+    /// SHA-256 of the model file (empty when unknown, e.g. a graph built in memory).
+    #[serde(default)]
+    pub model_sha256: String,
     /// Precision mode (`f32`, `bf16`, `fp8`).
     pub precision: String,
-    /// Loss (`ce`, `mse`).
+    /// Loss (`ce`, `mse`), with the output it reads (`ce:logits`).
     pub loss: String,
     /// Seed of the data order.
     pub seed: u64,
     /// Samples per step.
     pub batch: u64,
-    /// Number of state entries in `state.npz`.
+    /// Number of state entries in the state file.
     pub state_entries: usize,
+    /// SHA-256 of the state file.
+    #[serde(default)]
+    pub state_sha256: String,
 }
 
 impl Meta {
-    /// The description of a run; `step` and `state_entries` are filled in by [`save`].
+    /// The description of a run; `step`, `state_entries` and the digests of the state are
+    /// filled in by [`save`]. `model_sha256` may be left empty (see [`Meta::with_model_file`]).
     pub fn new(model: &str, precision: &str, loss: &str, seed: u64, batch: u64) -> Meta {
         Meta {
             format: FORMAT,
             step: 0,
+            skipped_steps: 0,
             model: model.to_string(),
+            model_sha256: String::new(),
             precision: precision.to_string(),
             loss: loss.to_string(),
             seed,
             batch,
             state_entries: 0,
+            state_sha256: String::new(),
         }
+    }
+
+    /// The same description with the digest of the model file at `path`.
+    pub fn with_model_file(mut self, path: &Path) -> Result<Meta> {
+        self.model_sha256 = safetensors_io::sha256_file(path)?;
+        Ok(self)
     }
 }
 
-/// Saves the trainer's whole state to `dir` (created if needed) with `meta` (its step and
-/// entry count taken from the trainer).
-pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
+/// Checks that checkpoints can be written to `dir` (created if needed) before training starts.
+pub fn check_dir(dir: &Path) -> Result<()> {
+    if let Ok(m) = std::fs::symlink_metadata(dir)
+        && !m.is_dir()
+    {
+        bail!(
+            "--checkpoint {}: exists and is not a directory",
+            dir.display()
+        );
+    }
     std::fs::create_dir_all(dir).map_err(|e| {
         Error::io(
             format_args!(
@@ -66,55 +101,84 @@ pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
             e,
         )
     })?;
+    Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
+    Output::check("--checkpoint", &dir.join("meta.json"), &[])?;
+    Ok(())
+}
+
+/// Saves the trainer's whole state to `dir` (created if needed) with `meta` (its step, entry
+/// count and state digest taken from the trainer and the written file).
+pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
+    check_dir(dir)?;
     let state = trainer.state();
-    let arrays: Vec<(&str, &Tensor)> = state.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    // The state first, then the metadata that points at it: a kill between the two leaves
-    // the old metadata with a newer state only if the new state file is complete (rename).
-    write_atomic(&dir.join("state.npz"), |p| {
-        npy::write_npz(p, &arrays).map(|_| ())
-    })?;
+    let mut header = BTreeMap::new();
+    header.insert("format".to_string(), "fp8c-checkpoint".to_string());
+    header.insert("version".to_string(), FORMAT.to_string());
+    header.insert("step".to_string(), trainer.steps().to_string());
+    let out = Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
+    let bytes = safetensors_io::write(&out, &state, header)
+        .with_context(|| format!("--checkpoint {}", dir.display()))?;
     let meta = Meta {
         format: FORMAT,
         step: trainer.steps(),
+        skipped_steps: trainer.skipped_steps(),
         state_entries: state.len(),
+        state_sha256: safetensors_io::sha256_hex(&bytes),
         ..meta.clone()
     };
     let text = serde_json::to_string_pretty(&meta).map_err(Error::invalid)? + "\n";
-    write_atomic(&dir.join("meta.json"), |p| {
-        std::fs::write(p, text)
-            .map_err(|e| Error::io(format_args!("{}: cannot write", p.display()), e))
-    })
+    Output::check("--checkpoint", &dir.join("meta.json"), &[])?.write_bytes(text.as_bytes())
 }
 
-/// Restores the checkpoint in `dir` into `trainer`, after checking that it was made with the
-/// same precision, batch and seed as `expect` and holds every state entry the trainer has.
-/// Returns the step it continues from.
+/// Restores the checkpoint in `dir` into `trainer`, after checking that it was made by this
+/// format, for the same model (digest) and loss, with the same precision, batch and seed as
+/// `expect`, that the state file is the one the metadata describes (digest) and that it holds
+/// every state entry the trainer has. Returns the step it continues from.
 pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
+    let d = dir.display();
     let meta_path = dir.join("meta.json");
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| {
-        Error::io(
-            format_args!(
-                "--resume {}: no checkpoint (cannot read meta.json)",
-                dir.display()
-            ),
-            e,
-        )
-    })?;
+    let text = read_small(&meta_path, 1 << 20)
+        .with_context(|| format!("--resume {d}: no checkpoint (cannot read meta.json)"))?;
+    #[derive(Deserialize)]
+    struct Version {
+        format: u32,
+    }
+    let version: Version = serde_json::from_str(&text)
+        .map_err(Error::invalid)
+        .with_context(|| format!("{}: not an fp8c checkpoint", meta_path.display()))?;
+    if version.format != FORMAT {
+        bail!(
+            "{}: checkpoint format {} is not supported (this fp8c reads format {FORMAT}: {STATE_FILE} + meta.json)",
+            meta_path.display(),
+            version.format
+        );
+    }
     let meta: Meta = serde_json::from_str(&text)
         .map_err(Error::invalid)
         .with_context(|| format!("{}: not an fp8c checkpoint", meta_path.display()))?;
-    if meta.format != FORMAT {
+    if !expect.model_sha256.is_empty()
+        && !meta.model_sha256.is_empty()
+        && meta.model_sha256 != expect.model_sha256
+    {
         bail!(
-            "{}: checkpoint format {} is not supported",
-            meta_path.display(),
-            meta.format
+            "--resume {d}: the checkpoint was made for another model ({} with SHA-256 {}…; this run trains {} with SHA-256 {}…)",
+            meta.model,
+            &meta.model_sha256[..12.min(meta.model_sha256.len())],
+            expect.model,
+            &expect.model_sha256[..12.min(expect.model_sha256.len())]
+        );
+    }
+    if meta.loss != expect.loss {
+        bail!(
+            "--resume {d}: the checkpoint was made with the loss {}; this run trains {}",
+            meta.loss,
+            expect.loss
         );
     }
     if meta.precision != expect.precision || meta.batch != expect.batch || meta.seed != expect.seed
     {
         bail!(
-            "--resume {}: the checkpoint was made with --precision {} --batch {} --seed {}; this run has --precision {} --batch {} --seed {}",
-            dir.display(),
+            "--resume {d}: the checkpoint was made with --precision {} --batch {} --seed {}; this run has --precision {} --batch {} --seed {}",
             meta.precision,
             meta.batch,
             meta.seed,
@@ -123,18 +187,39 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             expect.seed
         );
     }
-    let state: BTreeMap<String, Tensor> =
-        npy::read_npz(&dir.join("state.npz"))?.into_iter().collect();
-    for k in trainer.state().keys() {
+    let have = trainer.state();
+    // The file can only be the state the trainer holds plus its header.
+    let budget = have.values().map(|t| t.bytes().len() as u64).sum::<u64>() + (16 << 20);
+    let (state, _, bytes) = safetensors_io::read(&dir.join(STATE_FILE), budget)
+        .with_context(|| format!("--resume {d}"))?;
+    if !meta.state_sha256.is_empty() && safetensors_io::sha256_hex(&bytes) != meta.state_sha256 {
+        bail!(
+            "--resume {d}: {STATE_FILE} does not match meta.json (its SHA-256 differs): the checkpoint is damaged or was cut short"
+        );
+    }
+    for k in have.keys() {
         if !state.contains_key(k) {
             bail!(
-                "--resume {}: the checkpoint has no state entry \"{k}\" (was it made for another model or recipe?)",
-                dir.display()
+                "--resume {d}: the checkpoint has no state entry \"{k}\" (was it made for another model or recipe?)"
             );
         }
     }
     trainer
         .set_state(&state)
-        .with_context(|| format!("--resume {}", dir.display()))?;
-    Ok(trainer.steps())
+        .with_context(|| format!("--resume {d}"))?;
+    trainer.set_counts(meta.step, meta.skipped_steps);
+    Ok(meta.step)
+}
+
+/// Reads a small text file, refusing anything but a regular file of at most `limit` bytes.
+fn read_small(path: &Path, limit: u64) -> Result<String> {
+    let m =
+        std::fs::metadata(path).map_err(|e| Error::io(format_args!("{}", path.display()), e))?;
+    if !m.is_file() || m.len() > limit {
+        bail!(
+            "{}: not a regular file of at most {limit} bytes",
+            path.display()
+        );
+    }
+    std::fs::read_to_string(path).map_err(|e| Error::io(format_args!("{}", path.display()), e))
 }

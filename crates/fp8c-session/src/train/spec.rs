@@ -73,6 +73,42 @@ impl TrainOptions {
         }
     }
 
+    /// Checks the hyper-parameters before any step runs: every float finite and in its range
+    /// (a NaN learning rate would write NaN into every weight at step 0). Messages name the
+    /// `fp8c train` flag.
+    pub fn validate(&self) -> Result<()> {
+        let finite = |flag: &str, v: f32| -> Result<()> {
+            if !v.is_finite() {
+                bail!("{flag} {v}: must be a finite number");
+            }
+            Ok(())
+        };
+        finite("--lr", self.lr)?;
+        if self.lr <= 0.0 || self.lr > 10.0 {
+            bail!("--lr {}: must be in (0, 10]", self.lr);
+        }
+        if let Some(m) = self.min_lr {
+            finite("--min-lr", m)?;
+            if m < 0.0 || m > self.lr {
+                bail!("--min-lr {m}: must be in [0, --lr {}]", self.lr);
+            }
+        }
+        if let Some(wd) = self.weight_decay {
+            finite("--weight-decay", wd)?;
+            if !(0.0..=1.0).contains(&wd) {
+                bail!("--weight-decay {wd}: must be in [0, 1]");
+            }
+        }
+        finite("--momentum", self.momentum)?;
+        if !(0.0..1.0).contains(&self.momentum) {
+            bail!("--momentum {}: must be in [0, 1)", self.momentum);
+        }
+        if self.steps == 0 {
+            bail!("--steps 0: nothing to train");
+        }
+        Ok(())
+    }
+
     /// The autodiff pass's spec. The labels (or target) input is `train.labels`; with
     /// cross-entropy the trained output stays a graph output (for accuracy).
     pub fn spec(&self) -> TrainSpec {

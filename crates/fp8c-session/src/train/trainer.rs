@@ -14,7 +14,7 @@ use crate::model::Model;
 use crate::options::CompileOptions;
 use crate::runner::Device;
 use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
-use fp8c_passes::autodiff::{SKIPPED_STATE, STEP_STATE, TrainInfo, TrainSpec};
+use fp8c_passes::autodiff::{TrainInfo, TrainSpec};
 use fp8c_passes::{PassCx, PassManager, PassOptions};
 use fp8c_runtime::{Backend, Executable, Program};
 use std::collections::BTreeMap;
@@ -38,6 +38,9 @@ pub struct Trainer {
     info: TrainInfo,
     notes: Vec<String>,
     decisions: Vec<fp8c_passes::precision::Decision>,
+    /// Steps run and steps skipped, as exact integers (the graph's own counters are f32,
+    /// exact only to 2^24; these are what checkpoints record).
+    counts: (u64, u64),
     /// Params the graph still reads as params (not trained), with their data.
     frozen: BTreeMap<String, Tensor>,
     /// Names of the trained params (now state entries).
@@ -85,6 +88,7 @@ impl Trainer {
             info,
             notes: cx.notes,
             decisions: cx.decisions,
+            counts: (0, 0),
             trained,
         })
     }
@@ -112,7 +116,7 @@ impl Trainer {
 
     /// Runs one step on `inputs` (the model's inputs and the labels/target, by name).
     pub fn step(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<StepReport> {
-        let out = self.exe.run(inputs)?;
+        let out = self.step_outputs(inputs)?;
         let scalar = |k: &str| -> f64 {
             out.get(k)
                 .and_then(|t| t.to_f64_vec().ok())
@@ -132,7 +136,16 @@ impl Trainer {
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
     ) -> Result<BTreeMap<String, Tensor>> {
-        Ok(self.exe.run(inputs)?)
+        let out = self.exe.run(inputs)?;
+        let applied = out
+            .get("finite")
+            .and_then(|t| t.bytes().first().copied())
+            .is_none_or(|b| b != 0);
+        self.counts.0 += 1;
+        if !applied {
+            self.counts.1 += 1;
+        }
+        Ok(out)
     }
 
     /// The whole training state by name: trained weights, optimizer moments, scaling state,
@@ -162,23 +175,20 @@ impl Trainer {
         w
     }
 
-    /// Steps run so far (skipped ones included).
+    /// Steps run so far (skipped ones included), exactly.
     pub fn steps(&self) -> u64 {
-        self.counter(STEP_STATE)
+        self.counts.0
     }
 
-    /// Steps skipped because of a non-finite loss or gradient.
+    /// Steps skipped because of a non-finite loss or gradient, exactly.
     pub fn skipped_steps(&self) -> u64 {
-        self.counter(SKIPPED_STATE)
+        self.counts.1
     }
 
-    fn counter(&self, name: &str) -> u64 {
-        self.exe
-            .state()
-            .get(name)
-            .and_then(|t| t.to_f64_vec().ok())
-            .and_then(|v| v.first().copied())
-            .unwrap_or(0.0) as u64
+    /// Sets the step counters (a checkpoint restores them; the graph's own f32 counters come
+    /// with the state).
+    pub fn set_counts(&mut self, steps: u64, skipped: u64) {
+        self.counts = (steps, skipped);
     }
 
     /// The names of the trained parameters.
