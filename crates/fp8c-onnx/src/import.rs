@@ -115,12 +115,23 @@ pub(crate) fn is_default_domain(domain: &str) -> bool {
 /// (`stream.rs`), so the weights are held once, not three times, while importing.
 pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxError> {
     let run = || {
+        check_regular(path)?;
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         let s = crate::stream::read_model(std::io::BufReader::new(file), len)?;
         import_streamed(&s.model, &s.raw, path.parent(), opts)
     };
     run().map_err(|e| e.in_file(path))
+}
+
+/// Refuses anything but a regular file (`/dev/zero` would be read forever, a FIFO would block).
+pub(crate) fn check_regular(path: &Path) -> Result<(), OnnxError> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(OnnxError::Io(std::io::Error::other(
+            "not a regular file (a device, FIFO or directory)",
+        )));
+    }
+    Ok(())
 }
 
 /// The interface of a model that cannot be imported until some inputs are known: a graph

@@ -67,6 +67,7 @@ pub struct ModelInfo {
 /// Summarises the ONNX model file at `path`; errors are prefixed with the file name.
 pub fn inspect(path: &Path) -> Result<ModelInfo, OnnxError> {
     let run = || {
+        crate::import::check_regular(path)?;
         let bytes = std::fs::read(path)?;
         inspect_bytes(&bytes)
     };

@@ -248,6 +248,21 @@ fn read_external(
     })?;
     let path = base.join(rel);
     let ioerr = |e: std::io::Error| err(format!("external data file \"{}\": {e}", path.display()));
+    // The data must stay inside the model's folder: no link may lead out of it (a link to
+    // /etc/passwd would otherwise be read and copied into the weights).
+    let inside = std::fs::canonicalize(&path)
+        .and_then(|p| Ok((p, std::fs::canonicalize(base)?)))
+        .map_err(ioerr)?;
+    if !inside.0.starts_with(&inside.1) {
+        return Err(err(format!(
+            "external data \"{location}\" leads outside the model's directory (through a symbolic link)"
+        )));
+    }
+    if !std::fs::metadata(&path).map_err(ioerr)?.is_file() {
+        return Err(err(format!(
+            "external data \"{location}\" is not a regular file"
+        )));
+    }
     let mut file = std::fs::File::open(&path).map_err(ioerr)?;
     let file_len = file.metadata().map_err(ioerr)?.len();
     let length = match length {
@@ -298,6 +313,7 @@ pub fn decode_tensor_pb(bytes: &[u8]) -> Result<Tensor, OnnxError> {
 /// Reads a serialized `TensorProto` file (see [`decode_tensor_pb`]).
 pub fn load_tensor_pb(path: &Path) -> Result<Tensor, OnnxError> {
     let run = || {
+        crate::import::check_regular(path)?;
         let bytes = std::fs::read(path)?;
         decode_tensor_pb(&bytes)
     };

@@ -52,8 +52,13 @@ impl Model {
     /// Loads a model with options (output selection).
     pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
-        if !path.exists() {
-            bail!("{}: no such file", path.display());
+        match std::fs::metadata(path) {
+            Err(_) => bail!("{}: no such file", path.display()),
+            Ok(m) if !m.is_file() => bail!(
+                "{}: not a regular file (a device, FIFO or directory)",
+                path.display()
+            ),
+            Ok(_) => {}
         }
         Self::load_specialised(path, opts, &BTreeMap::new())
     }

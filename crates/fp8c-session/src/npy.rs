@@ -113,25 +113,68 @@ fn le<T: Copy, const N: usize>(v: Vec<T>, f: fn(T) -> [u8; N]) -> Vec<u8> {
     v.into_iter().flat_map(f).collect()
 }
 
+/// The most bytes of array data one `.npy` file or `.npz` archive may hold once
+/// decompressed (16 GiB): checked against the sizes a file declares before anything is
+/// allocated, so a 4 MB archive claiming a 4 GiB array is refused, not inflated.
+pub const MAX_ARRAY_BYTES: u64 = 16 << 30;
+
+/// Opens an input file, refusing anything but a regular file (`/dev/zero`, a FIFO).
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    let m = std::fs::metadata(path)
+        .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
+    if !m.is_file() {
+        return Err(Error::invalid(format!(
+            "{}: not a regular file (a device, FIFO or directory)",
+            path.display()
+        )));
+    }
+    std::fs::File::open(path)
+        .map_err(|e| Error::io(format_args!("{}: cannot open", path.display()), e))
+}
+
 /// Reads a `.npy` file.
 pub fn read_npy(path: &Path) -> Result<Tensor> {
-    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut f = open_regular(path)?;
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX_ARRAY_BYTES + (1 << 20) {
+        return Err(Error::invalid(format!(
+            "{}: {len} bytes is more than the {MAX_ARRAY_BYTES} bytes of array data allowed",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
     tensor_from_npy(&bytes).with_context(|| format!("{}", path.display()))
 }
 
-/// Reads every array of a `.npz` file, in archive order.
+/// Reads every array of a `.npz` file, in archive order. The archive's declared sizes are
+/// checked against [`MAX_ARRAY_BYTES`] before any member is inflated, and a member that
+/// inflates past its declared size is refused.
 pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
-    let f =
-        std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let f = open_regular(path)?;
     let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| {
         Error::invalid(format!(
             "{}: not a valid .npz (zip) archive: {e}",
             path.display()
         ))
     })?;
+    let mut declared = 0u64;
+    for i in 0..zip.len() {
+        let entry = zip
+            .by_index_raw(i)
+            .map_err(|e| Error::invalid(format!("{}: member {i}: {e}", path.display())))?;
+        declared = declared.saturating_add(entry.size());
+    }
+    if declared > MAX_ARRAY_BYTES {
+        return Err(Error::invalid(format!(
+            "{}: the archive declares {declared} bytes of arrays, more than the {MAX_ARRAY_BYTES} allowed",
+            path.display()
+        )));
+    }
     let mut out = Vec::new();
     for i in 0..zip.len() {
-        let mut entry = zip
+        let entry = zip
             .by_index(i)
             .map_err(|e| Error::invalid(format!("{}: member {i}: {e}", path.display())))?;
         let member = entry.name().to_string();
@@ -139,13 +182,22 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
             continue;
         };
         let key = key.to_string();
-        let mut bytes = Vec::new();
-        entry.read_to_end(&mut bytes).map_err(|e| {
+        let size = entry.size();
+        let mut bytes = Vec::with_capacity(size.min(1 << 30) as usize);
+        // Never inflate past the declared size (a lying header is an error, not an allocation).
+        let mut limited = entry.take(size + 1);
+        limited.read_to_end(&mut bytes).map_err(|e| {
             Error::invalid(format!(
                 "{}: array \"{key}\": cannot read: {e}",
                 path.display()
             ))
         })?;
+        if bytes.len() as u64 > size {
+            return Err(Error::invalid(format!(
+                "{}: array \"{key}\" inflates past the size the archive declares ({size} bytes)",
+                path.display()
+            )));
+        }
         let t = tensor_from_npy(&bytes)
             .with_context(|| format!("{}: array \"{key}\"", path.display()))?;
         out.push((key, t));

@@ -258,8 +258,16 @@ struct ConfigFile {
 /// Reads the `[recipe]` table of a TOML config file; None when the file has none (then the
 /// purpose's default applies, see [`Purpose`]).
 pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
-    let text = std::fs::read_to_string(path)
+    use std::io::Read;
+    let f = crate::npy::open_regular(path)?;
+    let mut text = String::new();
+    // A config is a few lines; more than 1 MiB is not one.
+    f.take(1 << 20)
+        .read_to_string(&mut text)
         .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
+    if text.len() == 1 << 20 {
+        bail!("{}: more than 1 MiB; not a recipe config", path.display());
+    }
     let cfg: ConfigFile = toml::from_str(&text)
         .map_err(Error::invalid)
         .with_context(|| format!("{}: invalid recipe config", path.display()))?;
