@@ -54,7 +54,13 @@ pub struct CompileArgs {
     pub no_verify: bool,
     /// Print the explain report (one row per GEMM, then totals) to stdout instead of the IR
     /// (the IR is still written with -o). `--report=json` for JSON.
-    #[arg(long, value_name = "FORMAT", num_args = 0..=1, default_missing_value = "text")]
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "text"
+    )]
     pub report: Option<ReportFormat>,
     /// With --report: list every node, not only GEMMs.
     #[arg(long = "report-all")]

@@ -28,10 +28,10 @@ pub struct Fp8Args {
     #[arg(long = "amax-algo", value_name = "max|most-recent")]
     pub amax_algo: Option<String>,
     /// Scale margin: scale = fp8_max / amax / 2^margin [default: 0].
-    #[arg(long, value_name = "M", allow_negative_numbers = true)]
+    #[arg(long, value_name = "M", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub margin: Option<f32>,
     /// Current scaling: lower bound on amax [default: 0].
-    #[arg(long = "amax-epsilon", value_name = "E", allow_negative_numbers = true)]
+    #[arg(long = "amax-epsilon", value_name = "E", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub amax_epsilon: Option<f32>,
     /// Current scaling: round scales down to powers of two.
     #[arg(long = "power-2-scale")]

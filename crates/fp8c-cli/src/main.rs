@@ -1,5 +1,6 @@
 //! The `fp8c` command-line tool: inspect ONNX models and compile them to FP8 IR.
 
+mod args;
 mod bench;
 mod commands;
 mod fp8args;

@@ -79,7 +79,7 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value = "adamw")]
     pub optimizer: OptimizerArg,
     /// Learning rate.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = 1e-3, allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub lr: f32,
     /// Learning-rate schedule.
     #[arg(long, value_enum, default_value = "constant")]
@@ -88,13 +88,13 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
     /// Final learning rate of `--schedule cosine` [default: lr/10].
-    #[arg(long = "min-lr")]
+    #[arg(long = "min-lr", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub min_lr: Option<f32>,
     /// Weight decay [default: 0.01 for adamw, 0 for sgd]; applies to rank ≥ 2 params.
-    #[arg(long = "weight-decay")]
+    #[arg(long = "weight-decay", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub weight_decay: Option<f32>,
     /// SGD momentum.
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub momentum: f32,
     /// Samples per step.
     #[arg(long, default_value_t = 32)]

@@ -212,10 +212,39 @@ impl Dataset {
         let bound = fp8c_passes::shapes::bind_input_shapes(forward.graph_mut(), &shapes);
         model.in_file(bound)?;
         forward.reinfer()?;
+        let Some(out_ty) = forward.output_type(output) else {
+            bail!("--output {output}: the model has no such output");
+        };
+        // The labels (one row per sample) must fit the output of a batch: the output's shape
+        // without its class axis for cross-entropy, the output's shape for mse.
+        let want: Vec<Dim> = match self.loss {
+            Loss::CrossEntropy => out_ty.shape[..out_ty.shape.len().saturating_sub(1)].to_vec(),
+            Loss::Mse => out_ty.shape.clone(),
+            // The output is the loss: the labels are whatever the model reads.
+            Loss::Scalar => have_labels_shape(&self.labels, batch),
+        };
+        let mut have: Vec<Dim> = self.labels.shape().iter().map(|&d| Dim::Known(d)).collect();
+        if let Some(first) = have.first_mut() {
+            *first = Dim::Known(batch);
+        }
+        let fits = want.len() == have.len()
+            && want.iter().zip(&have).all(|(w, h)| w.known().is_none() || w == h);
+        if !fits {
+            let per_sample: Vec<u64> = self.labels.shape().iter().skip(1).copied().collect();
+            bail!(
+                "--labels {}: each sample's labels have shape {per_sample:?}, but --output {output} is {out_ty} per batch of {batch}, so {} needs labels of shape [{}] per batch",
+                self.labels_key,
+                match self.loss {
+                    Loss::CrossEntropy => "cross-entropy (one class index per position)",
+                    Loss::Mse | Loss::Scalar => "mse (a target like the output)",
+                },
+                want.iter()
+                    .map(|d| d.known().map_or("?".to_string(), |k| k.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if self.loss == Loss::CrossEntropy {
-            let Some(out_ty) = forward.output_type(output) else {
-                bail!("--output {output}: the model has no such output");
-            };
             let Some(classes) = out_ty.shape.last().and_then(Dim::known) else {
                 bail!(
                     "--output {output} is {out_ty}: cross-entropy needs a known class axis (the last)"
@@ -225,6 +254,15 @@ impl Dataset {
         }
         Ok(forward)
     }
+}
+
+/// The shape of a batch of `labels` (rows → `batch`), as dims.
+fn have_labels_shape(labels: &Tensor, batch: u64) -> Vec<Dim> {
+    let mut d: Vec<Dim> = labels.shape().iter().map(|&x| Dim::Known(x)).collect();
+    if let Some(first) = d.first_mut() {
+        *first = Dim::Known(batch);
+    }
+    d
 }
 
 /// Checks class labels against the output's class count (before any step runs).
