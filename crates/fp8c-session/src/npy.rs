@@ -113,10 +113,11 @@ fn le<T: Copy, const N: usize>(v: Vec<T>, f: fn(T) -> [u8; N]) -> Vec<u8> {
     v.into_iter().flat_map(f).collect()
 }
 
-/// The most bytes of array data one `.npy` file or `.npz` archive may hold once
-/// decompressed (16 GiB): checked against the sizes a file declares before anything is
-/// allocated, so a 4 MB archive claiming a 4 GiB array is refused, not inflated.
-pub const MAX_ARRAY_BYTES: u64 = 16 << 30;
+/// The most bytes of array data one `.npy` file or `.npz` archive may hold once decompressed
+/// (2 GiB, what a CPU run or a training set of this scale needs): checked against the sizes a
+/// file declares before anything is allocated, so a 4 MB archive claiming a 4 GiB array is
+/// refused, not inflated into memory it would take twice over.
+pub const MAX_ARRAY_BYTES: u64 = 2 << 30;
 
 /// Opens an input file, refusing anything but a regular file (`/dev/zero`, a FIFO).
 pub fn open_regular(path: &Path) -> Result<std::fs::File> {

@@ -228,7 +228,10 @@ impl Dataset {
             *first = Dim::Known(batch);
         }
         let fits = want.len() == have.len()
-            && want.iter().zip(&have).all(|(w, h)| w.known().is_none() || w == h);
+            && want
+                .iter()
+                .zip(&have)
+                .all(|(w, h)| w.known().is_none() || w == h);
         if !fits {
             let per_sample: Vec<u64> = self.labels.shape().iter().skip(1).copied().collect();
             bail!(

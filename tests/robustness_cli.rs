@@ -1,0 +1,600 @@
+//! Nothing lost, nothing silently wrong: each defect a hostile user found (issue #13) has a
+//! test here, at the command line where the user meets it. Output files never replace what
+//! the user did not name; bad targets, hyper-parameters and attributes are refused before
+//! work starts; special files and oversized inputs are refused before anything is read into
+//! memory; interrupted training leaves a checkpoint; messages print once, escaped and short.
+
+mod support;
+
+use fp8c_ir::DType;
+use fp8c_onnx::builder::ModelBuilder;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{repo_root, run_fp8c, scratch};
+
+fn mlp() -> PathBuf {
+    repo_root().join("examples/models/mlp_digits.onnx")
+}
+
+/// `fp8c ARGS`; returns (ok, stderr).
+fn fp8c(args: &[&str]) -> (bool, String) {
+    let r = run_fp8c(args);
+    (r.ok, r.stderr)
+}
+
+fn must_fail(args: &[&str], needles: &[&str]) -> String {
+    let (ok, err) = fp8c(args);
+    assert!(!ok, "expected failure: fp8c {}\n{err}", args.join(" "));
+    for n in needles {
+        assert!(err.contains(n), "missing `{n}` in:\n{err}");
+    }
+    assert!(!err.contains("internal compiler error"), "{err}");
+    err
+}
+
+/// A small .npz of digits-like data (`x` f32[n,64], `y` i64[n]) written with numpy's layout.
+fn digits(path: &Path, n: usize) {
+    let x: Vec<f32> = (0..n * 64).map(|i| ((i * 37) % 17) as f32 / 16.0).collect();
+    let y: Vec<i64> = (0..n).map(|i| (i % 10) as i64).collect();
+    let xt = fp8c_ir::Tensor::from_f32(vec![n as u64, 64], &x);
+    let yt = fp8c_ir::Tensor::from_i64(vec![n as u64], &y);
+    fp8c_session::npy::write_npz(path, &[("x", &xt), ("y", &yt)]).unwrap();
+}
+
+fn train_args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "train",
+        mlp_str(),
+        "--data",
+        data,
+        "--labels",
+        "y",
+        "--batch",
+        "16",
+        "--quiet",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+fn mlp_str() -> &'static str {
+    Box::leak(mlp().to_string_lossy().into_owned().into_boxed_str())
+}
+
+// ---------------------------------------------------------------- data loss and escapes
+
+#[test]
+fn train_output_to_a_link_or_a_device_is_refused_before_any_step() {
+    let d = scratch("robust-train-out");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let target = d.join("real.onnx");
+    std::fs::write(&target, b"precious").unwrap();
+    let link = d.join("link.onnx");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let (ds, ls) = (data.to_str().unwrap(), link.to_str().unwrap());
+    let err = must_fail(
+        &train_args(ds, &["--steps", "5", "-o", ls]),
+        &["symbolic link"],
+    );
+    assert!(!err.contains("steps in"), "no step may run first:\n{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"precious");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // A device: refused (only /dev/null, meaning "discard", is accepted), never replaced.
+    must_fail(
+        &train_args(ds, &["--steps", "5", "-o", "/dev/zero"]),
+        &["not a regular file"],
+    );
+    let (ok, err) = fp8c(&train_args(ds, &["--steps", "2", "-o", "/dev/null"]));
+    assert!(ok, "{err}");
+    let meta = std::fs::metadata("/dev/null").unwrap();
+    assert!(!meta.is_file(), "/dev/null must stay a device");
+}
+
+#[test]
+fn compile_over_its_own_input_is_refused_and_dev_null_gets_no_sidecar() {
+    let d = scratch("robust-compile-self");
+    let m = d.join("m.onnx");
+    std::fs::copy(mlp(), &m).unwrap();
+    let before = std::fs::read(&m).unwrap();
+    let ms = m.to_str().unwrap();
+    must_fail(
+        &["compile", ms, "-o", ms],
+        &["is the input", "refusing to overwrite"],
+    );
+    assert_eq!(std::fs::read(&m).unwrap(), before);
+    let (ok, err) = fp8c(&["compile", ms, "--input-shape", "x=16x64", "-o", "/dev/null"]);
+    assert!(ok, "{err}");
+    assert!(!Path::new("/dev/null.weights").exists());
+}
+
+#[test]
+fn a_failed_pass_dumps_to_a_private_fresh_file() {
+    let d = scratch("robust-dump");
+    // A symbolic K that the bound shape contradicts: canonicalize's inference fails.
+    let ir = d.join("sym.fp8ir");
+    std::fs::write(
+        &ir,
+        "graph @g(%x: f32[n,k]) params(%w: f32[8,4]) {\n  \
+         %0: f32[n,4] = matmul %x, %w  # mm\n  \
+         return %0 as \"y\"\n}\n",
+    )
+    .unwrap();
+    let err = must_fail(
+        &["compile", ir.to_str().unwrap(), "--input-shape", "x=2x5"],
+        &[
+            "pass `canonicalize` failed",
+            "the last IR that verified is in",
+        ],
+    );
+    let line = err
+        .lines()
+        .find(|l| l.contains("the last IR that verified is in"))
+        .unwrap();
+    let path = line.rsplit(' ').next().unwrap();
+    assert!(
+        !path.ends_with("fp8c-last-good.fp8ir"),
+        "a fixed name: {path}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "the dump must be private: {mode:o}");
+    assert!(std::fs::read_to_string(path).unwrap().contains("graph @g"));
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn external_data_may_not_lead_outside_the_model_folder() {
+    let d = scratch("robust-extdata");
+    std::os::unix::fs::symlink("/etc/passwd", d.join("link.bin")).unwrap();
+    let mut t = fp8c_onnx::tensor_to_proto("w", &fp8c_ir::Tensor::from_f32(vec![2], &[0.0, 0.0]));
+    t.raw_data = None;
+    t.data_location = Some(1);
+    t.external_data = vec![fp8c_onnx::proto::StringStringEntryProto {
+        key: Some("location".into()),
+        value: Some("link.bin".into()),
+    }];
+    let b = ModelBuilder::new()
+        .input("x", DType::F32, &[2.into()])
+        .initializer_proto(t)
+        .node("Add", &["x", "w"], &["y"])
+        .output_untyped("y");
+    let m = d.join("m.onnx");
+    b.write(&m).unwrap();
+    must_fail(
+        &["compile", m.to_str().unwrap()],
+        &["leads outside the model's directory"],
+    );
+}
+
+#[test]
+fn bad_plot_and_checkpoint_targets_are_refused_before_training() {
+    let d = scratch("robust-targets");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let ds = data.to_str().unwrap();
+    let err = must_fail(
+        &train_args(ds, &["--steps", "5", "--plot", "loss.txt"]),
+        &["must end in .svg or .png"],
+    );
+    assert!(!err.contains("steps in"), "{err}");
+    let file = d.join("file");
+    std::fs::write(&file, b"x").unwrap();
+    must_fail(
+        &train_args(
+            ds,
+            &["--steps", "5", "--checkpoint", file.to_str().unwrap()],
+        ),
+        &["not a directory"],
+    );
+}
+
+#[test]
+fn sigterm_finishes_the_step_and_leaves_a_checkpoint_that_resumes() {
+    let d = scratch("robust-sigterm");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let ck = d.join("ck");
+    let log = d.join("log.csv");
+    let ds = data.to_str().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fp8c"))
+        .args(train_args(
+            ds,
+            &["--steps", "1000000", "--log", log.to_str().unwrap()],
+        ))
+        .args(["--checkpoint", ck.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for a few steps to be logged, then ask it to stop.
+    let start = Instant::now();
+    loop {
+        let rows = std::fs::read_to_string(&log)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if rows > 3 || start.elapsed() > Duration::from_secs(120) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an interrupted run exits non-zero");
+    assert!(err.contains("interrupted after step"), "{err}");
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ck.join("meta.json")).unwrap()).unwrap();
+    let step = meta["step"].as_u64().unwrap();
+    assert!(step >= 1);
+    // Every logged row is whole (line-buffered), one per step run.
+    let text = std::fs::read_to_string(&log).unwrap();
+    for line in text.lines().skip(1) {
+        assert_eq!(line.split(',').count(), 6, "torn row: {line}");
+    }
+    // And the run continues from it.
+    let total = (step + 2).to_string();
+    let (ok, err) = fp8c(&train_args(
+        ds,
+        &["--steps", &total, "--resume", ck.to_str().unwrap()],
+    ));
+    assert!(ok, "{err}");
+    assert!(err.contains(&format!("resuming at step {step}")), "{err}");
+}
+
+// ------------------------------------------------------------------ silent wrong results
+
+#[test]
+fn non_finite_or_absurd_hyper_parameters_are_refused_before_step_0() {
+    let d = scratch("robust-hyper");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let ds = data.to_str().unwrap();
+    for (flag, v) in [
+        ("--lr", "nan"),
+        ("--lr", "inf"),
+        ("--lr", "1e30"),
+        ("--lr", "-1"),
+        ("--weight-decay", "nan"),
+        ("--momentum", "nan"),
+        ("--min-lr", "nan"),
+    ] {
+        let err = must_fail(&train_args(ds, &["--steps", "3", flag, v]), &[flag]);
+        assert!(!err.contains("steps in"), "{flag} {v}: {err}");
+    }
+    must_fail(
+        &[
+            "compile",
+            mlp_str(),
+            "--recipe",
+            "delayed",
+            "--amax-history",
+            "1000000000",
+        ],
+        &["amax_history_len must be between 1 and 65536"],
+    );
+    must_fail(
+        &["compile", mlp_str(), "--margin", "1e308"],
+        &["beyond the f32 range"],
+    );
+}
+
+/// Writes a one-node model and returns its path.
+fn one_node(d: &Path, name: &str, b: ModelBuilder) -> String {
+    let p = d.join(name);
+    b.write(&p).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+#[test]
+fn misplaced_or_mistyped_attributes_are_errors_naming_node_and_attribute() {
+    let d = scratch("robust-attrs");
+    let x = |b: ModelBuilder| b.input("x", DType::F32, &[2.into(), 3.into()]);
+    let reduce = one_node(
+        &d,
+        "reduce.onnx",
+        x(ModelBuilder::new().opset(18))
+            .node("ReduceSum", &["x"], &["y"])
+            .name("rs")
+            .attr_ints("axes", &[1])
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &reduce],
+        &["node \"rs\" (ReduceSum)", "attribute `axes`", "as an input"],
+    );
+    let clip = one_node(
+        &d,
+        "clip.onnx",
+        x(ModelBuilder::new().opset(13))
+            .node("Clip", &["x"], &["y"])
+            .name("c")
+            .attr_float("min", 0.0)
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &clip],
+        &["node \"c\" (Clip)", "attribute `min`"],
+    );
+    let transpose = one_node(
+        &d,
+        "transpose.onnx",
+        x(ModelBuilder::new().opset(13))
+            .node("Transpose", &["x"], &["y"])
+            .name("t")
+            .attr_str("perm", "1,0")
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &transpose],
+        &["node \"t\" (Transpose)", "`perm` must be INTS, got STRING"],
+    );
+    let twice = one_node(
+        &d,
+        "twice.onnx",
+        x(ModelBuilder::new().opset(13).opset_import("ai.onnx", 17))
+            .node("Relu", &["x"], &["y"])
+            .output_untyped("y"),
+    );
+    must_fail(&["compile", &twice], &["imports the ai.onnx opset twice"]);
+    let unknown = one_node(
+        &d,
+        "unknown.onnx",
+        x(ModelBuilder::new().opset(13))
+            .node("Relu", &["x"], &["y"])
+            .name("r")
+            .attr_int("exporter_hint", 1)
+            .output_untyped("y"),
+    );
+    let r = run_fp8c(["compile", &unknown]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("warning:") && r.stderr.contains("exporter_hint"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn an_empty_config_keeps_the_inference_default() {
+    let d = scratch("robust-empty-config");
+    let cfg = d.join("empty.toml");
+    std::fs::write(&cfg, "").unwrap();
+    let x = d.join("x.npz");
+    let t = fp8c_ir::Tensor::from_f32(vec![16, 64], &vec![0.5; 16 * 64]);
+    fp8c_session::npy::write_npz(&x, &[("x", &t)]).unwrap();
+    let r = run_fp8c([
+        "run",
+        mlp_str(),
+        "--inputs",
+        x.to_str().unwrap(),
+        "--config",
+        cfg.to_str().unwrap(),
+        "--min-fp8-flops",
+        "0",
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("recipe current"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("delayed scaling without --calibrate"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn checkpoints_keep_an_exact_integer_step_and_refuse_another_model_or_damage() {
+    let d = scratch("robust-ckpt");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let ds = data.to_str().unwrap();
+    let ck = d.join("ck");
+    let cks = ck.to_str().unwrap();
+    let (ok, err) = fp8c(&train_args(ds, &["--steps", "3", "--checkpoint", cks]));
+    assert!(ok, "{err}");
+    // Python's safetensors reads the state; here: the header holds the dtypes.
+    let meta_text = std::fs::read_to_string(ck.join("meta.json")).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&meta_text).unwrap();
+    assert_eq!(meta["step"].as_u64(), Some(3));
+    assert_eq!(meta["format"].as_u64(), Some(2));
+    // A step beyond 2^24 survives exactly (the graph's counter is f32; the checkpoint's is not).
+    let big = meta_text.replace("\"step\": 3", "\"step\": 16777219");
+    std::fs::write(ck.join("meta.json"), &big).unwrap();
+    let (ok, err) = fp8c(&train_args(ds, &["--steps", "16777219", "--resume", cks]));
+    assert!(ok, "{err}");
+    assert!(err.contains("the checkpoint is at step 16777219"), "{err}");
+    std::fs::write(ck.join("meta.json"), &meta_text).unwrap();
+    // Another model: the same graph with another producer, so only its digest differs.
+    let mut other_model = fp8c_onnx::decode_model(&std::fs::read(mlp()).unwrap()).unwrap();
+    other_model.producer_name = Some("someone-else".into());
+    let other = d.join("other.onnx");
+    std::fs::write(&other, prost::Message::encode_to_vec(&other_model)).unwrap();
+    let mut args = train_args(ds, &["--steps", "4", "--resume", cks]);
+    let other_s = other.to_string_lossy().into_owned();
+    args[1] = &other_s;
+    must_fail(&args, &["made for another model"]);
+    // Damage: one flipped byte in the state file.
+    let state = ck.join("state.safetensors");
+    let mut s = std::fs::read(&state).unwrap();
+    let n = s.len();
+    s[n - 1] ^= 0x40;
+    std::fs::write(&state, &s).unwrap();
+    must_fail(
+        &train_args(ds, &["--steps", "4", "--resume", cks]),
+        &["does not match meta.json"],
+    );
+}
+
+// --------------------------------------------------------------- panics, hangs, memory
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fp8c"))
+        .args(["inspect", mlp_str()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("internal compiler error"), "{err}");
+    assert!(err.trim().is_empty(), "nothing to say: {err}");
+}
+
+#[test]
+fn an_archive_claiming_a_huge_array_is_refused_before_inflating() {
+    let d = scratch("robust-npz-bomb");
+    // 1. An archive whose directory declares a 3 GiB member: refused from the declared size.
+    let p = d.join("bomb.npz");
+    {
+        let f = std::fs::File::create(&p).unwrap();
+        let mut z = zip::ZipWriter::new(f);
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored);
+        z.start_file("x.npy", opts).unwrap();
+        z.write_all(&[0u8; 64]).unwrap();
+        z.finish().unwrap();
+    }
+    let mut bytes = std::fs::read(&p).unwrap();
+    let cd = bytes
+        .windows(4)
+        .rposition(|w| w == [0x50, 0x4b, 0x01, 0x02])
+        .expect("a central directory entry");
+    bytes[cd + 24..cd + 28].copy_from_slice(&0xC000_0000u32.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    let start = Instant::now();
+    must_fail(
+        &["run", mlp_str(), "--inputs", p.to_str().unwrap()],
+        &["more than the"],
+    );
+    // 2. An array whose header declares 20 GiB over a few bytes of data: refused, not allocated.
+    let q = d.join("short.npz");
+    {
+        let f = std::fs::File::create(&q).unwrap();
+        let mut z = zip::ZipWriter::new(f);
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        z.start_file("x.npy", opts).unwrap();
+        let mut header =
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 5), }".to_string();
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        z.write_all(b"\x93NUMPY\x01\x00").unwrap();
+        z.write_all(&(header.len() as u16).to_le_bytes()).unwrap();
+        z.write_all(header.as_bytes()).unwrap();
+        z.write_all(&[0u8; 4096]).unwrap();
+        z.finish().unwrap();
+    }
+    must_fail(
+        &["run", mlp_str(), "--inputs", q.to_str().unwrap()],
+        &["truncated"],
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn special_files_are_refused_as_models_and_inputs() {
+    must_fail(&["compile", "/dev/zero"], &["not a regular file"]);
+    must_fail(&["inspect", "/dev/zero"], &["not a regular file"]);
+    let d = scratch("robust-fifo");
+    let fifo = d.join("in.npz");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let start = Instant::now();
+    must_fail(
+        &["run", mlp_str(), "--inputs", fifo.to_str().unwrap()],
+        &["not a regular file"],
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn plot_of_extreme_values_returns_an_error_quickly() {
+    let d = scratch("robust-plot");
+    let csv = d.join("log.csv");
+    std::fs::write(&csv, "step,loss\n0,1e308\n1,-1e308\n").unwrap();
+    let out = d.join("p.svg");
+    let start = Instant::now();
+    must_fail(
+        &[
+            "plot",
+            csv.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--smooth",
+            "0",
+        ],
+        &["more than a float can hold"],
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+}
+
+// --------------------------------------------------------------------------- messages
+
+#[test]
+fn messages_print_once_escaped_and_short() {
+    let d = scratch("robust-messages");
+    // A path with a control character is echoed escaped.
+    let weird = d.join("bad\u{1b}[31mname.onnx");
+    std::fs::write(&weird, b"not a model").unwrap();
+    let err = must_fail(&["compile", weird.to_str().unwrap()], &["\\u{1b}"]);
+    assert!(!err.contains('\u{1b}'), "{err}");
+    // An import error is printed once.
+    assert_eq!(err.matches("not a valid ONNX model").count(), 1, "{err}");
+    // A config with an enormous line is not echoed whole.
+    let cfg = d.join("big.toml");
+    std::fs::write(
+        &cfg,
+        format!("[recipe]\nkind = \"{}\"\n", "x".repeat(200_000)),
+    )
+    .unwrap();
+    let err = must_fail(
+        &["compile", mlp_str(), "--config", cfg.to_str().unwrap()],
+        &["big.toml"],
+    );
+    assert!(err.len() < 2_000, "{} bytes of message", err.len());
+    // `--report` takes its format only with '=': the model path is not read as one.
+    let r = run_fp8c(["compile", "--report", mlp_str(), "--input-shape", "x=16x64"]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("GEMM") || r.stdout.contains("gemm"),
+        "{}",
+        r.stdout
+    );
+    // Negative values are values, and the message names the flag.
+    let data = d.join("d.npz");
+    digits(&data, 32);
+    must_fail(
+        &train_args(data.to_str().unwrap(), &["--lr", "-1"]),
+        &["--lr -1: must be in"],
+    );
+    // The user's own names: --labels, not the internal input name.
+    let err = must_fail(
+        &train_args(data.to_str().unwrap(), &["--loss", "mse"]),
+        &["--labels y"],
+    );
+    assert!(!err.contains("train.labels"), "{err}");
+}
