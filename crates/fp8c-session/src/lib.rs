@@ -61,8 +61,8 @@ pub use compiled::{Compiled, weights_path};
 pub use error::{Context, Error, PassFailure, Result};
 pub use model::{LoadOptions, Model, ModelInput};
 pub use options::{
-    CompileOptions, Purpose, RecipeOptions, default_recipe, parse_input_shapes, precision_name,
-    read_recipe_config, validate_policy,
+    CompileOptions, Purpose, RecipeOptions, default_recipe, parse_input_shapes,
+    parse_recipe_config, precision_name, read_recipe_config, validate_policy,
 };
 pub use runner::{Device, Runner};
 pub use session::Session;

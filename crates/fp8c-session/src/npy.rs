@@ -154,7 +154,15 @@ pub fn read_npy(path: &Path) -> Result<Tensor> {
 /// inflates past its declared size is refused.
 pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
     let f = open_regular(path)?;
-    let mut zip = zip::ZipArchive::new(std::io::BufReader::new(f)).map_err(|e| {
+    read_npz_from(std::io::BufReader::new(f), path)
+}
+
+/// [`read_npz`] over any seekable reader (`path` names it in messages).
+pub fn read_npz_from(
+    reader: impl std::io::Read + std::io::Seek,
+    path: &Path,
+) -> Result<Vec<(String, Tensor)>> {
+    let mut zip = zip::ZipArchive::new(reader).map_err(|e| {
         Error::invalid(format!(
             "{}: not a valid .npz (zip) archive: {e}",
             path.display()

@@ -268,9 +268,12 @@ pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
     if text.len() == 1 << 20 {
         bail!("{}: more than 1 MiB; not a recipe config", path.display());
     }
-    let cfg: ConfigFile = toml::from_str(&text)
-        .map_err(Error::invalid)
-        .with_context(|| format!("{}: invalid recipe config", path.display()))?;
+    parse_recipe_config(&text).with_context(|| format!("{}: invalid recipe config", path.display()))
+}
+
+/// Parses the text of a TOML config file; its `[recipe]` table, if any.
+pub fn parse_recipe_config(text: &str) -> Result<Option<Recipe>> {
+    let cfg: ConfigFile = toml::from_str(text).map_err(Error::invalid)?;
     Ok(cfg.recipe)
 }
 
