@@ -100,12 +100,12 @@ fn toml_round_trips() {
 fn zero_history_length_is_a_clear_error_from_toml_and_code() {
     let err = load("[recipe]\nkind = \"delayed\"\namax_history_len = 0\n").unwrap_err();
     assert!(
-        err.contains("amax_history_len must be >= 1, got 0"),
+        err.contains("amax_history_len must be between 1 and 65536, got 0"),
         "{err}"
     );
     let err = DelayedScaling::new(0.0, Format::Hybrid, 0, AmaxComputeAlgo::Max, true).unwrap_err();
     assert_eq!(err, CoreError::AmaxHistoryLen(0));
-    assert_eq!(err.to_string(), "amax_history_len must be >= 1, got 0");
+    assert_eq!(err.to_string(), "amax_history_len must be between 1 and 65536, got 0");
     let literal = DelayedScaling {
         amax_history_len: 0,
         ..Default::default()
