@@ -29,7 +29,7 @@ pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef,
 pub use op::{
     AmaxSource, AutoPad, ConvOp, ElementwiseOp, Family, Fp8Op, FusedOp, GeluApprox, InterfaceOp,
     LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp, PadMode, PoolOp, Props,
-    ReduceOp,
+    ReduceOp, Support,
 };
 pub use shape::{Dim, Shape, TensorType, shape_of};
 pub use storage::Storage;

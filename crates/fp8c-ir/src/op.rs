@@ -430,6 +430,16 @@ define_ops! {
     }
 }
 
+/// Whether a backend, the evaluator or a pass handles an op; `No` carries the stated reason
+/// (coverage tests walk every op and read it; users see the reason in errors).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Handled.
+    Yes,
+    /// Not handled, and why (for autodiff: why the op has no gradient).
+    No(&'static str),
+}
+
 impl Op {
     /// True for ops that read no inputs and define the graph's interface (`input`, `param`,
     /// `state`; a `constant` is in the interface family but not in the interface).
