@@ -22,6 +22,9 @@ pub enum Emit {
     Ir,
     /// The IR as JSON (fp8c_ir::GraphDef).
     Json,
+    /// Standard ONNX with FP8 QuantizeLinear/DequantizeLinear (weights stored in FP8, frozen
+    /// activation scales from --calibrate), for onnxruntime and TensorRT.
+    Onnx,
 }
 
 /// `fp8c compile`.
@@ -43,6 +46,11 @@ pub struct CompileArgs {
     /// Output file (default: stdout). With `--emit ir`, parameter data goes to FILE.weights.
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Calibration inputs (.npz, keys = input names, as `fp8c run --inputs` takes them): the
+    /// amax of every GEMM operand on the f32 path fixes its scale (TransformerEngine's
+    /// fp8_calibration). Needed by `--emit onnx`, whose activation scales are frozen.
+    #[arg(long, value_name = "FILE.npz")]
+    pub calibrate: Option<PathBuf>,
     /// Print the IR to stderr after this pass (repeatable).
     #[arg(long = "print-after", value_name = "PASS")]
     pub print_after: Vec<String>,
@@ -125,6 +133,9 @@ pub fn compile(a: CompileArgs) -> Result<()> {
         },
     )?;
     warn_all(model.warnings());
+    if a.emit == Emit::Onnx {
+        return emit_onnx(&a, &model, opts);
+    }
     let compiled = match model.compile(&opts) {
         Ok(c) => c,
         Err(e) => {
@@ -156,13 +167,65 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     match (&a.out, a.emit) {
         (Some(path), Emit::Ir) => compiled.write_ir(path)?,
         (Some(path), Emit::Json) => compiled.write_text(path, &compiled.json())?,
-        (None, emit) => {
-            let text = match emit {
-                Emit::Ir => compiled.ir_text(),
-                Emit::Json => compiled.json(),
-            };
-            crate::out::print(&text)?;
-        }
+        (None, Emit::Ir) => crate::out::print(&compiled.ir_text())?,
+        (None, Emit::Json) => crate::out::print(&compiled.json())?,
+        // Handled before compiling (emit_onnx).
+        (_, Emit::Onnx) => unreachable!("--emit onnx returns before"),
+    }
+    Ok(())
+}
+
+/// `fp8c compile --emit onnx`: calibrate, then write the FP8 Q/DQ ONNX model.
+fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOptions) -> Result<()> {
+    use anyhow::{Context, bail};
+    let Some(out) = &a.out else {
+        bail!("--emit onnx writes a file: give -o FILE.onnx");
+    };
+    let Some(cal) = &a.calibrate else {
+        bail!(
+            "--emit onnx freezes the activation scales: give --calibrate FILE.npz (inputs, as fp8c run --inputs takes them)"
+        );
+    };
+    if opts.policy.mode != fp8c_session::PrecisionMode::Fp8 {
+        bail!("--emit onnx writes FP8 Q/DQ: use --precision fp8 (the default)");
+    }
+    let target = fp8c_session::files::Output::check("-o", out, &[&a.model, cal])?;
+    let data: std::collections::BTreeMap<String, fp8c_ir::Tensor> =
+        fp8c_session::npy::read_npz(cal)?.into_iter().collect();
+    for (name, t) in &data {
+        model
+            .check_input(name, t)
+            .with_context(|| format!("--calibrate {}", cal.display()))?;
+        opts.input_shapes
+            .entry(name.clone())
+            .or_insert_with(|| t.shape().to_vec());
+    }
+    if a.fp8.recipe.as_deref() == Some("current") {
+        bail!(
+            "--emit onnx freezes scales from calibration: use delayed scaling (the default with --calibrate)"
+        );
+    }
+    opts.recipe = a
+        .fp8
+        .recipe_options()
+        .recipe_for(Purpose::Inference { calibrated: true })?;
+    let r = fp8c_session::export::fp8_onnx(model, &opts, &data)?;
+    target.write_bytes(&r.bytes)?;
+    eprintln!(
+        "fp8c compile: {} -> {} (FP8 Q/DQ ONNX: {} weights in FP8, {} activations quantized; {} of {} FP8 tensors calibrated from {})",
+        a.model.display(),
+        out.display(),
+        r.weights,
+        r.activations,
+        r.calibrated.0,
+        r.calibrated.1,
+        cal.display()
+    );
+    for line in &r.high_precision {
+        eprintln!("  {line}");
+    }
+    if r.weights == 0 {
+        eprintln!("warning: no GEMM went to FP8, so nothing was quantized (the reasons are above)");
     }
     Ok(())
 }

@@ -18,6 +18,7 @@ pub mod export;
 mod import;
 mod inspect;
 mod ops;
+pub mod qdq;
 mod shape_inputs;
 mod stream;
 mod tensor;

@@ -80,7 +80,7 @@ pub fn calibrate(
 }
 
 /// The scaling pass's names of a GEMM's two FP8 operand tensors.
-fn operand_names(g: &Graph, id: NodeId) -> Option<[String; 2]> {
+pub(crate) fn operand_names(g: &Graph, id: NodeId) -> Option<[String; 2]> {
     let n = g.node(id);
     let (&a, &b) = (n.inputs().first()?, n.inputs().get(1)?);
     let (x, w) = fp8c_passes::scaling::operand_names(g, &n.name, a, b);

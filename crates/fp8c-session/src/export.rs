@@ -21,3 +21,139 @@ pub fn save_onnx(
     crate::files::write_bytes_atomic(dst, &out)?;
     Ok(missing)
 }
+
+/// What [`fp8_onnx`] made.
+#[derive(Clone, Debug)]
+pub struct Fp8Onnx {
+    /// The encoded ONNX model.
+    pub bytes: Vec<u8>,
+    /// Weights stored in FP8 (with a DequantizeLinear).
+    pub weights: usize,
+    /// Activations given a QuantizeLinear/DequantizeLinear pair.
+    pub activations: usize,
+    /// FP8 tensors calibrated, of how many.
+    pub calibrated: (usize, usize),
+    /// Why GEMMs stayed in high precision (as `fp8c run` prints it), one line per reason.
+    pub high_precision: Vec<String>,
+}
+
+/// The model as standard FP8 Q/DQ ONNX (see `fp8c_onnx::qdq`): compiled with `opts` (FP8;
+/// the recipe must be delayed scaling, whose histories calibration fills), calibrated on
+/// `calibration` through the f32 path (TransformerEngine's `fp8_calibration`), then every
+/// input of every FP8 GEMM quantized with its calibrated scale — weights stored in FP8,
+/// activations given Q/DQ pairs — in a copy of the source ONNX model.
+pub fn fp8_onnx(
+    model: &crate::Model,
+    opts: &crate::CompileOptions,
+    calibration: &BTreeMap<String, Tensor>,
+) -> Result<Fp8Onnx> {
+    use fp8c_passes::precision::{Precision, Rule};
+    let fp8c_core::Recipe::Delayed(recipe) = opts.recipe else {
+        crate::error::bail!(
+            "the FP8 ONNX export freezes scales from calibration: it needs delayed scaling (calibrated histories), not current scaling"
+        );
+    };
+    let src = model.path().ok_or_else(|| {
+        Error::invalid(
+            "the FP8 ONNX export rewrites the source ONNX model: load the model from a file",
+        )
+    })?;
+    // Unfused, every FP8 GEMM reads its operands' scales straight from their state entries.
+    let fp8 = model.compile(&opts.clone().no_fuse(true))?;
+    let f32 = model.compile(&opts.clone().with_precision(crate::PrecisionMode::F32))?;
+    let mut runner = fp8.prepare(crate::Device::Cpu)?;
+    let mut reference = f32.prepare(crate::Device::Cpu)?;
+    let cal = crate::calibrate::calibrate(&mut runner, &mut reference, calibration, &recipe)
+        .context("calibration")?;
+    let state = runner.state();
+    let to = match recipe.fp8_format.forward() {
+        fp8c_core::Fp8Format::E4M3 => fp8c_ir::DType::F8E4M3,
+        fp8c_core::Fp8Format::E5M2 => fp8c_ir::DType::F8E5M2,
+    };
+    let mut qdq = Vec::new();
+    for d in fp8.decisions() {
+        if d.precision != Precision::Fp8 || d.rule == Rule::AlreadyFp8 {
+            continue;
+        }
+        for input in 0..2 {
+            let t = scale_state(&fp8.graph, &d.name, input).ok_or_else(|| {
+                Error::invalid(format!(
+                    "GEMM \"{}\": cannot find the scaling state of its input {input}",
+                    d.name
+                ))
+            })?;
+            let scale = state
+                .get(&format!("{t}.scale"))
+                .and_then(|s| s.to_f32_vec().ok())
+                .and_then(|v| v.first().copied())
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "GEMM \"{}\": no scale for its input {input} ({t}) after calibration",
+                        d.name
+                    ))
+                })?;
+            qdq.push(fp8c_onnx::qdq::QdqInput {
+                node: d.name.clone(),
+                input,
+                scale,
+                to,
+            });
+        }
+    }
+    let bytes = std::fs::read(src)
+        .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
+    let source = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
+    let (out, weights, activations) =
+        fp8c_onnx::qdq::export_qdq(&source, &qdq).with_context(|| src.display())?;
+    Ok(Fp8Onnx {
+        bytes: prost::Message::encode_to_vec(&out),
+        weights,
+        activations,
+        calibrated: (cal.calibrated, cal.total),
+        high_precision: fp8.high_precision_summary(),
+    })
+}
+
+/// The scaling-state tensor (`fc1.x`: its `.scale`, `.scale_inv`, `.amax_history`) that
+/// quantizes input `input` of the GEMM called `gemm` in an unfused FP8 graph: the GEMM is a
+/// `scaled_matmul` reading `scale_inv` states as inputs 2 and 3, or (convolutions) reads
+/// `dequantize(q, scale_inv)` operands.
+fn scale_state(g: &fp8c_ir::Graph, gemm: &str, input: usize) -> Option<String> {
+    // The scaling pass names the FP8 product `{gemm}.fp8` when the GEMM keeps a high-precision
+    // epilogue under the original name (Gemm's bias, a convolution's), else `{gemm}`.
+    [format!("{gemm}.fp8"), gemm.to_string()]
+        .iter()
+        .find_map(|name| scale_state_of(g, name, input))
+}
+
+fn scale_state_of(g: &fp8c_ir::Graph, gemm: &str, input: usize) -> Option<String> {
+    use fp8c_ir::Op;
+    let id = g
+        .node_ids()
+        .into_iter()
+        .find(|&id| g.node(id).name == gemm)?;
+    let n = g.node(id);
+    let scale_inv = match &n.op {
+        Op::ScaledMatMul { .. } | Op::ScaledMatMulEpilogue { .. } => *n.inputs().get(2 + input)?,
+        _ => {
+            let mut v = *n.inputs().get(input)?;
+            // Through views, casts and transposes to the dequantize that made the operand.
+            loop {
+                let p = g.node(v.node);
+                match &p.op {
+                    Op::Dequantize { .. } => break *p.inputs().get(1)?,
+                    op if op.props().view
+                        || matches!(op, Op::Cast { .. } | Op::Transpose { .. }) =>
+                    {
+                        v = *p.inputs().first()?
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    };
+    match &g.node(scale_inv.node).op {
+        Op::State { name } => name.strip_suffix(".scale_inv").map(str::to_string),
+        _ => None,
+    }
+}

@@ -1,0 +1,160 @@
+//! `fp8c compile --emit onnx` (issue #17) checked by other engines: ONNX's full checker accepts
+//! the FP8 Q/DQ model, onnxruntime runs it and agrees with `fp8c run` on the same recipe and
+//! calibration, and the weights are stored in FP8 (the file shrinks).
+//!
+//! Inputs come from `scripts/ort_reference.py --make-inputs` (deterministic, cached); the
+//! same file calibrates and is run, as a user would calibrate on sample data.
+
+mod support;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// ONNX's checker on `path`: the JSON summary of `scripts/onnx_check.py`.
+fn onnx_check(path: &Path) -> Value {
+    let out = Command::new(support::python())
+        .arg(support::repo_root().join("scripts/onnx_check.py"))
+        .arg(path)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "onnx.checker rejected {}:\n{}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("onnx_check.py prints JSON")
+}
+
+/// onnxruntime's outputs of `model` on `inputs` (every optimisation off: the Q/DQ nodes run
+/// as the ONNX reference defines them).
+fn ort_run(model: &Path, inputs: &Path, out: &Path) {
+    let r = Command::new(support::python())
+        .arg(support::repo_root().join("scripts/ort_reference.py"))
+        .arg(model)
+        .arg("--inputs")
+        .arg(inputs)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("python runs");
+    assert!(
+        r.status.success(),
+        "onnxruntime failed on {}:\n{}",
+        model.display(),
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
+
+#[test]
+fn mlp_fp8_qdq_export_runs_in_onnxruntime_like_fp8c() {
+    let model = support::repo_root().join("examples/models/mlp_digits.onnx");
+    let (inputs, reference) =
+        support::ort_reference(&model, "mlp_digits_b512", &["--dim", "batch=512"]);
+    let dir = support::scratch("onnx_export_mlp");
+    let exported = dir.join("mlp.fp8.onnx");
+
+    let r = support::run_fp8c([
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+        "--calibrate".as_ref(),
+        inputs.as_os_str(),
+        "-o".as_ref(),
+        exported.as_os_str(),
+    ]);
+    assert!(r.ok, "fp8c compile --emit onnx failed:\n{}", r.stderr);
+    assert!(r.stderr.contains("FP8 Q/DQ ONNX"), "{}", r.stderr);
+
+    // Standard ONNX: checker-clean, FP8 initializers behind DequantizeLinear, activations
+    // through QuantizeLinear/DequantizeLinear pairs, opset ≥ 19 (FP8 Q/DQ).
+    let info = onnx_check(&exported);
+    assert!(info["opsets"]["ai.onnx"].as_i64().unwrap() >= 19, "{info}");
+    assert!(
+        info["ops"]["QuantizeLinear"].as_i64().unwrap_or(0) >= 1,
+        "{info}"
+    );
+    assert!(
+        info["ops"]["DequantizeLinear"].as_i64().unwrap_or(0) >= 2,
+        "{info}"
+    );
+    assert!(
+        info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 1,
+        "weights are not stored in FP8: {info}"
+    );
+    let (before, after) = (
+        std::fs::metadata(&model).unwrap().len(),
+        std::fs::metadata(&exported).unwrap().len(),
+    );
+    eprintln!("mlp_digits: {before} bytes -> {after} bytes as FP8 Q/DQ ONNX");
+    assert!(after * 2 < before, "{before} -> {after} bytes");
+
+    // onnxruntime on the export against fp8c's own run of the same recipe and calibration.
+    let ort_out = dir.join("ort.npz");
+    ort_run(&exported, &inputs, &ort_out);
+    let fp8c_out = dir.join("fp8c.npz");
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+        "--calibrate".as_ref(),
+        inputs.as_os_str(),
+        "--recipe".as_ref(),
+        "delayed".as_ref(),
+        "--out".as_ref(),
+        fp8c_out.as_os_str(),
+    ]);
+    assert!(r.ok, "fp8c run failed:\n{}", r.stderr);
+    let (ort, ours, f32_ref) = (
+        support::read_npz(&ort_out),
+        support::read_npz(&fp8c_out),
+        support::read_npz(&reference),
+    );
+    assert_eq!(
+        ort.keys().collect::<Vec<_>>(),
+        ours.keys().collect::<Vec<_>>()
+    );
+    for (name, o) in &ort {
+        if !o.dtype().is_float() {
+            continue;
+        }
+        let c = fp8c_runtime::compare(o, &ours[name]).unwrap();
+        let q = fp8c_runtime::compare(o, &f32_ref[name]).unwrap();
+        eprintln!(
+            "mlp_digits \"{name}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}; vs f32 cosine={:.6}",
+            c.rel_l2, q.cosine
+        );
+        // Same codes, same scales: only f32 summation order differs.
+        assert!(c.rel_l2 < 1e-5, "\"{name}\": rel L2 {:.3e}", c.rel_l2);
+        assert!(q.cosine > 0.99, "\"{name}\": cosine {:.6}", q.cosine);
+    }
+}
+
+#[test]
+fn emit_onnx_without_calibration_is_a_clear_error() {
+    let model = support::repo_root().join("examples/models/mlp_digits.onnx");
+    let dir = support::scratch("onnx_export_errors");
+    let out = dir.join("x.onnx");
+    let r = support::run_fp8c([
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(!r.ok);
+    assert!(r.stderr.contains("--calibrate"), "{}", r.stderr);
+    assert!(!out.exists());
+    let r = support::run_fp8c([
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+    ]);
+    assert!(!r.ok);
+    assert!(r.stderr.contains("-o FILE.onnx"), "{}", r.stderr);
+}
