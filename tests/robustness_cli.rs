@@ -204,7 +204,7 @@ fn sigterm_finishes_the_step_and_leaves_a_checkpoint_that_resumes() {
     let ck = d.join("ck");
     let log = d.join("log.csv");
     let ds = data.to_str().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fp8c"))
+    let child = Command::new(env!("CARGO_BIN_EXE_fp8c"))
         .args(train_args(
             ds,
             &["--steps", "1000000", "--log", log.to_str().unwrap()],
