@@ -224,26 +224,25 @@ impl Pass for PrecisionPass {
     }
 }
 
-/// Is `v` a weight: a param or constant, possibly through layout-only ops?
-pub fn is_weight(g: &Graph, mut v: Value) -> bool {
-    loop {
-        let n = g.node(v.node);
+/// Is `v` a weight: a value that no graph input or state reaches — params and constants, and
+/// whatever is computed from them alone (layout ops, casts, dequantized FP8 weights, and the
+/// tensors exporters build from constants, such as `constant_of_shape` fills that canonicalize
+/// leaves unfolded because they are large). Such a value is the same at every step, so the
+/// policy treats it as a weight, never as the activation side of an attention product.
+pub fn is_weight(g: &Graph, v: Value) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![v.node];
+    while let Some(id) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let n = g.node(id);
         match &n.op {
-            Op::Param { .. } | Op::Constant { .. } => return true,
-            Op::Transpose { .. }
-            | Op::Reshape { .. }
-            | Op::Squeeze { .. }
-            | Op::Unsqueeze { .. }
-            | Op::Flatten { .. }
-            | Op::Cast { .. }
-            | Op::Identity
-            | Op::DequantizeLinear { .. } => match n.inputs().first() {
-                Some(&i) => v = i,
-                None => return false,
-            },
-            _ => return false,
+            Op::Input { .. } | Op::State { .. } => return false,
+            _ => stack.extend(n.inputs().iter().map(|i| i.node)),
         }
     }
+    true
 }
 
 /// GEMM dims of a MatMul / Gemm / Conv node.
@@ -324,11 +323,20 @@ pub fn gemm_dims(g: &Graph, id: NodeId) -> GemmDims {
     }
 }
 
-/// Checks the multiple-of-16 rule; returns the offending dims as text if it fails.
+/// The shape rule of an FP8 GEMM on Hopper; returns the offending dims as text if it fails.
+///
+/// cuBLASLt runs FP8 only in the "TN" layout: both FP8 operands are K-major, so K is their
+/// leading dimension and must keep every row 16-byte aligned: K % 16 (cuBLAS docs,
+/// `cublasLtMatmul`, "FP8 requirements"). PyTorch's `torch._scaled_mm` (the kernel torchao.float8
+/// calls) checks exactly K % 16 and N % 16 and no longer M (pytorch/pytorch#108308: "if
+/// mat1.size(-1) % 16 == 0 and the matrix is row major the leading dimension can be any
+/// value"); N % 16 keeps the output's rows aligned for every output type. TransformerEngine's
+/// `check_dim_for_fp8_exec` is stricter on M (rows % 8); fp8c follows what the hardware needs,
+/// so M — the token count, which changes with every batch — is free.
 fn misaligned(g: &Graph, id: NodeId, d: &GemmDims) -> Option<String> {
     let n = g.node(id);
     let bad = |name: &str, v: Option<u64>| match v {
-        Some(x) if x % 16 != 0 => Some(format!("{name}={x}")),
+        Some(x) if !x.is_multiple_of(16) => Some(format!("{name}={x}")),
         None => Some(format!("{name}=?")),
         _ => None,
     };
@@ -344,15 +352,11 @@ fn misaligned(g: &Graph, id: NodeId, d: &GemmDims) -> Option<String> {
                 .flatten()
                 .collect()
         }
-        // M may stay symbolic (a dynamic batch); K and N come from the weight.
-        _ => [
-            d.m.and_then(|m| bad("M", Some(m))),
-            bad("N", d.n),
-            bad("K", d.k),
-        ]
-        .into_iter()
-        .flatten()
-        .collect(),
+        // K and N come from the weight; M is free (see above).
+        _ => [bad("N", d.n), bad("K", d.k)]
+            .into_iter()
+            .flatten()
+            .collect(),
     };
     (!list.is_empty()).then(|| list.join(", "))
 }
@@ -435,7 +439,9 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                 "attention (use --fp8-attention)".to_string(),
             )
         } else if let Some(m) = mis.as_ref().filter(|_| !can_pad) {
-            let hint = if o.pad_to_16 {
+            let hint = if matches!(n.op, Op::Conv { .. }) {
+                "convolutions are not padded"
+            } else if o.pad_to_16 {
                 "--pad-to-16 pads matmul and gemm only"
             } else {
                 "use --pad-to-16"

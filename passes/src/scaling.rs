@@ -342,8 +342,8 @@ fn to16(d: Option<u64>) -> u64 {
     d.map_or(0, |d| d.next_multiple_of(16) - d)
 }
 
-/// Zero-pads the operands of a MatMul (2-D right operand) or Gemm so that M, N and K are
-/// multiples of 16. Returns the padded operands and the (axes, sizes) to crop the result to.
+/// Zero-pads the operands of a MatMul (2-D right operand) or Gemm so that N and K are
+/// multiples of 16 (M needs no padding: `precision::misaligned` says why). Returns the padded operands and the (axes, sizes) to crop the result to.
 type Crop = Option<(Vec<i64>, Vec<u64>)>;
 fn pad_operands(
     g: &mut Graph,
@@ -370,23 +370,18 @@ fn pad_operands(
         _ => return Ok((a, b, None)),
     };
     let (am, ak, bk, bn) = axes;
-    let (m, k, n) = (da[am], da[ak], db[bn]);
-    let pa = pad_axes(
-        g,
-        a,
-        &[(am, to16(m)), (ak, to16(k))],
-        &format!("{nm}.a.pad"),
-    )?;
+    let (k, n) = (da[ak], db[bn]);
+    let pa = pad_axes(g, a, &[(ak, to16(k))], &format!("{nm}.a.pad"))?;
     let pb = pad_axes(
         g,
         b,
         &[(bk, to16(k)), (bn, to16(n))],
         &format!("{nm}.b.pad"),
     )?;
-    let crop = match (m, n) {
-        (Some(m), Some(n)) if to16(Some(m)) + to16(Some(n)) > 0 => {
+    let crop = match n {
+        Some(n) if to16(Some(n)) > 0 => {
             let out_rank = if matches!(op, Op::Gemm { .. }) { 2 } else { ra };
-            Some((vec![out_rank as i64 - 2, out_rank as i64 - 1], vec![m, n]))
+            Some((vec![out_rank as i64 - 1], vec![n]))
         }
         _ => None,
     };

@@ -105,7 +105,10 @@ fn zero_history_length_is_a_clear_error_from_toml_and_code() {
     );
     let err = DelayedScaling::new(0.0, Format::Hybrid, 0, AmaxComputeAlgo::Max, true).unwrap_err();
     assert_eq!(err, CoreError::AmaxHistoryLen(0));
-    assert_eq!(err.to_string(), "amax_history_len must be between 1 and 65536, got 0");
+    assert_eq!(
+        err.to_string(),
+        "amax_history_len must be between 1 and 65536, got 0"
+    );
     let literal = DelayedScaling {
         amax_history_len: 0,
         ..Default::default()
