@@ -131,6 +131,93 @@ fn mlp_fp8_qdq_export_runs_in_onnxruntime_like_fp8c() {
         assert!(c.rel_l2 < 1e-5, "\"{name}\": rel L2 {:.3e}", c.rel_l2);
         assert!(q.cosine > 0.99, "\"{name}\": cosine {:.6}", q.cosine);
     }
+
+    // Round trip: fp8c imports its own export with the GEMMs FP8 from the model, and runs it
+    // like onnxruntime does.
+    let r = report_rows(&exported, "x=512x64");
+    let fp8_rows: Vec<_> = r.iter().filter(|n| n["precision"] == "fp8").collect();
+    assert_eq!(fp8_rows.len(), 2, "{r:?}");
+    for n in fp8_rows {
+        assert!(
+            n["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("FP8 from the model"),
+            "{n}"
+        );
+    }
+    let again = dir.join("again.npz");
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        exported.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+        "--out".as_ref(),
+        again.as_os_str(),
+    ]);
+    assert!(r.ok, "fp8c run on the export failed:\n{}", r.stderr);
+    let again = support::read_npz(&again);
+    for (name, o) in &ort {
+        let c = fp8c_runtime::compare(o, &again[name]).unwrap();
+        eprintln!(
+            "mlp_digits \"{name}\": fp8c run on the export vs onnxruntime rel_l2={:.3e}",
+            c.rel_l2
+        );
+        assert!(c.rel_l2 < 1e-5, "\"{name}\": rel L2 {:.3e}", c.rel_l2);
+    }
+}
+
+/// `fp8c compile MODEL --input-shape SHAPE --report=json` rows.
+fn report_rows(model: &Path, shape: &str) -> Vec<Value> {
+    let r = support::run_fp8c([
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--input-shape".as_ref(),
+        shape.as_ref(),
+        "--report=json".as_ref(),
+    ]);
+    assert!(r.ok, "fp8c compile --report failed:\n{}", r.stderr);
+    let v: Value = serde_json::from_str(&r.stdout).expect("--report=json prints JSON");
+    v["nodes"].as_array().expect("nodes").clone()
+}
+
+/// An FP8 Q/DQ model made by another tool (`scripts/make_qdq_model.py`, onnx's helper API, the
+/// form ModelOpt exports): its GEMMs import as FP8 with the model's own scales, and `fp8c run`
+/// gives onnxruntime's outputs.
+#[test]
+fn third_party_fp8_qdq_model_imports_as_fp8_and_runs_like_onnxruntime() {
+    let model = support::repo_root().join("examples/models/qdq_mlp_fp8.onnx");
+    let (inputs, reference) = support::ort_reference(&model, "qdq_mlp_fp8", &["--dim", "batch=48"]);
+    let rows = report_rows(&model, "x=48x64");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for n in &rows {
+        assert_eq!(n["precision"], "fp8", "{n}");
+        assert!(
+            n["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("FP8 from the model"),
+            "{n}"
+        );
+    }
+    let dir = support::scratch("onnx_import_qdq");
+    let out = dir.join("out.npz");
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.ok, "fp8c run failed:\n{}", r.stderr);
+    let (got, want) = (support::read_npz(&out), support::read_npz(&reference));
+    let c = fp8c_runtime::compare(&got["y"], &want["y"]).unwrap();
+    eprintln!(
+        "qdq_mlp_fp8: fp8c run vs onnxruntime rel_l2={:.3e}",
+        c.rel_l2
+    );
+    assert!(c.rel_l2 < 1e-6, "rel L2 {:.3e}", c.rel_l2);
 }
 
 #[test]

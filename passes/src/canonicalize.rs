@@ -12,7 +12,7 @@
 //! Parameters are never folded: they stay parameters (FP32 master weights).
 
 use crate::{Pass, PassCx};
-use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
+use fp8c_ir::{DType, Graph, IrError, Op, Tensor, Value};
 
 /// Folded constants larger than this (in elements) are left as computations: they would
 /// bloat the IR and the folding buys nothing (shape subgraphs fold to a few elements).
@@ -38,15 +38,21 @@ impl Pass for Canonicalize {
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
         let folded = infer_and_fold(g, cx)?;
         let bypassed = bypass_noops(g)?;
+        let fp8 = fp8_dequantize_linear(g)?;
         let removed = g.dce();
         let promoted = promote_weight_constants(g)?;
-        if folded + bypassed + removed + promoted > 0 {
+        if fp8 > 0 {
+            cx.notes.push(format!(
+                "canonicalize: {fp8} FP8 DequantizeLinear node(s) of the model read as fp8c dequantize (its own scales)"
+            ));
+        }
+        if folded + bypassed + removed + promoted + fp8 > 0 {
             cx.notes.push(format!(
                 "canonicalize: folded {folded} node(s), bypassed {bypassed} no-op(s), removed {removed} dead node(s), \
                  promoted {promoted} float constant(s) to params"
             ));
         }
-        Ok(folded + bypassed + removed + promoted > 0)
+        Ok(folded + bypassed + removed + promoted + fp8 > 0)
     }
 }
 
@@ -201,4 +207,58 @@ pub fn promote_weight_constants(g: &mut Graph) -> Result<usize, IrError> {
         count += 1;
     }
     Ok(count)
+}
+
+/// Reads an FP8 model's own quantization (ONNX FP8 Q/DQ, as ModelOpt, TensorRT's tools and
+/// `fp8c compile --emit onnx` write it): `DequantizeLinear(q: f8, scale: f32[], zero point 0
+/// or absent)` is exactly fp8c's `dequantize(q, scale)` (`f32(q) · scale`; subtracting a +0
+/// zero point changes nothing), so it becomes one. The precision policy then sees those GEMMs'
+/// operands dequantized from FP8 and keeps them FP8 with the model's scales ("FP8 from the
+/// model"); a QuantizeLinear before it stays as it is (ONNX divides by y_scale, which fp8c's
+/// `quantize` does not). Per-axis or blocked scales and non-zero zero points stay
+/// `dequantize_linear`. Returns how many nodes changed.
+pub fn fp8_dequantize_linear(g: &mut Graph) -> Result<usize, IrError> {
+    let mut count = 0;
+    for id in g.topo_order()? {
+        let n = g.node(id);
+        if !matches!(n.op, Op::DequantizeLinear { .. }) {
+            continue;
+        }
+        let ins = n.inputs().to_vec();
+        let (Some(&q), Some(&scale)) = (ins.first(), ins.get(1)) else {
+            continue;
+        };
+        let (qt, st) = (g.value_type(q), g.value_type(scale));
+        let zero_point_is_zero = match ins.get(2) {
+            None => true,
+            Some(&z) => g
+                .constant_value(z)
+                .or_else(|| param_value(g, z))
+                .is_some_and(|t| t.bytes().iter().all(|&b| b == 0)),
+        };
+        if !qt.dtype.is_fp8()
+            || st.dtype != DType::F32
+            || !st.shape.is_empty()
+            || !zero_point_is_zero
+        {
+            continue;
+        }
+        let name = n.name.clone();
+        let tmp = g.fresh_name(&format!("{name}.fp8"));
+        let v = g.add_node(&tmp, Op::Dequantize { to: DType::F32 }, &[q, scale])?[0];
+        g.replace_uses(Value::new(id, 0), v)?;
+        g.remove_node(id)?;
+        g.rename_node(v.node, &name);
+        count += 1;
+    }
+    Ok(count)
+}
+
+/// The data of a param (initializer), if the graph holds it.
+fn param_value(g: &Graph, v: Value) -> Option<&Tensor> {
+    let n = g.node(v.node);
+    match &n.op {
+        Op::Param { name } => g.weights().get(name),
+        _ => None,
+    }
 }

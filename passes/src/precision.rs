@@ -395,7 +395,7 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
             (
                 Precision::Fp8,
                 Rule::AlreadyFp8,
-                "already FP8 (operands dequantized from FP8)".to_string(),
+                "FP8 from the model (operands dequantized from FP8)".to_string(),
             )
         } else if o.mode != PrecisionMode::Fp8 {
             (
