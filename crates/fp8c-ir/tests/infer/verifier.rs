@@ -233,3 +233,67 @@ fn declared_types_may_refine_but_not_contradict_inference() {
     );
     assert_eq!(errors.len(), 2);
 }
+
+/// The verifier is linear in the number of nodes: a 200,000-node chain verifies in well under
+/// a second even in a debug build. The bound is generous, so the test fails only if some
+/// check became quadratic (a per-node walk over all nodes or uses).
+#[test]
+fn a_long_chain_verifies_in_linear_time() {
+    const N: usize = 200_000;
+    let mut g = Graph::new("chain");
+    let mut v = g.add_input("x", ty("f32[batch,4]")).unwrap();
+    for i in 0..N {
+        let op = if i % 2 == 0 { Op::Relu } else { Op::Neg };
+        v = g.add_node(&format!("n{i}"), op, &[v]).unwrap()[0];
+    }
+    g.set_output("y", v).unwrap();
+    assert_eq!(g.node_count(), N + 1);
+    let start = std::time::Instant::now();
+    assert_eq!(verify(&g), Ok(()));
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "verify took {took:?} for a chain of {N} nodes"
+    );
+}
+
+/// A training-style interface: every param has weights and an update (updates may target
+/// params as well as state), every state entry an update; all are found by name.
+#[test]
+fn updates_and_weights_find_their_params_and_state_by_name() {
+    const N: usize = 500;
+    let mut g = Graph::new("wide");
+    let x = g.add_input("x", ty("f32[4]")).unwrap();
+    let mut acc = x;
+    for i in 0..N {
+        let w = g
+            .add_param(
+                &format!("w{i}"),
+                ty("f32[4]"),
+                Some(Tensor::zeros(DType::F32, vec![4]).unwrap()),
+            )
+            .unwrap();
+        let s = g.add_state(&format!("s{i}"), ty("f32[4]"), 0.0).unwrap();
+        acc = g.add_node(&format!("add{i}"), Op::Add, &[acc, w]).unwrap()[0];
+        let upd = g.add_node(&format!("upd{i}"), Op::Add, &[s, w]).unwrap()[0];
+        g.set_state_update(&format!("w{i}"), acc).unwrap();
+        g.set_state_update(&format!("s{i}"), upd).unwrap();
+    }
+    g.set_output("y", acc).unwrap();
+    assert_eq!(verify(&g), Ok(()));
+    // The last param's declared type changes: its weight and its update no longer fit.
+    let last = g.find_interface(&format!("w{}", N - 1)).unwrap();
+    g.set_interface_type(last, ty("f32[5]")).unwrap();
+    let errors = verify_errors(&g);
+    assert_has(
+        &errors,
+        &format!(
+            "node \"w{}\" (param): its weight data has type f32[4]",
+            N - 1
+        ),
+    );
+    assert_has(
+        &errors,
+        &format!("node \"w{}\" (state): its update has type f32[4]", N - 1),
+    );
+}
