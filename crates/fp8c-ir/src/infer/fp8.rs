@@ -1,0 +1,171 @@
+//! Inference for the fp8 family: ONNX QuantizeLinear / DequantizeLinear (per tensor or per
+//! axis) and fp8c's scaling ops (`amax`, `compute_scale`, `amax_history_update`,
+//! `quantize`, `dequantize`).
+
+use super::InferInput;
+use super::common::{
+    Arg, MATH_FLOAT, Res, args, args_opt, axis_of, expect_attr, is_math_float, unify,
+};
+use crate::op::AmaxSource;
+use crate::{DType, Dim, Fp8Op, TensorType};
+
+/// The output types of an fp8 op.
+pub(super) fn infer(op: Fp8Op<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
+    let one = |t: TensorType| vec![t];
+    Ok(match op {
+        Fp8Op::QuantizeLinear { axis, to, .. } => one(quantize_linear(inputs, *axis, *to)?),
+        Fp8Op::DequantizeLinear { axis } => one(dequantize_linear(inputs, *axis)?),
+        Fp8Op::Amax => {
+            let [x] = args(inputs, ["x"])?;
+            x.expect(x.dtype().is_float(), "a float type")?;
+            one(TensorType::scalar(DType::F32))
+        }
+        Fp8Op::ComputeScale {
+            fmt,
+            margin,
+            source,
+            epsilon,
+            ..
+        } => compute_scale(inputs, *fmt, *margin, *source, *epsilon)?,
+        Fp8Op::AmaxHistoryUpdate => {
+            let [history, amax] = args(inputs, ["history", "amax"])?;
+            history.expect_f32_rank(1)?;
+            amax.expect_f32_rank(0)?;
+            // `recorded` (slot 0 = this amax) and `next` (rolled), both like the history.
+            vec![history.ty.clone(), history.ty.clone()]
+        }
+        Fp8Op::Quantize { to, .. } => {
+            let [x, scale] = args(inputs, ["x", "scale"])?;
+            expect_attr(to.is_fp8(), "to", to, "an FP8 type (f8e4m3 or f8e5m2)")?;
+            x.expect(
+                is_math_float(x.dtype()),
+                "a float type (not FP8: it is already quantized)",
+            )?;
+            scale.expect_f32_rank(0)?;
+            one(TensorType::new(*to, x.ty.shape.clone()))
+        }
+        Fp8Op::Dequantize { to } => {
+            let [q, scale_inv] = args(inputs, ["q", "scale_inv"])?;
+            expect_attr(is_math_float(*to), "to", to, "a float type other than FP8")?;
+            q.expect(q.dtype().is_fp8(), "an FP8 type")?;
+            scale_inv.expect_f32_rank(0)?;
+            one(TensorType::new(*to, q.ty.shape.clone()))
+        }
+        Fp8Op::__Lifetime(never, _) => match never {},
+    })
+}
+
+/// The scale (and zero point) of ONNX Q/DQ: a scalar (per tensor) or 1-D along `axis`
+/// (per axis). The zero point must have `zp_dtype` and the scale's shape.
+fn check_qparams(
+    x: &Arg<'_>,
+    scale: &Arg<'_>,
+    zero_point: Option<&Arg<'_>>,
+    axis: i64,
+    zp_dtype: DType,
+) -> Res<()> {
+    scale.expect(is_math_float(scale.dtype()), MATH_FLOAT)?;
+    match scale.shape() {
+        [] | [Dim::Known(1)] => {}
+        [n] => {
+            let ax = axis_of(x, axis, "axis")?;
+            let along = x.shape().get(ax).cloned().unwrap_or(Dim::Unknown);
+            if unify(n, &along).is_none() {
+                return Err(scale.shape_err(format!(
+                    "a per-axis scale needs {along} entries (axis {ax} of {x})"
+                )));
+            }
+        }
+        _ => {
+            return Err(scale.shape_err(
+                "expected a scalar or a 1-D per-axis scale (blocked quantization is not supported)",
+            ));
+        }
+    }
+    if let Some(zp) = zero_point {
+        zp.expect(zp.dtype() == zp_dtype, zp_dtype.name())?;
+        // A per-tensor zero point may be [1] beside a scalar scale, or the reverse (ONNX's
+        // float8 Q/DQ backend tests do this; the reference and onnxruntime accept it).
+        let one = |s: &[Dim]| s.iter().all(|d| *d == Dim::Known(1));
+        let same = (one(zp.shape()) && one(scale.shape()) && zp.rank() <= 1 && scale.rank() <= 1)
+            || (zp.rank() == scale.rank()
+                && zp
+                    .shape()
+                    .iter()
+                    .zip(scale.shape())
+                    .all(|(a, b)| unify(a, b).is_some()));
+        if !same {
+            return Err(zp.shape_err(format!("expected the shape of {scale} {}", scale.ty)));
+        }
+    }
+    Ok(())
+}
+
+fn quantize_linear(inputs: &[InferInput<'_>], axis: i64, to: DType) -> Res<TensorType> {
+    let ([x, scale], zp) = args_opt(inputs, ["x", "y_scale"], "y_zero_point")?;
+    let quantized = to.is_fp8() || matches!(to, DType::I8 | DType::U8 | DType::I16);
+    expect_attr(
+        quantized,
+        "to",
+        to,
+        "a quantized type (i8, u8, i16, f8e4m3, f8e5m2)",
+    )?;
+    x.expect(
+        is_math_float(x.dtype()) || x.dtype() == DType::I32,
+        "a float type (not FP8) or i32",
+    )?;
+    check_qparams(&x, &scale, zp.as_ref(), axis, to)?;
+    Ok(TensorType::new(to, x.ty.shape.clone()))
+}
+
+fn dequantize_linear(inputs: &[InferInput<'_>], axis: i64) -> Res<TensorType> {
+    let ([x, scale], zp) = args_opt(inputs, ["x", "x_scale"], "x_zero_point")?;
+    let quantized =
+        x.dtype().is_fp8() || matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::I32);
+    x.expect(
+        quantized,
+        "a quantized type (i8, u8, i16, i32, f8e4m3, f8e5m2)",
+    )?;
+    check_qparams(&x, &scale, zp.as_ref(), axis, x.dtype())?;
+    Ok(TensorType::new(scale.dtype(), x.ty.shape.clone()))
+}
+
+// ------------------------------------------------------------------ fp8c's FP8 ops
+
+/// Inputs: the amax source (an f32[L] history, or f32[] for `source=current`) and the
+/// previous scale f32[]; outputs scale and scale_inv.
+fn compute_scale(
+    inputs: &[InferInput<'_>],
+    fmt: DType,
+    margin: f32,
+    source: AmaxSource,
+    epsilon: f32,
+) -> Res<Vec<TensorType>> {
+    let roles = match source {
+        AmaxSource::Current => ["amax", "prev_scale"],
+        _ => ["amax_history", "prev_scale"],
+    };
+    let [amax, prev] = args(inputs, roles)?;
+    expect_attr(fmt.is_fp8(), "fmt", fmt, "an FP8 type (f8e4m3 or f8e5m2)")?;
+    expect_attr(margin.is_finite(), "margin", margin, "a finite number")?;
+    expect_attr(
+        epsilon.is_finite() && epsilon >= 0.0,
+        "epsilon",
+        epsilon,
+        "a finite number ≥ 0",
+    )?;
+    match source {
+        AmaxSource::Current => amax.expect_f32_rank(0)?,
+        AmaxSource::HistoryMax | AmaxSource::HistoryMostRecent => {
+            amax.expect_f32_rank(1)?;
+            if matches!(amax.shape(), [Dim::Known(0)]) {
+                return Err(amax.shape_err("an amax history needs at least one entry"));
+            }
+        }
+    }
+    prev.expect_f32_rank(0)?;
+    Ok(vec![
+        TensorType::scalar(DType::F32),
+        TensorType::scalar(DType::F32),
+    ])
+}

@@ -1,0 +1,49 @@
+//! Inference for the reduce family: the five ONNX reductions (axes None or empty = every
+//! axis) and `all_finite`.
+
+use super::InferInput;
+use super::common::{MATH_FLOAT, NUMERIC, Res, args, axes_of, is_math_float, is_numeric, variadic};
+use crate::{DType, Dim, ReduceOp, TensorType};
+use std::collections::BTreeSet;
+
+/// The output types of a reduce op.
+pub(super) fn infer(op: ReduceOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
+    let one = |t: TensorType| vec![t];
+    Ok(match op {
+        ReduceOp::ReduceMean { axes, keepdims }
+        | ReduceOp::ReduceSum { axes, keepdims }
+        | ReduceOp::ReduceMax { axes, keepdims }
+        | ReduceOp::ReduceMin { axes, keepdims }
+        | ReduceOp::ReduceProd { axes, keepdims } => {
+            one(reduce(inputs, axes.as_deref(), *keepdims)?)
+        }
+        ReduceOp::AllFinite => {
+            for x in variadic(inputs)? {
+                x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
+            }
+            vec![TensorType::scalar(DType::Bool)]
+        }
+        ReduceOp::__Lifetime(never, _) => match never {},
+    })
+}
+
+/// `axes` None (or empty, as ONNX's absent axes input) reduces every axis.
+fn reduce(inputs: &[InferInput<'_>], axes: Option<&[i64]>, keepdims: bool) -> Res<TensorType> {
+    let [x] = args(inputs, ["data"])?;
+    x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    let reduced: BTreeSet<usize> = match axes {
+        Some(a) if !a.is_empty() => axes_of(&x, a, "axes")?.into_iter().collect(),
+        _ => (0..x.rank()).collect(),
+    };
+    let shape = x
+        .shape()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (reduced.contains(&i), keepdims) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Dim::Known(1)),
+            (true, false) => None,
+        })
+        .collect();
+    Ok(TensorType::new(x.dtype(), shape))
+}

@@ -1,0 +1,151 @@
+//! The weights sidecar: round trips, and bad files are refused without panicking.
+
+use super::*;
+
+pub(super) fn with_weights() -> Graph {
+    let mut g = Graph::new("w");
+    let x = g.add_input("x", f32t(&[2, 3])).unwrap();
+    let w = g
+        .add_param(
+            "fc.w",
+            f32t(&[3, 2]),
+            Some(Tensor::from_f32(
+                vec![3, 2],
+                &[1.0, -0.0, f32::NAN, 4.0, 5.5, -6.0],
+            )),
+        )
+        .unwrap();
+    let b = g
+        .add_param(
+            "fc.b",
+            TensorType::fixed(DType::F16, &[2]),
+            Some(Tensor::from_f64_as(DType::F16, vec![2], &[0.5, -1.0]).unwrap()),
+        )
+        .unwrap();
+    let q = g
+        .add_param(
+            "q",
+            TensorType::fixed(DType::F8E4M3, &[]),
+            Some(Tensor::from_bytes(DType::F8E4M3, vec![], vec![0x7e]).unwrap()),
+        )
+        .unwrap();
+    let _empty = g
+        .add_param("empty", f32t(&[0]), Some(Tensor::from_f32(vec![0], &[])))
+        .unwrap();
+    let _nodata = g.add_param("no data", f32t(&[1]), None).unwrap();
+    let y = g
+        .add_node_typed("fc", Op::MatMul, &[x, w], vec![f32t(&[2, 2])])
+        .unwrap()[0];
+    let y = g
+        .add_node_typed("bias", Op::Add, &[y, b], vec![f32t(&[2, 2])])
+        .unwrap()[0];
+    g.add_node_typed(
+        "q.use",
+        Op::Identity,
+        &[q],
+        vec![TensorType::fixed(DType::F8E4M3, &[])],
+    )
+    .unwrap();
+    g.set_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn weights_sidecar_round_trips() {
+    let g = with_weights();
+    let mut file = Vec::new();
+    write_weights(&g, &mut file).unwrap();
+    assert_eq!(&file[..8], b"FP8CW001");
+    let mut back = parse(&print(&g)).unwrap();
+    assert!(back.weights().is_empty());
+    assert!(back != g);
+    read_weights(&mut back, &mut file.as_slice()).unwrap();
+    assert!(back == g);
+    assert_eq!(back.weights().len(), 4);
+}
+
+#[test]
+fn weights_sidecar_rejects_bad_files_without_panicking() {
+    let g = with_weights();
+    let mut file = Vec::new();
+    write_weights(&g, &mut file).unwrap();
+    let text = print(&g);
+    let fresh = || parse(&text).unwrap();
+    let try_read = |bytes: &[u8]| {
+        let mut h = fresh();
+        let r = read_weights(&mut h, &mut &bytes[..]);
+        if r.is_err() {
+            assert!(
+                h.weights().is_empty(),
+                "a failed read must leave the graph unchanged"
+            );
+        }
+        r.map_err(|e| e.to_string())
+    };
+    // Every truncation fails.
+    for len in 0..file.len() {
+        let err = try_read(&file[..len]).unwrap_err();
+        assert!(
+            err.contains("truncated") || err.contains("magic"),
+            "{len}: {err}"
+        );
+    }
+    // Trailing data.
+    let mut long = file.clone();
+    long.push(0);
+    assert!(
+        try_read(&long)
+            .unwrap_err()
+            .contains("unexpected data after the 4 weight(s)")
+    );
+    // Bad magic.
+    let mut bad = file.clone();
+    bad[7] = b'2';
+    assert!(
+        try_read(&bad)
+            .unwrap_err()
+            .contains("not an fp8c weights file")
+    );
+    // A huge count or lengths: clean errors, no huge allocation.
+    let mut bad = file.clone();
+    bad[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(try_read(&bad).unwrap_err().contains("truncated"));
+    let mut bad = file.clone();
+    bad[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(
+        try_read(&bad)
+            .unwrap_err()
+            .contains("name length 4294967295 is too large")
+    );
+    // Every single-byte corruption is an error or a valid read, never a panic.
+    for i in 0..file.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut bad = file.clone();
+            bad[i] ^= flip;
+            let _ = try_read(&bad);
+        }
+    }
+    // Names and types are checked against the graph.
+    let mut other = Graph::new("other");
+    other.add_param("fc.w", f32t(&[2, 3]), None).unwrap();
+    let err = read_weights(&mut other, &mut file.as_slice())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("weight \"empty\", which is not a param of graph @other"),
+        "{err}"
+    );
+    let mut other = Graph::new("other");
+    for name in ["empty", "fc.b", "q"] {
+        let ty = g.node(g.find_interface(name).unwrap()).outputs[0].clone();
+        other.add_param(name, ty, None).unwrap();
+    }
+    other.add_param("fc.w", f32t(&[2, 3]), None).unwrap();
+    let err = read_weights(&mut other, &mut file.as_slice())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("weight \"fc.w\": the file has f32[3,2], the graph declares f32[2,3]"),
+        "{err}"
+    );
+}
