@@ -50,4 +50,4 @@ for b in "${bins[@]}"; do
   secs=$(echo "$out" | awk -F': ' '/Elapsed \(wall clock\)/ {print $2}')
   echo "$b: peak RSS $rss KiB ($(awk -v r="$rss" -v w="$weights" 'BEGIN {printf "%.2f", r*1024/w}')x the file), wall $secs"
 done
-rm -f /tmp/fp8c-rss.fp8ir /tmp/fp8c-rss.fp8ir.weights
+rm -f /tmp/fp8c-rss.fp8ir /tmp/fp8c-rss.fp8ir.safetensors

@@ -158,7 +158,7 @@ fn static_and_round_trips(model: &str, shapes: &[&str]) {
     }
     // The printed text parses back to an equal graph (weights from the sidecar) ...
     let mut g = fp8c_ir::text::parse(&text).expect("printed IR parses");
-    let mut wf = std::fs::File::open(dir.path().join("m.fp8ir.weights")).expect("weights sidecar");
+    let mut wf = std::fs::File::open(dir.path().join("m.fp8ir.safetensors")).expect("weights sidecar");
     fp8c_ir::text::read_weights(&mut g, &mut wf).expect("weights read back");
     assert_eq!(fp8c_ir::text::print(&g), text);
     // ... and `fp8c compile printed.fp8ir --emit ir` prints the same text again.
@@ -899,7 +899,7 @@ fn pad_to_16_pads_misaligned_gemms_and_keeps_the_result() {
         fp8c_ir::Tensor::from_f32(vec![200, 50], &wave(10_000, 0.37)),
     )
     .unwrap();
-    let mut wf = std::fs::File::create(d.join("pad.fp8ir.weights")).unwrap();
+    let mut wf = std::fs::File::create(d.join("pad.fp8ir.safetensors")).unwrap();
     fp8c_ir::text::write_weights(&g, &mut wf).unwrap();
     let data = d.join("data");
     std::fs::create_dir(&data).unwrap();

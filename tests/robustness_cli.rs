@@ -112,7 +112,7 @@ fn compile_over_its_own_input_is_refused_and_dev_null_gets_no_sidecar() {
     assert_eq!(std::fs::read(&m).unwrap(), before);
     let (ok, err) = fp8c(&["compile", ms, "--input-shape", "x=16x64", "-o", "/dev/null"]);
     assert!(ok, "{err}");
-    assert!(!Path::new("/dev/null.weights").exists());
+    assert!(!Path::new("/dev/null.safetensors").exists());
 }
 
 #[test]

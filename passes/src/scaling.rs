@@ -369,7 +369,7 @@ fn pad_operands(
         }
         _ => return Ok((a, b, None)),
     };
-    let (am, ak, bk, bn) = axes;
+    let (_, ak, bk, bn) = axes;
     let (k, n) = (da[ak], db[bn]);
     let pa = pad_axes(g, a, &[(ak, to16(k))], &format!("{nm}.a.pad"))?;
     let pb = pad_axes(

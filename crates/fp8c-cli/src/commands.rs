@@ -43,7 +43,7 @@ pub struct CompileArgs {
     /// What to write.
     #[arg(long, value_enum, default_value = "ir")]
     pub emit: Emit,
-    /// Output file (default: stdout). With `--emit ir`, parameter data goes to FILE.weights.
+    /// Output file (default: stdout). With `--emit ir`, parameter data goes to FILE.safetensors.
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Calibration inputs (.npz, keys = input names, as `fp8c run --inputs` takes them): the

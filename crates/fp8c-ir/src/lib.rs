@@ -17,6 +17,7 @@ mod op;
 mod shape;
 mod storage;
 mod tensor;
+pub mod safetensors_codec;
 pub mod text;
 mod verify;
 pub mod window;

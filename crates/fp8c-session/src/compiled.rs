@@ -113,8 +113,15 @@ impl Compiled {
     }
 }
 
-/// The sidecar file holding parameter data next to an IR text file (`FILE.weights`).
+/// The sidecar file holding parameter data next to an IR text file: `FILE.safetensors`.
 pub fn weights_path(ir: &Path) -> PathBuf {
+    let mut s = ir.as_os_str().to_owned();
+    s.push(".safetensors");
+    PathBuf::from(s)
+}
+
+/// Where fp8c's earlier releases put the sidecar (`FILE.weights`, a format no longer read).
+pub fn old_weights_path(ir: &Path) -> PathBuf {
     let mut s = ir.as_os_str().to_owned();
     s.push(".weights");
     PathBuf::from(s)

@@ -26,7 +26,7 @@
 //! ```
 //!
 //! The modules, one per purpose:
-//! - [`Model`] (`model`): loading (ONNX, or `.fp8ir` IR text with its `.weights` sidecar),
+//! - [`Model`] (`model`): loading (ONNX, or `.fp8ir` IR text with its `.safetensors` weights sidecar),
 //!   the declared inputs and the checks inputs must pass, [`Model::compile`].
 //! - [`CompileOptions`], [`RecipeOptions`] (`options`): shapes, policy, recipe, pipeline
 //!   switches; a `[recipe]` TOML file with flag overrides.

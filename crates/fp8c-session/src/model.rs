@@ -1,4 +1,4 @@
-//! A model to compile: loaded from ONNX or IR text (`.fp8ir` and its `.weights` sidecar), or
+//! A model to compile: loaded from ONNX or IR text (`.fp8ir` and its `.safetensors` weights sidecar), or
 //! handed over as a graph; its declared interface, and the checks inputs must pass against it.
 //!
 //! Errors from loading and compiling are prefixed with the model's file (`model.onnx: ...`);
@@ -341,6 +341,15 @@ fn load_ir_text(path: &Path, outputs: &[String]) -> Result<Graph> {
     // re-infers them.
     fp8c_ir::verify(&g).context(&file)?;
     let wp = weights_path(path);
+    let old = crate::compiled::old_weights_path(path);
+    if !wp.exists() && old.exists() && !g.params().is_empty() {
+        bail!(
+            "{}: fp8c's old weights format is no longer read; parameter data now lives in {} \
+             (safetensors): recompile the model with `fp8c compile MODEL.onnx --emit ir -o {file}`",
+            old.display(),
+            wp.display()
+        );
+    }
     if wp.exists() {
         let f = std::fs::File::open(&wp)
             .map_err(|e| Error::io(format_args!("{}: cannot open", wp.display()), e))?;

@@ -27,7 +27,7 @@ mod weights;
 pub use json::{from_json, to_json, to_json_with_weights};
 pub use parse::parse;
 pub use print::print;
-pub use weights::{WEIGHTS_MAGIC, read_weights, write_weights};
+pub use weights::{OLD_WEIGHTS_MAGIC, read_weights, write_weights};
 
 use crate::DType;
 
