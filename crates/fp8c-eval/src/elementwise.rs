@@ -1,15 +1,122 @@
-//! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and logic,
-//! `where` and `clip`.
+//! The elementwise family: unary math, broadcasting binary arithmetic, comparisons and logic,
+//! `where`, `clip`, `cast` (kernel in `cast.rs`) and the GELU gradient `gelu_grad` (which,
+//! like the reductions, computes in f64 and rounds once).
 //!
 //! Floats compute in f32 (f16/bf16 widened exactly, rounded once on store) and f64 in f64.
 //! Integers use wrapping two's-complement arithmetic (numpy's behaviour on overflow); integer
 //! `div` truncates toward zero (C, as ONNX) and division by zero is an error, not a panic.
 //! `max`/`min`/`clip` propagate NaN from the data input.
 
+use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
-use crate::data::{Data, Elem, par_map, tensor};
+use crate::cast;
+use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64, tensor};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, unsupported, value_err};
-use fp8c_ir::{DType, GeluApprox, Op, Tensor};
+use fp8c_ir::{DType, ElementwiseOp as E, GeluApprox, Support, Tensor};
+
+/// Evaluates an op of the elementwise family.
+pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        E::Identity
+        | E::Neg
+        | E::Abs
+        | E::Sqrt
+        | E::Reciprocal
+        | E::Exp
+        | E::Log
+        | E::Erf
+        | E::Tanh
+        | E::Sigmoid
+        | E::Relu
+        | E::Floor
+        | E::Ceil
+        | E::Sin
+        | E::Cos
+        | E::Gelu { .. }
+        | E::LeakyRelu { .. }
+        | E::Not
+        | E::IsNaN
+        | E::IsInf { .. } => {
+            let [x] = args(inputs)?;
+            unary(op, x)?
+        }
+        E::Add
+        | E::Sub
+        | E::Mul
+        | E::Div
+        | E::Pow
+        | E::Max
+        | E::Min
+        | E::Mod { .. }
+        | E::Equal
+        | E::Less
+        | E::LessOrEqual
+        | E::Greater
+        | E::GreaterOrEqual
+        | E::And
+        | E::Or
+        | E::Xor => binary(op, inputs)?,
+        E::Where => where_(inputs)?,
+        E::Clip => clip(inputs)?,
+        E::Cast { to, saturate } => {
+            let [x] = args(inputs)?;
+            cast::cast(x, *to, *saturate)?
+        }
+        E::GeluGrad { approximate } => {
+            let [x, dy] = args(inputs)?;
+            gelu_grad(x, dy, *approximate)?
+        }
+        E::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
+}
+
+/// Every op of the family is evaluated (each has a row in `fp8c_ir::elementwise`).
+pub(crate) fn support(op: E<'_>) -> Support {
+    match op {
+        E::Identity
+        | E::Neg
+        | E::Abs
+        | E::Sqrt
+        | E::Reciprocal
+        | E::Exp
+        | E::Log
+        | E::Erf
+        | E::Tanh
+        | E::Sigmoid
+        | E::Relu
+        | E::Floor
+        | E::Ceil
+        | E::Sin
+        | E::Cos
+        | E::Gelu { .. }
+        | E::LeakyRelu { .. }
+        | E::Not
+        | E::IsNaN
+        | E::IsInf { .. }
+        | E::Add
+        | E::Sub
+        | E::Mul
+        | E::Div
+        | E::Pow
+        | E::Max
+        | E::Min
+        | E::Mod { .. }
+        | E::Equal
+        | E::Less
+        | E::LessOrEqual
+        | E::Greater
+        | E::GreaterOrEqual
+        | E::And
+        | E::Or
+        | E::Xor
+        | E::Where
+        | E::Clip
+        | E::Cast { .. }
+        | E::GeluGrad { .. } => Support::Yes,
+        E::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// Float math that f32 and f64 spell differently.
 pub(crate) trait FloatMath: Copy {
@@ -149,48 +256,48 @@ fn int_unary(data: Data, f: impl Fn(f64) -> f64 + Sync + Send) -> KResult<Data> 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
 /// Evaluates a unary elementwise op.
-pub(crate) fn unary(op: &Op, x: &Tensor) -> KResult<Tensor> {
+fn unary(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
     let dtype = x.dtype();
     match op {
-        Op::Identity => return Ok(x.clone()),
-        Op::IsNaN | Op::IsInf { .. } => return classify(op, x),
+        E::Identity => return Ok(x.clone()),
+        E::IsNaN | E::IsInf { .. } => return classify(op, x),
         _ => {}
     }
     let data = Data::load(x)?;
     let out = match op {
-        Op::Neg => signed_map!(data, |x| -x, int: |x| x.wrapping_neg()),
-        Op::Abs => match data {
+        E::Neg => signed_map!(data, |x| -x, int: |x| x.wrapping_neg()),
+        E::Abs => match data {
             Data::U8(v) => Data::U8(v),
             d => signed_map!(d, |x| x.abs(), int: |x| x.wrapping_abs()),
         },
         // `x < 0` keeps NaN (and -0.0) as they are.
-        Op::Relu => signed_map!(data, |x| if x < 0.0 { 0.0 } else { x }, int: |x| x.max(0)),
-        Op::Not => match data {
+        E::Relu => signed_map!(data, |x| if x < 0.0 { 0.0 } else { x }, int: |x| x.max(0)),
+        E::Not => match data {
             Data::Bool(v) => Data::Bool(par_map(&v, |&b| !b)),
             d => return dtype_err!("expects a bool input, got {}", d.type_name()),
         },
-        Op::Sqrt => float_map!(data, |x| x.sqrt()),
-        Op::Reciprocal => float_map!(data, |x| 1.0 / x),
-        Op::Exp => float_map!(data, |x| x.exp()),
-        Op::Log => float_map!(data, |x| x.ln()),
-        Op::Erf => match data {
+        E::Sqrt => float_map!(data, |x| x.sqrt()),
+        E::Reciprocal => float_map!(data, |x| 1.0 / x),
+        E::Exp => float_map!(data, |x| x.exp()),
+        E::Log => float_map!(data, |x| x.ln()),
+        E::Erf => match data {
             d @ (Data::F32(_) | Data::F64(_)) => float_map!(d, |x| x.erf_()),
             // ONNX Erf takes integers too: erf of the value, truncated (0 or ±1).
             d => int_unary(d, |x: f64| libm::erf(x))?,
         },
-        Op::Tanh => float_map!(data, |x| x.tanh()),
+        E::Tanh => float_map!(data, |x| x.tanh()),
         // Two branches so that exp never overflows: both are accurate to an ulp or two.
-        Op::Sigmoid => float_map!(data, |x| if x >= 0.0 {
+        E::Sigmoid => float_map!(data, |x| if x >= 0.0 {
             1.0 / (1.0 + (-x).exp())
         } else {
             let e = x.exp();
             e / (1.0 + e)
         }),
-        Op::Floor => float_map!(data, |x| x.floor()),
-        Op::Ceil => float_map!(data, |x| x.ceil()),
-        Op::Sin => float_map!(data, |x| x.sin()),
-        Op::Cos => float_map!(data, |x| x.cos()),
-        Op::LeakyRelu { alpha } => {
+        E::Floor => float_map!(data, |x| x.floor()),
+        E::Ceil => float_map!(data, |x| x.ceil()),
+        E::Sin => float_map!(data, |x| x.sin()),
+        E::Cos => float_map!(data, |x| x.cos()),
+        E::LeakyRelu { alpha } => {
             let a = *alpha;
             match data {
                 Data::F32(v) => Data::F32(par_map(&v, |&x| if x < 0.0 { a * x } else { x })),
@@ -201,7 +308,7 @@ pub(crate) fn unary(op: &Op, x: &Tensor) -> KResult<Tensor> {
                 d => return dtype_err!("expects a float input, got {}", d.type_name()),
             }
         }
-        Op::Gelu {
+        E::Gelu {
             approximate: GeluApprox::None,
         } => {
             // 0.5·x·(1 + erf(x/√2)), x/√2 computed as x·(1/√2) as onnxruntime does.
@@ -209,7 +316,7 @@ pub(crate) fn unary(op: &Op, x: &Tensor) -> KResult<Tensor> {
                 * x
                 * (1.0 + (x * std::f64::consts::FRAC_1_SQRT_2 as F).erf_()))
         }
-        Op::Gelu {
+        E::Gelu {
             approximate: GeluApprox::Tanh,
         } => {
             // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
@@ -217,17 +324,17 @@ pub(crate) fn unary(op: &Op, x: &Tensor) -> KResult<Tensor> {
                 * x
                 * (1.0 + (SQRT_2_OVER_PI as F * (x + 0.044715 * x * x * x)).tanh()))
         }
-        other => return unsupported!("`{}` is not a unary elementwise op", other.name()),
+        other => return unsupported!("`{other:?}` is not a unary elementwise op"),
     };
     out.store(dtype, x.shape().to_vec())
 }
 
 /// `is_nan` and `is_inf`: float inputs (FP8 decoded) to bool.
-fn classify(op: &Op, x: &Tensor) -> KResult<Tensor> {
+fn classify(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
     let v = crate::fp8::float_values_any(x, "input")?;
     let out: Vec<bool> = match op {
-        Op::IsNaN => par_map(&v, |x| x.is_nan()),
-        Op::IsInf {
+        E::IsNaN => par_map(&v, |x| x.is_nan()),
+        E::IsInf {
             detect_negative,
             detect_positive,
         } => {
@@ -296,8 +403,8 @@ fn fmin_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
 }
 
 /// Evaluates a broadcasting binary op (and variadic `max`/`min`).
-pub(crate) fn binary(op: &Op, inputs: &[&Tensor]) -> KResult<Tensor> {
-    if let Op::Max | Op::Min = op {
+fn binary(op: E<'_>, inputs: &[&Tensor]) -> KResult<Tensor> {
+    if let E::Max | E::Min = op {
         let Some((first, rest)) = inputs.split_first() else {
             return Fail::arity("at least 1", 0);
         };
@@ -320,8 +427,8 @@ pub(crate) fn binary(op: &Op, inputs: &[&Tensor]) -> KResult<Tensor> {
     binary_pair(op, a, b)
 }
 
-fn binary_pair(op: &Op, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
-    if let Op::Pow = op {
+fn binary_pair(op: E<'_>, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+    if let E::Pow = op {
         return pow(a, b);
     }
     if a.dtype() != b.dtype() {
@@ -333,31 +440,31 @@ fn binary_pair(op: &Op, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     let (da, db) = (Data::load(a)?, Data::load(b)?);
     let numeric = |d: &Data| !matches!(d, Data::Bool(_));
     let out = match op {
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min | Op::Mod { .. } => {
+        E::Add | E::Sub | E::Mul | E::Div | E::Max | E::Min | E::Mod { .. } => {
             if !numeric(&da) {
                 return dtype_err!("expects numeric inputs, got bool");
             }
             let data = match op {
-                Op::Add => {
+                E::Add => {
                     num_zip!(plan, da, db, float: |x, y| x + y, int: |x, y| x.wrapping_add(y))
                 }
-                Op::Sub => {
+                E::Sub => {
                     num_zip!(plan, da, db, float: |x, y| x - y, int: |x, y| x.wrapping_sub(y))
                 }
-                Op::Mul => {
+                E::Mul => {
                     num_zip!(plan, da, db, float: |x, y| x * y, int: |x, y| x.wrapping_mul(y))
                 }
-                Op::Div => {
+                E::Div => {
                     check_no_int_zero(&db)?;
                     num_zip!(plan, da, db, float: |x, y| x / y, int: |x, y| x.div_trunc(y))
                 }
-                Op::Max => {
+                E::Max => {
                     num_zip!(plan, da, db, float: |x, y| fmax_nan(x, y), int: |x, y| x.max(y))
                 }
-                Op::Min => {
+                E::Min => {
                     num_zip!(plan, da, db, float: |x, y| fmin_nan(x, y), int: |x, y| x.min(y))
                 }
-                Op::Mod { fmod } => {
+                E::Mod { fmod } => {
                     let float = matches!(da, Data::F32(_) | Data::F64(_));
                     if float && !fmod {
                         return dtype_err!(
@@ -376,22 +483,22 @@ fn binary_pair(op: &Op, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
             };
             return data.store(dtype, out_shape);
         }
-        Op::Equal => cmp_zip!(plan, da, db, |x, y| x == y),
-        Op::Less => cmp_zip!(plan, da, db, |x, y| x < y),
-        Op::LessOrEqual => cmp_zip!(plan, da, db, |x, y| x <= y),
-        Op::Greater => cmp_zip!(plan, da, db, |x, y| x > y),
-        Op::GreaterOrEqual => cmp_zip!(plan, da, db, |x, y| x >= y),
-        Op::And | Op::Or | Op::Xor => {
+        E::Equal => cmp_zip!(plan, da, db, |x, y| x == y),
+        E::Less => cmp_zip!(plan, da, db, |x, y| x < y),
+        E::LessOrEqual => cmp_zip!(plan, da, db, |x, y| x <= y),
+        E::Greater => cmp_zip!(plan, da, db, |x, y| x > y),
+        E::GreaterOrEqual => cmp_zip!(plan, da, db, |x, y| x >= y),
+        E::And | E::Or | E::Xor => {
             let (Data::Bool(x), Data::Bool(y)) = (da, db) else {
                 return dtype_err!("expects bool inputs, got {dtype}");
             };
             match op {
-                Op::And => plan.map2(&x, &y, |p, q| p & q),
-                Op::Or => plan.map2(&x, &y, |p, q| p | q),
+                E::And => plan.map2(&x, &y, |p, q| p & q),
+                E::Or => plan.map2(&x, &y, |p, q| p | q),
                 _ => plan.map2(&x, &y, |p, q| p ^ q),
             }
         }
-        other => return unsupported!("`{}` is not a binary elementwise op", other.name()),
+        other => return unsupported!("`{other:?}` is not a binary elementwise op"),
     };
     Data::Bool(out).store(DType::Bool, out_shape)
 }
@@ -473,7 +580,7 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
 }
 
 /// `where(cond, a, b)`: any dtype for `a` and `b` (selection copies raw elements).
-pub(crate) fn where_(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn where_(inputs: &[&Tensor]) -> KResult<Tensor> {
     let [c, a, b] = inputs else {
         return Fail::arity("3", inputs.len());
     };
@@ -521,7 +628,7 @@ fn where_raw<const N: usize>(plan: &Plan, cond: &[bool], a: &[u8], b: &[u8]) -> 
 
 /// `clip(x, min, max)`: bounds are one-element tensors of x's dtype (absent ones: no bound).
 /// `min(max(x, lo), hi)`, so `lo > hi` gives `hi` everywhere (ONNX); NaN in x stays NaN.
-pub(crate) fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
     let Some((x, bounds)) = inputs.split_first() else {
         return Fail::arity("1 to 3", 0);
     };
@@ -576,4 +683,33 @@ pub(crate) fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
         Data::Bool(_) => return dtype_err!("expects a numeric input, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())
+}
+
+/// 1/√(2π), the standard normal density at 0.
+const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// `gelu` backward: `dy · gelu'(x)`.
+fn gelu_grad(x: &Tensor, dy: &Tensor, approximate: GeluApprox) -> KResult<Tensor> {
+    same_type(dy, x, "dy", "x")?;
+    let xv = float_values_f64(x, "x")?;
+    let dv = float_values_f64(dy, "dy")?;
+    let d = |x: f64| match approximate {
+        GeluApprox::None => {
+            0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+                + x * INV_SQRT_2PI * (-0.5 * x * x).exp()
+        }
+        GeluApprox::Tanh => {
+            let t = (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t)
+                + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+        }
+    };
+    let out = par_map(
+        &xv.iter()
+            .zip(&dv)
+            .map(|(&a, &b)| (a, b))
+            .collect::<Vec<_>>(),
+        |&(x, g)| g * d(x),
+    );
+    store_f64(out, x.dtype(), x.shape())
 }
