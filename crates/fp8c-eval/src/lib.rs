@@ -30,7 +30,9 @@
 //! (FP8 scaling ops and ONNX Q/DQ), `loss` (cross-entropy), `optim` (SGD, AdamW) and `fused`
 //! (the fusion pass's ops as compositions of the above). Helpers shared across families:
 //! `data` (typed views of tensors), `broadcast`, `window` (the IR's window geometry),
-//! `cast`, `quantize` (the Q/DQ kernels) and `error`.
+//! `cast`, `quantize` (the Q/DQ kernels) and `error`. Elementwise scalar functions are not
+//! written here: `elementwise` runs the closures of the IR's elementwise table
+//! (`fp8c_ir::elementwise`), the rows the CUDA code generator and autodiff read too.
 //!
 //! [`support`] says, per op, whether the evaluator computes it (every op but the graph
 //! interface `input` / `param` / `state`, whose values the caller feeds).
