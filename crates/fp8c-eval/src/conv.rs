@@ -1,56 +1,147 @@
-//! `conv`: N-d convolution over NCHW-style layouts (any number of spatial axes), with groups,
-//! strides, dilations, explicit pads and auto_pad, as im2col followed by one GEMM per
-//! (batch, group) on the `gemm` crate: f32 accumulation (f16/bf16 widened, rounded once at
-//! the end), f64 for f64. The bias is added to the f32 accumulator.
+//! The conv family: `conv`, N-d convolution over NCHW-style layouts (any number of spatial
+//! axes) with groups, strides, dilations, explicit pads and auto_pad, and its gradients
+//! `conv_grad_input` (dgrad, a transposed convolution) and `conv_grad_weight` (wgrad).
+//!
+//! All three are GEMMs over the same im2col geometry ([`geometry`], on the IR's window
+//! geometry): one GEMM per (batch, group) on the `gemm` crate, f32 accumulation (f16/bf16
+//! widened, rounded once at the end), f64 for f64. The bias is added to the f32 accumulator.
+//! Every sum that crosses (batch, group) blocks (dgrad's col2im, wgrad's batch sum) runs in
+//! index order, so results never depend on the thread count.
 
-use crate::data::{Data, dims_of, numel};
+use crate::args;
+use crate::data::{Data, dims_of, numel, shape_u64};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::linalg::{GemmElem, Mat, gemm_into};
 use crate::window::{self, Tap, WindowAttrs};
-use fp8c_ir::{AutoPad, Tensor};
+use fp8c_ir::{AutoPad, ConvOp, DType, Support, Tensor};
 use rayon::prelude::*;
 
-/// The conv node's attributes.
-pub(crate) struct ConvAttrs<'a> {
-    pub kernel_shape: &'a [i64],
-    pub strides: &'a [i64],
-    pub pads: &'a [i64],
-    pub dilations: &'a [i64],
-    pub group: i64,
-    pub auto_pad: AutoPad,
+/// Evaluates an op of the conv family.
+pub(crate) fn eval(op: ConvOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        ConvOp::Conv {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+        } => {
+            let attrs = ConvAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group: *group,
+                auto_pad: *auto_pad,
+            };
+            conv(inputs, &attrs)?
+        }
+        ConvOp::ConvGradInput {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+            input_shape,
+        } => {
+            let [dy, w] = args(inputs)?;
+            let attrs = ConvAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group: *group,
+                auto_pad: *auto_pad,
+            };
+            conv_grad_input(dy, w, &attrs, input_shape)?
+        }
+        ConvOp::ConvGradWeight {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+        } => {
+            let [x, dy] = args(inputs)?;
+            let attrs = ConvAttrs {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group: *group,
+                auto_pad: *auto_pad,
+            };
+            conv_grad_weight(x, dy, &attrs)?
+        }
+        ConvOp::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
 }
 
-/// Evaluates `conv(x, w[, bias])`.
-pub(crate) fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
-    let (x, w, bias) = match inputs {
-        [x, w] => (*x, *w, None),
-        [x, w, b] => (*x, *w, Some(*b)),
-        _ => return Fail::arity("2 or 3", inputs.len()),
-    };
-    let dtype = x.dtype();
-    if w.dtype() != dtype || bias.is_some_and(|b| b.dtype() != dtype) {
-        return dtype_err!("x, w and bias must share a dtype");
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: ConvOp<'_>) -> Support {
+    match op {
+        ConvOp::Conv { .. } | ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => {
+            Support::Yes
+        }
+        ConvOp::__Lifetime(never, _) => match never {},
     }
-    let xd = dims_of(x);
-    let wd = dims_of(w);
-    if xd.len() < 3 || wd.len() != xd.len() {
+}
+
+/// A conv node's attributes (its gradients carry the same ones, kernel_shape filled in).
+struct ConvAttrs<'a> {
+    kernel_shape: &'a [i64],
+    strides: &'a [i64],
+    pads: &'a [i64],
+    dilations: &'a [i64],
+    group: i64,
+    auto_pad: AutoPad,
+}
+
+/// The resolved sizes of one convolution `conv(x, w)`.
+struct Geometry {
+    n: usize,
+    c: usize,
+    m: usize,
+    g: usize,
+    /// Input elements per (N, C) plane.
+    plane: usize,
+    /// Output positions per (N, M) plane.
+    out_plane: usize,
+    /// Kernel taps.
+    ksize: usize,
+    /// `taps[p * ksize + t]`, see `window::taps`.
+    taps: Vec<Tap>,
+    /// The conv's output shape `[N, M, out spatial...]`.
+    out_shape: Vec<u64>,
+}
+
+/// The geometry of `conv(x of x_dims, w of w_dims[, bias of bias_shape])`: checks ranks,
+/// group, kernel_shape and the bias against each other, resolves the window and refuses an
+/// output or im2col scratch buffer past `MAX_ELEMENTS`.
+fn geometry(
+    x_dims: &[usize],
+    w_dims: &[usize],
+    bias_shape: Option<&[u64]>,
+    attrs: &ConvAttrs<'_>,
+) -> KResult<Geometry> {
+    if x_dims.len() < 3 || w_dims.len() != x_dims.len() {
         return shape_err!(
-            "x must be [N, C, spatial...] and w [M, C/group, kernel...] of the same rank, got {:?} and {:?}",
-            x.shape(),
-            w.shape()
+            "x must be [N, C, spatial...] and w [M, C/group, kernel...] of the same rank, got {x_dims:?} and {w_dims:?}"
         );
     }
-    let (n, c, spatial) = (xd[0], xd[1], &xd[2..]);
-    let (m, cg, kernel) = (wd[0], wd[1], &wd[2..]);
+    let (n, c, spatial) = (x_dims[0], x_dims[1], &x_dims[2..]);
+    let (m, cg, kernel) = (w_dims[0], w_dims[1], &w_dims[2..]);
     let g = usize::try_from(attrs.group)
         .ok()
         .filter(|&g| g >= 1)
         .map_or_else(|| attr_err!("group {} must be >= 1", attrs.group), Ok)?;
     if cg.checked_mul(g) != Some(c) || m % g != 0 {
         return shape_err!(
-            "w {:?} does not fit x {:?} with group {g}: w's dim 1 times group must equal C and M must be a multiple of group",
-            w.shape(),
-            x.shape()
+            "w {w_dims:?} does not fit x {x_dims:?} with group {g}: w's dim 1 times group must equal C and M must be a multiple of group"
         );
     }
     if !attrs.kernel_shape.is_empty()
@@ -65,10 +156,10 @@ pub(crate) fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor>
             attrs.kernel_shape
         );
     }
-    if let Some(b) = bias {
-        if b.shape() != [m as u64] {
-            return shape_err!("bias must be [{m}], got {:?}", b.shape());
-        }
+    if let Some(b) = bias_shape
+        && b != [m as u64]
+    {
+        return shape_err!("bias must be [{m}], got {b:?}");
     }
     let win = WindowAttrs {
         strides: attrs.strides,
@@ -90,9 +181,26 @@ pub(crate) fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor>
         out_plane: axes.iter().map(|a| a.out).product(),
         ksize: kernel.iter().product(),
         taps: window::taps(&axes)?,
+        out_shape,
     };
     // im2col scratch: (C/group · kernel) × output positions.
     numel(&[(cg * geo.ksize) as u64, geo.out_plane as u64])?;
+    Ok(geo)
+}
+
+/// Evaluates `conv(x, w[, bias])`.
+fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
+    let (x, w, bias) = match inputs {
+        [x, w] => (*x, *w, None),
+        [x, w, b] => (*x, *w, Some(*b)),
+        _ => return Fail::arity("2 or 3", inputs.len()),
+    };
+    let dtype = x.dtype();
+    if w.dtype() != dtype || bias.is_some_and(|b| b.dtype() != dtype) {
+        return dtype_err!("x, w and bias must share a dtype");
+    }
+    let geo = geometry(&dims_of(x), &dims_of(w), bias.map(|b| b.shape()), attrs)?;
+    let out_shape = geo.out_shape.clone();
     match (
         Data::load(x)?,
         Data::load(w)?,
@@ -114,22 +222,6 @@ pub(crate) fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor>
         }
         _ => dtype_err!("expects float inputs (f64, f32, f16, bf16), got {dtype}"),
     }
-}
-
-/// The resolved sizes of one convolution.
-struct Geometry {
-    n: usize,
-    c: usize,
-    m: usize,
-    g: usize,
-    /// Input elements per (N, C) plane.
-    plane: usize,
-    /// Output positions per (N, M) plane.
-    out_plane: usize,
-    /// Kernel taps.
-    ksize: usize,
-    /// `taps[p * ksize + t]`, see `window::taps`.
-    taps: Vec<Tap>,
 }
 
 fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> Vec<T> {
@@ -187,4 +279,185 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
             });
     }
     out
+}
+
+/// dx = col2im(Wᵀ · dY) per (batch, group).
+fn conv_grad_input(
+    dy: &Tensor,
+    w: &Tensor,
+    attrs: &ConvAttrs<'_>,
+    input_shape: &[i64],
+) -> KResult<Tensor> {
+    let mut x_dims = Vec::with_capacity(input_shape.len());
+    for &d in input_shape {
+        match usize::try_from(d) {
+            Ok(d) => x_dims.push(d),
+            Err(_) => return attr_err!("input_shape {input_shape:?} holds a negative size"),
+        }
+    }
+    numel(&shape_u64(&x_dims))?;
+    let geo = geometry(&x_dims, &dims_of(w), None, attrs)?;
+    if dy.shape() != geo.out_shape || dy.dtype() != w.dtype() {
+        return shape_err!(
+            "dy ({} {:?}) must be the conv's output ({} {:?})",
+            dy.dtype(),
+            dy.shape(),
+            w.dtype(),
+            geo.out_shape
+        );
+    }
+    let shape = shape_u64(&x_dims);
+    match (Data::load(dy)?, Data::load(w)?) {
+        (Data::F32(d), Data::F32(wv)) => Data::F32(dgrad_t(&d, &wv, &geo)).store(w.dtype(), shape),
+        (Data::F64(d), Data::F64(wv)) => Data::F64(dgrad_t(&d, &wv, &geo)).store(DType::F64, shape),
+        _ => dtype_err!("expects float inputs, got {}", w.dtype()),
+    }
+}
+
+fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
+    let Geometry {
+        n,
+        c,
+        m,
+        g,
+        plane,
+        out_plane: p,
+        ksize,
+        ..
+    } = *geo;
+    let (cg, mg) = (c / g, m / g);
+    let rows = cg * ksize;
+    let mut dx = vec![T::default(); n * c * plane];
+    let mut col = vec![T::default(); rows * p];
+    for b in 0..n {
+        for gi in 0..g {
+            // col[rows × p] = W_gᵀ [rows × mg] · dY_bg [mg × p]
+            let wt = Mat {
+                data: w,
+                offset: gi * mg * rows,
+                rs: 1,
+                cs: rows,
+            };
+            let dm = Mat {
+                data: dy,
+                offset: (b * m + gi * mg) * p,
+                rs: p,
+                cs: 1,
+            };
+            gemm_into(rows, p, mg, wt, dm, &mut col, true);
+            // col2im: every input channel of the group owns its own plane of dx.
+            let planes = &mut dx[(b * c + gi * cg) * plane..][..cg * plane];
+            planes
+                .par_chunks_mut(plane.max(1))
+                .enumerate()
+                .for_each(|(ci, dst)| {
+                    for t in 0..ksize {
+                        let row = &col[(ci * ksize + t) * p..][..p];
+                        for (pos, &v) in row.iter().enumerate() {
+                            if let Tap::In(o) = geo.taps[pos * ksize + t] {
+                                dst[o] = dst[o] + v;
+                            }
+                        }
+                    }
+                });
+        }
+    }
+    dx
+}
+
+/// dW = Σ_batch dY · im2col(x)ᵀ per group.
+fn conv_grad_weight(x: &Tensor, dy: &Tensor, attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
+    let xd = dims_of(x);
+    let (Some(&m), true) = (dy.shape().get(1), xd.len() >= 3) else {
+        return shape_err!(
+            "x and dy must be [N, C, spatial...], got {:?} and {:?}",
+            x.shape(),
+            dy.shape()
+        );
+    };
+    let Some(g) = usize::try_from(attrs.group).ok().filter(|&g| g >= 1) else {
+        return attr_err!("group {} must be >= 1", attrs.group);
+    };
+    if attrs.kernel_shape.len() + 2 != xd.len() {
+        return attr_err!(
+            "kernel_shape {:?} must give one size per spatial axis of x {:?}",
+            attrs.kernel_shape,
+            x.shape()
+        );
+    }
+    let mut w_dims = vec![m as usize, xd[1] / g];
+    for &k in attrs.kernel_shape {
+        match usize::try_from(k) {
+            Ok(k) if k >= 1 => w_dims.push(k),
+            _ => return attr_err!("kernel_shape {:?} must hold sizes ≥ 1", attrs.kernel_shape),
+        }
+    }
+    let geo = geometry(&xd, &w_dims, None, attrs)?;
+    if dy.shape() != geo.out_shape || dy.dtype() != x.dtype() {
+        return shape_err!(
+            "dy ({} {:?}) must be the conv's output ({} {:?})",
+            dy.dtype(),
+            dy.shape(),
+            x.dtype(),
+            geo.out_shape
+        );
+    }
+    let shape = shape_u64(&w_dims);
+    match (Data::load(x)?, Data::load(dy)?) {
+        (Data::F32(xv), Data::F32(d)) => Data::F32(wgrad_t(&xv, &d, &geo)).store(x.dtype(), shape),
+        (Data::F64(xv), Data::F64(d)) => Data::F64(wgrad_t(&xv, &d, &geo)).store(DType::F64, shape),
+        _ => dtype_err!("expects float inputs, got {}", x.dtype()),
+    }
+}
+
+fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
+    let Geometry {
+        n,
+        c,
+        m,
+        g,
+        plane,
+        out_plane: p,
+        ksize,
+        ..
+    } = *geo;
+    let (cg, mg) = (c / g, m / g);
+    let rows = cg * ksize;
+    let mut dw = vec![T::default(); m * rows];
+    let mut col = vec![T::default(); rows * p];
+    let mut part = vec![T::default(); mg * rows];
+    for b in 0..n {
+        for gi in 0..g {
+            col.par_chunks_mut(p.max(1))
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let (ci, t) = (r / ksize, r % ksize);
+                    let base = (b * c + gi * cg + ci) * plane;
+                    for (pos, v) in row.iter_mut().enumerate() {
+                        *v = match geo.taps[pos * ksize + t] {
+                            Tap::In(o) => x[base + o],
+                            Tap::Pad | Tap::Out => T::default(),
+                        };
+                    }
+                });
+            // part[mg × rows] = dY_bg [mg × p] · colᵀ [p × rows]
+            let dm = Mat {
+                data: dy,
+                offset: (b * m + gi * mg) * p,
+                rs: p,
+                cs: 1,
+            };
+            let ct = Mat {
+                data: &col,
+                offset: 0,
+                rs: 1,
+                cs: p,
+            };
+            gemm_into(mg, rows, p, dm, ct, &mut part, true);
+            for (d, &v) in dw[gi * mg * rows..][..mg * rows].iter_mut().zip(&part) {
+                *d = *d + v;
+            }
+        }
+    }
+    dw
 }

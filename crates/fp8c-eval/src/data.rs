@@ -210,6 +210,59 @@ pub(crate) fn float_scalar_f32(t: &Tensor, what: &str) -> KResult<f32> {
     }
 }
 
+/// A float tensor's values as f64 (f16/bf16/f32 widened exactly; FP8 and non-floats refused).
+/// Kernels that compute in f64 and round once read their inputs with it.
+pub(crate) fn float_values_f64(t: &Tensor, what: &str) -> KResult<Vec<f64>> {
+    match Data::load(t)? {
+        Data::F32(v) => Ok(v.into_iter().map(f64::from).collect()),
+        Data::F64(v) => Ok(v),
+        _ => dtype_err!("{what} must be a float tensor, got {}", t.dtype()),
+    }
+}
+
+/// The single value of a one-element float tensor, as f64.
+pub(crate) fn float_scalar_f64(t: &Tensor, what: &str) -> KResult<f64> {
+    match float_values_f64(t, what)?.as_slice() {
+        [v] => Ok(*v),
+        _ => shape_err!("{what} must hold one element, got shape {:?}", t.shape()),
+    }
+}
+
+/// Rounds f64 results once to `dtype` (the f64 kernels' store).
+pub(crate) fn store_f64(v: Vec<f64>, dtype: DType, shape: &[u64]) -> KResult<Tensor> {
+    crate::cast::cast(&Tensor::from_f64(shape.to_vec(), &v), dtype, false)
+}
+
+/// Errors unless `t` has `like`'s dtype and shape (a gradient and its primal, say).
+pub(crate) fn same_type(t: &Tensor, like: &Tensor, what: &str, like_what: &str) -> KResult<()> {
+    if t.dtype() != like.dtype() || t.shape() != like.shape() {
+        return shape_err!(
+            "{what} ({} {:?}) must have the type of {like_what} ({} {:?})",
+            t.dtype(),
+            t.shape(),
+            like.dtype(),
+            like.shape()
+        );
+    }
+    Ok(())
+}
+
+/// Applies `f(row_index, row_out)` to the independent rows of length `len` of `out`, in
+/// parallel when large (each row by one thread, so results never depend on the thread count).
+pub(crate) fn rows_mut(out: &mut [f64], len: usize, f: impl Fn(usize, &mut [f64]) + Sync + Send) {
+    use rayon::prelude::*;
+    if len == 0 {
+        return;
+    }
+    if out.len() >= PAR_MIN {
+        out.par_chunks_mut(len)
+            .enumerate()
+            .for_each(|(r, o)| f(r, o));
+    } else {
+        out.chunks_mut(len).enumerate().for_each(|(r, o)| f(r, o));
+    }
+}
+
 /// Maps a slice elementwise, on rayon's pool when it is large; order is kept.
 pub(crate) fn par_map<A: Sync, O: Send>(v: &[A], f: impl Fn(&A) -> O + Sync + Send) -> Vec<O> {
     use rayon::prelude::*;

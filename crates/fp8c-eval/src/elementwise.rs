@@ -1,29 +1,426 @@
-//! Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and logic,
-//! `where` and `clip`.
+//! The elementwise family: unary math, broadcasting binary arithmetic, comparisons and logic,
+//! `where`, `clip`, `cast` (kernel in `cast.rs`) and the GELU gradient `gelu_grad` (which,
+//! like the reductions, computes in f64 and rounds once).
+//!
+//! The scalar functions come from the IR's elementwise table (`fp8c_ir::elementwise`, one row
+//! per op, shared with the CUDA code generator and autodiff): this file decides which dtypes
+//! an op accepts, loads, broadcasts and stores, and hands a kernel to the table's `dispatch_*`
+//! functions, which call it back with the op's closure (so every loop is monomorphised). It
+//! keeps its own code only where the table has no function: integer `div` / `mod` / `erf`,
+//! `pow`, `not`, `where`, `clip`, `cast` and `gelu_grad`.
 //!
 //! Floats compute in f32 (f16/bf16 widened exactly, rounded once on store) and f64 in f64.
 //! Integers use wrapping two's-complement arithmetic (numpy's behaviour on overflow); integer
 //! `div` truncates toward zero (C, as ONNX) and division by zero is an error, not a panic.
 //! `max`/`min`/`clip` propagate NaN from the data input.
 
+use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
-use crate::data::{Data, Elem, par_map, tensor};
-use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, unsupported, value_err};
-use fp8c_ir::{DType, GeluApprox, Op, Tensor};
+use crate::cast;
+use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64, tensor};
+use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
+use fp8c_ir::elementwise::{
+    self as table, BinaryKernel, CompareKernel, Int, Kind, PredicateKernel, Real, SQRT_2_OVER_PI,
+    UnaryKernel,
+};
+use fp8c_ir::{DType, ElementwiseOp as E, GeluApprox, Support, Tensor};
 
-/// Float math that f32 and f64 spell differently.
-pub(crate) trait FloatMath: Copy {
-    /// The error function: musl's `erff`/`erf` through the `libm` crate (< 1 ulp).
-    fn erf_(self) -> Self;
+/// Evaluates an op of the elementwise family.
+pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        E::Identity => {
+            let [x] = args(inputs)?;
+            x.clone()
+        }
+        E::Neg | E::Relu => {
+            let [x] = args(inputs)?;
+            unary(op, x, Ints::Signed)?
+        }
+        // |x| of a u8 is x.
+        E::Abs => {
+            let [x] = args(inputs)?;
+            unary(op, x, Ints::SignedAndU8)?
+        }
+        E::Sqrt
+        | E::Reciprocal
+        | E::Exp
+        | E::Log
+        | E::Tanh
+        | E::Sigmoid
+        | E::Floor
+        | E::Ceil
+        | E::Sin
+        | E::Cos
+        | E::Gelu { .. }
+        | E::LeakyRelu { .. } => {
+            let [x] = args(inputs)?;
+            unary(op, x, Ints::None)?
+        }
+        E::Erf => {
+            let [x] = args(inputs)?;
+            erf(op, x)?
+        }
+        E::Not => {
+            let [x] = args(inputs)?;
+            not(x)?
+        }
+        E::IsNaN | E::IsInf { .. } => {
+            let [x] = args(inputs)?;
+            classify(op, x)?
+        }
+        E::Add | E::Sub | E::Mul | E::Max | E::Min => {
+            binary(op, Binary::Arith(Arith::Table), inputs)?
+        }
+        E::Div => binary(op, Binary::Arith(Arith::DivTrunc), inputs)?,
+        E::Mod { fmod } => binary(op, Binary::Arith(Arith::Mod { fmod: *fmod }), inputs)?,
+        E::Pow => {
+            let [a, b] = inputs else {
+                return Fail::arity("2", inputs.len());
+            };
+            pow(a, b)?
+        }
+        E::Equal | E::Less | E::LessOrEqual | E::Greater | E::GreaterOrEqual => {
+            binary(op, Binary::Compare, inputs)?
+        }
+        E::And | E::Or | E::Xor => binary(op, Binary::Logic, inputs)?,
+        E::Where => where_(inputs)?,
+        E::Clip => clip(inputs)?,
+        E::Cast { to, saturate } => {
+            let [x] = args(inputs)?;
+            cast::cast(x, *to, *saturate)?
+        }
+        E::GeluGrad { approximate } => {
+            let [x, dy] = args(inputs)?;
+            gelu_grad(x, dy, *approximate)?
+        }
+        E::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
 }
-impl FloatMath for f32 {
-    fn erf_(self) -> f32 {
-        libm::erff(self)
+
+/// Every op of the family is evaluated (each has a row in `fp8c_ir::elementwise`).
+pub(crate) fn support(op: E<'_>) -> Support {
+    match op {
+        E::Identity
+        | E::Neg
+        | E::Abs
+        | E::Sqrt
+        | E::Reciprocal
+        | E::Exp
+        | E::Log
+        | E::Erf
+        | E::Tanh
+        | E::Sigmoid
+        | E::Relu
+        | E::Floor
+        | E::Ceil
+        | E::Sin
+        | E::Cos
+        | E::Gelu { .. }
+        | E::LeakyRelu { .. }
+        | E::Not
+        | E::IsNaN
+        | E::IsInf { .. }
+        | E::Add
+        | E::Sub
+        | E::Mul
+        | E::Div
+        | E::Pow
+        | E::Max
+        | E::Min
+        | E::Mod { .. }
+        | E::Equal
+        | E::Less
+        | E::LessOrEqual
+        | E::Greater
+        | E::GreaterOrEqual
+        | E::And
+        | E::Or
+        | E::Xor
+        | E::Where
+        | E::Clip
+        | E::Cast { .. }
+        | E::GeluGrad { .. } => Support::Yes,
+        E::__Lifetime(never, _) => match never {},
     }
 }
-impl FloatMath for f64 {
-    fn erf_(self) -> f64 {
-        libm::erf(self)
+
+/// The table has no function of the kind the evaluator asked for: the two disagree about
+/// the op's row, an internal error.
+fn no_row(op: E<'_>, what: &str) -> Fail {
+    Fail::new(
+        ErrorKind::Unsupported,
+        format!("internal: the elementwise table has no {what} function for {op:?}"),
+    )
+}
+
+// ---------------------------------------------------------------- kernels the table calls back
+
+/// A unary map (or predicate) over a slice, in parallel when large.
+struct Map<'a, T>(&'a [T]);
+
+impl<T: Copy + Send + Sync> UnaryKernel<T> for Map<'_, T> {
+    type Out = Vec<T>;
+    fn run(self, f: impl Fn(T) -> T + Send + Sync + Copy) -> Vec<T> {
+        par_map(self.0, |&x| f(x))
+    }
+}
+
+impl<T: Copy + Send + Sync> PredicateKernel<T> for Map<'_, T> {
+    type Out = Vec<bool>;
+    fn run(self, f: impl Fn(T) -> bool + Send + Sync + Copy) -> Vec<bool> {
+        par_map(self.0, |&x| f(x))
+    }
+}
+
+/// Two same-typed slices zipped through a broadcast plan.
+struct Zip<'a, T> {
+    plan: &'a Plan,
+    a: &'a [T],
+    b: &'a [T],
+}
+
+impl<T: Copy + Default + Send + Sync> BinaryKernel<T> for Zip<'_, T> {
+    type Out = Vec<T>;
+    fn run(self, f: impl Fn(T, T) -> T + Send + Sync + Copy) -> Vec<T> {
+        self.plan.map2(self.a, self.b, f)
+    }
+}
+
+impl<T: Copy + Send + Sync> CompareKernel<T> for Zip<'_, T> {
+    type Out = Vec<bool>;
+    fn run(self, f: impl Fn(T, T) -> bool + Send + Sync + Copy) -> Vec<bool> {
+        self.plan.map2(self.a, self.b, f)
+    }
+}
+
+// ---------------------------------------------------------------- unary
+
+/// The integer types a unary op accepts besides the floats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ints {
+    /// None: floats only.
+    None,
+    /// The signed integers (wrapping, as numpy).
+    Signed,
+    /// The signed integers and u8.
+    SignedAndU8,
+}
+
+/// A unary op whose functions are the table's (`float`, and `int` where `ints` allows).
+fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
+    fn float<F: Real>(op: E<'_>, v: &[F]) -> KResult<Vec<F>> {
+        table::dispatch_unary(op, Map(v)).ok_or_else(|| no_row(op, "unary float"))
+    }
+    fn int<I: Int>(op: E<'_>, v: &[I]) -> KResult<Vec<I>> {
+        table::dispatch_unary_int(op, Map(v)).ok_or_else(|| no_row(op, "unary integer"))
+    }
+    let signed = ints != Ints::None;
+    let out = match Data::load(x)? {
+        Data::F32(v) => Data::F32(float(op, &v)?),
+        Data::F64(v) => Data::F64(float(op, &v)?),
+        Data::I64(v) if signed => Data::I64(int(op, &v)?),
+        Data::I32(v) if signed => Data::I32(int(op, &v)?),
+        Data::I16(v) if signed => Data::I16(int(op, &v)?),
+        Data::I8(v) if signed => Data::I8(int(op, &v)?),
+        Data::U8(v) if ints == Ints::SignedAndU8 => Data::U8(int(op, &v)?),
+        other if signed => {
+            return dtype_err!(
+                "expects a float or signed integer input, got {}",
+                other.type_name()
+            );
+        }
+        other => return dtype_err!("expects a float input, got {}", other.type_name()),
+    };
+    out.store(x.dtype(), x.shape().to_vec())
+}
+
+/// `erf`: floats by the table; ONNX Erf takes integers too: erf of the value, truncated
+/// (0 or ±1).
+fn erf(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
+    if x.dtype().is_float() && !x.dtype().is_fp8() {
+        return unary(op, x, Ints::None);
+    }
+    int_unary(Data::load(x)?, libm::erf)?.store(x.dtype(), x.shape().to_vec())
+}
+
+/// `not`: bool to bool.
+fn not(x: &Tensor) -> KResult<Tensor> {
+    let out = match Data::load(x)? {
+        Data::Bool(v) => Data::Bool(par_map(&v, |&b| !b)),
+        d => return dtype_err!("expects a bool input, got {}", d.type_name()),
+    };
+    out.store(x.dtype(), x.shape().to_vec())
+}
+
+/// `is_nan` and `is_inf`: float inputs (FP8 decoded) to bool, by the table's predicate.
+fn classify(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
+    let v = crate::fp8::float_values_any(x, "input")?;
+    let out = table::dispatch_predicate(op, Map(&v)).ok_or_else(|| no_row(op, "predicate"))?;
+    Data::Bool(out).store(DType::Bool, x.shape().to_vec())
+}
+
+// ---------------------------------------------------------------- binary
+
+/// How a broadcasting binary op computes.
+#[derive(Clone, Copy)]
+enum Binary {
+    /// Numeric operands, result of their type.
+    Arith(Arith),
+    /// A comparison: operands of any one type (bool included: false < true), bool result.
+    Compare,
+    /// A connective on bools.
+    Logic,
+}
+
+/// Where an arithmetic op's functions come from.
+#[derive(Clone, Copy)]
+enum Arith {
+    /// The table, for floats and integers.
+    Table,
+    /// Floats from the table; integers truncate toward zero, a zero divisor is an error.
+    DivTrunc,
+    /// C's fmod on floats (Rust's `%`: the sign of the dividend, `fmod` must be set); on
+    /// integers C's remainder (`fmod`) or Python's (the sign of the divisor).
+    Mod { fmod: bool },
+}
+
+/// Evaluates a broadcasting binary op (and the table's variadic ones, `max`/`min`, folded
+/// left).
+fn binary(op: E<'_>, how: Binary, inputs: &[&Tensor]) -> KResult<Tensor> {
+    if table::row(op).kind == Kind::Variadic {
+        let Some((first, rest)) = inputs.split_first() else {
+            return Fail::arity("at least 1", 0);
+        };
+        let mut acc = (*first).clone();
+        if rest.is_empty() {
+            // A lone input is still checked for a numeric type.
+            let _ = Data::load(&acc)?;
+            if acc.dtype() == DType::Bool {
+                return dtype_err!("expects numeric inputs, got bool");
+            }
+        }
+        for t in rest {
+            acc = binary_pair(op, how, &acc, t)?;
+        }
+        return Ok(acc);
+    }
+    let [a, b] = inputs else {
+        return Fail::arity("2", inputs.len());
+    };
+    binary_pair(op, how, a, b)
+}
+
+fn binary_pair(op: E<'_>, how: Binary, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+    if a.dtype() != b.dtype() {
+        return dtype_err!("input dtypes differ: {} and {}", a.dtype(), b.dtype());
+    }
+    let dtype = a.dtype();
+    let out_shape = broadcast_shapes(&[a.shape(), b.shape()])?;
+    let plan = Plan::new(&out_shape, &[a.shape(), b.shape()])?;
+    let (da, db) = (Data::load(a)?, Data::load(b)?);
+    let out = match how {
+        Binary::Arith(rule) => {
+            if matches!(da, Data::Bool(_)) {
+                return dtype_err!("expects numeric inputs, got bool");
+            }
+            if let Arith::Mod { fmod: false } = rule
+                && matches!(da, Data::F32(_) | Data::F64(_))
+            {
+                return dtype_err!("float inputs need fmod=1 (ONNX: fmod=0 is for integers)");
+            }
+            if let Arith::DivTrunc | Arith::Mod { .. } = rule {
+                check_no_int_zero(&db)?;
+            }
+            return arith(op, rule, &plan, da, db)?.store(dtype, out_shape);
+        }
+        Binary::Compare => compare(op, &plan, da, db)?,
+        Binary::Logic => {
+            let (Data::Bool(a), Data::Bool(b)) = (da, db) else {
+                return dtype_err!("expects bool inputs, got {dtype}");
+            };
+            table::dispatch_logic(
+                op,
+                Zip {
+                    plan: &plan,
+                    a: &a,
+                    b: &b,
+                },
+            )
+            .ok_or_else(|| no_row(op, "logic"))?
+        }
+    };
+    Data::Bool(out).store(DType::Bool, out_shape)
+}
+
+/// Arithmetic on two same-typed numeric operands.
+fn arith(op: E<'_>, rule: Arith, plan: &Plan, da: Data, db: Data) -> KResult<Data> {
+    fn float<F: Real + Default>(
+        op: E<'_>,
+        rule: Arith,
+        plan: &Plan,
+        a: &[F],
+        b: &[F],
+    ) -> KResult<Vec<F>> {
+        match rule {
+            Arith::Table | Arith::DivTrunc => table::dispatch_binary(op, Zip { plan, a, b })
+                .ok_or_else(|| no_row(op, "binary float")),
+            Arith::Mod { .. } => Ok(plan.map2(a, b, |x, y| x % y)),
+        }
+    }
+    fn int<I: Int + IntOps>(
+        op: E<'_>,
+        rule: Arith,
+        plan: &Plan,
+        a: &[I],
+        b: &[I],
+    ) -> KResult<Vec<I>> {
+        match rule {
+            Arith::Table => table::dispatch_binary_int(op, Zip { plan, a, b })
+                .ok_or_else(|| no_row(op, "binary integer")),
+            Arith::DivTrunc => Ok(plan.map2(a, b, IntOps::div_trunc)),
+            Arith::Mod { fmod: true } => Ok(plan.map2(a, b, IntOps::rem_c)),
+            Arith::Mod { fmod: false } => Ok(plan.map2(a, b, IntOps::rem_floor)),
+        }
+    }
+    Ok(match (da, db) {
+        (Data::F32(a), Data::F32(b)) => Data::F32(float(op, rule, plan, &a, &b)?),
+        (Data::F64(a), Data::F64(b)) => Data::F64(float(op, rule, plan, &a, &b)?),
+        (Data::I64(a), Data::I64(b)) => Data::I64(int(op, rule, plan, &a, &b)?),
+        (Data::I32(a), Data::I32(b)) => Data::I32(int(op, rule, plan, &a, &b)?),
+        (Data::I16(a), Data::I16(b)) => Data::I16(int(op, rule, plan, &a, &b)?),
+        (Data::I8(a), Data::I8(b)) => Data::I8(int(op, rule, plan, &a, &b)?),
+        (Data::U8(a), Data::U8(b)) => Data::U8(int(op, rule, plan, &a, &b)?),
+        (a, b) => {
+            return dtype_err!(
+                "expects numeric inputs, got {} and {}",
+                a.type_name(),
+                b.type_name()
+            );
+        }
+    })
+}
+
+/// A comparison of two same-typed operands, by the table's predicate.
+fn compare(op: E<'_>, plan: &Plan, da: Data, db: Data) -> KResult<Vec<bool>> {
+    fn go<T: PartialOrd + Copy + Send + Sync>(
+        op: E<'_>,
+        plan: &Plan,
+        a: &[T],
+        b: &[T],
+    ) -> KResult<Vec<bool>> {
+        table::dispatch_compare(op, Zip { plan, a, b }).ok_or_else(|| no_row(op, "comparison"))
+    }
+    match (da, db) {
+        (Data::F32(a), Data::F32(b)) => go(op, plan, &a, &b),
+        (Data::F64(a), Data::F64(b)) => go(op, plan, &a, &b),
+        (Data::I64(a), Data::I64(b)) => go(op, plan, &a, &b),
+        (Data::I32(a), Data::I32(b)) => go(op, plan, &a, &b),
+        (Data::I16(a), Data::I16(b)) => go(op, plan, &a, &b),
+        (Data::I8(a), Data::I8(b)) => go(op, plan, &a, &b),
+        (Data::U8(a), Data::U8(b)) => go(op, plan, &a, &b),
+        (Data::Bool(a), Data::Bool(b)) => go(op, plan, &a, &b),
+        (a, b) => dtype_err!("cannot compare {} with {}", a.type_name(), b.type_name()),
     }
 }
 
@@ -93,46 +490,6 @@ fn pow_wrapping<T: Copy>(mut base: T, mut e: u64, one: T, mul: impl Fn(T, T) -> 
     acc
 }
 
-/// Applies a float body to F32/F64 data (the body is expanded once per type, so inherent
-/// methods such as `x.exp()` resolve to the right precision).
-macro_rules! float_map {
-    ($data:expr, |$x:ident| $body:expr) => {
-        match $data {
-            Data::F32(v) => {
-                #[allow(dead_code)]
-                type F = f32;
-                Data::F32(par_map(&v, |&$x: &f32| $body))
-            }
-            Data::F64(v) => {
-                #[allow(dead_code)]
-                type F = f64;
-                Data::F64(par_map(&v, |&$x: &f64| $body))
-            }
-            other => return dtype_err!("expects a float input, got {}", other.type_name()),
-        }
-    };
-}
-
-/// Like [`float_map!`], plus a body for the signed integer types (u8 and bool are refused).
-macro_rules! signed_map {
-    ($data:expr, |$x:ident| $fbody:expr, int: |$i:ident| $ibody:expr) => {
-        match $data {
-            Data::F32(v) => Data::F32(par_map(&v, |&$x: &f32| $fbody)),
-            Data::F64(v) => Data::F64(par_map(&v, |&$x: &f64| $fbody)),
-            Data::I64(v) => Data::I64(par_map(&v, |&$i: &i64| $ibody)),
-            Data::I32(v) => Data::I32(par_map(&v, |&$i: &i32| $ibody)),
-            Data::I16(v) => Data::I16(par_map(&v, |&$i: &i16| $ibody)),
-            Data::I8(v) => Data::I8(par_map(&v, |&$i: &i8| $ibody)),
-            other => {
-                return dtype_err!(
-                    "expects a float or signed integer input, got {}",
-                    other.type_name()
-                )
-            }
-        }
-    };
-}
-
 /// Applies an f64 function to integer data, truncating the result back to the type.
 fn int_unary(data: Data, f: impl Fn(f64) -> f64 + Sync + Send) -> KResult<Data> {
     Ok(match data {
@@ -143,257 +500,6 @@ fn int_unary(data: Data, f: impl Fn(f64) -> f64 + Sync + Send) -> KResult<Data> 
         Data::U8(v) => Data::U8(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
         other => return dtype_err!("expects a numeric input, got {}", other.type_name()),
     })
-}
-
-/// √(2/π), the tanh-GELU constant.
-const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
-
-/// Evaluates a unary elementwise op.
-pub(crate) fn unary(op: &Op, x: &Tensor) -> KResult<Tensor> {
-    let dtype = x.dtype();
-    match op {
-        Op::Identity => return Ok(x.clone()),
-        Op::IsNaN | Op::IsInf { .. } => return classify(op, x),
-        _ => {}
-    }
-    let data = Data::load(x)?;
-    let out = match op {
-        Op::Neg => signed_map!(data, |x| -x, int: |x| x.wrapping_neg()),
-        Op::Abs => match data {
-            Data::U8(v) => Data::U8(v),
-            d => signed_map!(d, |x| x.abs(), int: |x| x.wrapping_abs()),
-        },
-        // `x < 0` keeps NaN (and -0.0) as they are.
-        Op::Relu => signed_map!(data, |x| if x < 0.0 { 0.0 } else { x }, int: |x| x.max(0)),
-        Op::Not => match data {
-            Data::Bool(v) => Data::Bool(par_map(&v, |&b| !b)),
-            d => return dtype_err!("expects a bool input, got {}", d.type_name()),
-        },
-        Op::Sqrt => float_map!(data, |x| x.sqrt()),
-        Op::Reciprocal => float_map!(data, |x| 1.0 / x),
-        Op::Exp => float_map!(data, |x| x.exp()),
-        Op::Log => float_map!(data, |x| x.ln()),
-        Op::Erf => match data {
-            d @ (Data::F32(_) | Data::F64(_)) => float_map!(d, |x| x.erf_()),
-            // ONNX Erf takes integers too: erf of the value, truncated (0 or ±1).
-            d => int_unary(d, |x: f64| libm::erf(x))?,
-        },
-        Op::Tanh => float_map!(data, |x| x.tanh()),
-        // Two branches so that exp never overflows: both are accurate to an ulp or two.
-        Op::Sigmoid => float_map!(data, |x| if x >= 0.0 {
-            1.0 / (1.0 + (-x).exp())
-        } else {
-            let e = x.exp();
-            e / (1.0 + e)
-        }),
-        Op::Floor => float_map!(data, |x| x.floor()),
-        Op::Ceil => float_map!(data, |x| x.ceil()),
-        Op::Sin => float_map!(data, |x| x.sin()),
-        Op::Cos => float_map!(data, |x| x.cos()),
-        Op::LeakyRelu { alpha } => {
-            let a = *alpha;
-            match data {
-                Data::F32(v) => Data::F32(par_map(&v, |&x| if x < 0.0 { a * x } else { x })),
-                Data::F64(v) => {
-                    let a = a as f64;
-                    Data::F64(par_map(&v, |&x| if x < 0.0 { a * x } else { x }))
-                }
-                d => return dtype_err!("expects a float input, got {}", d.type_name()),
-            }
-        }
-        Op::Gelu {
-            approximate: GeluApprox::None,
-        } => {
-            // 0.5·x·(1 + erf(x/√2)), x/√2 computed as x·(1/√2) as onnxruntime does.
-            float_map!(data, |x| 0.5
-                * x
-                * (1.0 + (x * std::f64::consts::FRAC_1_SQRT_2 as F).erf_()))
-        }
-        Op::Gelu {
-            approximate: GeluApprox::Tanh,
-        } => {
-            // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-            float_map!(data, |x| 0.5
-                * x
-                * (1.0 + (SQRT_2_OVER_PI as F * (x + 0.044715 * x * x * x)).tanh()))
-        }
-        other => return unsupported!("`{}` is not a unary elementwise op", other.name()),
-    };
-    out.store(dtype, x.shape().to_vec())
-}
-
-/// `is_nan` and `is_inf`: float inputs (FP8 decoded) to bool.
-fn classify(op: &Op, x: &Tensor) -> KResult<Tensor> {
-    let v = crate::fp8::float_values_any(x, "input")?;
-    let out: Vec<bool> = match op {
-        Op::IsNaN => par_map(&v, |x| x.is_nan()),
-        Op::IsInf {
-            detect_negative,
-            detect_positive,
-        } => {
-            let (n, p) = (*detect_negative, *detect_positive);
-            par_map(&v, |&x| {
-                x.is_infinite() && ((x > 0.0 && p) || (x < 0.0 && n))
-            })
-        }
-        _ => unreachable!("classify is called for is_nan and is_inf only"),
-    };
-    Data::Bool(out).store(DType::Bool, x.shape().to_vec())
-}
-
-/// Applies an arithmetic body to two same-typed numeric [`Data`] through a broadcast plan:
-/// `float: |x, y| ...` for f32/f64, `int: |x, y| ...` for every integer type (`IntOps`).
-macro_rules! num_zip {
-    ($plan:expr, $a:expr, $b:expr, float: |$x:ident, $y:ident| $fe:expr, int: |$xi:ident, $yi:ident| $ie:expr) => {
-        match ($a, $b) {
-            (Data::F32(a), Data::F32(b)) => Data::F32($plan.map2(&a, &b, |$x: f32, $y: f32| $fe)),
-            (Data::F64(a), Data::F64(b)) => Data::F64($plan.map2(&a, &b, |$x: f64, $y: f64| $fe)),
-            (Data::I64(a), Data::I64(b)) => Data::I64($plan.map2(&a, &b, |$xi: i64, $yi: i64| $ie)),
-            (Data::I32(a), Data::I32(b)) => Data::I32($plan.map2(&a, &b, |$xi: i32, $yi: i32| $ie)),
-            (Data::I16(a), Data::I16(b)) => Data::I16($plan.map2(&a, &b, |$xi: i16, $yi: i16| $ie)),
-            (Data::I8(a), Data::I8(b)) => Data::I8($plan.map2(&a, &b, |$xi: i8, $yi: i8| $ie)),
-            (Data::U8(a), Data::U8(b)) => Data::U8($plan.map2(&a, &b, |$xi: u8, $yi: u8| $ie)),
-            (a, b) => {
-                return dtype_err!(
-                    "expects numeric inputs, got {} and {}",
-                    a.type_name(),
-                    b.type_name()
-                )
-            }
-        }
-    };
-}
-
-/// Applies a comparison to two same-typed [`Data`] (bool included: false < true) giving
-/// bools.
-macro_rules! cmp_zip {
-    ($plan:expr, $a:expr, $b:expr, |$x:ident, $y:ident| $e:expr) => {
-        match ($a, $b) {
-            (Data::F32(a), Data::F32(b)) => $plan.map2(&a, &b, |$x: f32, $y: f32| $e),
-            (Data::F64(a), Data::F64(b)) => $plan.map2(&a, &b, |$x: f64, $y: f64| $e),
-            (Data::I64(a), Data::I64(b)) => $plan.map2(&a, &b, |$x: i64, $y: i64| $e),
-            (Data::I32(a), Data::I32(b)) => $plan.map2(&a, &b, |$x: i32, $y: i32| $e),
-            (Data::I16(a), Data::I16(b)) => $plan.map2(&a, &b, |$x: i16, $y: i16| $e),
-            (Data::I8(a), Data::I8(b)) => $plan.map2(&a, &b, |$x: i8, $y: i8| $e),
-            (Data::U8(a), Data::U8(b)) => $plan.map2(&a, &b, |$x: u8, $y: u8| $e),
-            (Data::Bool(a), Data::Bool(b)) => $plan.map2(&a, &b, |x: bool, y: bool| {
-                let ($x, $y) = (u8::from(x), u8::from(y));
-                $e
-            }),
-            (a, b) => return dtype_err!("cannot compare {} with {}", a.type_name(), b.type_name()),
-        }
-    };
-}
-
-/// NaN-propagating max/min for floats.
-fn fmax_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
-    #[allow(clippy::eq_op)]
-    if x != x || x >= y { x } else { y }
-}
-fn fmin_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
-    #[allow(clippy::eq_op)]
-    if x != x || x <= y { x } else { y }
-}
-
-/// Evaluates a broadcasting binary op (and variadic `max`/`min`).
-pub(crate) fn binary(op: &Op, inputs: &[&Tensor]) -> KResult<Tensor> {
-    if let Op::Max | Op::Min = op {
-        let Some((first, rest)) = inputs.split_first() else {
-            return Fail::arity("at least 1", 0);
-        };
-        let mut acc = (*first).clone();
-        if rest.is_empty() {
-            // A lone input is still checked for a numeric type.
-            let _ = Data::load(&acc)?;
-            if acc.dtype() == DType::Bool {
-                return dtype_err!("expects numeric inputs, got bool");
-            }
-        }
-        for t in rest {
-            acc = binary_pair(op, &acc, t)?;
-        }
-        return Ok(acc);
-    }
-    let [a, b] = inputs else {
-        return Fail::arity("2", inputs.len());
-    };
-    binary_pair(op, a, b)
-}
-
-fn binary_pair(op: &Op, a: &Tensor, b: &Tensor) -> KResult<Tensor> {
-    if let Op::Pow = op {
-        return pow(a, b);
-    }
-    if a.dtype() != b.dtype() {
-        return dtype_err!("input dtypes differ: {} and {}", a.dtype(), b.dtype());
-    }
-    let dtype = a.dtype();
-    let out_shape = broadcast_shapes(&[a.shape(), b.shape()])?;
-    let plan = Plan::new(&out_shape, &[a.shape(), b.shape()])?;
-    let (da, db) = (Data::load(a)?, Data::load(b)?);
-    let numeric = |d: &Data| !matches!(d, Data::Bool(_));
-    let out = match op {
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min | Op::Mod { .. } => {
-            if !numeric(&da) {
-                return dtype_err!("expects numeric inputs, got bool");
-            }
-            let data = match op {
-                Op::Add => {
-                    num_zip!(plan, da, db, float: |x, y| x + y, int: |x, y| x.wrapping_add(y))
-                }
-                Op::Sub => {
-                    num_zip!(plan, da, db, float: |x, y| x - y, int: |x, y| x.wrapping_sub(y))
-                }
-                Op::Mul => {
-                    num_zip!(plan, da, db, float: |x, y| x * y, int: |x, y| x.wrapping_mul(y))
-                }
-                Op::Div => {
-                    check_no_int_zero(&db)?;
-                    num_zip!(plan, da, db, float: |x, y| x / y, int: |x, y| x.div_trunc(y))
-                }
-                Op::Max => {
-                    num_zip!(plan, da, db, float: |x, y| fmax_nan(x, y), int: |x, y| x.max(y))
-                }
-                Op::Min => {
-                    num_zip!(plan, da, db, float: |x, y| fmin_nan(x, y), int: |x, y| x.min(y))
-                }
-                Op::Mod { fmod } => {
-                    let float = matches!(da, Data::F32(_) | Data::F64(_));
-                    if float && !fmod {
-                        return dtype_err!(
-                            "float inputs need fmod=1 (ONNX: fmod=0 is for integers)"
-                        );
-                    }
-                    check_no_int_zero(&db)?;
-                    if *fmod {
-                        // Rust's float `%` is C fmod: the sign of the dividend.
-                        num_zip!(plan, da, db, float: |x, y| x % y, int: |x, y| x.rem_c(y))
-                    } else {
-                        num_zip!(plan, da, db, float: |x, y| x % y, int: |x, y| x.rem_floor(y))
-                    }
-                }
-                _ => unreachable!("arithmetic ops are matched above"),
-            };
-            return data.store(dtype, out_shape);
-        }
-        Op::Equal => cmp_zip!(plan, da, db, |x, y| x == y),
-        Op::Less => cmp_zip!(plan, da, db, |x, y| x < y),
-        Op::LessOrEqual => cmp_zip!(plan, da, db, |x, y| x <= y),
-        Op::Greater => cmp_zip!(plan, da, db, |x, y| x > y),
-        Op::GreaterOrEqual => cmp_zip!(plan, da, db, |x, y| x >= y),
-        Op::And | Op::Or | Op::Xor => {
-            let (Data::Bool(x), Data::Bool(y)) = (da, db) else {
-                return dtype_err!("expects bool inputs, got {dtype}");
-            };
-            match op {
-                Op::And => plan.map2(&x, &y, |p, q| p & q),
-                Op::Or => plan.map2(&x, &y, |p, q| p | q),
-                _ => plan.map2(&x, &y, |p, q| p ^ q),
-            }
-        }
-        other => return unsupported!("`{}` is not a binary elementwise op", other.name()),
-    };
-    Data::Bool(out).store(DType::Bool, out_shape)
 }
 
 fn check_no_int_zero(d: &Data) -> KResult<()> {
@@ -473,7 +579,7 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
 }
 
 /// `where(cond, a, b)`: any dtype for `a` and `b` (selection copies raw elements).
-pub(crate) fn where_(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn where_(inputs: &[&Tensor]) -> KResult<Tensor> {
     let [c, a, b] = inputs else {
         return Fail::arity("3", inputs.len());
     };
@@ -521,7 +627,7 @@ fn where_raw<const N: usize>(plan: &Plan, cond: &[bool], a: &[u8], b: &[u8]) -> 
 
 /// `clip(x, min, max)`: bounds are one-element tensors of x's dtype (absent ones: no bound).
 /// `min(max(x, lo), hi)`, so `lo > hi` gives `hi` everywhere (ONNX); NaN in x stays NaN.
-pub(crate) fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
     let Some((x, bounds)) = inputs.split_first() else {
         return Fail::arity("1 to 3", 0);
     };
@@ -576,4 +682,33 @@ pub(crate) fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
         Data::Bool(_) => return dtype_err!("expects a numeric input, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())
+}
+
+/// 1/√(2π), the standard normal density at 0.
+const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
+/// `gelu` backward: `dy · gelu'(x)`.
+fn gelu_grad(x: &Tensor, dy: &Tensor, approximate: GeluApprox) -> KResult<Tensor> {
+    same_type(dy, x, "dy", "x")?;
+    let xv = float_values_f64(x, "x")?;
+    let dv = float_values_f64(dy, "dy")?;
+    let d = |x: f64| match approximate {
+        GeluApprox::None => {
+            0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+                + x * INV_SQRT_2PI * (-0.5 * x * x).exp()
+        }
+        GeluApprox::Tanh => {
+            let t = (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh();
+            0.5 * (1.0 + t)
+                + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * 0.044715 * x * x)
+        }
+    };
+    let out = par_map(
+        &xv.iter()
+            .zip(&dv)
+            .map(|(&a, &b)| (a, b))
+            .collect::<Vec<_>>(),
+        |&(x, g)| g * d(x),
+    );
+    store_f64(out, x.dtype(), x.shape())
 }

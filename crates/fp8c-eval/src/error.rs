@@ -88,8 +88,4 @@ macro_rules! attr_err {
 macro_rules! value_err {
     ($($t:tt)*) => { Err($crate::error::Fail::new($crate::error::ErrorKind::Value, format!($($t)*))) };
 }
-/// `Err(Fail)` of kind [`ErrorKind::Unsupported`].
-macro_rules! unsupported {
-    ($($t:tt)*) => { Err($crate::error::Fail::new($crate::error::ErrorKind::Unsupported, format!($($t)*))) };
-}
-pub(crate) use {attr_err, dtype_err, shape_err, unsupported, value_err};
+pub(crate) use {attr_err, dtype_err, shape_err, value_err};

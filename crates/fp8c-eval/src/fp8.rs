@@ -1,6 +1,11 @@
-//! fp8c's FP8 ops (`amax`, `compute_scale`, `amax_history_update`, `quantize`,
-//! `dequantize`) and the FP8 helpers other kernels share. Every rounding to or from FP8 is
+//! The fp8 family: fp8c's FP8 ops (`amax`, `compute_scale`, `amax_history_update`,
+//! `quantize`, `dequantize`), ONNX's `quantize_linear` / `dequantize_linear` (kernels in
+//! `quantize.rs`), and the FP8 helpers other kernels share. Every rounding to or from FP8 is
 //! fp8c-core's, so this evaluator is bit-exact by construction.
+//!
+//! Non-finite inputs follow ONNX's Cast table for E4M3FN and E5M2: with `saturate` ±inf (and
+//! anything rounding past the largest finite value) becomes ±max; without it, NaN for E4M3
+//! (it has no infinities) and ±inf for E5M2. NaN stays NaN, its sign kept.
 //!
 //! Conventions (TransformerEngine's, see fp8c-core's `scaling` module):
 //! - `quantize`: `q = encode(f32(x) * scale)`, the product rounded to f32 before the cast.
@@ -16,12 +21,54 @@
 //! - `amax_history_update`: `recorded` = history with slot 0 set to the amax; `next` =
 //!   fp8c-core's `roll_history(recorded)` (shift left by one, old slot 0 to the end, slot 0 = 0).
 
+use crate::args;
 use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor, write_vec};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
+use crate::quantize;
 use fp8c_core::{AmaxComputeAlgo, Fp8Format};
-use fp8c_ir::{AmaxSource, DType, Tensor};
+use fp8c_ir::{AmaxSource, DType, Fp8Op, Support, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
+
+/// Evaluates an op of the fp8 family.
+pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        Fp8Op::QuantizeLinear { axis, saturate, to } => {
+            quantize::quantize_linear(inputs, *axis, *saturate, *to)?
+        }
+        Fp8Op::DequantizeLinear { axis } => quantize::dequantize_linear(inputs, *axis)?,
+        Fp8Op::Amax => {
+            let [x] = args(inputs)?;
+            amax(x)?
+        }
+        Fp8Op::ComputeScale {
+            fmt,
+            margin,
+            source,
+            epsilon,
+            power_2,
+        } => return compute_scale(inputs, *fmt, *margin, *source, *epsilon, *power_2),
+        Fp8Op::AmaxHistoryUpdate => return amax_history_update(inputs),
+        Fp8Op::Quantize { to, saturate } => quantize(inputs, *to, *saturate)?,
+        Fp8Op::Dequantize { to } => dequantize(inputs, *to)?,
+        Fp8Op::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: Fp8Op<'_>) -> Support {
+    match op {
+        Fp8Op::QuantizeLinear { .. }
+        | Fp8Op::DequantizeLinear { .. }
+        | Fp8Op::Amax
+        | Fp8Op::ComputeScale { .. }
+        | Fp8Op::AmaxHistoryUpdate
+        | Fp8Op::Quantize { .. }
+        | Fp8Op::Dequantize { .. } => Support::Yes,
+        Fp8Op::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// The FP8 format of a dtype, if it is one.
 pub(crate) fn format_of(d: DType) -> Option<Fp8Format> {
@@ -230,7 +277,7 @@ pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult
 }
 
 /// `dequantize { to }(q, scale_inv)`: `f32(q) * scale_inv`, rounded once to `to`.
-pub(crate) fn dequantize(inputs: &[&Tensor], to: DType) -> KResult<Tensor> {
+fn dequantize(inputs: &[&Tensor], to: DType) -> KResult<Tensor> {
     let [q, scale_inv] = inputs else {
         return Fail::arity("2", inputs.len());
     };

@@ -1,4 +1,4 @@
-//! The fusion pass's ops, evaluated as exactly the unfused ops they stand for: each kernel
+//! The fused family: the fusion pass's ops, evaluated as exactly the unfused ops they stand for: each kernel
 //! here composes the reference kernels (`quantize`, `amax`, `transpose`, `layer_norm`,
 //! `scaled_matmul`, the elementwise ops, `amax_history_update`, `compute_scale`), so a fused
 //! graph and its unfused original agree bit for bit on the CPU by construction. Every output
@@ -9,35 +9,22 @@
 
 use crate::error::{Fail, KResult, attr_err};
 use crate::{fp8, linalg, movement, normalize};
-use fp8c_ir::{AmaxSource, DType, EwArg, EwExpr, Op, Tensor};
+use fp8c_ir::{AmaxSource, DType, EwArg, EwExpr, FusedOp, Support, Tensor};
 
-/// True for the fused ops this file evaluates.
-pub(crate) fn is_fused_op(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::QuantizeAmax { .. }
-            | Op::CastTranspose { .. }
-            | Op::LayerNormQuantize { .. }
-            | Op::ElementwiseQuantize { .. }
-            | Op::ScaledMatMulEpilogue { .. }
-            | Op::BatchedScaleUpdate { .. }
-    )
-}
-
-/// Evaluates a fused op (see [`is_fused_op`]).
-pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+/// Evaluates an op of the fused family.
+pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
     match op {
-        Op::QuantizeAmax { to, saturate } => {
-            let [x, _] = super::args(inputs)?;
+        FusedOp::QuantizeAmax { to, saturate } => {
+            let [x, _] = crate::args(inputs)?;
             Ok(vec![fp8::quantize(inputs, *to, *saturate)?, fp8::amax(x)?])
         }
-        Op::CastTranspose { perm, to, saturate } => {
-            let [x, _] = super::args(inputs)?;
+        FusedOp::CastTranspose { perm, to, saturate } => {
+            let [x, _] = crate::args(inputs)?;
             let q = fp8::quantize(inputs, *to, *saturate)?;
             let t = movement::transpose(&q, perm)?;
             Ok(vec![q, t, fp8::amax(x)?])
         }
-        Op::LayerNormQuantize {
+        FusedOp::LayerNormQuantize {
             axis,
             epsilon,
             to,
@@ -51,7 +38,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
             let y = normalize::layer_norm(&ln_in, *axis, *epsilon)?;
             quantized(y, inputs[1], *to, *saturate)
         }
-        Op::ElementwiseQuantize { expr, to, saturate } => {
+        FusedOp::ElementwiseQuantize { expr, to, saturate } => {
             let n = expr.num_inputs();
             if inputs.len() != n + 1 {
                 return Fail::arity(
@@ -62,7 +49,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
             let y = run_expr(expr, &inputs[..n])?;
             quantized(y, inputs[n], *to, *saturate)
         }
-        Op::ScaledMatMulEpilogue {
+        FusedOp::ScaledMatMulEpilogue {
             out,
             expr,
             to,
@@ -82,14 +69,14 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
                 None => Ok(vec![d]),
             }
         }
-        Op::BatchedScaleUpdate {
+        FusedOp::BatchedScaleUpdate {
             fmt,
             margin,
             source,
             epsilon,
             power_2,
         } => {
-            if inputs.is_empty() || inputs.len() % 3 != 0 {
+            if inputs.is_empty() || !inputs.len().is_multiple_of(3) {
                 return Fail::arity(
                     "a non-zero multiple of 3 (history, amax, scale per tensor)",
                     inputs.len(),
@@ -122,7 +109,20 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
             }
             Ok(outs)
         }
-        other => attr_err!("`{}` is not a fused op", other.name()),
+        FusedOp::__Lifetime(never, _) => match never {},
+    }
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: FusedOp<'_>) -> Support {
+    match op {
+        FusedOp::QuantizeAmax { .. }
+        | FusedOp::CastTranspose { .. }
+        | FusedOp::LayerNormQuantize { .. }
+        | FusedOp::ElementwiseQuantize { .. }
+        | FusedOp::ScaledMatMulEpilogue { .. }
+        | FusedOp::BatchedScaleUpdate { .. } => Support::Yes,
+        FusedOp::__Lifetime(never, _) => match never {},
     }
 }
 
@@ -149,7 +149,7 @@ fn run_expr(expr: &EwExpr, inputs: &[&Tensor]) -> KResult<Tensor> {
             }
         }
         let at = |e: crate::EvalError| Fail::new(e.kind, format!("instruction {i}: {e}"));
-        let mut out = super::eval_op(&inst.op, &args).map_err(at)?;
+        let mut out = crate::eval_op(&inst.op, &args).map_err(at)?;
         if out.len() != 1 {
             return attr_err!(
                 "instruction {i} (`{}`) does not give one output",

@@ -1,4 +1,5 @@
-//! `matmul`, `gemm` and `scaled_matmul`, on the `gemm` crate.
+//! The linalg family: `matmul`, `gemm` and `scaled_matmul`, on the `gemm` crate; also the GEMM
+//! kernel the conv family's im2col GEMMs share ([`gemm_into`]).
 //!
 //! Floats (f32, f16, bf16, and decoded FP8) multiply in f32 with f32 accumulation; f64 in f64.
 //! Integers accumulate with wrapping arithmetic in i64 and wrap to their type.
@@ -9,13 +10,41 @@
 //! width and cache sizes in the last bits: the oracle is exact per machine, and GPU results
 //! are compared with a tolerance anyway.
 
+use crate::args;
 use crate::broadcast::broadcast_shapes;
 use crate::cast::cast;
 use crate::data::{Data, float_values_f32, numel};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
 use crate::fp8;
-use fp8c_ir::{DType, Tensor};
+use fp8c_ir::{DType, LinalgOp, Support, Tensor};
 use rayon::prelude::*;
+
+/// Evaluates an op of the linalg family.
+pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        LinalgOp::MatMul => {
+            let [a, b] = args(inputs)?;
+            matmul(a, b)?
+        }
+        LinalgOp::Gemm {
+            alpha,
+            beta,
+            trans_a,
+            trans_b,
+        } => gemm_op(inputs, *alpha, *beta, *trans_a, *trans_b)?,
+        LinalgOp::ScaledMatMul { out } => scaled_matmul(inputs, *out)?,
+        LinalgOp::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: LinalgOp<'_>) -> Support {
+    match op {
+        LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
+        LinalgOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// Work (m·n·k) from which one GEMM uses rayon's pool inside the `gemm` crate.
 const PAR_GEMM_WORK: usize = 1 << 18;
@@ -246,7 +275,7 @@ fn matmul_int(
 }
 
 /// `matmul(a, b)`: numpy semantics for every numeric dtype.
-pub(crate) fn matmul(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
+fn matmul(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     if a.dtype() != b.dtype() {
         return dtype_err!("input dtypes differ: {} and {}", a.dtype(), b.dtype());
     }
@@ -276,7 +305,7 @@ fn ints(t: &Tensor) -> KResult<Vec<i64>> {
 /// `gemm { alpha, beta, trans_a, trans_b }(A, B[, C])`: `alpha·op(A)·op(B) + beta·C`, with C
 /// broadcast to `[M, N]`. The product is accumulated first and the epilogue applied per
 /// element, `alpha·acc + beta·c` (C is not read when beta is 0, as onnxruntime).
-pub(crate) fn gemm_op(
+fn gemm_op(
     inputs: &[&Tensor],
     alpha: f32,
     beta: f32,

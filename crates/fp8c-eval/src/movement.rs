@@ -1,17 +1,103 @@
-//! Shape and data-movement ops. They never look at values, only move elements, so they work
-//! on raw bytes for every dtype (FP8 included).
+//! The movement family: shape and data-movement ops. They never look at values, only move
+//! elements, so they work on raw bytes for every dtype (FP8 included); the one exception is
+//! `gather_grad`, the scatter-add gradient of `gather`, which sums in f64.
 //!
 //! Most of them are one primitive, [`gather_copy`]: per output axis a table gives the element
 //! offset to read along that axis (or `None`: a padding element). Transpose, slice, expand,
 //! tile, pad and gather are each just a way of building those tables.
 
+use crate::args;
 use crate::broadcast::broadcast_shapes;
 use crate::data::{
-    PAR_MIN, dims_of, int_list, int_scalar, norm_axis, numel, shape_u64, strides_of, tensor,
+    PAR_MIN, dims_of, float_values_f64, int_list, int_scalar, int_values, norm_axis, numel,
+    rows_mut, shape_u64, store_f64, strides_of, tensor,
 };
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err, value_err};
-use fp8c_ir::{DType, PadMode, Tensor};
+use fp8c_ir::{DType, MovementOp, PadMode, Support, Tensor};
 use rayon::prelude::*;
+
+/// Evaluates an op of the movement family.
+pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        MovementOp::Shape { start, end } => {
+            let [x] = args(inputs)?;
+            shape(x, *start, *end)?
+        }
+        MovementOp::Reshape { allowzero } => {
+            let [x, shape] = args(inputs)?;
+            reshape(x, shape, *allowzero)?
+        }
+        MovementOp::Transpose { perm } => {
+            let [x] = args(inputs)?;
+            transpose(x, perm)?
+        }
+        MovementOp::Unsqueeze { axes } => {
+            let [x] = args(inputs)?;
+            unsqueeze(x, axes)?
+        }
+        MovementOp::Squeeze { axes } => {
+            let [x] = args(inputs)?;
+            squeeze(x, axes.as_deref())?
+        }
+        MovementOp::Flatten { axis } => {
+            let [x] = args(inputs)?;
+            flatten(x, *axis)?
+        }
+        MovementOp::Concat { axis } => concat(inputs, *axis)?,
+        MovementOp::Split { axis, split: sizes } => {
+            let [x] = args(inputs)?;
+            return split(x, *axis, sizes);
+        }
+        MovementOp::Slice => slice(inputs)?,
+        MovementOp::Gather { axis } => {
+            let [x, indices] = args(inputs)?;
+            gather(x, indices, *axis)?
+        }
+        MovementOp::Expand => {
+            let [x, shape] = args(inputs)?;
+            expand(x, shape)?
+        }
+        MovementOp::ConstantOfShape { value } => {
+            let [shape] = args(inputs)?;
+            constant_of_shape(shape, value)?
+        }
+        MovementOp::Range => range(inputs)?,
+        MovementOp::Pad { mode } => pad(inputs, *mode)?,
+        MovementOp::Tile => {
+            let [x, repeats] = args(inputs)?;
+            tile(x, repeats)?
+        }
+        MovementOp::GatherGrad { axis, size } => {
+            let [dy, indices] = args(inputs)?;
+            gather_grad(dy, indices, *axis, *size)?
+        }
+        MovementOp::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: MovementOp<'_>) -> Support {
+    match op {
+        MovementOp::Shape { .. }
+        | MovementOp::Reshape { .. }
+        | MovementOp::Transpose { .. }
+        | MovementOp::Unsqueeze { .. }
+        | MovementOp::Squeeze { .. }
+        | MovementOp::Flatten { .. }
+        | MovementOp::Concat { .. }
+        | MovementOp::Split { .. }
+        | MovementOp::Slice
+        | MovementOp::Gather { .. }
+        | MovementOp::Expand
+        | MovementOp::ConstantOfShape { .. }
+        | MovementOp::Range
+        | MovementOp::Pad { .. }
+        | MovementOp::Tile
+        | MovementOp::GatherGrad { .. } => Support::Yes,
+        MovementOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// One output axis of a [`gather_copy`]: the input element offset for each output index.
 type Table = Vec<Option<usize>>;
@@ -95,7 +181,7 @@ fn with_shape(x: &Tensor, shape: Vec<u64>) -> KResult<Tensor> {
 }
 
 /// `shape { start, end }`: the input's dims as i64, sliced with clamping.
-pub(crate) fn shape(x: &Tensor, start: i64, end: Option<i64>) -> KResult<Tensor> {
+fn shape(x: &Tensor, start: i64, end: Option<i64>) -> KResult<Tensor> {
     let r = x.shape().len() as i64;
     let clamp = |v: i64| if v < 0 { v.saturating_add(r) } else { v }.clamp(0, r) as usize;
     let (s, e) = (clamp(start), clamp(end.unwrap_or(r)));
@@ -111,7 +197,7 @@ pub(crate) fn shape(x: &Tensor, start: i64, end: Option<i64>) -> KResult<Tensor>
 
 /// `reshape { allowzero }(data, shape)`: 0 copies the input dim (unless allowzero), one -1
 /// is inferred.
-pub(crate) fn reshape(x: &Tensor, target: &Tensor, allowzero: bool) -> KResult<Tensor> {
+fn reshape(x: &Tensor, target: &Tensor, allowzero: bool) -> KResult<Tensor> {
     let t = int_list(target, "shape")?;
     if allowzero && t.contains(&0) && t.contains(&-1) {
         return attr_err!("shape {t:?} holds both 0 and -1, which allowzero=1 forbids");
@@ -146,7 +232,7 @@ pub(crate) fn reshape(x: &Tensor, target: &Tensor, allowzero: bool) -> KResult<T
             .filter(|&(j, _)| j != i)
             .try_fold(1u64, |a, (_, &d)| a.checked_mul(d));
         match rest {
-            Some(r) if r != 0 && n % r == 0 => out[i] = n / r,
+            Some(r) if r != 0 && n.is_multiple_of(r) => out[i] = n / r,
             _ => return shape_err!("cannot reshape {:?} ({n} elements) to {t:?}", x.shape()),
         }
     }
@@ -194,7 +280,7 @@ pub(crate) fn transpose(x: &Tensor, perm: &[i64]) -> KResult<Tensor> {
 }
 
 /// `unsqueeze { axes }`: axes are positions in the output.
-pub(crate) fn unsqueeze(x: &Tensor, axes: &[i64]) -> KResult<Tensor> {
+fn unsqueeze(x: &Tensor, axes: &[i64]) -> KResult<Tensor> {
     let out_rank = x.shape().len() + axes.len();
     let mut ins = vec![false; out_rank];
     for &a in axes {
@@ -213,7 +299,7 @@ pub(crate) fn unsqueeze(x: &Tensor, axes: &[i64]) -> KResult<Tensor> {
 }
 
 /// `squeeze { axes }`: the listed size-1 axes, or every size-1 axis.
-pub(crate) fn squeeze(x: &Tensor, axes: Option<&[i64]>) -> KResult<Tensor> {
+fn squeeze(x: &Tensor, axes: Option<&[i64]>) -> KResult<Tensor> {
     let r = x.shape().len();
     let mut drop = vec![false; r];
     match axes {
@@ -246,7 +332,7 @@ pub(crate) fn squeeze(x: &Tensor, axes: Option<&[i64]>) -> KResult<Tensor> {
 }
 
 /// `flatten { axis }`: `[prod(dims[..axis]), prod(dims[axis..])]`, axis in `[-r, r]`.
-pub(crate) fn flatten(x: &Tensor, axis: i64) -> KResult<Tensor> {
+fn flatten(x: &Tensor, axis: i64) -> KResult<Tensor> {
     let r = x.shape().len();
     let ax = if axis == r as i64 {
         r
@@ -259,7 +345,7 @@ pub(crate) fn flatten(x: &Tensor, axis: i64) -> KResult<Tensor> {
 }
 
 /// `concat { axis }`: same dtype and rank, equal dims except along the axis.
-pub(crate) fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
+fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
     let Some(first) = inputs.first() else {
         return Fail::arity("at least 1", 0);
     };
@@ -304,7 +390,7 @@ pub(crate) fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
 }
 
 /// `split { axis, split }`: one output per entry of `split`, which must sum to the axis.
-pub(crate) fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> KResult<Vec<Tensor>> {
+fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> KResult<Vec<Tensor>> {
     let r = x.shape().len();
     let ax = norm_axis(axis, r)?;
     if sizes.is_empty() {
@@ -346,7 +432,7 @@ pub(crate) fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> KResult<Vec<Tensor>
 
 /// `slice(data, starts, ends, axes, steps)` with ONNX's clamping (negative steps walk
 /// backwards; out-of-range starts and ends clamp).
-pub(crate) fn slice(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn slice(inputs: &[&Tensor]) -> KResult<Tensor> {
     let (x, starts, ends) = match inputs {
         [x, s, e, ..] if inputs.len() <= 5 => (*x, int_list(s, "starts")?, int_list(e, "ends")?),
         _ => return Fail::arity("3 to 5", inputs.len()),
@@ -431,7 +517,7 @@ pub(crate) fn slice(inputs: &[&Tensor]) -> KResult<Tensor> {
 
 /// `gather { axis }(data, indices)`: output `data[:axis] + indices.shape + data[axis+1:]`;
 /// negative indices count from the end; out-of-range ones are an error.
-pub(crate) fn gather(x: &Tensor, indices: &Tensor, axis: i64) -> KResult<Tensor> {
+fn gather(x: &Tensor, indices: &Tensor, axis: i64) -> KResult<Tensor> {
     if !matches!(indices.dtype(), DType::I64 | DType::I32) {
         return dtype_err!("indices must be i64 or i32, got {}", indices.dtype());
     }
@@ -472,7 +558,7 @@ fn int_list_any(t: &Tensor) -> KResult<Vec<i64>> {
 }
 
 /// `expand(data, shape)`: numpy broadcast of the input with the target shape.
-pub(crate) fn expand(x: &Tensor, target: &Tensor) -> KResult<Tensor> {
+fn expand(x: &Tensor, target: &Tensor) -> KResult<Tensor> {
     let t = int_list(target, "shape")?;
     let mut want = Vec::with_capacity(t.len());
     for &d in &t {
@@ -514,7 +600,7 @@ pub(crate) fn broadcast_to(x: &Tensor, out: &[u64]) -> KResult<Tensor> {
 }
 
 /// `constant_of_shape { value }(shape)`: a tensor of `value`'s dtype filled with it.
-pub(crate) fn constant_of_shape(shape: &Tensor, value: &Tensor) -> KResult<Tensor> {
+fn constant_of_shape(shape: &Tensor, value: &Tensor) -> KResult<Tensor> {
     if value.len() != 1 {
         return attr_err!("value must hold one element, got shape {:?}", value.shape());
     }
@@ -531,7 +617,7 @@ pub(crate) fn constant_of_shape(shape: &Tensor, value: &Tensor) -> KResult<Tenso
 }
 
 /// `tile(data, repeats)`.
-pub(crate) fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
+fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
     let reps = int_list(repeats, "repeats")?;
     let dims = dims_of(x);
     if reps.len() != dims.len() {
@@ -569,7 +655,7 @@ pub(crate) fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
 
 /// `pad { mode }(data, pads, constant_value)`: pads are `[begin_0.., end_0..]`; negative pads
 /// crop. Reflect and wrap repeat periodically for pads larger than the axis (as numpy).
-pub(crate) fn pad(inputs: &[&Tensor], mode: PadMode) -> KResult<Tensor> {
+fn pad(inputs: &[&Tensor], mode: PadMode) -> KResult<Tensor> {
     let (x, pads) = match inputs {
         [x, p] | [x, p, _] => (*x, int_list(p, "pads")?),
         _ => return Fail::arity("2 or 3", inputs.len()),
@@ -652,7 +738,7 @@ pub(crate) fn pad(inputs: &[&Tensor], mode: PadMode) -> KResult<Tensor> {
 }
 
 /// `range(start, limit, delta)`: `start + i·delta` for `i < max(ceil((limit−start)/delta), 0)`.
-pub(crate) fn range(inputs: &[&Tensor]) -> KResult<Tensor> {
+fn range(inputs: &[&Tensor]) -> KResult<Tensor> {
     let [s, l, d] = inputs else {
         return Fail::arity("3", inputs.len());
     };
@@ -736,4 +822,57 @@ pub(crate) fn range(inputs: &[&Tensor]) -> KResult<Tensor> {
         }
     };
     Ok(t)
+}
+
+/// Scatter-add of dy's slices back to the gathered positions of a data tensor whose `axis`
+/// has `size` entries.
+fn gather_grad(dy: &Tensor, indices: &Tensor, axis: i64, size: i64) -> KResult<Tensor> {
+    let idx = int_values(indices, "indices")?;
+    let Ok(size) = usize::try_from(size) else {
+        return attr_err!("size {size} must be ≥ 0");
+    };
+    let dims = dims_of(dy);
+    let ri = indices.shape().len();
+    let Some(data_rank) = (dims.len() + 1).checked_sub(ri).filter(|&r| r >= 1) else {
+        return shape_err!(
+            "dy {:?} has too few dims for indices {:?}",
+            dy.shape(),
+            indices.shape()
+        );
+    };
+    let ax = norm_axis(axis, data_rank)?;
+    if dims[ax..ax + ri] != *dims_of(indices) {
+        return shape_err!(
+            "dy {:?} does not hold indices {:?} at axis {ax}",
+            dy.shape(),
+            indices.shape()
+        );
+    }
+    let outer: usize = dims[..ax].iter().product();
+    let inner: usize = dims[ax + ri..].iter().product();
+    let mut out_dims = dims[..ax].to_vec();
+    out_dims.push(size);
+    out_dims.extend_from_slice(&dims[ax + ri..]);
+    let out_shape = shape_u64(&out_dims);
+    numel(&out_shape)?;
+    let mut pos = Vec::with_capacity(idx.len());
+    for (j, &i) in idx.iter().enumerate() {
+        let k = if i < 0 { i + size as i64 } else { i };
+        if k < 0 || k >= size as i64 {
+            return value_err!("index {i} (entry {j}) is out of range for an axis of size {size}");
+        }
+        pos.push(k as usize);
+    }
+    let src = float_values_f64(dy, "dy")?;
+    let mut out = vec![0f64; outer * size * inner];
+    // One block per outer index; within it, rows accumulate in index order.
+    rows_mut(&mut out, size * inner, |o, block| {
+        for (j, &k) in pos.iter().enumerate() {
+            let s = &src[(o * pos.len() + j) * inner..][..inner];
+            for (d, v) in block[k * inner..][..inner].iter_mut().zip(s) {
+                *d += v;
+            }
+        }
+    });
+    store_f64(out, dy.dtype(), &out_shape)
 }

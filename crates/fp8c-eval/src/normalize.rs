@@ -1,30 +1,62 @@
-//! `batch_norm` (inference), `layer_norm`, `softmax` and `log_softmax`.
+//! The normalize family: `batch_norm` (inference), `layer_norm`, `softmax` and `log_softmax`,
+//! and the gradients `layer_norm_grad` and `softmax_grad`.
 //!
-//! All four compute in f64 (statistics, exponentials, the normalisation itself) and round
-//! once to the input's type: the reference is as close to exact as an f32 output can be, and
-//! GPU kernels (f32 arithmetic) are compared with it within a tolerance. Each row is reduced
-//! in index order by one thread, so results never depend on the thread count.
+//! All compute in f64 (statistics, exponentials, the normalisation itself) and round once to
+//! the input's type: the reference is as close to exact as an f32 output can be, and GPU
+//! kernels (f32 arithmetic) are compared with it within a tolerance. Each row is reduced in
+//! index order by one thread, so results never depend on the thread count; f64 inputs stay
+//! f64 throughout, which is what the gradient checks rely on.
 
+use crate::args;
 use crate::broadcast::broadcast_shapes;
-use crate::cast::cast;
-use crate::data::{Data, PAR_MIN, dims_of, norm_axis};
+use crate::data::{
+    PAR_MIN, dims_of, float_values_f64 as values_f64, norm_axis, rows_mut, same_type,
+    store_f64 as store,
+};
 use crate::error::{Fail, KResult, dtype_err, shape_err};
 use crate::movement::broadcast_to;
-use fp8c_ir::{DType, Tensor};
+use fp8c_ir::{NormalizeOp, Support, Tensor};
 use rayon::prelude::*;
 
-/// A float tensor's values as f64 (FP8 and non-floats refused).
-fn values_f64(t: &Tensor, what: &str) -> KResult<Vec<f64>> {
-    match Data::load(t)? {
-        Data::F32(v) => Ok(v.into_iter().map(f64::from).collect()),
-        Data::F64(v) => Ok(v),
-        _ => dtype_err!("{what} must be a float tensor, got {}", t.dtype()),
+/// Evaluates an op of the normalize family.
+pub(crate) fn eval(op: NormalizeOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let one = |t: Tensor| Ok(vec![t]);
+    match op {
+        NormalizeOp::BatchNormalization { epsilon } => one(batch_norm(inputs, *epsilon)?),
+        NormalizeOp::LayerNormalization { axis, epsilon } => {
+            one(layer_norm(inputs, *axis, *epsilon)?)
+        }
+        NormalizeOp::Softmax { axis } => {
+            let [x] = args(inputs)?;
+            one(softmax(x, *axis, false)?)
+        }
+        NormalizeOp::LogSoftmax { axis } => {
+            let [x] = args(inputs)?;
+            one(softmax(x, *axis, true)?)
+        }
+        NormalizeOp::LayerNormGrad { axis, epsilon } => {
+            let [x, scale, dy] = args(inputs)?;
+            layer_norm_grad(x, scale, dy, *axis, *epsilon)
+        }
+        NormalizeOp::SoftmaxGrad { axis, log } => {
+            let [y, dy] = args(inputs)?;
+            one(softmax_grad(y, dy, *axis, *log)?)
+        }
+        NormalizeOp::__Lifetime(never, _) => match never {},
     }
 }
 
-/// Rounds f64 results once to `dtype`.
-fn store(v: Vec<f64>, dtype: DType, shape: &[u64]) -> KResult<Tensor> {
-    cast(&Tensor::from_f64(shape.to_vec(), &v), dtype, false)
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
+    match op {
+        NormalizeOp::BatchNormalization { .. }
+        | NormalizeOp::LayerNormalization { .. }
+        | NormalizeOp::Softmax { .. }
+        | NormalizeOp::LogSoftmax { .. }
+        | NormalizeOp::LayerNormGrad { .. }
+        | NormalizeOp::SoftmaxGrad { .. } => Support::Yes,
+        NormalizeOp::__Lifetime(never, _) => match never {},
+    }
 }
 
 /// Applies `f(row_in, row_out)` to independent rows, in parallel when large.
@@ -49,7 +81,7 @@ fn rows(v: &[f64], len: usize, f: impl Fn(usize, &[f64], &mut [f64]) + Sync + Se
 
 /// `batch_norm { epsilon }(x, scale, bias, mean, var)`: per channel (axis 1),
 /// `(x − mean) / sqrt(var + epsilon) · scale + bias`.
-pub(crate) fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
+fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
     let [x, scale, bias, mean, var] = inputs else {
         return Fail::arity("5", inputs.len());
     };
@@ -137,7 +169,7 @@ pub(crate) fn layer_norm(inputs: &[&Tensor], axis: i64, epsilon: f32) -> KResult
 
 /// `softmax { axis }` (`log = false`) and `log_softmax { axis }` (`log = true`), max-subtracted:
 /// `exp(x − max) / Σ exp(x − max)` and `x − max − ln Σ exp(x − max)` along one axis.
-pub(crate) fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
+fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
     let dims = dims_of(x);
     let ax = norm_axis(axis, dims.len())?;
     let (d, inner): (usize, usize) = (dims[ax], dims[ax + 1..].iter().product());
@@ -173,4 +205,101 @@ pub(crate) fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
         }
     });
     store(out, x.dtype(), x.shape())
+}
+
+/// `layer_norm` backward over axes `axis..`: dx, dscale, dbias.
+fn layer_norm_grad(
+    x: &Tensor,
+    scale: &Tensor,
+    dy: &Tensor,
+    axis: i64,
+    epsilon: f32,
+) -> KResult<Vec<Tensor>> {
+    same_type(dy, x, "dy", "x")?;
+    let dims = dims_of(x);
+    let ax = norm_axis(axis, dims.len())?;
+    if scale.shape() != &x.shape()[ax..] || scale.dtype() != x.dtype() {
+        return shape_err!(
+            "scale {:?} must be x's normalised dims {:?}",
+            scale.shape(),
+            &x.shape()[ax..]
+        );
+    }
+    let cols: usize = dims[ax..].iter().product();
+    let xv = values_f64(x, "x")?;
+    let s = values_f64(scale, "scale")?;
+    let dyv = values_f64(dy, "dy")?;
+    let eps = f64::from(epsilon);
+    let stats = |r: usize| {
+        let xr = &xv[r * cols..][..cols];
+        let n = cols as f64;
+        let mean = xr.iter().sum::<f64>() / n;
+        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        (mean, 1.0 / (var + eps).sqrt())
+    };
+    let mut dx = vec![0f64; xv.len()];
+    rows_mut(&mut dx, cols, |r, o| {
+        let (mean, inv) = stats(r);
+        let (xr, dr) = (&xv[r * cols..][..cols], &dyv[r * cols..][..cols]);
+        let n = cols as f64;
+        let (mut sg, mut sgx) = (0.0, 0.0);
+        for j in 0..cols {
+            let g = dr[j] * s[j];
+            sg += g;
+            sgx += g * (xr[j] - mean) * inv;
+        }
+        let (mg, mgx) = (sg / n, sgx / n);
+        for j in 0..cols {
+            let xhat = (xr[j] - mean) * inv;
+            o[j] = inv * (dr[j] * s[j] - mg - xhat * mgx);
+        }
+    });
+    let (mut ds, mut db) = (vec![0f64; cols], vec![0f64; cols]);
+    if let Some(nrows) = xv.len().checked_div(cols) {
+        for r in 0..nrows {
+            let (mean, inv) = stats(r);
+            let (xr, dr) = (&xv[r * cols..][..cols], &dyv[r * cols..][..cols]);
+            for j in 0..cols {
+                ds[j] += dr[j] * (xr[j] - mean) * inv;
+                db[j] += dr[j];
+            }
+        }
+    }
+    Ok(vec![
+        store(dx, x.dtype(), x.shape())?,
+        store(ds, x.dtype(), scale.shape())?,
+        store(db, x.dtype(), scale.shape())?,
+    ])
+}
+
+/// `softmax` / `log_softmax` backward from the forward output `y`.
+fn softmax_grad(y: &Tensor, dy: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
+    same_type(dy, y, "dy", "y")?;
+    let dims = dims_of(y);
+    let ax = norm_axis(axis, dims.len())?;
+    let (d, inner) = (dims[ax], dims[ax + 1..].iter().product::<usize>());
+    let yv = values_f64(y, "y")?;
+    let dv = values_f64(dy, "dy")?;
+    let mut out = vec![0f64; yv.len()];
+    rows_mut(&mut out, d * inner, |b, o| {
+        let (yb, db) = (
+            &yv[b * d * inner..][..d * inner],
+            &dv[b * d * inner..][..d * inner],
+        );
+        for i in 0..inner {
+            let at = |j: usize| j * inner + i;
+            if log {
+                let s: f64 = (0..d).map(|j| db[at(j)]).sum();
+                for j in 0..d {
+                    o[at(j)] = db[at(j)] - yb[at(j)].exp() * s;
+                }
+            } else {
+                let s: f64 = (0..d).map(|j| db[at(j)] * yb[at(j)]).sum();
+                for j in 0..d {
+                    o[at(j)] = yb[at(j)] * (db[at(j)] - s);
+                }
+            }
+        }
+    });
+    store(out, y.dtype(), y.shape())
 }

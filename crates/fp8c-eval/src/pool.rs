@@ -1,29 +1,143 @@
-//! `max_pool` and `average_pool` over any number of spatial axes (NCHW-style layouts).
+//! The pool family: `max_pool` and `average_pool` over any number of spatial axes
+//! (NCHW-style layouts), the global pools, and the gradients `max_pool_grad` and
+//! `average_pool_grad`.
 //!
 //! - max: padding never wins; NaN in a window propagates (as `max` and PyTorch; onnxruntime
-//!   skips NaNs). A window with no input element gives the type's lowest value.
+//!   skips NaNs). A window with no input element gives the type's lowest value. Its gradient
+//!   goes to the window's winner: the first NaN, else the first strict maximum.
 //! - average: the sum accumulates in f64 and is divided once. With `count_include_pad` the
 //!   divisor counts the declared padding but not the overhang of ceil-mode windows past it
 //!   (PyTorch and onnxruntime); without it, only input elements.
+//! - the global pools are reductions over the spatial axes (`reduce.rs`).
 //!
-//! Planes (n, c) are independent and run in parallel.
+//! Planes (n, c) are independent and run in parallel; gradients compute in f64 and round once.
 
+use crate::args;
 use crate::cast::cast;
-use crate::data::{Data, dims_of, numel};
-use crate::error::{KResult, dtype_err, shape_err};
+use crate::data::{
+    Data, dims_of, float_values_f64 as values_f64, numel, rows_mut, store_f64 as store,
+};
+use crate::error::{KResult, attr_err, dtype_err, shape_err};
+use crate::reduce::{self, Reduction};
 use crate::window::{self, Tap, WindowAttrs};
-use fp8c_ir::{DType, Tensor};
+use fp8c_ir::{DType, PoolOp, Support, Tensor};
 use rayon::prelude::*;
+
+/// Evaluates an op of the pool family.
+pub(crate) fn eval(op: PoolOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let out = match op {
+        PoolOp::MaxPool {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            auto_pad,
+        } => {
+            let [x] = args(inputs)?;
+            let win = WindowAttrs {
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: *ceil_mode,
+            };
+            pool(x, PoolKind::Max, kernel_shape, &win)?
+        }
+        PoolOp::AveragePool {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            count_include_pad,
+            auto_pad,
+        } => {
+            let [x] = args(inputs)?;
+            let win = WindowAttrs {
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: *ceil_mode,
+            };
+            let kind = PoolKind::Average {
+                count_include_pad: *count_include_pad,
+            };
+            pool(x, kind, kernel_shape, &win)?
+        }
+        PoolOp::GlobalAveragePool => {
+            let [x] = args(inputs)?;
+            reduce::global_pool(x, Reduction::Mean)?
+        }
+        PoolOp::GlobalMaxPool => {
+            let [x] = args(inputs)?;
+            reduce::global_pool(x, Reduction::Max)?
+        }
+        PoolOp::MaxPoolGrad {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            auto_pad,
+        } => {
+            let [x, dy] = args(inputs)?;
+            let win = WindowAttrs {
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: *ceil_mode,
+            };
+            pool_grad(x, dy, None, kernel_shape, &win)?
+        }
+        PoolOp::AveragePoolGrad {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            ceil_mode,
+            count_include_pad,
+            auto_pad,
+        } => {
+            let [x, dy] = args(inputs)?;
+            let win = WindowAttrs {
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: *ceil_mode,
+            };
+            pool_grad(x, dy, Some(*count_include_pad), kernel_shape, &win)?
+        }
+        PoolOp::__Lifetime(never, _) => match never {},
+    };
+    Ok(vec![out])
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: PoolOp<'_>) -> Support {
+    match op {
+        PoolOp::MaxPool { .. }
+        | PoolOp::AveragePool { .. }
+        | PoolOp::GlobalAveragePool
+        | PoolOp::GlobalMaxPool
+        | PoolOp::MaxPoolGrad { .. }
+        | PoolOp::AveragePoolGrad { .. } => Support::Yes,
+        PoolOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// Which pooling.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PoolKind {
+enum PoolKind {
     Max,
     Average { count_include_pad: bool },
 }
 
 /// Evaluates a pool with explicit kernel shape.
-pub(crate) fn pool(
+fn pool(
     x: &Tensor,
     kind: PoolKind,
     kernel_shape: &[i64],
@@ -38,11 +152,7 @@ pub(crate) fn pool(
     for &k in kernel_shape {
         match usize::try_from(k) {
             Ok(k) if k >= 1 => kernel.push(k),
-            _ => {
-                return crate::error::attr_err!(
-                    "kernel_shape {kernel_shape:?} must hold sizes >= 1"
-                );
-            }
+            _ => return attr_err!("kernel_shape {kernel_shape:?} must hold sizes >= 1"),
         }
     }
     let axes = window::axes(spatial, &kernel, win)?;
@@ -127,4 +237,85 @@ fn lowest(dtype: DType) -> f64 {
         DType::I8 => f64::from(i8::MIN),
         _ => 0.0,
     }
+}
+
+/// `max_pool` (`average = None`) or `average_pool` (`Some(count_include_pad)`) backward.
+fn pool_grad(
+    x: &Tensor,
+    dy: &Tensor,
+    average: Option<bool>,
+    kernel_shape: &[i64],
+    win: &WindowAttrs<'_>,
+) -> KResult<Tensor> {
+    let dims = dims_of(x);
+    if dims.len() < 3 {
+        return shape_err!("x must be [N, C, spatial...], got {:?}", x.shape());
+    }
+    let mut kernel = Vec::with_capacity(kernel_shape.len());
+    for &k in kernel_shape {
+        match usize::try_from(k) {
+            Ok(k) if k >= 1 => kernel.push(k),
+            _ => return attr_err!("kernel_shape {kernel_shape:?} must hold sizes >= 1"),
+        }
+    }
+    let axes = window::axes(&dims[2..], &kernel, win)?;
+    let mut out_shape = vec![dims[0] as u64, dims[1] as u64];
+    out_shape.extend(axes.iter().map(|a| a.out as u64));
+    if dy.shape() != out_shape || dy.dtype() != x.dtype() {
+        return shape_err!(
+            "dy ({} {:?}) must be the pool's output ({} {out_shape:?})",
+            dy.dtype(),
+            dy.shape(),
+            x.dtype()
+        );
+    }
+    let taps = window::taps(&axes)?;
+    let ksize: usize = kernel.iter().product();
+    let plane: usize = dims[2..].iter().product();
+    let out_plane: usize = axes.iter().map(|a| a.out).product();
+    let xv = values_f64(x, "x")?;
+    let dv = values_f64(dy, "dy")?;
+    let mut dx = vec![0f64; xv.len()];
+    rows_mut(&mut dx, plane, |pl, dst| {
+        let src = &xv[pl * plane..][..plane];
+        for p in 0..out_plane {
+            let window = &taps[p * ksize..][..ksize];
+            let g = dv[pl * out_plane + p];
+            match average {
+                None => {
+                    // The forward's winner: the first NaN, else the first strict maximum.
+                    let mut best: Option<(usize, f64)> = None;
+                    for t in window {
+                        if let Tap::In(i) = *t {
+                            let v = src[i];
+                            let take = match best {
+                                None => true,
+                                Some((_, b)) => v.is_nan() || (!b.is_nan() && v > b),
+                            };
+                            if take {
+                                best = Some((i, v));
+                            }
+                        }
+                    }
+                    if let Some((i, _)) = best {
+                        dst[i] += g;
+                    }
+                }
+                Some(count_include_pad) => {
+                    let count = window
+                        .iter()
+                        .filter(|t| {
+                            matches!(t, Tap::In(_)) || (count_include_pad && **t == Tap::Pad)
+                        })
+                        .count();
+                    for t in window {
+                        if let Tap::In(i) = *t {
+                            dst[i] += g / count as f64;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    store(dx, x.dtype(), x.shape())
 }

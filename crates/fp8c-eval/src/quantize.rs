@@ -1,4 +1,5 @@
-//! ONNX `QuantizeLinear` and `DequantizeLinear`, per tensor or per axis.
+//! ONNX `QuantizeLinear` and `DequantizeLinear`, per tensor or per axis: kernels of the fp8
+//! family (`fp8.rs` dispatches to them).
 //!
 //! - Quantize: `x / y_scale` in the scale's precision (ONNX opset 23's default `precision`:
 //!   the exact quotient rounded once to the scale's type), then for integer targets
@@ -39,14 +40,15 @@ fn channels(x: &Tensor, scale: &Tensor, zp: Option<&Tensor>, axis: i64) -> KResu
             scale.dtype()
         );
     }
-    if let Some(z) = zp {
-        if z.shape() != scale.shape() && !(z.len() == 1 && scale.len() == 1) {
-            return shape_err!(
-                "the zero point's shape {:?} differs from the scale's {:?}",
-                z.shape(),
-                scale.shape()
-            );
-        }
+    if let Some(z) = zp
+        && z.shape() != scale.shape()
+        && !(z.len() == 1 && scale.len() == 1)
+    {
+        return shape_err!(
+            "the zero point's shape {:?} differs from the scale's {:?}",
+            z.shape(),
+            scale.shape()
+        );
     }
     if scale.len() == 1 && scale.shape().len() <= 1 {
         return Ok(Channels { inner: 0, dim: 1 });
@@ -85,10 +87,10 @@ fn round_to(d: DType, v: f64) -> f64 {
 
 /// An FP8 zero point must encode 0 (+0 or −0).
 fn check_fp8_zero_point(zp: Option<&Tensor>) -> KResult<()> {
-    if let Some(z) = zp {
-        if z.bytes().iter().any(|&c| c & 0x7F != 0) {
-            return value_err!("an FP8 zero point must be 0");
-        }
+    if let Some(z) = zp
+        && z.bytes().iter().any(|&c| c & 0x7F != 0)
+    {
+        return value_err!("an FP8 zero point must be 0");
     }
     Ok(())
 }
@@ -126,13 +128,13 @@ pub(crate) fn quantize_linear(
             x.dtype()
         );
     }
-    if let Some(z) = zp {
-        if z.dtype() != to {
-            return dtype_err!(
-                "the zero point must have the output type {to}, got {}",
-                z.dtype()
-            );
-        }
+    if let Some(z) = zp
+        && z.dtype() != to
+    {
+        return dtype_err!(
+            "the zero point must have the output type {to}, got {}",
+            z.dtype()
+        );
     }
     let ch = channels(x, scale, zp, axis)?;
     let xs = values_f64(x, "x")?;
@@ -186,14 +188,14 @@ pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64) -> KResult<Tensor
             x.dtype()
         );
     }
-    if let Some(z) = zp {
-        if z.dtype() != x.dtype() {
-            return dtype_err!(
-                "the zero point must have x's type {}, got {}",
-                x.dtype(),
-                z.dtype()
-            );
-        }
+    if let Some(z) = zp
+        && z.dtype() != x.dtype()
+    {
+        return dtype_err!(
+            "the zero point must have x's type {}, got {}",
+            x.dtype(),
+            z.dtype()
+        );
     }
     let ch = channels(x, scale, zp, axis)?;
     let ss = values_f64(scale, "x_scale")?;

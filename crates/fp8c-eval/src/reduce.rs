@@ -1,5 +1,6 @@
-//! Reductions (`reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`, `reduce_prod`) and
-//! the global pools, which are reductions over the spatial axes.
+//! The reduce family: reductions (`reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`,
+//! `reduce_prod`) and the finiteness check `all_finite`; the global pools are reductions over
+//! the spatial axes and come here from `pool.rs`.
 //!
 //! - `axes` None or empty reduces every axis (ONNX's absent axes input); axes may be
 //!   negative; naming an axis twice is an error.
@@ -10,10 +11,39 @@
 //! - Max/min propagate NaN. An empty reduction gives 0 (sum), 1 (prod), NaN (float mean),
 //!   the lowest value (max: -inf for floats) or the highest (min).
 
+use crate::args;
 use crate::cast::cast;
 use crate::data::{Data, dims_of, norm_axis, numel, par_map, strides_of};
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err};
-use fp8c_ir::{DType, Tensor};
+use fp8c_ir::{DType, ReduceOp, Support, Tensor};
+
+/// Evaluates an op of the reduce family.
+pub(crate) fn eval(op: ReduceOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let (kind, axes, keepdims) = match op {
+        ReduceOp::ReduceMean { axes, keepdims } => (Reduction::Mean, axes, keepdims),
+        ReduceOp::ReduceSum { axes, keepdims } => (Reduction::Sum, axes, keepdims),
+        ReduceOp::ReduceMax { axes, keepdims } => (Reduction::Max, axes, keepdims),
+        ReduceOp::ReduceMin { axes, keepdims } => (Reduction::Min, axes, keepdims),
+        ReduceOp::ReduceProd { axes, keepdims } => (Reduction::Prod, axes, keepdims),
+        ReduceOp::AllFinite => return Ok(vec![all_finite(inputs)?]),
+        ReduceOp::__Lifetime(never, _) => match never {},
+    };
+    let [x] = args(inputs)?;
+    Ok(vec![reduce(x, kind, axes.as_deref(), *keepdims)?])
+}
+
+/// Every op of the family is evaluated.
+pub(crate) fn support(op: ReduceOp<'_>) -> Support {
+    match op {
+        ReduceOp::ReduceMean { .. }
+        | ReduceOp::ReduceSum { .. }
+        | ReduceOp::ReduceMax { .. }
+        | ReduceOp::ReduceMin { .. }
+        | ReduceOp::ReduceProd { .. }
+        | ReduceOp::AllFinite => Support::Yes,
+        ReduceOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 /// Which reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,12 +74,7 @@ fn axis_mask(axes: Option<&[i64]>, rank: usize) -> KResult<Vec<bool>> {
 }
 
 /// Evaluates a reduction.
-pub(crate) fn reduce(
-    x: &Tensor,
-    kind: Reduction,
-    axes: Option<&[i64]>,
-    keepdims: bool,
-) -> KResult<Tensor> {
+fn reduce(x: &Tensor, kind: Reduction, axes: Option<&[i64]>, keepdims: bool) -> KResult<Tensor> {
     let dims = dims_of(x);
     let mask = axis_mask(axes, dims.len())?;
     let st = strides_of(&dims);
@@ -176,4 +201,20 @@ pub(crate) fn global_pool(x: &Tensor, kind: Reduction) -> KResult<Tensor> {
     }
     let axes: Vec<i64> = (2..r as i64).collect();
     reduce(x, kind, Some(&axes), true)
+}
+
+/// True when every element of every input is finite.
+fn all_finite(inputs: &[&Tensor]) -> KResult<Tensor> {
+    if inputs.is_empty() {
+        return Fail::arity("at least 1", 0);
+    }
+    let mut ok = true;
+    for (i, t) in inputs.iter().enumerate() {
+        ok &= match Data::load(t)? {
+            Data::F32(v) => v.iter().all(|x| x.is_finite()),
+            Data::F64(v) => v.iter().all(|x| x.is_finite()),
+            _ => return dtype_err!("input {i} must be a float tensor, got {}", t.dtype()),
+        };
+    }
+    Ok(Tensor::from_bool(vec![], &[ok]))
 }

@@ -482,3 +482,61 @@ fn dequantize_linear_subtracts_the_zero_point() {
         ErrorKind::DType
     );
 }
+
+/// ±inf and NaN through every FP8 conversion (issue #13): `quantize`, `quantize_linear` and
+/// `cast` give the codes of ONNX's Cast table (operator docs of Cast, opset 19+, also the rule
+/// of QuantizeLinear's `saturate`):
+///
+/// | x    | E4M3FN saturate | E5M2 saturate | E4M3FN no saturate | E5M2 no saturate |
+/// |------|-----------------|---------------|--------------------|------------------|
+/// | Inf  | FLT_MAX         | FLT_MAX       | NaN                | Inf              |
+/// | -Inf | -FLT_MAX        | -FLT_MAX      | -NaN               | -Inf             |
+/// | NaN  | NaN             | NaN           | NaN                | NaN              |
+///
+/// As codes: E4M3FN max 0x7E, NaN 0x7F (S.1111.111, its only NaN); E5M2 max 0x7B, inf 0x7C,
+/// NaN 0x7E (S.11111.10). The NaN codes are the ones `onnx.reference` (onnx 1.23, through
+/// ml_dtypes) writes for Cast and QuantizeLinear of a positive and a negative NaN; the table
+/// fixes only that a NaN stays NaN, its sign kept for saturate=0.
+#[test]
+fn non_finite_values_follow_the_onnx_cast_table() {
+    let x = f32s(
+        &[4],
+        &[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN],
+    );
+    let cases = [
+        (DType::F8E4M3, true, [0x7E, 0xFE, 0x7F, 0xFF]),
+        (DType::F8E4M3, false, [0x7F, 0xFF, 0x7F, 0xFF]),
+        (DType::F8E5M2, true, [0x7B, 0xFB, 0x7E, 0xFE]),
+        (DType::F8E5M2, false, [0x7C, 0xFC, 0x7E, 0xFE]),
+    ];
+    for (to, saturate, want) in cases {
+        let what = format!("{to} saturate={saturate}");
+        let q = eval1(quantize(to, saturate), &[&x, &scalar_f32(1.0)]);
+        assert_eq!(q.bytes(), want, "quantize {what}");
+        // A finite scale does not make a non-finite value finite.
+        let q = eval1(quantize(to, saturate), &[&x, &scalar_f32(0.25)]);
+        assert_eq!(q.bytes(), want, "quantize with scale 0.25, {what}");
+        let ql = Op::QuantizeLinear {
+            axis: 1,
+            saturate,
+            to,
+        };
+        let zero = fp8(to, &[], &[0x00]);
+        let q = eval1(ql, &[&x, &scalar_f32(1.0), &zero]);
+        assert_eq!(q.bytes(), want, "quantize_linear {what}");
+        let q = eval1(Op::Cast { to, saturate }, &[&x]);
+        assert_eq!(q.bytes(), want, "cast {what}");
+        // bf16 and f16 sources widen exactly, so they map the same way.
+        for from in [DType::BF16, DType::F16] {
+            let xh = eval1(
+                Op::Cast {
+                    to: from,
+                    saturate: false,
+                },
+                &[&x],
+            );
+            let q = eval1(Op::Cast { to, saturate }, &[&xh]);
+            assert_eq!(q.bytes(), want, "cast from {from}, {what}");
+        }
+    }
+}
