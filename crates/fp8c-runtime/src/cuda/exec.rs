@@ -4,7 +4,7 @@
 use crate::backend::{Executable, Observer, RuntimeError};
 use crate::cuda::device::{Device, drv_err};
 use crate::cuda::gemm::Lt;
-use crate::cuda::steps::{Action, Lowered, Lowerer, step_error};
+use crate::cuda::lower::{Action, Lowered, Lowerer, step_error};
 use crate::cuda::{CudaOptions, libs};
 use crate::program::{BufId, Buffer, BufferKind, Program};
 use cudarc::driver::result as drv;

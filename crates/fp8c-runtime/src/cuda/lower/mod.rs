@@ -1,0 +1,449 @@
+//! Turning a program's steps into device actions, once, in `prepare`.
+//!
+//! Each [`Step`] becomes a short list of [`Action`]s (kernel launches with their arguments
+//! baked in, memsets, copies, planned cuBLASLt GEMMs) over fixed device addresses: the arena
+//! offsets of the memory plan and the resident buffers. Running a program is then replaying
+//! the list, which is also what a CUDA graph captures.
+//!
+//! Everything that can be decided from static shapes is decided here: kernel choice, access
+//! modes, GEMM layouts, slice bounds (from constant inputs), pooling geometry. A step this
+//! backend cannot run is an error here, naming the node, and the executable reports every such
+//! node at once. Steps whose inputs are all constants are evaluated here by the CPU reference
+//! and become copies of the result.
+//!
+//! This file holds the [`Lowerer`], the helpers every family shares and the dispatch: one
+//! module per op family (the families of `fp8c_ir::Op`, same names), each matching its family
+//! exhaustively and answering [`support`] for it. An op without a lowering has an explicit arm
+//! returning [`not_supported`] with the reason its family's `support` states.
+
+mod conv;
+mod elementwise;
+mod fp8;
+mod fused;
+mod linalg;
+mod loss;
+mod movement;
+mod normalize;
+mod optim;
+mod pool;
+mod reduce;
+
+use crate::backend::RuntimeError;
+use crate::cuda::device::{Device, KernelArgs, Launch};
+use crate::cuda::gemm::{GemmCall, Lt};
+use crate::cuda::kernels::{KernelFile, dtype_word, is_kernel_float};
+use crate::program::{BufId, Buffer, BufferKind, Program, Step};
+use fp8c_ir::{AmaxSource, AutoPad, DType, Op, OpView, Support, Tensor};
+
+/// One thing the device does for a step.
+pub(crate) enum Action {
+    /// A kernel launch.
+    Launch(Launch),
+    /// `bytes` bytes := `value`.
+    Memset8 { ptr: u64, value: u8, bytes: u64 },
+    /// A device-to-device copy.
+    Copy { dst: u64, src: u64, bytes: u64 },
+    /// A planned cuBLASLt GEMM.
+    Gemm(Box<GemmCall>),
+}
+
+/// A step's actions and, for steps that can detect bad input values on the device (gather
+/// indices, labels), the offset of its error flag.
+pub(crate) struct Lowered {
+    pub actions: Vec<Action>,
+    pub err_flag: Option<usize>,
+}
+
+/// What lowering needs: the device, cuBLASLt, the program and every buffer's address.
+pub(crate) struct Lowerer<'a> {
+    pub dev: &'a Device,
+    pub lt: Option<&'a Lt>,
+    pub program: &'a Program,
+    pub addr: &'a [u64],
+    /// Number of steps reading each buffer, plus one for graph outputs and state updates.
+    pub uses: Vec<usize>,
+    /// Device address of the error-flag array (one i32 per flagged step).
+    pub err_base: u64,
+    /// Flags handed out so far.
+    pub err_count: usize,
+}
+
+type R<T> = Result<T, String>;
+
+const BLOCK: u32 = 256;
+
+/// Whether the CUDA backend runs `op`, or why not (available without a GPU). `No` names an op
+/// this backend has no lowering for, whatever the shapes; an op answered `Yes` may still be
+/// refused in `prepare` for its shapes or dtypes (the error says which).
+pub fn support(op: &Op) -> Support {
+    match op.view() {
+        // Interface ops become buffers (inputs, resident params, state and constants).
+        OpView::Interface(_) => Support::Yes,
+        OpView::Elementwise(e) => elementwise::support(e),
+        OpView::Linalg(l) => linalg::support(l),
+        OpView::Conv(c) => conv::support(c),
+        OpView::Pool(p) => pool::support(p),
+        OpView::Normalize(n) => normalize::support(n),
+        OpView::Reduce(r) => reduce::support(r),
+        OpView::Movement(m) => movement::support(m),
+        OpView::Fp8(f) => fp8::support(f),
+        OpView::Loss(l) => loss::support(l),
+        OpView::Optim(o) => optim::support(o),
+        OpView::Fused(f) => fused::support(f),
+    }
+}
+
+/// The error of a step whose op has no CUDA lowering; `reason` is the one [`support`] gives.
+fn not_supported(op: &Op, reason: &str) -> String {
+    format!("`{}` is not supported on CUDA yet: {reason}", op.name())
+}
+
+fn numel(b: &Buffer) -> u64 {
+    b.dims.iter().product()
+}
+
+fn contiguous_strides(dims: &[u64]) -> Vec<i64> {
+    let mut s = vec![1i64; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        s[k] = s[k + 1] * dims[k + 1] as i64;
+    }
+    s
+}
+
+fn norm_axis(axis: i64, rank: usize) -> R<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
+}
+
+fn word(d: DType) -> R<&'static str> {
+    dtype_word(d).ok_or_else(|| format!("{d} tensors are not supported on CUDA yet"))
+}
+
+fn float_word(d: DType) -> R<&'static str> {
+    if !is_kernel_float(d) {
+        return Err(format!(
+            "{d} is not supported here on CUDA (f32, bf16 and f16 are)"
+        ));
+    }
+    word(d)
+}
+
+fn fp8_word(d: DType) -> R<&'static str> {
+    match d {
+        DType::F8E4M3 => Ok("e4m3"),
+        DType::F8E5M2 => Ok("e5m2"),
+        other => Err(format!("{other} is not an FP8 type")),
+    }
+}
+
+fn sat_word(saturate: bool) -> &'static str {
+    if saturate { "sat" } else { "nosat" }
+}
+
+/// `dims` as (product of dims before `lo`, product of `lo..hi`, product after `hi`).
+fn split3(dims: &[u64], lo: usize, hi: usize) -> (u64, u64, u64) {
+    (
+        dims[..lo].iter().product(),
+        dims[lo..hi].iter().product(),
+        dims[hi..].iter().product(),
+    )
+}
+
+/// Element strides that read `input` broadcast to `out` (numpy rules, 0 on broadcast dims).
+fn broadcast_strides(input: &[u64], out: &[u64]) -> Vec<i64> {
+    let mut strides = vec![0i64; out.len()];
+    let mut stride = 1i64;
+    for (k, &d) in input.iter().enumerate().rev() {
+        let o = out.len() - (input.len() - k);
+        strides[o] = if d == 1 { 0 } else { stride };
+        stride *= d as i64;
+    }
+    strides
+}
+
+/// `scale_update.cu`'s ScaleParams.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct ScaleParams {
+    fmt_max: f32,
+    pow2_margin: f32,
+    epsilon: f32,
+    source: i32,
+    power_2: i32,
+}
+
+/// The scale rule of `compute_scale` and `batched_scale_update` as `scale_update.cu` reads it.
+fn scale_params(
+    fmt: DType,
+    margin: f32,
+    source: AmaxSource,
+    epsilon: f32,
+    power_2: bool,
+) -> R<ScaleParams> {
+    let fmt_max = match fmt {
+        DType::F8E4M3 => fp8c_core::Fp8Format::E4M3.max(),
+        DType::F8E5M2 => fp8c_core::Fp8Format::E5M2.max(),
+        other => return Err(format!("fmt={other} is not an FP8 type")),
+    };
+    if !(margin.is_finite() && epsilon.is_finite() && epsilon >= 0.0) {
+        return Err("margin must be finite and epsilon finite and >= 0".into());
+    }
+    Ok(ScaleParams {
+        fmt_max,
+        // Exactly fp8c-core's `compute_scale`: 2^margin in f64, rounded to f32.
+        pow2_margin: 2f64.powf(f64::from(margin)) as f32,
+        epsilon,
+        source: match source {
+            AmaxSource::HistoryMax => 0,
+            AmaxSource::HistoryMostRecent => 1,
+            AmaxSource::Current => 2,
+        },
+        power_2: i32::from(power_2),
+    })
+}
+
+/// Begin and end pads of one spatial axis of a window op (ONNX auto_pad rules).
+#[allow(clippy::too_many_arguments)]
+fn window_pads(
+    auto_pad: AutoPad,
+    pads: &[i64],
+    axis: usize,
+    spatial: usize,
+    input: u64,
+    output: u64,
+    kernel: i64,
+    stride: i64,
+    dilation: i64,
+) -> (i64, i64) {
+    match auto_pad {
+        AutoPad::NotSet => (
+            pads.get(axis).copied().unwrap_or(0),
+            pads.get(axis + spatial).copied().unwrap_or(0),
+        ),
+        AutoPad::Valid => (0, 0),
+        AutoPad::SameUpper | AutoPad::SameLower => {
+            let total =
+                ((output as i64 - 1) * stride + (kernel - 1) * dilation + 1 - input as i64).max(0);
+            let small = total / 2;
+            if auto_pad == AutoPad::SameUpper {
+                (small, total - small)
+            } else {
+                (total - small, small)
+            }
+        }
+    }
+}
+
+/// Converts a lowering failure of `step` into the runtime's error.
+pub(crate) fn step_error(step: &Step, message: String) -> RuntimeError {
+    RuntimeError::node(&step.node, step.op.name(), message)
+}
+
+impl Lowerer<'_> {
+    fn buf(&self, b: BufId) -> &Buffer {
+        self.program.buffer(b)
+    }
+
+    fn ptr(&self, b: BufId) -> u64 {
+        self.addr[b.index()]
+    }
+
+    /// Whether anything reads `b` (a later step, the graph's outputs, a state update).
+    fn used(&self, b: BufId) -> bool {
+        self.uses[b.index()] > 0
+    }
+
+    /// The constant tensor behind `b`, if `b` is a constant.
+    fn constant(&self, b: BufId) -> Option<&Tensor> {
+        match &self.buf(b).kind {
+            BufferKind::Constant(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn int_list(&self, b: BufId, what: &str) -> R<Vec<i64>> {
+        self.constant(b)
+            .ok_or_else(|| {
+                format!("{what} must be a constant on CUDA (it is computed at run time)")
+            })?
+            .to_i64_vec()
+            .map_err(|e| format!("{what}: {e}"))
+    }
+
+    fn launch(
+        &self,
+        file: KernelFile,
+        name: &str,
+        grid: u32,
+        block: (u32, u32, u32),
+        args: KernelArgs,
+    ) -> R<Action> {
+        let func = self.dev.kernel(file, name).map_err(|e| e.to_string())?;
+        Ok(Action::Launch(Launch {
+            func,
+            grid: (grid.max(1), 1, 1),
+            block,
+            shared: 0,
+            args,
+        }))
+    }
+
+    /// A grid-stride launch over `work` items, `per_thread` items per thread.
+    fn launch_1d(
+        &self,
+        file: KernelFile,
+        name: &str,
+        work: u64,
+        per_thread: u64,
+        args: KernelArgs,
+    ) -> R<Action> {
+        let grid = self.dev.grid_for(work, per_thread, BLOCK);
+        self.launch(file, name, grid, (BLOCK, 1, 1), args)
+    }
+
+    /// One block per row (grid-stride over rows).
+    fn launch_rows(&self, file: KernelFile, name: &str, rows: u64, args: KernelArgs) -> R<Action> {
+        let grid = rows.clamp(1, u64::from(self.dev.info.sm_count) * 8) as u32;
+        self.launch(file, name, grid, (BLOCK, 1, 1), args)
+    }
+
+    fn next_flag(&mut self) -> (usize, u64) {
+        let i = self.err_count;
+        self.err_count += 1;
+        (i, self.err_base + 4 * i as u64)
+    }
+
+    fn alloc(&self, bytes: u64) -> R<u64> {
+        self.dev.alloc(bytes).map_err(|e| e.to_string())
+    }
+
+    fn lt(&self) -> R<&Lt> {
+        self.lt
+            .ok_or_else(|| "internal: cuBLASLt was not opened".to_string())
+    }
+
+    /// Lowers one step.
+    pub fn lower(&mut self, step: &Step) -> R<Lowered> {
+        let mut flag = None;
+        if !step.inputs.is_empty()
+            && step.inputs.iter().all(|&b| self.constant(b).is_some())
+            && !matches!(step.op, Op::Identity)
+        {
+            return Ok(Lowered {
+                actions: self.fold_constant(step)?,
+                err_flag: None,
+            });
+        }
+        let actions = self.lower_op(step, &mut flag)?;
+        Ok(Lowered {
+            actions,
+            err_flag: flag,
+        })
+    }
+
+    /// Evaluates a step of constants with the CPU reference; the step copies the result.
+    fn fold_constant(&self, step: &Step) -> R<Vec<Action>> {
+        let ins: Vec<&Tensor> = step
+            .inputs
+            .iter()
+            .filter_map(|&b| self.constant(b))
+            .collect();
+        let outs = fp8c_eval::eval_op(&step.op, &ins).map_err(|e| e.message)?;
+        let mut actions = Vec::new();
+        for (t, &b) in outs.iter().zip(&step.outputs) {
+            let src = self.alloc(t.bytes().len() as u64)?;
+            self.dev.upload(src, t.bytes()).map_err(|e| e.to_string())?;
+            actions.push(Action::Copy {
+                dst: self.ptr(b),
+                src,
+                bytes: t.bytes().len() as u64,
+            });
+        }
+        Ok(actions)
+    }
+
+    /// The family's lowering of a step whose inputs are not all constants.
+    fn lower_op(&mut self, step: &Step, flag: &mut Option<usize>) -> R<Vec<Action>> {
+        match step.op.view() {
+            OpView::Interface(_) => Err(format!(
+                "internal: `{}` is a buffer of the program, never a step",
+                step.op.name()
+            )),
+            OpView::Elementwise(e) => self.lower_elementwise(e, step),
+            OpView::Linalg(l) => self.lower_linalg(l, step),
+            OpView::Conv(c) => self.lower_conv(c, step),
+            OpView::Pool(p) => self.lower_pool(p, step),
+            OpView::Normalize(n) => self.lower_normalize(n, step),
+            OpView::Reduce(r) => self.lower_reduce(r, step),
+            OpView::Movement(m) => self.lower_movement(m, step, flag),
+            OpView::Fp8(f) => self.lower_fp8(f, step),
+            OpView::Loss(l) => self.lower_loss(l, step, flag),
+            OpView::Optim(o) => self.lower_optim(o, step),
+            OpView::Fused(f) => self.lower_fused(f, step),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_pads_follow_onnx_auto_pad() {
+        // NOTSET reads [begin_h, begin_w, end_h, end_w].
+        assert_eq!(
+            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 0, 2, 8, 8, 3, 1, 1),
+            (1, 3)
+        );
+        assert_eq!(
+            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 1, 2, 8, 8, 3, 1, 1),
+            (2, 4)
+        );
+        assert_eq!(
+            window_pads(AutoPad::Valid, &[], 0, 2, 8, 6, 3, 1, 1),
+            (0, 0)
+        );
+        // SAME: total = (out-1)·stride + (k-1)·dilation + 1 − in = 7 + 2 + 1 − 8 = 2 (k=3, s=1);
+        // with in 7, s 2, out 4: 6 + 3 + 1 − 7 = 3, upper puts the odd one at the end.
+        assert_eq!(
+            window_pads(AutoPad::SameUpper, &[], 0, 2, 8, 8, 3, 1, 1),
+            (1, 1)
+        );
+        assert_eq!(
+            window_pads(AutoPad::SameUpper, &[], 0, 2, 7, 4, 4, 2, 1),
+            (1, 2)
+        );
+        assert_eq!(
+            window_pads(AutoPad::SameLower, &[], 0, 2, 7, 4, 4, 2, 1),
+            (2, 1)
+        );
+    }
+
+    #[test]
+    fn broadcast_strides_and_splits() {
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(broadcast_strides(&[2, 3, 4], &[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(broadcast_strides(&[1], &[5]), vec![0]);
+        assert_eq!(split3(&[2, 3, 4, 5], 1, 3), (2, 12, 5));
+        assert_eq!(split3(&[], 0, 0), (1, 1, 1));
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+    }
+
+    #[test]
+    fn scale_params_use_fp8c_cores_margin_rounding() {
+        assert_eq!(std::mem::size_of::<ScaleParams>(), 20);
+        let p = scale_params(DType::F8E5M2, 0.5, AmaxSource::HistoryMostRecent, 0.0, true).unwrap();
+        assert_eq!(p.fmt_max, 57344.0);
+        assert_eq!(p.pow2_margin, 2f64.powf(0.5) as f32);
+        assert_eq!((p.source, p.power_2), (1, 1));
+        assert!(scale_params(DType::F32, 0.0, AmaxSource::HistoryMax, 0.0, false).is_err());
+        assert!(scale_params(DType::F8E4M3, f32::NAN, AmaxSource::HistoryMax, 0.0, false).is_err());
+    }
+}
