@@ -1,12 +1,13 @@
 //! The conv family on CUDA: 2-D convolution as im2col (`conv.cu`) and one cuBLASLt GEMM per
 //! image, batched over the groups. The convolution gradients have no kernel.
 
-use super::{Action, Lowerer, R, float_word, not_supported, numel, window_pads};
+use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
-use fp8c_ir::{AutoPad, ConvOp, Op, Support};
+use fp8c_ir::window::WindowAttrs;
+use fp8c_ir::{ConvOp, Op, Support};
 
 /// Why the convolution gradients do not run on CUDA.
 const CONV_GRAD: &str =
@@ -51,16 +52,16 @@ impl Lowerer<'_> {
                 dilations,
                 group,
                 auto_pad,
-            } => self.conv(
-                ins,
-                outs[0],
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                *group,
-                *auto_pad,
-            ),
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: false,
+                };
+                self.conv(ins, outs[0], kernel_shape, &window, *group)
+            }
             ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => {
                 Err(not_supported(&step.op, CONV_GRAD))
             }
@@ -70,17 +71,13 @@ impl Lowerer<'_> {
 
     /// 2-D convolution: per image, im2col (skipped for 1×1 stride-1 unpadded kernels) and one
     /// GEMM batched over the groups; then the bias, broadcast over channels, in place.
-    #[allow(clippy::too_many_arguments)]
     fn conv(
         &self,
         ins: &[BufId],
         y: BufId,
         kernel: &[i64],
-        strides: &[i64],
-        pads: &[i64],
-        dilations: &[i64],
+        window: &WindowAttrs<'_>,
         group: i64,
-        auto_pad: AutoPad,
     ) -> R<Vec<Action>> {
         let (x, w) = (ins[0], ins[1]);
         let xd = self.buf(x).dims.clone();
@@ -106,10 +103,8 @@ impl Lowerer<'_> {
         if !c.is_multiple_of(g) || !mo.is_multiple_of(g) {
             return Err("channels are not divisible by group".into());
         }
-        let s = |i: usize| strides.get(i).copied().unwrap_or(1);
-        let dl = |i: usize| dilations.get(i).copied().unwrap_or(1);
-        let (ph, _) = window_pads(auto_pad, pads, 0, 2, h, oh, kernel[0], s(0), dl(0));
-        let (pw, _) = window_pads(auto_pad, pads, 1, 2, wid, ow, kernel[1], s(1), dl(1));
+        let [ax_h, ax_w] = window_2d([h, wid], [kernel[0], kernel[1]], window)?;
+        let (ph, pw) = (ax_h.pad_begin, ax_w.pad_begin);
         let spatial = oh * ow;
         let cg = c / g;
         let kg = cg * kh * kw;
@@ -117,8 +112,8 @@ impl Lowerer<'_> {
         let es = t.size() as u64;
         let pointwise = kh == 1
             && kw == 1
-            && s(0) == 1
-            && s(1) == 1
+            && ax_h.stride == 1
+            && ax_w.stride == 1
             && ph == 0
             && pw == 0
             && oh == h
@@ -146,12 +141,12 @@ impl Lowerer<'_> {
                     kw,
                     oh,
                     ow,
-                    sh: s(0),
-                    sw: s(1),
+                    sh: ax_h.stride,
+                    sw: ax_w.stride,
                     ph,
                     pw,
-                    dh: dl(0),
-                    dw: dl(1),
+                    dh: ax_h.dilation,
+                    dw: ax_w.dilation,
                 };
                 let mut a = KernelArgs::new();
                 a.ptr(x_img).ptr(col).push(geo);

@@ -33,7 +33,8 @@ use crate::cuda::device::{Device, KernelArgs, Launch};
 use crate::cuda::gemm::{GemmCall, Lt};
 use crate::cuda::kernels::{KernelFile, dtype_word, is_kernel_float};
 use crate::program::{BufId, Buffer, BufferKind, Program, Step};
-use fp8c_ir::{AmaxSource, AutoPad, DType, Op, OpView, Support, Tensor};
+use fp8c_ir::window::{self, WindowAttrs};
+use fp8c_ir::{AmaxSource, DType, Op, OpView, Support, Tensor};
 
 /// One thing the device does for a step.
 pub(crate) enum Action {
@@ -219,36 +220,34 @@ fn scale_params(
     })
 }
 
-/// Begin and end pads of one spatial axis of a window op (ONNX auto_pad rules).
-#[allow(clippy::too_many_arguments)]
-fn window_pads(
-    auto_pad: AutoPad,
-    pads: &[i64],
-    axis: usize,
-    spatial: usize,
-    input: u64,
-    output: u64,
-    kernel: i64,
+/// One spatial axis of a 2-D window op, resolved, in the integer type the kernels take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WindowAxis {
     stride: i64,
     dilation: i64,
-) -> (i64, i64) {
-    match auto_pad {
-        AutoPad::NotSet => (
-            pads.get(axis).copied().unwrap_or(0),
-            pads.get(axis + spatial).copied().unwrap_or(0),
-        ),
-        AutoPad::Valid => (0, 0),
-        AutoPad::SameUpper | AutoPad::SameLower => {
-            let total =
-                ((output as i64 - 1) * stride + (kernel - 1) * dilation + 1 - input as i64).max(0);
-            let small = total / 2;
-            if auto_pad == AutoPad::SameUpper {
-                (small, total - small)
-            } else {
-                (total - small, small)
-            }
-        }
-    }
+    pad_begin: i64,
+    pad_end: i64,
+}
+
+/// The two spatial axes of a 2-D window op (input sizes `spatial`, kernel sizes `kernel`),
+/// resolved by the IR's window geometry (`fp8c_ir::window`: ONNX auto_pad, defaults), the one
+/// the shapes were inferred with and the CPU reference runs.
+fn window_2d(spatial: [u64; 2], kernel: [i64; 2], w: &WindowAttrs<'_>) -> R<[WindowAxis; 2]> {
+    let size = |v: u64| usize::try_from(v).map_err(|_| format!("size {v} does not fit usize"));
+    let k = |v: i64| usize::try_from(v).map_err(|_| format!("kernel size {v} is negative"));
+    let axes = window::axes(
+        &[size(spatial[0])?, size(spatial[1])?],
+        &[k(kernel[0])?, k(kernel[1])?],
+        w,
+    )
+    .map_err(|e| e.to_string())?;
+    let resolved = |a: &window::Axis| WindowAxis {
+        stride: a.stride as i64,
+        dilation: a.dilation as i64,
+        pad_begin: a.pad_begin as i64,
+        pad_end: a.pad_end as i64,
+    };
+    Ok([resolved(&axes[0]), resolved(&axes[1])])
 }
 
 /// Converts a lowering failure of `step` into the runtime's error.
@@ -406,34 +405,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn window_pads_follow_onnx_auto_pad() {
+    fn window_2d_follows_onnx_auto_pad() {
+        use fp8c_ir::AutoPad;
+        let attrs = |pads, strides, auto_pad| WindowAttrs {
+            strides,
+            pads,
+            dilations: &[],
+            auto_pad,
+            ceil_mode: false,
+        };
+        let pads = |w: [WindowAxis; 2]| w.map(|a| (a.pad_begin, a.pad_end));
         // NOTSET reads [begin_h, begin_w, end_h, end_w].
-        assert_eq!(
-            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 0, 2, 8, 8, 3, 1, 1),
-            (1, 3)
-        );
-        assert_eq!(
-            window_pads(AutoPad::NotSet, &[1, 2, 3, 4], 1, 2, 8, 8, 3, 1, 1),
-            (2, 4)
-        );
-        assert_eq!(
-            window_pads(AutoPad::Valid, &[], 0, 2, 8, 6, 3, 1, 1),
-            (0, 0)
-        );
+        let w = window_2d([8, 8], [3, 3], &attrs(&[1, 2, 3, 4], &[], AutoPad::NotSet));
+        assert_eq!(pads(w.unwrap()), [(1, 3), (2, 4)]);
+        let w = window_2d([8, 8], [3, 3], &attrs(&[], &[], AutoPad::Valid));
+        assert_eq!(pads(w.unwrap()), [(0, 0), (0, 0)]);
         // SAME: total = (out-1)·stride + (k-1)·dilation + 1 − in = 7 + 2 + 1 − 8 = 2 (k=3, s=1);
         // with in 7, s 2, out 4: 6 + 3 + 1 − 7 = 3, upper puts the odd one at the end.
-        assert_eq!(
-            window_pads(AutoPad::SameUpper, &[], 0, 2, 8, 8, 3, 1, 1),
-            (1, 1)
-        );
-        assert_eq!(
-            window_pads(AutoPad::SameUpper, &[], 0, 2, 7, 4, 4, 2, 1),
-            (1, 2)
-        );
-        assert_eq!(
-            window_pads(AutoPad::SameLower, &[], 0, 2, 7, 4, 4, 2, 1),
-            (2, 1)
-        );
+        let w = window_2d([8, 8], [3, 3], &attrs(&[], &[], AutoPad::SameUpper));
+        assert_eq!(pads(w.unwrap()), [(1, 1), (1, 1)]);
+        let w = window_2d([7, 7], [4, 4], &attrs(&[], &[2, 2], AutoPad::SameUpper)).unwrap();
+        assert_eq!(pads(w), [(1, 2), (1, 2)]);
+        assert_eq!((w[0].stride, w[0].dilation), (2, 1));
+        let w = window_2d([7, 7], [4, 4], &attrs(&[], &[2, 2], AutoPad::SameLower));
+        assert_eq!(pads(w.unwrap()), [(2, 1), (2, 1)]);
+        assert!(window_2d([8, 8], [-1, 3], &attrs(&[], &[], AutoPad::NotSet)).is_err());
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The pool family on CUDA: 2-D max and average pooling (`conv.cu`); the global pools are
 //! reductions over the spatial axes. The pooling gradients have no kernel.
 
-use super::{Action, Lowerer, R, float_word, not_supported, numel, window_pads};
+use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
-use fp8c_ir::{AutoPad, PoolOp, Support};
+use fp8c_ir::window::WindowAttrs;
+use fp8c_ir::{PoolOp, Support};
 
 /// Why the pooling gradients do not run on CUDA.
 const POOL_GRAD: &str =
@@ -56,38 +57,43 @@ impl Lowerer<'_> {
                 strides,
                 pads,
                 dilations,
+                ceil_mode,
                 auto_pad,
-                ..
-            } => self.pool(
-                ins[0],
-                outs[0],
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                *auto_pad,
-                true,
-                false,
-            ),
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                self.pool(ins[0], outs[0], kernel_shape, &window, true, false)
+            }
             PoolOp::AveragePool {
                 kernel_shape,
                 strides,
                 pads,
                 dilations,
+                ceil_mode,
                 count_include_pad,
                 auto_pad,
-                ..
-            } => self.pool(
-                ins[0],
-                outs[0],
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                *auto_pad,
-                false,
-                *count_include_pad,
-            ),
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                self.pool(
+                    ins[0],
+                    outs[0],
+                    kernel_shape,
+                    &window,
+                    false,
+                    *count_include_pad,
+                )
+            }
             PoolOp::MaxPoolGrad { .. } | PoolOp::AveragePoolGrad { .. } => {
                 Err(not_supported(&step.op, POOL_GRAD))
             }
@@ -105,16 +111,13 @@ impl Lowerer<'_> {
         self.reduce(x, y, Some(&axes), kind)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// 2-D max or average pooling.
     fn pool(
         &self,
         x: BufId,
         y: BufId,
         kernel: &[i64],
-        strides: &[i64],
-        pads: &[i64],
-        dilations: &[i64],
-        auto_pad: AutoPad,
+        window: &WindowAttrs<'_>,
         is_max: bool,
         count_include_pad: bool,
     ) -> R<Vec<Action>> {
@@ -124,10 +127,7 @@ impl Lowerer<'_> {
             return Err("only 2-D pooling is supported on CUDA".into());
         }
         let t = float_word(self.buf(x).ty.dtype)?;
-        let s = |i: usize| strides.get(i).copied().unwrap_or(1);
-        let dl = |i: usize| dilations.get(i).copied().unwrap_or(1);
-        let (ph, ph_end) = window_pads(auto_pad, pads, 0, 2, xd[2], yd[2], kernel[0], s(0), dl(0));
-        let (pw, pw_end) = window_pads(auto_pad, pads, 1, 2, xd[3], yd[3], kernel[1], s(1), dl(1));
+        let [ax_h, ax_w] = window_2d([xd[2], xd[3]], [kernel[0], kernel[1]], window)?;
         let g = Pool2d {
             planes: xd[0] * xd[1],
             h: xd[2],
@@ -136,14 +136,14 @@ impl Lowerer<'_> {
             ow: yd[3],
             kh: kernel[0] as u64,
             kw: kernel[1] as u64,
-            sh: s(0),
-            sw: s(1),
-            ph,
-            pw,
-            ph_end,
-            pw_end,
-            dh: dl(0),
-            dw: dl(1),
+            sh: ax_h.stride,
+            sw: ax_w.stride,
+            ph: ax_h.pad_begin,
+            pw: ax_w.pad_begin,
+            ph_end: ax_h.pad_end,
+            pw_end: ax_w.pad_end,
+            dh: ax_h.dilation,
+            dw: ax_w.dilation,
             count_include_pad: i32::from(count_include_pad),
         };
         let n = numel(self.buf(y));
