@@ -55,15 +55,20 @@ impl Access {
         if trimmed.len() <= out.len() && out[out.len() - trimmed.len()..] == trimmed[..] {
             return Access::Row(n);
         }
-        let mut strides = vec![0i64; out.len()];
-        let mut stride = 1i64;
-        for (k, &d) in input.iter().enumerate().rev() {
-            let o = out.len() - (input.len() - k);
-            strides[o] = if d == 1 { 0 } else { stride };
-            stride *= d as i64;
-        }
-        Access::Strided(strides)
+        Access::Strided(broadcast_strides(input, out))
     }
+}
+
+/// Element strides that read `input` broadcast to `out` (numpy rules, 0 on broadcast dims).
+pub fn broadcast_strides(input: &[u64], out: &[u64]) -> Vec<i64> {
+    let mut strides = vec![0i64; out.len()];
+    let mut stride = 1i64;
+    for (k, &d) in input.iter().enumerate().rev() {
+        let o = out.len() - (input.len() - k);
+        strides[o] = if d == 1 { 0 } else { stride };
+        stride *= d as i64;
+    }
+    strides
 }
 
 /// One elementwise kernel to generate.
@@ -375,6 +380,9 @@ mod tests {
             Access::for_shapes(&[3, 1, 5], &[2, 3, 4, 5]),
             Access::Strided(vec![0, 5, 0, 1])
         );
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(broadcast_strides(&[2, 3, 4], &[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(broadcast_strides(&[1], &[5]), vec![0]);
     }
 
     #[test]

@@ -3,10 +3,8 @@
 //! `scaled_matmul_epilogue`) as an FP8 GEMM in TN layout with the epilogues cuBLASLt applies
 //! itself (bias, tanh-GELU), or a generated elementwise epilogue over the raw product.
 
-use super::{
-    Action, Lowerer, R, broadcast_strides, contiguous_strides, float_word, fp8_word, numel,
-};
-use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
+use super::{Action, Lowerer, R, contiguous_strides, float_word, fp8_word, numel};
+use crate::cuda::codegen::{self, Access, EwParams, EwSpec, broadcast_strides};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::gemm::{Epilogue, GemmSpec};
 use crate::cuda::kernels;

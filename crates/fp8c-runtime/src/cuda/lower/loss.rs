@@ -1,7 +1,7 @@
 //! The loss family on CUDA: softmax cross-entropy and its gradient (`losses.cu`). Both check
 //! the labels on the device and raise the step's error flag for one out of range.
 
-use super::{Action, BLOCK, Lowerer, R};
+use super::{Action, BLOCK, Lowerer, R, index_word, word};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
@@ -45,19 +45,14 @@ impl Lowerer<'_> {
         let classes = *dims.last().ok_or("logits must have a class axis")?;
         let rows: u64 = dims[..dims.len() - 1].iter().product();
         let t = match self.buf(logits).ty.dtype {
-            DType::F32 => "f32",
-            DType::BF16 => "bf16",
+            d @ (DType::F32 | DType::BF16) => word(d)?,
             other => {
                 return Err(format!(
                     "cross-entropy of {other} logits is not supported on CUDA"
                 ));
             }
         };
-        let lt = match self.buf(labels).ty.dtype {
-            DType::I64 => "i64",
-            DType::I32 => "i32",
-            other => return Err(format!("labels of {other} are not supported on CUDA")),
-        };
+        let lt = index_word(self.buf(labels).ty.dtype, "labels")?;
         if rows == 0 {
             return Err("cross-entropy over no rows".into());
         }
@@ -94,15 +89,10 @@ impl Lowerer<'_> {
         let classes = *dims.last().ok_or("log_probs must have a class axis")?;
         let rows: u64 = dims[..dims.len() - 1].iter().product();
         let t = match self.buf(logp).ty.dtype {
-            DType::F32 => "f32",
-            DType::BF16 => "bf16",
+            d @ (DType::F32 | DType::BF16) => word(d)?,
             other => return Err(format!("cross-entropy of {other} is not supported on CUDA")),
         };
-        let lt = match self.buf(labels).ty.dtype {
-            DType::I64 => "i64",
-            DType::I32 => "i32",
-            other => return Err(format!("labels of {other} are not supported on CUDA")),
-        };
+        let lt = index_word(self.buf(labels).ty.dtype, "labels")?;
         if self.buf(dloss).ty.dtype != self.buf(logp).ty.dtype {
             return Err("dloss must have the log-probabilities' dtype".into());
         }

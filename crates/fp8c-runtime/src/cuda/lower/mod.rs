@@ -148,9 +148,16 @@ fn float_word(d: DType) -> R<&'static str> {
 
 fn fp8_word(d: DType) -> R<&'static str> {
     match d {
-        DType::F8E4M3 => Ok("e4m3"),
-        DType::F8E5M2 => Ok("e5m2"),
+        DType::F8E4M3 | DType::F8E5M2 => word(d),
         other => Err(format!("{other} is not an FP8 type")),
+    }
+}
+
+/// The kernel-name word of an index or label tensor (i64, i32); `what` names it in the error.
+fn index_word(d: DType, what: &str) -> R<&'static str> {
+    match d {
+        DType::I64 | DType::I32 => word(d),
+        other => Err(format!("{what} of {other} are not supported on CUDA")),
     }
 }
 
@@ -165,18 +172,6 @@ fn split3(dims: &[u64], lo: usize, hi: usize) -> (u64, u64, u64) {
         dims[lo..hi].iter().product(),
         dims[hi..].iter().product(),
     )
-}
-
-/// Element strides that read `input` broadcast to `out` (numpy rules, 0 on broadcast dims).
-fn broadcast_strides(input: &[u64], out: &[u64]) -> Vec<i64> {
-    let mut strides = vec![0i64; out.len()];
-    let mut stride = 1i64;
-    for (k, &d) in input.iter().enumerate().rev() {
-        let o = out.len() - (input.len() - k);
-        strides[o] = if d == 1 { 0 } else { stride };
-        stride *= d as i64;
-    }
-    strides
 }
 
 /// `scale_update.cu`'s ScaleParams.
@@ -433,10 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn broadcast_strides_and_splits() {
-        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
-        assert_eq!(broadcast_strides(&[2, 3, 4], &[2, 3, 4]), vec![12, 4, 1]);
-        assert_eq!(broadcast_strides(&[1], &[5]), vec![0]);
+    fn strides_and_splits() {
         assert_eq!(split3(&[2, 3, 4, 5], 1, 3), (2, 12, 5));
         assert_eq!(split3(&[], 0, 0), (1, 1, 1));
         assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);

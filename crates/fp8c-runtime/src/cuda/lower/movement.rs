@@ -3,10 +3,9 @@
 //! constants. `range` and `tile` have no kernel.
 
 use super::{
-    Action, Lowerer, R, broadcast_strides, contiguous_strides, norm_axis, not_supported, numel,
-    split3,
+    Action, Lowerer, R, contiguous_strides, index_word, norm_axis, not_supported, numel, split3,
 };
-use crate::cuda::codegen::Access;
+use crate::cuda::codegen::{Access, broadcast_strides};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
@@ -368,15 +367,7 @@ impl Lowerer<'_> {
         let ax = norm_axis(axis, dd.len())?;
         let (outer, axis_len, inner) = split3(&dd, ax, ax + 1);
         let nidx = numel(self.buf(idx));
-        let it = match self.buf(idx).ty.dtype {
-            DType::I64 => "i64",
-            DType::I32 => "i32",
-            other => {
-                return Err(format!(
-                    "gather indices of {other} are not supported on CUDA"
-                ));
-            }
-        };
+        let it = index_word(self.buf(idx).ty.dtype, "gather indices")?;
         let es = self.buf(data).ty.dtype.size();
         let n = outer * nidx * inner;
         if n == 0 {
@@ -408,11 +399,7 @@ impl Lowerer<'_> {
         let ax = norm_axis(axis, xd.len())?;
         let (outer, size, inner) = split3(&xd, ax, ax + 1);
         let nidx = numel(self.buf(idx));
-        let it = match self.buf(idx).ty.dtype {
-            DType::I64 => "i64",
-            DType::I32 => "i32",
-            other => return Err(format!("indices of {other} are not supported on CUDA")),
-        };
+        let it = index_word(self.buf(idx).ty.dtype, "indices")?;
         let mut actions = vec![Action::Memset8 {
             ptr: self.ptr(dx),
             value: 0,
