@@ -49,7 +49,7 @@ pub(crate) enum Action {
 }
 
 /// A step's actions and, for steps that can detect bad input values on the device (gather
-/// indices, labels), the offset of its error flag.
+/// indices, labels), the index of its error flag (one at most per step).
 pub(crate) struct Lowered {
     pub actions: Vec<Action>,
     pub err_flag: Option<usize>,
@@ -63,7 +63,8 @@ pub(crate) struct Lowerer<'a> {
     pub addr: &'a [u64],
     /// Number of steps reading each buffer, plus one for graph outputs and state updates.
     pub uses: Vec<usize>,
-    /// Device address of the error-flag array (one i32 per flagged step).
+    /// Device address of the error-flag array (room for one i32 per step; the flags are handed
+    /// out in step order to the steps that take one).
     pub err_base: u64,
     /// Flags handed out so far.
     pub err_count: usize,
