@@ -3,11 +3,14 @@
 //! includes. The kernel around it (loads, stores, FP8 output, amax) is fixed; only the
 //! straight-line program and a few constants are generated.
 //!
-//! Numbers in attributes (`leaky_relu`'s alpha) are written as their exact f32 bit patterns,
-//! so the generated code computes with the very constants of the IR.
+//! Each instruction is its op's CUDA template from the elementwise table
+//! (`fp8c_ir::elementwise`, one row per op) with the operands and attributes filled in: this
+//! file has no list of ops. Numbers in attributes (`leaky_relu`'s alpha) are written as their
+//! exact f32 bit patterns, so the generated code computes with the very constants of the IR.
 
 use crate::cuda::kernels::kind_code;
-use fp8c_ir::{DType, EwArg, EwExpr, EwInst, GeluApprox, Op};
+use fp8c_ir::elementwise::{self, Kind};
+use fp8c_ir::{Attr, DType, EwArg, EwExpr, EwInst, Op, OpView};
 use std::fmt::Write;
 
 /// Most inputs one elementwise program may read (`EW_MAX_IN` in elementwise.cu).
@@ -52,15 +55,20 @@ impl Access {
         if trimmed.len() <= out.len() && out[out.len() - trimmed.len()..] == trimmed[..] {
             return Access::Row(n);
         }
-        let mut strides = vec![0i64; out.len()];
-        let mut stride = 1i64;
-        for (k, &d) in input.iter().enumerate().rev() {
-            let o = out.len() - (input.len() - k);
-            strides[o] = if d == 1 { 0 } else { stride };
-            stride *= d as i64;
-        }
-        Access::Strided(strides)
+        Access::Strided(broadcast_strides(input, out))
     }
+}
+
+/// Element strides that read `input` broadcast to `out` (numpy rules, 0 on broadcast dims).
+pub fn broadcast_strides(input: &[u64], out: &[u64]) -> Vec<i64> {
+    let mut strides = vec![0i64; out.len()];
+    let mut stride = 1i64;
+    for (k, &d) in input.iter().enumerate().rev() {
+        let o = out.len() - (input.len() - k);
+        strides[o] = if d == 1 { 0 } else { stride };
+        stride *= d as i64;
+    }
+    strides
 }
 
 /// One elementwise kernel to generate.
@@ -153,113 +161,104 @@ fn arg(a: &EwArg) -> String {
     }
 }
 
-/// The CUDA expression of one instruction.
+/// The CUDA expression of one instruction: its op's template in the elementwise table
+/// ([`fp8c_ir::elementwise::row`]) with the operands and attributes filled in. A variadic op
+/// (`max`, `min`) folds its binary template left over the operands, as the CPU reference does.
 fn inst_expr(inst: &EwInst) -> Result<String, String> {
+    let name = inst.op.name();
+    let OpView::Elementwise(e) = inst.op.view() else {
+        return Err(format!(
+            "`{name}` is not supported in a CUDA elementwise program yet"
+        ));
+    };
+    let row = elementwise::row(e);
+    let template = row.cuda.map_err(|why| {
+        format!("`{name}` is not supported in a CUDA elementwise program yet: {why}")
+    })?;
+    let attrs = inst.op.attrs();
     let a: Vec<String> = inst.args.iter().map(arg).collect();
-    let want = |n: usize| -> Result<(), String> {
-        if a.len() == n {
-            Ok(())
-        } else {
-            Err(format!(
-                "`{}` takes {n} operands, got {}",
-                inst.op.name(),
-                a.len()
-            ))
-        }
-    };
-    let unary = |f: &str| -> Result<String, String> {
-        want(1)?;
-        Ok(format!("{f}({})", a[0]))
-    };
-    let binary = |f: &str| -> Result<String, String> {
-        want(2)?;
-        Ok(format!("{f}({}, {})", a[0], a[1]))
-    };
-    match &inst.op {
-        Op::Identity => unary("ew_identity"),
-        Op::Neg => unary("ew_neg"),
-        Op::Abs => unary("ew_abs"),
-        Op::Sqrt => unary("ew_sqrt"),
-        Op::Reciprocal => unary("ew_reciprocal"),
-        Op::Exp => unary("ew_exp"),
-        Op::Log => unary("ew_log"),
-        Op::Erf => unary("ew_erf"),
-        Op::Tanh => unary("ew_tanh"),
-        Op::Sigmoid => unary("ew_sigmoid"),
-        Op::Relu => unary("ew_relu"),
-        Op::Floor => unary("ew_floor"),
-        Op::Ceil => unary("ew_ceil"),
-        Op::Sin => unary("ew_sin"),
-        Op::Cos => unary("ew_cos"),
-        Op::Gelu {
-            approximate: GeluApprox::None,
-        } => unary("ew_gelu_none"),
-        Op::Gelu {
-            approximate: GeluApprox::Tanh,
-        } => unary("ew_gelu_tanh"),
-        Op::GeluGrad {
-            approximate: GeluApprox::None,
-        } => binary("ew_gelu_grad_none"),
-        Op::GeluGrad {
-            approximate: GeluApprox::Tanh,
-        } => binary("ew_gelu_grad_tanh"),
-        Op::LeakyRelu { alpha } => {
-            want(1)?;
-            Ok(format!("ew_leaky_relu({}, {})", a[0], f32_lit(*alpha)))
-        }
-        Op::Not => unary("ew_not"),
-        Op::IsNaN => unary("ew_is_nan"),
-        Op::IsInf {
-            detect_negative,
-            detect_positive,
-        } => {
-            want(1)?;
-            Ok(format!(
-                "ew_is_inf({}, {detect_negative}, {detect_positive})",
-                a[0]
-            ))
-        }
-        Op::Add => binary("ew_add"),
-        Op::Sub => binary("ew_sub"),
-        Op::Mul => binary("ew_mul"),
-        Op::Div => binary("ew_div"),
-        Op::Pow => binary("ew_pow"),
-        Op::Max | Op::Min => {
-            // Variadic: fold left, as the CPU reference does.
-            if a.is_empty() {
-                return Err(format!("`{}` needs at least one operand", inst.op.name()));
-            }
-            let f = if matches!(inst.op, Op::Max) {
-                "ew_max"
-            } else {
-                "ew_min"
-            };
-            Ok(a[1..]
-                .iter()
-                .fold(a[0].clone(), |acc, x| format!("{f}({acc}, {x})")))
-        }
-        Op::Mod { fmod: true } => binary("ew_fmod"),
-        Op::Equal => binary("ew_equal"),
-        Op::Less => binary("ew_less"),
-        Op::LessOrEqual => binary("ew_less_or_equal"),
-        Op::Greater => binary("ew_greater"),
-        Op::GreaterOrEqual => binary("ew_greater_or_equal"),
-        Op::And => binary("ew_and"),
-        Op::Or => binary("ew_or"),
-        Op::Xor => binary("ew_xor"),
-        Op::Where => {
-            want(3)?;
-            Ok(format!("ew_where({}, {}, {})", a[0], a[1], a[2]))
-        }
-        Op::Clip => {
-            want(3)?;
-            Ok(format!("ew_clip({}, {}, {})", a[0], a[1], a[2]))
-        }
-        other => Err(format!(
-            "`{}` is not supported in a CUDA elementwise program yet",
-            other.name()
-        )),
+    if row.kind == Kind::Variadic {
+        let Some((first, rest)) = a.split_first() else {
+            return Err(format!("`{name}` needs at least one operand"));
+        };
+        return rest.iter().try_fold(first.clone(), |acc, x| {
+            render(name, template, &[acc, x.clone()], &attrs)
+        });
     }
+    let arity = template_operands(template);
+    if a.len() != arity {
+        return Err(format!("`{name}` takes {arity} operands, got {}", a.len()));
+    }
+    render(name, template, &a, &attrs)
+}
+
+/// The `{...}` placeholders of a template, in order.
+fn placeholders(template: &str) -> impl Iterator<Item = &str> {
+    template
+        .split('{')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('}').map(|(p, _)| p))
+}
+
+/// The operand index a placeholder names (`a0` is 0), if it names one.
+fn operand(placeholder: &str) -> Option<usize> {
+    placeholder.strip_prefix('a')?.parse().ok()
+}
+
+/// How many operands a template reads (one more than its highest `{aN}`).
+fn template_operands(template: &str) -> usize {
+    placeholders(template)
+        .filter_map(operand)
+        .map(|i| i + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// An attribute as CUDA source: floats (the table's are f32) as their exact bit patterns,
+/// booleans as `true` / `false`, words (`tanh`) and integers as written.
+fn attr_source(value: &Attr) -> Option<String> {
+    Some(match value {
+        Attr::Float(v) => f32_lit(*v as f32),
+        Attr::Bool(b) => b.to_string(),
+        Attr::Int(i) => i.to_string(),
+        Attr::Word(w) => w.clone(),
+        _ => return None,
+    })
+}
+
+/// `template` with `{aN}` replaced by operand N and `{attr}` by the attribute's source.
+fn render(
+    op: &str,
+    template: &str,
+    operands: &[String],
+    attrs: &[(&'static str, Attr)],
+) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len() + 16);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some((key, after)) = rest[open + 1..].split_once('}') else {
+            return Err(format!(
+                "internal: unclosed `{{` in the CUDA template of `{op}`"
+            ));
+        };
+        let value = match operand(key) {
+            Some(i) => operands.get(i).cloned(),
+            None => attrs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, v)| attr_source(v)),
+        };
+        let Some(value) = value else {
+            return Err(format!(
+                "internal: the CUDA template of `{op}` names `{{{key}}}`, which it cannot fill"
+            ));
+        };
+        out.push_str(&value);
+        rest = after;
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// The one-instruction program of a single elementwise op over inputs `a0..a{arity-1}`.
@@ -381,6 +380,9 @@ mod tests {
             Access::for_shapes(&[3, 1, 5], &[2, 3, 4, 5]),
             Access::Strided(vec![0, 5, 0, 1])
         );
+        assert_eq!(broadcast_strides(&[3, 1], &[2, 3, 4]), vec![0, 1, 0]);
+        assert_eq!(broadcast_strides(&[2, 3, 4], &[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(broadcast_strides(&[1], &[5]), vec![0]);
     }
 
     #[test]
@@ -417,5 +419,129 @@ mod tests {
             ..spec
         };
         assert!(header(&bad).unwrap_err().contains("`mod`"));
+    }
+
+    /// The expressions the hand-written match of ops produced before the templates moved into
+    /// the elementwise table: the generated CUDA must not change.
+    #[test]
+    fn every_op_renders_as_before() {
+        let example = |name: &str| {
+            Op::examples()
+                .into_iter()
+                .find(|o| o.name() == name)
+                .unwrap()
+        };
+        let tanh = fp8c_ir::GeluApprox::Tanh;
+        let cases: Vec<(Op, u32, &str)> = vec![
+            (example("identity"), 1, "ew_identity(a[0])"),
+            (example("neg"), 1, "ew_neg(a[0])"),
+            (example("abs"), 1, "ew_abs(a[0])"),
+            (example("sqrt"), 1, "ew_sqrt(a[0])"),
+            (example("reciprocal"), 1, "ew_reciprocal(a[0])"),
+            (example("exp"), 1, "ew_exp(a[0])"),
+            (example("log"), 1, "ew_log(a[0])"),
+            (example("erf"), 1, "ew_erf(a[0])"),
+            (example("tanh"), 1, "ew_tanh(a[0])"),
+            (example("sigmoid"), 1, "ew_sigmoid(a[0])"),
+            (example("relu"), 1, "ew_relu(a[0])"),
+            (example("floor"), 1, "ew_floor(a[0])"),
+            (example("ceil"), 1, "ew_ceil(a[0])"),
+            (example("sin"), 1, "ew_sin(a[0])"),
+            (example("cos"), 1, "ew_cos(a[0])"),
+            (example("gelu"), 1, "ew_gelu_none(a[0])"),
+            (
+                example("leaky_relu"),
+                1,
+                "ew_leaky_relu(a[0], __uint_as_float(0x00000000u))",
+            ),
+            (example("not"), 1, "ew_not(a[0])"),
+            (example("is_nan"), 1, "ew_is_nan(a[0])"),
+            (example("is_inf"), 1, "ew_is_inf(a[0], false, false)"),
+            (example("add"), 2, "ew_add(a[0], a[1])"),
+            (example("sub"), 2, "ew_sub(a[0], a[1])"),
+            (example("mul"), 2, "ew_mul(a[0], a[1])"),
+            (example("div"), 2, "ew_div(a[0], a[1])"),
+            (example("pow"), 2, "ew_pow(a[0], a[1])"),
+            (example("max"), 1, "a[0]"),
+            (example("max"), 2, "ew_max(a[0], a[1])"),
+            (example("max"), 3, "ew_max(ew_max(a[0], a[1]), a[2])"),
+            (example("min"), 1, "a[0]"),
+            (example("min"), 2, "ew_min(a[0], a[1])"),
+            (example("min"), 3, "ew_min(ew_min(a[0], a[1]), a[2])"),
+            (example("equal"), 2, "ew_equal(a[0], a[1])"),
+            (example("less"), 2, "ew_less(a[0], a[1])"),
+            (example("less_or_equal"), 2, "ew_less_or_equal(a[0], a[1])"),
+            (example("greater"), 2, "ew_greater(a[0], a[1])"),
+            (
+                example("greater_or_equal"),
+                2,
+                "ew_greater_or_equal(a[0], a[1])",
+            ),
+            (example("and"), 2, "ew_and(a[0], a[1])"),
+            (example("or"), 2, "ew_or(a[0], a[1])"),
+            (example("xor"), 2, "ew_xor(a[0], a[1])"),
+            (example("where"), 3, "ew_where(a[0], a[1], a[2])"),
+            (example("clip"), 3, "ew_clip(a[0], a[1], a[2])"),
+            (example("gelu_grad"), 2, "ew_gelu_grad_none(a[0], a[1])"),
+            (Op::Mod { fmod: true }, 2, "ew_fmod(a[0], a[1])"),
+            (Op::Gelu { approximate: tanh }, 1, "ew_gelu_tanh(a[0])"),
+            (
+                Op::GeluGrad { approximate: tanh },
+                2,
+                "ew_gelu_grad_tanh(a[0], a[1])",
+            ),
+            (
+                Op::LeakyRelu { alpha: 0.01 },
+                1,
+                "ew_leaky_relu(a[0], __uint_as_float(0x3c23d70au))",
+            ),
+            (
+                Op::IsInf {
+                    detect_negative: true,
+                    detect_positive: false,
+                },
+                1,
+                "ew_is_inf(a[0], true, false)",
+            ),
+        ];
+        for (op, n, want) in cases {
+            let inst = EwInst {
+                args: (0..n).map(EwArg::Input).collect(),
+                op,
+            };
+            assert_eq!(inst_expr(&inst).as_deref(), Ok(want), "{}", inst.op.name());
+        }
+    }
+
+    #[test]
+    fn every_cuda_template_of_the_table_renders() {
+        for op in Op::examples() {
+            let Some(row) = fp8c_ir::elementwise::row_of(&op) else {
+                continue;
+            };
+            let Ok(template) = row.cuda else { continue };
+            let n = template_operands(template).max(1) as u32;
+            let inst = EwInst {
+                args: (0..n).map(EwArg::Input).collect(),
+                op,
+            };
+            let expr = inst_expr(&inst).unwrap_or_else(|e| panic!("{template}: {e}"));
+            assert!(!expr.contains(['{', '}']), "{expr}");
+        }
+        // Wrong operand counts and ops outside the family are refused, naming the op.
+        let one = |op: Op, n: u32| EwInst {
+            op,
+            args: (0..n).map(EwArg::Input).collect(),
+        };
+        assert_eq!(
+            inst_expr(&one(Op::Add, 1)).unwrap_err(),
+            "`add` takes 2 operands, got 1"
+        );
+        assert!(inst_expr(&one(Op::Max, 0)).unwrap_err().contains("`max`"));
+        assert!(
+            inst_expr(&one(Op::MatMul, 2))
+                .unwrap_err()
+                .contains("`matmul`")
+        );
     }
 }

@@ -331,8 +331,8 @@ impl Device {
     pub fn launch(&self, l: &mut Launch) -> Result<(), RuntimeError> {
         let mut params = l.args.pointers();
         // SAFETY: `func` comes from a loaded module, and the argument list matches its
-        // signature (built next to the kernel's declaration in steps.rs); device pointers in it
-        // point into live allocations.
+        // signature (built by the op family's lowering in lower/, next to the kernel's name);
+        // device pointers in it point into live allocations.
         unsafe { drv::launch_kernel(l.func, l.grid, l.block, l.shared, self.stream, &mut params) }
             .map_err(drv_err("cuLaunchKernel"))
     }

@@ -4,7 +4,7 @@
 use crate::backend::{Executable, Observer, RuntimeError};
 use crate::cuda::device::{Device, drv_err};
 use crate::cuda::gemm::Lt;
-use crate::cuda::steps::{Action, Lowered, Lowerer, step_error};
+use crate::cuda::lower::{Action, Lowered, Lowerer, step_error};
 use crate::cuda::{CudaOptions, libs};
 use crate::program::{BufId, Buffer, BufferKind, Program};
 use cudarc::driver::result as drv;
@@ -45,17 +45,6 @@ pub struct CudaExecutable {
     runs: u64,
     cuda_graph: bool,
     dev: Device,
-}
-
-/// True for ops whose step can raise a device-side error flag.
-fn may_flag(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Gather { .. }
-            | Op::GatherGrad { .. }
-            | Op::SoftmaxCrossEntropy
-            | Op::SoftmaxCrossEntropyGrad
-    )
 }
 
 /// True for ops that run on cuBLASLt.
@@ -145,8 +134,9 @@ impl CudaExecutable {
                 uses[u.index()] += 1;
             }
         }
-        let flagged = p.steps().iter().filter(|s| may_flag(&s.op)).count();
-        let err_base = dev.alloc(4 * flagged.max(1) as u64)?;
+        // Room for one error flag per step (a step takes at most one, see `Lowered`); which
+        // steps take one is known once they are lowered.
+        let err_base = dev.alloc(4 * p.steps().len().max(1) as u64)?;
         let mut lowerer = Lowerer {
             dev: &dev,
             lt: lt.as_ref(),
@@ -157,18 +147,22 @@ impl CudaExecutable {
             err_count: 0,
         };
         let mut steps = Vec::with_capacity(p.steps().len());
-        let mut err_steps = vec![usize::MAX; flagged.max(1)];
+        let mut flagged = Vec::new();
         let mut failures = Vec::new();
         for (i, step) in p.steps().iter().enumerate() {
             match lowerer.lower(step) {
                 Ok(l) => {
                     if let Some(f) = l.err_flag {
-                        err_steps[f] = i;
+                        flagged.push((f, i));
                     }
                     steps.push(l);
                 }
                 Err(m) => failures.push(step_error(step, m)),
             }
+        }
+        let mut err_steps = vec![usize::MAX; lowerer.err_count.max(1)];
+        for (f, i) in flagged {
+            err_steps[f] = i;
         }
         match failures.len() {
             0 => {}

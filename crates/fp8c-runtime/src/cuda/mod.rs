@@ -11,9 +11,10 @@
 //!   for the device's architecture (cached in memory and on disk by the hash of source,
 //!   headers, options and NVRTC version: [`nvrtc`]), allocates one arena for the program's
 //!   memory plan plus the resident buffers (params, state, constants), and turns every step
-//!   into device actions: kernel launches, memsets, copies and cuBLASLt matmuls
-//!   ([`steps`]). An op the backend cannot run is reported there, all of them at once, never
-//!   half-way through a step.
+//!   into device actions: kernel launches, memsets, copies and cuBLASLt matmuls ([`lower`],
+//!   one module per op family). An op the backend cannot run is reported there, all of them
+//!   at once, never half-way through a step; [`support`] tells which ops it has no lowering
+//!   for, without a GPU.
 //! - `run` copies the inputs in, replays the actions on one stream (or a captured CUDA graph of
 //!   them with [`CudaOptions::cuda_graph`]), copies the state updates into the state buffers
 //!   on the device, and copies the outputs out: one host synchronisation per run.
@@ -29,11 +30,12 @@ mod exec;
 pub mod gemm;
 pub mod kernels;
 pub mod libs;
+mod lower;
 pub mod nvrtc;
-mod steps;
 
 pub use device::DeviceInfo;
 pub use exec::CudaExecutable;
+pub use lower::support;
 
 use crate::backend::{Backend, Executable, RuntimeError};
 use crate::program::Program;

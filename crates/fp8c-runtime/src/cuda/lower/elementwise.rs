@@ -1,0 +1,245 @@
+//! The elementwise family on CUDA: `identity` is a copy, `cast` has kernels of its own
+//! (`quantize.cu`), every other op is one instruction of a generated elementwise program
+//! ([`codegen`]), whose CUDA expression comes from the op's row of
+//! `fp8c_ir::elementwise` (an op whose row has no CUDA form is refused with the row's reason).
+
+use super::{Action, BLOCK, Lowerer, R, not_supported, numel, word};
+use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
+use crate::cuda::device::{KernelArgs, Launch};
+use crate::cuda::kernels::{self, is_kernel_float};
+use crate::program::{BufId, Step};
+use fp8c_ir::{DType, ElementwiseOp, EwInst, Op, Support};
+
+/// How an elementwise op runs on CUDA.
+enum Path {
+    /// A device-to-device copy.
+    Copy,
+    /// The conversion kernels of `quantize.cu` (with quantize / dequantize for FP8).
+    Cast { to: DType, saturate: bool },
+    /// A generated program: the row's CUDA template, or why the op has none.
+    Generated(Result<&'static str, &'static str>),
+}
+
+/// The one exhaustive list of how each elementwise op runs (support and lowering share it).
+fn path(op: ElementwiseOp<'_>) -> Path {
+    use ElementwiseOp as E;
+    match op {
+        E::Identity => Path::Copy,
+        E::Cast { to, saturate } => Path::Cast {
+            to: *to,
+            saturate: *saturate,
+        },
+        E::Neg
+        | E::Abs
+        | E::Sqrt
+        | E::Reciprocal
+        | E::Exp
+        | E::Log
+        | E::Erf
+        | E::Tanh
+        | E::Sigmoid
+        | E::Relu
+        | E::Floor
+        | E::Ceil
+        | E::Sin
+        | E::Cos
+        | E::Gelu { .. }
+        | E::LeakyRelu { .. }
+        | E::Not
+        | E::IsNaN
+        | E::IsInf { .. }
+        | E::Add
+        | E::Sub
+        | E::Mul
+        | E::Div
+        | E::Pow
+        | E::Max
+        | E::Min
+        | E::Mod { .. }
+        | E::Equal
+        | E::Less
+        | E::LessOrEqual
+        | E::Greater
+        | E::GreaterOrEqual
+        | E::And
+        | E::Or
+        | E::Xor
+        | E::Where
+        | E::Clip
+        | E::GeluGrad { .. } => Path::Generated(fp8c_ir::elementwise::row(op).cuda),
+        E::__Lifetime(never, _) => match never {},
+    }
+}
+
+/// Whether CUDA runs `op` (see [`super::support`]).
+pub(crate) fn support(op: ElementwiseOp<'_>) -> Support {
+    match path(op) {
+        Path::Copy | Path::Cast { .. } | Path::Generated(Ok(_)) => Support::Yes,
+        Path::Generated(Err(why)) => Support::No(why),
+    }
+}
+
+/// FP8 outputs of an elementwise program.
+pub(super) struct Quant {
+    pub to: DType,
+    pub saturate: bool,
+    pub scale: BufId,
+    pub q: BufId,
+    pub amax: BufId,
+    /// The buffer whose shape the outputs have (y's, even when y is not written).
+    pub ref_out: BufId,
+}
+
+impl Lowerer<'_> {
+    pub(super) fn lower_elementwise(&self, e: ElementwiseOp<'_>, step: &Step) -> R<Vec<Action>> {
+        let (ins, outs) = (&step.inputs, &step.outputs);
+        match path(e) {
+            Path::Copy => {
+                let (x, y) = (ins[0], outs[0]);
+                Ok(vec![Action::Copy {
+                    dst: self.ptr(y),
+                    src: self.ptr(x),
+                    bytes: self.buf(y).bytes,
+                }])
+            }
+            Path::Cast { to, saturate } => self.cast(ins[0], outs[0], to, saturate),
+            Path::Generated(Err(why)) => Err(not_supported(&step.op, why)),
+            Path::Generated(Ok(_)) => {
+                let program = codegen::single_op(&step.op, ins.len());
+                self.elementwise(program, ins, Some(outs[0]), None)
+            }
+        }
+    }
+
+    /// An elementwise program over `ins` writing `y` (if any) and, with `quant`, q and amax.
+    pub(super) fn elementwise(
+        &self,
+        program: Vec<EwInst>,
+        ins: &[BufId],
+        y: Option<BufId>,
+        quant: Option<Quant>,
+    ) -> R<Vec<Action>> {
+        let shape_ref = y.or(quant.as_ref().map(|q| q.ref_out)).ok_or("no output")?;
+        let out = self.buf(shape_ref);
+        let out_dims = out.dims.clone();
+        let n = numel(out);
+        let access: Vec<Access> = ins
+            .iter()
+            .map(|&b| Access::for_shapes(&self.buf(b).dims, &out_dims))
+            .collect();
+        let spec = EwSpec {
+            program,
+            inputs: ins.iter().map(|&b| self.buf(b).ty.dtype).collect(),
+            access: access.clone(),
+            out: out.ty.dtype,
+            quant: quant.as_ref().map(|q| (q.to, q.saturate)),
+        };
+        let header = codegen::header(&spec)?;
+        let mut p = EwParams::new(&access, &out_dims)?;
+        for (k, &b) in ins.iter().enumerate() {
+            p.inputs[k] = self.ptr(b);
+        }
+        p.y = y.map_or(0, |b| self.ptr(b));
+        let mut actions = Vec::new();
+        if let Some(q) = &quant {
+            p.q = self.ptr(q.q);
+            p.scale = self.ptr(q.scale);
+            p.amax = self.ptr(q.amax);
+            actions.push(Action::Memset8 {
+                ptr: p.amax,
+                value: 0,
+                bytes: 4,
+            });
+        }
+        if n == 0 {
+            return Ok(actions);
+        }
+        actions.extend(self.ew_launch(&header, p, n)?);
+        Ok(actions)
+    }
+
+    fn cast(&self, x: BufId, y: BufId, to: DType, saturate: bool) -> R<Vec<Action>> {
+        let from = self.buf(x).ty.dtype;
+        if from == to {
+            return Ok(vec![Action::Copy {
+                dst: self.ptr(y),
+                src: self.ptr(x),
+                bytes: self.buf(y).bytes,
+            }]);
+        }
+        if to.is_fp8() && !from.is_fp8() {
+            return self.quantize(x, None, y, None, to, saturate);
+        }
+        if from.is_fp8() && is_kernel_float(to) {
+            return self.dequantize(x, None, y);
+        }
+        let plain = |d: DType| is_kernel_float(d) || d == DType::Bool;
+        let int = |d: DType| matches!(d, DType::I64 | DType::I32);
+        let supported = (plain(from) && plain(to))
+            || (int(from) && (plain(to) || int(to)))
+            || (int(to) && plain(from));
+        if !supported {
+            return Err(format!(
+                "cast from {from} to {to} is not supported on CUDA yet"
+            ));
+        }
+        let n = numel(self.buf(x));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x)).ptr(self.ptr(y)).u64(n);
+        // Float / bool casts move 8 elements per thread; integer ones one.
+        let per_thread = if int(from) || int(to) { 1 } else { 8 };
+        Ok(vec![self.launch_1d(
+            kernels::QUANTIZE,
+            &format!("fp8c_cast_{}_{}", word(from)?, word(to)?),
+            n,
+            per_thread,
+            a,
+        )?])
+    }
+
+    /// `alpha = a · b` for two f32[] scalars (one tiny generated kernel).
+    pub(super) fn scalar_product(&self, a: BufId, b: BufId, alpha: u64) -> R<Vec<Action>> {
+        let spec = EwSpec {
+            program: codegen::single_op(&Op::Mul, 2),
+            inputs: vec![DType::F32, DType::F32],
+            access: vec![Access::Scalar, Access::Scalar],
+            out: DType::F32,
+            quant: None,
+        };
+        let header = codegen::header(&spec)?;
+        let mut p = EwParams::new(&spec.access, &[1])?;
+        p.inputs[0] = self.ptr(a);
+        p.inputs[1] = self.ptr(b);
+        p.y = alpha;
+        self.ew_launch(&header, p, 1)
+    }
+
+    pub(super) fn ew_launch(&self, header: &str, p: EwParams, n: u64) -> R<Vec<Action>> {
+        let mut headers = kernels::fixed_headers();
+        headers.push((kernels::GENERATED_EW_HEADER, header));
+        let m = self
+            .dev
+            .module(
+                kernels::ELEMENTWISE.name,
+                kernels::ELEMENTWISE.source,
+                &headers,
+            )
+            .map_err(|e| e.to_string())?;
+        let func = self
+            .dev
+            .function(m, kernels::ELEMENTWISE.name, "fp8c_elementwise")
+            .map_err(|e| e.to_string())?;
+        let mut a = KernelArgs::new();
+        a.push(p);
+        Ok(vec![Action::Launch(Launch {
+            func,
+            grid: (self.dev.grid_for(n, 8, BLOCK), 1, 1),
+            block: (BLOCK, 1, 1),
+            shared: 0,
+            args: a,
+        })])
+    }
+}

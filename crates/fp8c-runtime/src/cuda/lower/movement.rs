@@ -1,0 +1,439 @@
+//! The movement family on CUDA: views are copies, the rest are strided copies, fills,
+//! tiled transposes and gathers (`movement.cu`, `gather.cu`). Slice bounds and pads must be
+//! constants. `range` and `tile` have no kernel.
+
+use super::{
+    Action, Lowerer, R, contiguous_strides, index_word, norm_axis, not_supported, numel, split3,
+};
+use crate::cuda::codegen::{Access, broadcast_strides};
+use crate::cuda::device::KernelArgs;
+use crate::cuda::kernels;
+use crate::program::{BufId, Step};
+use fp8c_ir::{DType, MovementOp, PadMode, Support, Tensor};
+
+/// Why `range` does not run on CUDA.
+const RANGE: &str =
+    "range has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
+/// Why `tile` does not run on CUDA.
+const TILE: &str =
+    "tile has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
+/// Why `pad` modes other than constant do not run on CUDA.
+const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
+
+/// Whether a pad mode runs on CUDA.
+fn pad_mode(mode: PadMode) -> Support {
+    match mode {
+        PadMode::Constant => Support::Yes,
+        PadMode::Reflect | PadMode::Edge | PadMode::Wrap => Support::No(PAD_MODE),
+    }
+}
+
+/// Whether CUDA runs `op` (see [`super::support`]).
+pub(crate) fn support(op: MovementOp<'_>) -> Support {
+    match op {
+        MovementOp::Range => Support::No(RANGE),
+        MovementOp::Tile => Support::No(TILE),
+        MovementOp::Pad { mode } => pad_mode(*mode),
+        MovementOp::Shape { .. }
+        | MovementOp::Reshape { .. }
+        | MovementOp::Transpose { .. }
+        | MovementOp::Unsqueeze { .. }
+        | MovementOp::Squeeze { .. }
+        | MovementOp::Flatten { .. }
+        | MovementOp::Concat { .. }
+        | MovementOp::Split { .. }
+        | MovementOp::Slice
+        | MovementOp::Gather { .. }
+        | MovementOp::Expand
+        | MovementOp::ConstantOfShape { .. }
+        | MovementOp::GatherGrad { .. } => Support::Yes,
+        MovementOp::__Lifetime(never, _) => match never {},
+    }
+}
+
+/// `movement.cu`'s StridedView, field for field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct StridedView {
+    rank: u32,
+    pad: u32,
+    dims: [u64; 8],
+    in_strides: [i64; 8],
+    out_strides: [i64; 8],
+    in_offset: i64,
+    out_offset: i64,
+}
+
+impl Lowerer<'_> {
+    pub(super) fn lower_movement(
+        &mut self,
+        m: MovementOp<'_>,
+        step: &Step,
+        flag: &mut Option<usize>,
+    ) -> R<Vec<Action>> {
+        let (ins, outs) = (&step.inputs, &step.outputs);
+        match m {
+            MovementOp::Reshape { .. }
+            | MovementOp::Squeeze { .. }
+            | MovementOp::Unsqueeze { .. }
+            | MovementOp::Flatten { .. } => {
+                let (x, y) = (ins[0], outs[0]);
+                Ok(vec![Action::Copy {
+                    dst: self.ptr(y),
+                    src: self.ptr(x),
+                    bytes: self.buf(y).bytes,
+                }])
+            }
+            MovementOp::Transpose { perm } => self.transpose(ins[0], outs[0], perm),
+            MovementOp::Expand => {
+                let (x, y) = (ins[0], outs[0]);
+                let (xd, yd) = (self.buf(x).dims.clone(), self.buf(y).dims.clone());
+                let strides = match Access::for_shapes(&xd, &yd) {
+                    Access::Full => contiguous_strides(&yd),
+                    Access::Scalar => vec![0; yd.len()],
+                    Access::Row(_) | Access::Strided(_) => broadcast_strides(&xd, &yd),
+                };
+                self.strided_copy(x, y, &yd, &strides, 0, &contiguous_strides(&yd), 0)
+            }
+            MovementOp::Slice => self.slice(ins, outs[0]),
+            MovementOp::Concat { axis } => {
+                let y = outs[0];
+                let yd = self.buf(y).dims.clone();
+                let ax = norm_axis(*axis, yd.len())?;
+                let ys = contiguous_strides(&yd);
+                let mut at = 0i64;
+                let mut actions = Vec::new();
+                for &x in ins {
+                    let xd = self.buf(x).dims.clone();
+                    if numel(self.buf(x)) > 0 {
+                        actions.extend(self.strided_copy(
+                            x,
+                            y,
+                            &xd,
+                            &contiguous_strides(&xd),
+                            0,
+                            &ys,
+                            at * ys[ax],
+                        )?);
+                    }
+                    at += xd[ax] as i64;
+                }
+                Ok(actions)
+            }
+            MovementOp::Split { axis, .. } => {
+                let x = ins[0];
+                let xd = self.buf(x).dims.clone();
+                let ax = norm_axis(*axis, xd.len())?;
+                let xs = contiguous_strides(&xd);
+                let mut at = 0i64;
+                let mut actions = Vec::new();
+                for &y in outs {
+                    let yd = self.buf(y).dims.clone();
+                    if numel(self.buf(y)) > 0 {
+                        actions.extend(self.strided_copy(
+                            x,
+                            y,
+                            &yd,
+                            &xs,
+                            at * xs[ax],
+                            &contiguous_strides(&yd),
+                            0,
+                        )?);
+                    }
+                    at += yd[ax] as i64;
+                }
+                Ok(actions)
+            }
+            MovementOp::Gather { axis } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.gather(ins[0], ins[1], outs[0], *axis, f)
+            }
+            MovementOp::GatherGrad { axis, .. } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.gather_grad(ins[0], ins[1], outs[0], *axis, f)
+            }
+            MovementOp::Pad { mode } => match pad_mode(*mode) {
+                Support::Yes => self.pad(ins, outs[0]),
+                Support::No(why) => Err(not_supported(&step.op, why)),
+            },
+            MovementOp::ConstantOfShape { value } => {
+                let y = outs[0];
+                self.fill(y, value.bytes())
+            }
+            MovementOp::Shape { start, end } => {
+                let x = self.buf(ins[0]);
+                let r = x.dims.len() as i64;
+                let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                let (s, e) = (clampi(*start), clampi(end.unwrap_or(r)));
+                let dims: Vec<i64> = x.dims[s..e.max(s)].iter().map(|&d| d as i64).collect();
+                let t = Tensor::from_i64(vec![dims.len() as u64], &dims);
+                let src = self.alloc(t.bytes().len() as u64)?;
+                self.dev.upload(src, t.bytes()).map_err(|e| e.to_string())?;
+                Ok(vec![Action::Copy {
+                    dst: self.ptr(outs[0]),
+                    src,
+                    bytes: t.bytes().len() as u64,
+                }])
+            }
+            MovementOp::Range => Err(not_supported(&step.op, RANGE)),
+            MovementOp::Tile => Err(not_supported(&step.op, TILE)),
+            MovementOp::__Lifetime(never, _) => match never {},
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn strided_copy(
+        &self,
+        src: BufId,
+        dst: BufId,
+        dims: &[u64],
+        in_strides: &[i64],
+        in_offset: i64,
+        out_strides: &[i64],
+        out_offset: i64,
+    ) -> R<Vec<Action>> {
+        let es = self.buf(src).ty.dtype.size();
+        if es != self.buf(dst).ty.dtype.size() {
+            return Err("internal: strided copy between element sizes".into());
+        }
+        if dims.len() > 8 {
+            return Err(format!(
+                "rank {} is above the 8 dims CUDA copies handle",
+                dims.len()
+            ));
+        }
+        let n: u64 = dims.iter().product();
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut v = StridedView {
+            rank: dims.len() as u32,
+            pad: 0,
+            dims: [1; 8],
+            in_strides: [0; 8],
+            out_strides: [0; 8],
+            in_offset,
+            out_offset,
+        };
+        v.dims[..dims.len()].copy_from_slice(dims);
+        v.in_strides[..dims.len()].copy_from_slice(in_strides);
+        v.out_strides[..dims.len()].copy_from_slice(out_strides);
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(src)).ptr(self.ptr(dst)).push(v).u64(n);
+        Ok(vec![self.launch_1d(
+            kernels::MOVEMENT,
+            &format!("fp8c_strided_copy_{es}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+
+    fn transpose(&self, x: BufId, y: BufId, perm: &[i64]) -> R<Vec<Action>> {
+        let xd = self.buf(x).dims.clone();
+        let r = xd.len();
+        let perm: Vec<usize> = perm.iter().map(|&p| norm_axis(p, r)).collect::<R<_>>()?;
+        let es = self.buf(x).ty.dtype.size();
+        let n = numel(self.buf(x));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let identity_lead = r >= 2 && (0..r - 2).all(|i| perm[i] == i);
+        if identity_lead && perm[r - 2] == r - 1 && perm[r - 1] == r - 2 {
+            let (rows, cols) = (xd[r - 2], xd[r - 1]);
+            let batch: u64 = xd[..r - 2].iter().product();
+            let tiles = batch * rows.div_ceil(32) * cols.div_ceil(32);
+            let grid = tiles.min(u64::from(self.dev.info.sm_count) * 16) as u32;
+            let mut a = KernelArgs::new();
+            a.ptr(self.ptr(x))
+                .ptr(self.ptr(y))
+                .u64(batch)
+                .u64(rows)
+                .u64(cols);
+            return Ok(vec![self.launch(
+                kernels::MOVEMENT,
+                &format!("fp8c_transpose2d_{es}"),
+                grid,
+                (32, 8, 1),
+                a,
+            )?]);
+        }
+        let xs = contiguous_strides(&xd);
+        let yd: Vec<u64> = perm.iter().map(|&p| xd[p]).collect();
+        let in_strides: Vec<i64> = perm.iter().map(|&p| xs[p]).collect();
+        self.strided_copy(x, y, &yd, &in_strides, 0, &contiguous_strides(&yd), 0)
+    }
+
+    fn slice(&self, ins: &[BufId], y: BufId) -> R<Vec<Action>> {
+        let x = ins[0];
+        let xd = self.buf(x).dims.clone();
+        let r = xd.len();
+        let starts = self.int_list(ins[1], "starts")?;
+        let ends = self.int_list(ins[2], "ends")?;
+        let axes = match ins.get(3) {
+            Some(&b) => self.int_list(b, "axes")?,
+            None => (0..starts.len() as i64).collect(),
+        };
+        let steps = match ins.get(4) {
+            Some(&b) => self.int_list(b, "steps")?,
+            None => vec![1; starts.len()],
+        };
+        let xs = contiguous_strides(&xd);
+        let mut first = vec![0i64; r];
+        let mut step_of = vec![1i64; r];
+        for i in 0..starts
+            .len()
+            .min(ends.len())
+            .min(axes.len())
+            .min(steps.len())
+        {
+            let ax = norm_axis(axes[i], r)?;
+            let step = steps[i];
+            if step == 0 {
+                return Err("a slice step is 0".into());
+            }
+            let d = xd[ax] as i64;
+            let mut s = starts[i];
+            if s < 0 {
+                s = s.saturating_add(d);
+            }
+            s = if step > 0 {
+                s.clamp(0, d)
+            } else {
+                s.clamp(0, (d - 1).max(0))
+            };
+            first[ax] = s;
+            step_of[ax] = step;
+        }
+        let yd = self.buf(y).dims.clone();
+        let offset: i64 = (0..r).map(|k| first[k] * xs[k]).sum();
+        let in_strides: Vec<i64> = (0..r).map(|k| step_of[k] * xs[k]).collect();
+        self.strided_copy(x, y, &yd, &in_strides, offset, &contiguous_strides(&yd), 0)
+    }
+
+    /// Fills `y` with the element whose bytes are `value` (1, 2, 4 or 8 bytes).
+    fn fill(&self, y: BufId, value: &[u8]) -> R<Vec<Action>> {
+        let es = self.buf(y).ty.dtype.size();
+        if value.len() != es {
+            return Err("the fill value's type differs from the output's".into());
+        }
+        let n = numel(self.buf(y));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut bits = [0u8; 8];
+        bits[..es].copy_from_slice(value);
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(y)).u64(u64::from_le_bytes(bits)).u64(n);
+        Ok(vec![self.launch_1d(
+            kernels::MOVEMENT,
+            &format!("fp8c_fill_{es}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+
+    /// Constant padding (the mode is checked by the caller, see [`pad_mode`]).
+    fn pad(&self, ins: &[BufId], y: BufId) -> R<Vec<Action>> {
+        let x = ins[0];
+        let pads = self.int_list(ins[1], "pads")?;
+        let xd = self.buf(x).dims.clone();
+        let r = xd.len();
+        if pads.len() != 2 * r || pads.iter().any(|&p| p < 0) {
+            return Err("pads must be 2·rank non-negative constants on CUDA".into());
+        }
+        let es = self.buf(y).ty.dtype.size();
+        let value = match ins.get(2) {
+            Some(&b) => self
+                .constant(b)
+                .ok_or("the pad value must be a constant on CUDA")?
+                .bytes()
+                .to_vec(),
+            None => vec![0u8; es],
+        };
+        let mut actions = self.fill(y, &value)?;
+        let yd = self.buf(y).dims.clone();
+        let ys = contiguous_strides(&yd);
+        let offset: i64 = (0..r).map(|k| pads[k] * ys[k]).sum();
+        actions.extend(self.strided_copy(x, y, &xd, &contiguous_strides(&xd), 0, &ys, offset)?);
+        Ok(actions)
+    }
+
+    fn gather(&self, data: BufId, idx: BufId, y: BufId, axis: i64, err: u64) -> R<Vec<Action>> {
+        let dd = self.buf(data).dims.clone();
+        let ax = norm_axis(axis, dd.len())?;
+        let (outer, axis_len, inner) = split3(&dd, ax, ax + 1);
+        let nidx = numel(self.buf(idx));
+        let it = index_word(self.buf(idx).ty.dtype, "gather indices")?;
+        let es = self.buf(data).ty.dtype.size();
+        let n = outer * nidx * inner;
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(data))
+            .ptr(self.ptr(idx))
+            .ptr(self.ptr(y))
+            .u64(outer)
+            .u64(axis_len)
+            .u64(inner)
+            .u64(nidx)
+            .ptr(err);
+        Ok(vec![self.launch_1d(
+            kernels::GATHER,
+            &format!("fp8c_gather_{es}_{it}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+
+    fn gather_grad(&self, dy: BufId, idx: BufId, dx: BufId, axis: i64, err: u64) -> R<Vec<Action>> {
+        if self.buf(dy).ty.dtype != DType::F32 {
+            return Err("gather_grad is supported for f32 on CUDA".into());
+        }
+        let xd = self.buf(dx).dims.clone();
+        let ax = norm_axis(axis, xd.len())?;
+        let (outer, size, inner) = split3(&xd, ax, ax + 1);
+        let nidx = numel(self.buf(idx));
+        let it = index_word(self.buf(idx).ty.dtype, "indices")?;
+        let mut actions = vec![Action::Memset8 {
+            ptr: self.ptr(dx),
+            value: 0,
+            bytes: self.buf(dx).bytes,
+        }];
+        let n = outer * nidx * inner;
+        if n > 0 {
+            let mut a = KernelArgs::new();
+            a.ptr(self.ptr(dy))
+                .ptr(self.ptr(idx))
+                .ptr(self.ptr(dx))
+                .u64(outer)
+                .u64(size)
+                .u64(inner)
+                .u64(nidx)
+                .ptr(err);
+            actions.push(self.launch_1d(
+                kernels::GATHER,
+                &format!("fp8c_gather_grad_f32_{it}"),
+                n,
+                1,
+                a,
+            )?);
+        }
+        Ok(actions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_view_matches_its_c_layout() {
+        assert_eq!(std::mem::size_of::<StridedView>(), 8 + 3 * 64 + 16);
+    }
+}

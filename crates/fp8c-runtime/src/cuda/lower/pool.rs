@@ -1,0 +1,176 @@
+//! The pool family on CUDA: 2-D max and average pooling (`conv.cu`); the global pools are
+//! reductions over the spatial axes. The pooling gradients have no kernel.
+
+use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
+use crate::cuda::device::KernelArgs;
+use crate::cuda::kernels;
+use crate::program::{BufId, Step};
+use fp8c_ir::window::WindowAttrs;
+use fp8c_ir::{PoolOp, Support};
+
+/// Why the pooling gradients do not run on CUDA.
+const POOL_GRAD: &str =
+    "the pooling gradients have no CUDA kernel yet (train pooling models on the CPU backend)";
+
+/// `conv.cu`'s Pool2d.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Pool2d {
+    planes: u64,
+    h: u64,
+    w: u64,
+    oh: u64,
+    ow: u64,
+    kh: u64,
+    kw: u64,
+    sh: i64,
+    sw: i64,
+    ph: i64,
+    pw: i64,
+    ph_end: i64,
+    pw_end: i64,
+    dh: i64,
+    dw: i64,
+    count_include_pad: i32,
+}
+
+/// Whether CUDA runs `op` (see [`super::support`]).
+pub(crate) fn support(op: PoolOp<'_>) -> Support {
+    match op {
+        PoolOp::MaxPool { .. }
+        | PoolOp::AveragePool { .. }
+        | PoolOp::GlobalAveragePool
+        | PoolOp::GlobalMaxPool => Support::Yes,
+        PoolOp::MaxPoolGrad { .. } | PoolOp::AveragePoolGrad { .. } => Support::No(POOL_GRAD),
+        PoolOp::__Lifetime(never, _) => match never {},
+    }
+}
+
+impl Lowerer<'_> {
+    pub(super) fn lower_pool(&self, p: PoolOp<'_>, step: &Step) -> R<Vec<Action>> {
+        let (ins, outs) = (&step.inputs, &step.outputs);
+        match p {
+            PoolOp::GlobalAveragePool => self.global_pool(ins[0], outs[0], 1),
+            PoolOp::GlobalMaxPool => self.global_pool(ins[0], outs[0], 2),
+            PoolOp::MaxPool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                self.pool(ins[0], outs[0], kernel_shape, &window, true, false)
+            }
+            PoolOp::AveragePool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                count_include_pad,
+                auto_pad,
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                self.pool(
+                    ins[0],
+                    outs[0],
+                    kernel_shape,
+                    &window,
+                    false,
+                    *count_include_pad,
+                )
+            }
+            PoolOp::MaxPoolGrad { .. } | PoolOp::AveragePoolGrad { .. } => {
+                Err(not_supported(&step.op, POOL_GRAD))
+            }
+            PoolOp::__Lifetime(never, _) => match never {},
+        }
+    }
+
+    /// A global pool: the mean (`kind` 1) or max (2) over the spatial axes.
+    fn global_pool(&self, x: BufId, y: BufId, kind: i32) -> R<Vec<Action>> {
+        let rank = self.buf(x).dims.len();
+        if rank < 3 {
+            return Err("expects [N, C, spatial...]".into());
+        }
+        let axes: Vec<i64> = (2..rank as i64).collect();
+        self.reduce(x, y, Some(&axes), kind)
+    }
+
+    /// 2-D max or average pooling.
+    fn pool(
+        &self,
+        x: BufId,
+        y: BufId,
+        kernel: &[i64],
+        window: &WindowAttrs<'_>,
+        is_max: bool,
+        count_include_pad: bool,
+    ) -> R<Vec<Action>> {
+        let xd = self.buf(x).dims.clone();
+        let yd = self.buf(y).dims.clone();
+        if xd.len() != 4 || kernel.len() != 2 {
+            return Err("only 2-D pooling is supported on CUDA".into());
+        }
+        let t = float_word(self.buf(x).ty.dtype)?;
+        let [ax_h, ax_w] = window_2d([xd[2], xd[3]], [kernel[0], kernel[1]], window)?;
+        let g = Pool2d {
+            planes: xd[0] * xd[1],
+            h: xd[2],
+            w: xd[3],
+            oh: yd[2],
+            ow: yd[3],
+            kh: kernel[0] as u64,
+            kw: kernel[1] as u64,
+            sh: ax_h.stride,
+            sw: ax_w.stride,
+            ph: ax_h.pad_begin,
+            pw: ax_w.pad_begin,
+            ph_end: ax_h.pad_end,
+            pw_end: ax_w.pad_end,
+            dh: ax_h.dilation,
+            dw: ax_w.dilation,
+            count_include_pad: i32::from(count_include_pad),
+        };
+        let n = numel(self.buf(y));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(y))
+            .push(g)
+            .i32(i32::from(is_max));
+        Ok(vec![self.launch_1d(
+            kernels::CONV,
+            &format!("fp8c_pool2d_{t}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool2d_matches_its_c_layout() {
+        assert_eq!(std::mem::size_of::<Pool2d>(), 7 * 8 + 8 * 8 + 8);
+    }
+}
