@@ -158,7 +158,8 @@ fn static_and_round_trips(model: &str, shapes: &[&str]) {
     }
     // The printed text parses back to an equal graph (weights from the sidecar) ...
     let mut g = fp8c_ir::text::parse(&text).expect("printed IR parses");
-    let mut wf = std::fs::File::open(dir.path().join("m.fp8ir.safetensors")).expect("weights sidecar");
+    let mut wf =
+        std::fs::File::open(dir.path().join("m.fp8ir.safetensors")).expect("weights sidecar");
     fp8c_ir::text::read_weights(&mut g, &mut wf).expect("weights read back");
     assert_eq!(fp8c_ir::text::print(&g), text);
     // ... and `fp8c compile printed.fp8ir --emit ir` prints the same text again.

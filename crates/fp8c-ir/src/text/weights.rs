@@ -53,7 +53,10 @@ pub fn read_weights(g: &mut Graph, r: &mut impl Read) -> Result<()> {
         .iter()
         .filter_map(|&id| {
             let n = g.node(id);
-            Some((interface_name(&n.op).to_string(), n.outputs.first()?.clone()))
+            Some((
+                interface_name(&n.op).to_string(),
+                n.outputs.first()?.clone(),
+            ))
         })
         .collect();
     for (name, t) in &tensors {

@@ -296,10 +296,12 @@ impl Lowerer<'_> {
             }
             _ => None,
         };
+        // cuBLASLt FP8 runs TN: both FP8 operands K-major (leading dim k) and D row-major
+        // (leading dim n), so k and n keep rows 16-byte aligned; m is never a leading dim
+        // (the policy's rule, `fp8c_passes::precision::misaligned`, cites the sources).
         let fp8_ok = self.dev.info.has_fp8()
             && k.is_multiple_of(16)
             && n.is_multiple_of(16)
-            && m.is_multiple_of(16)
             && !(ta == DType::F8E5M2 && tb == DType::F8E5M2);
         // Where the raw product goes when a generic epilogue follows.
         let product = if fused.is_some() {
