@@ -133,6 +133,9 @@ fn training_checkpoint_state_loads_with_numpy_safetensors() {
     // The trained params (FP32 master weights), the optimizer's moments and the step count.
     assert_eq!(tensors["fc1.weight"]["dtype"], "F32", "{info}");
     assert_eq!(tensors["fc1.weight"]["shape"], serde_json::json!([256, 64]));
-    assert_eq!(tensors["fc1.weight.m"]["shape"], serde_json::json!([256, 64]));
+    assert_eq!(
+        tensors["fc1.weight.m"]["shape"],
+        serde_json::json!([256, 64])
+    );
     assert_eq!(info["metadata"]["step"], "3", "{info}");
 }
