@@ -493,7 +493,7 @@ fn an_archive_claiming_a_huge_array_is_refused_before_inflating() {
         z.start_file("x.npy", opts).unwrap();
         let mut header =
             "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 5), }".to_string();
-        while (10 + header.len() + 1) % 64 != 0 {
+        while !(10 + header.len() + 1).is_multiple_of(64) {
             header.push(' ');
         }
         header.push('\n');

@@ -216,7 +216,7 @@ impl Rng {
     }
 
     /// The next value.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -228,7 +228,7 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.next_u64() % n as u64) as usize
         }
     }
 }
@@ -251,7 +251,7 @@ pub fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
             2 => {
                 let i = rng.below(n + 1);
                 let k = 1 + rng.below(16);
-                let bytes: Vec<u8> = (0..k).map(|_| rng.next() as u8).collect();
+                let bytes: Vec<u8> = (0..k).map(|_| rng.next_u64() as u8).collect();
                 b.splice(i..i, bytes);
             }
             3 if n > 0 => {

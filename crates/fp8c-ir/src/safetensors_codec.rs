@@ -60,9 +60,12 @@ pub fn to_bytes(
     safetensors::tensor::serialize(views, Some(meta)).map_err(|e| e.to_string())
 }
 
+/// Tensors by name and the file's metadata (string to string).
+pub type Parsed = (BTreeMap<String, Tensor>, BTreeMap<String, String>);
+
 /// Parses safetensors bytes into IR tensors and the file's metadata. Never panics: the crate
 /// checks the header against the buffer before any tensor is read.
-pub fn parse(bytes: &[u8]) -> Result<(BTreeMap<String, Tensor>, BTreeMap<String, String>), String> {
+pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     let st = safetensors::SafeTensors::deserialize(bytes)
         .map_err(|e| format!("not a valid safetensors file: {e}"))?;
     let mut out = BTreeMap::new();

@@ -275,9 +275,12 @@ pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
     Ok((buf, note))
 }
 
-/// The bytes of an uncompressed `.npz` archive of `arrays`, and `(key, note)` for every array
-/// that had to be converted (see the module docs).
-pub fn npz_bytes(arrays: &[(&str, &Tensor)]) -> Result<(Vec<u8>, Vec<(String, &'static str)>)> {
+/// `(key, note)` for every array that had to be converted on writing.
+pub type Conversions = Vec<(String, &'static str)>;
+
+/// The bytes of an uncompressed `.npz` archive of `arrays`, and the arrays that had to be
+/// converted (see the module docs).
+pub fn npz_bytes(arrays: &[(&str, &Tensor)]) -> Result<(Vec<u8>, Conversions)> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)

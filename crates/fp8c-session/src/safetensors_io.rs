@@ -28,12 +28,14 @@ pub fn write(
     Ok(bytes)
 }
 
+/// Tensors by name.
+pub type Tensors = BTreeMap<String, Tensor>;
+/// A file's metadata.
+pub type Metadata = BTreeMap<String, String>;
+
 /// Reads every tensor of a safetensors file of at most `budget` bytes; also returns the
 /// file's bytes (for a digest) and its metadata.
-pub fn read(
-    path: &Path,
-    budget: u64,
-) -> Result<(BTreeMap<String, Tensor>, BTreeMap<String, String>, Vec<u8>)> {
+pub fn read(path: &Path, budget: u64) -> Result<(Tensors, Metadata, Vec<u8>)> {
     let name = path.display();
     let meta = std::fs::metadata(path).map_err(|e| Error::io(format_args!("{name}"), e))?;
     if !meta.is_file() {
