@@ -14,7 +14,7 @@ test directory holds model.onnx and test_data_set_N/{input,output}_K.pb (TensorP
 Selection: a test is taken when every operator its model uses (top graph, subgraphs and
 model-local functions, any domain) is in the op set (default: OPS below; --ops replaces it,
 --add-ops extends it), or when its name matches an --also glob; names matching an --exclude
-glob are dropped. The default op set is fp8c's importer list plus CastLike, so the cast,
+glob are dropped. The default op set is fp8c's importer list (crates/fp8c-onnx/src/ops/mod.rs), so the cast,
 castlike (FLOAT8 and others), quantizelinear and dequantizelinear tests are all included,
 and so are the *_expanded variants whose function bodies use only listed ops.
 Use --no-expanded to drop the *_expanded tests, --no-composite to drop the expansions of
@@ -44,11 +44,13 @@ PINNED_ONNX = "1.22.0"
 
 # fp8c's importer op list (ai.onnx domain), plus CastLike for the castlike tests.
 OPS = """
-MatMul Gemm Add Sub Mul Div Pow Sqrt Erf Tanh Sigmoid Relu Gelu LayerNormalization Softmax
-ReduceMean ReduceSum ReduceMax Reshape Transpose Unsqueeze Squeeze Concat Slice Gather Shape
-Constant ConstantOfShape Expand Cast Where Equal Not And IsNaN Identity Range Clip Max Min
-Conv MaxPool AveragePool GlobalAveragePool BatchNormalization Flatten Pad Split
-QuantizeLinear DequantizeLinear CastLike
+Abs Add And AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
+ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expand Flatten Floor
+Gather GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
+HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
+MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear Range Reciprocal
+ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice
+Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Unsqueeze Where Xor
 """.split()
 
 MANIFEST = "MANIFEST.tsv"

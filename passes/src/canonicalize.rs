@@ -37,6 +37,7 @@ impl Pass for Canonicalize {
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
         let folded = infer_and_fold(g, cx)?;
+        resolve_equal_splits(g)?;
         let bypassed = bypass_noops(g)?;
         let fp8 = fp8_dequantize_linear(g)?;
         let removed = g.dce();
@@ -261,4 +262,37 @@ fn param_value(g: &Graph, v: Value) -> Option<&Tensor> {
         Op::Param { name } => g.weights().get(name),
         _ => None,
     }
+}
+
+/// Writes the sizes of `split` nodes imported as equal parts (ONNX `num_outputs`, see
+/// `fp8c_ir::infer::EQUAL_PARTS`) once the axis size is known, so that later passes and
+/// backends see plain sizes.
+pub fn resolve_equal_splits(g: &mut Graph) -> Result<(), IrError> {
+    for id in g.node_ids() {
+        let n = g.node(id);
+        let Op::Split { axis, split } = &n.op else {
+            continue;
+        };
+        if !split.iter().all(|&s| s == fp8c_ir::infer::EQUAL_PARTS) {
+            continue;
+        }
+        let ty = g.value_type(n.inputs()[0]);
+        let Some(dim) = usize::try_from(*axis)
+            .ok()
+            .or_else(|| ty.rank().checked_sub(axis.unsigned_abs() as usize))
+            .and_then(|a| ty.shape.get(a))
+            .and_then(|d| d.known())
+        else {
+            continue;
+        };
+        let sizes = fp8c_ir::infer::split_sizes(split, dim)
+            .map_err(|e| IrError::node(&n.name, n.op.name(), e))?;
+        let op = Op::Split {
+            axis: *axis,
+            split: sizes.iter().map(|&s| s as i64).collect(),
+        };
+        let outs = n.outputs.clone();
+        g.set_op(id, op, outs);
+    }
+    Ok(())
 }

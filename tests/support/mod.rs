@@ -89,9 +89,13 @@ pub fn fetched_model(name: &str) -> PathBuf {
 }
 
 /// ONNX's backend node tests for fp8c's op set, generated from the pinned onnx wheel by
-/// `scripts/gen_onnx_node_tests.py` into `.cache/onnx-node-tests` if not there yet.
+/// `scripts/gen_onnx_node_tests.py` into `.cache/onnx-node-tests-<script digest>` if not
+/// there yet (a changed selection makes a new directory).
 pub fn onnx_node_tests() -> PathBuf {
-    let dir = cache_dir().join("onnx-node-tests");
+    let script = std::fs::read(repo_root().join("scripts/gen_onnx_node_tests.py"))
+        .expect("scripts/gen_onnx_node_tests.py");
+    let digest = fp8c_session::safetensors_io::sha256_hex(&script);
+    let dir = cache_dir().join(format!("onnx-node-tests-{}", &digest[..12]));
     let py = python(); // before the lock: python() takes it too
     let _g = cache_lock();
     if !dir.join("MANIFEST.tsv").is_file() {

@@ -53,6 +53,10 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
             let [x, indices] = args(inputs)?;
             gather(x, indices, *axis)?
         }
+        MovementOp::GatherNd { batch_dims } => {
+            let [x, indices] = args(inputs)?;
+            gather_nd(x, indices, *batch_dims)?
+        }
         MovementOp::Expand => {
             let [x, shape] = args(inputs)?;
             expand(x, shape)?
@@ -89,6 +93,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::Split { .. }
         | MovementOp::Slice
         | MovementOp::Gather { .. }
+        | MovementOp::GatherNd { .. }
         | MovementOp::Expand
         | MovementOp::ConstantOfShape { .. }
         | MovementOp::Range
@@ -390,32 +395,27 @@ fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
 }
 
 /// `split { axis, split }`: one output per entry of `split`, which must sum to the axis.
-fn split(x: &Tensor, axis: i64, sizes: &[i64]) -> KResult<Vec<Tensor>> {
+fn split(x: &Tensor, axis: i64, split: &[i64]) -> KResult<Vec<Tensor>> {
     let r = x.shape().len();
     let ax = norm_axis(axis, r)?;
-    if sizes.is_empty() {
+    if split.is_empty() {
         return attr_err!("split is empty; it needs one size per output");
     }
-    let mut total: u64 = 0;
-    for &s in sizes {
-        let Ok(s) = u64::try_from(s) else {
-            return attr_err!("split {sizes:?} holds a negative size");
+    let sizes = fp8c_ir::infer::split_sizes(split, x.shape()[ax]).map_err(|m| {
+        let kind = if split.iter().any(|&s| s < 0) && !split.iter().all(|&s| s == -1) {
+            ErrorKind::Attribute
+        } else {
+            ErrorKind::Shape
         };
-        total = total.saturating_add(s);
-    }
-    if total != x.shape()[ax] {
-        return shape_err!(
-            "split {sizes:?} sums to {total}, but axis {ax} has size {}",
-            x.shape()[ax]
-        );
-    }
+        Fail::new(kind, format!("split {split:?}: {m}"))
+    })?;
     let es = x.dtype().size();
     let outer: usize = x.shape()[..ax].iter().map(|&d| d as usize).product();
     let inner: usize = x.shape()[ax + 1..].iter().map(|&d| d as usize).product();
     let dim = x.shape()[ax] as usize;
     let mut outs = Vec::with_capacity(sizes.len());
     let mut off = 0usize;
-    for &s in sizes {
+    for &s in &sizes {
         let s = s as usize;
         let mut bytes = Vec::with_capacity(outer * s * inner * es);
         for o in 0..outer {
@@ -550,6 +550,66 @@ fn gather(x: &Tensor, indices: &Tensor, axis: i64) -> KResult<Tensor> {
         out_shape,
         gather_copy(x.bytes(), es, &tables, &vec![0; es]),
     )
+}
+
+/// ONNX GatherND: each length-k index tuple of `indices` (after `batch_dims` shared leading
+/// dims) picks the slice `data[b.., i0, .., ik-1, ..]`; negative indices count from the end.
+fn gather_nd(x: &Tensor, indices: &Tensor, batch_dims: i64) -> KResult<Tensor> {
+    if indices.dtype() != DType::I64 {
+        return dtype_err!("indices must be i64, got {}", indices.dtype());
+    }
+    let (dims, idims) = (dims_of(x), dims_of(indices));
+    let (r, q) = (dims.len(), idims.len());
+    let b = usize::try_from(batch_dims)
+        .ok()
+        .filter(|&b| q >= 1 && b < q.min(r.max(1)))
+        .ok_or_else(|| {
+            Fail::new(
+                ErrorKind::Attribute,
+                format!("batch_dims={batch_dims} must be in 0..min(rank(data), rank(indices))"),
+            )
+        })?;
+    let k = idims[q - 1];
+    if k == 0 || b + k > r {
+        return shape_err!(
+            "the index tuples' length {k} must be in 1..=rank(data) - batch_dims = {}",
+            r.saturating_sub(b)
+        );
+    }
+    if dims[..b] != idims[..b] {
+        return shape_err!(
+            "the first {b} dims of data {:?} and indices {:?} must agree",
+            x.shape(),
+            indices.shape()
+        );
+    }
+    let idx = int_list_any(indices)?;
+    let batch: usize = dims[..b].iter().product();
+    let tuples_per_batch: usize = idims[b..q - 1].iter().product();
+    let slice: usize = dims[b + k..].iter().product();
+    let batch_stride: usize = dims[b..].iter().product();
+    let strides = strides_of(&dims[b..b + k]);
+    let es = x.dtype().size();
+    let mut out_shape: Vec<u64> = indices.shape()[..q - 1].to_vec();
+    out_shape.extend_from_slice(&x.shape()[b + k..]);
+    let n = numel(&out_shape)?;
+    let mut out = Vec::with_capacity(n * es);
+    let src = x.bytes();
+    for bi in 0..batch {
+        for t in 0..tuples_per_batch {
+            let tuple = &idx[(bi * tuples_per_batch + t) * k..][..k];
+            let mut off = bi * batch_stride;
+            for (j, (&i, &d)) in tuple.iter().zip(&dims[b..b + k]).enumerate() {
+                let v = if i < 0 { i + d as i64 } else { i };
+                if v < 0 || v >= d as i64 {
+                    return value_err!("index {i} is out of range for axis {} of size {d}", b + j);
+                }
+                off += v as usize * strides[j] * slice;
+            }
+            out.extend_from_slice(&src[off * es..(off + slice) * es]);
+        }
+    }
+    tensor(x.dtype(), out_shape, out)
 }
 
 /// Values of an index tensor of any shape (i64 or i32).

@@ -1,5 +1,6 @@
 //! The reduce family: reductions (`reduce_sum`, `reduce_mean`, `reduce_max`, `reduce_min`,
-//! `reduce_prod`) and the finiteness check `all_finite`; the global pools are reductions over
+//! `reduce_prod`), the finiteness check `all_finite` and the running sum `cum_sum` (which sums
+//! in order in the compute type, f32 for f16/bf16/f32, as onnxruntime's CumSum does); the global pools are reductions over
 //! the spatial axes and come here from `pool.rs`.
 //!
 //! - `axes` None or empty reduces every axis (ONNX's absent axes input); axes may be
@@ -26,6 +27,10 @@ pub(crate) fn eval(op: ReduceOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
         ReduceOp::ReduceMin { axes, keepdims } => (Reduction::Min, axes, keepdims),
         ReduceOp::ReduceProd { axes, keepdims } => (Reduction::Prod, axes, keepdims),
         ReduceOp::AllFinite => return Ok(vec![all_finite(inputs)?]),
+        ReduceOp::CumSum { exclusive, reverse } => {
+            let [x, axis] = args(inputs)?;
+            return Ok(vec![cum_sum(x, axis, *exclusive, *reverse)?]);
+        }
         ReduceOp::__Lifetime(never, _) => match never {},
     };
     let [x] = args(inputs)?;
@@ -40,7 +45,8 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceMax { .. }
         | ReduceOp::ReduceMin { .. }
         | ReduceOp::ReduceProd { .. }
-        | ReduceOp::AllFinite => Support::Yes,
+        | ReduceOp::AllFinite
+        | ReduceOp::CumSum { .. } => Support::Yes,
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -217,4 +223,57 @@ fn all_finite(inputs: &[&Tensor]) -> KResult<Tensor> {
         };
     }
     Ok(Tensor::from_bool(vec![], &[ok]))
+}
+
+/// ONNX CumSum along the axis given by the scalar-like `axis` tensor.
+fn cum_sum(x: &Tensor, axis: &Tensor, exclusive: bool, reverse: bool) -> KResult<Tensor> {
+    if !matches!(axis.dtype(), DType::I64 | DType::I32) || axis.len() != 1 {
+        return dtype_err!(
+            "axis must be an i64 or i32 scalar, got {}{:?}",
+            axis.dtype(),
+            axis.shape()
+        );
+    }
+    let a = crate::data::int_values(axis, "axis")?[0];
+    let dims = dims_of(x);
+    let ax = norm_axis(a, dims.len())?;
+    let (outer, d, inner) = (
+        dims[..ax].iter().product::<usize>(),
+        dims[ax],
+        dims[ax + 1..].iter().product::<usize>(),
+    );
+    fn scan<T: Copy + Default>(
+        v: &[T],
+        (outer, d, inner): (usize, usize, usize),
+        exclusive: bool,
+        reverse: bool,
+        add: impl Fn(T, T) -> T,
+    ) -> Vec<T> {
+        let mut out = vec![T::default(); v.len()];
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = T::default();
+                for step in 0..d {
+                    let j = if reverse { d - 1 - step } else { step };
+                    let at = (o * d + j) * inner + i;
+                    let next = add(acc, v[at]);
+                    out[at] = if exclusive { acc } else { next };
+                    acc = next;
+                }
+            }
+        }
+        out
+    }
+    let g = (outer, d, inner);
+    let out = match Data::load(x)? {
+        Data::F64(v) => Data::F64(scan(&v, g, exclusive, reverse, |a, b| a + b)),
+        Data::F32(v) => Data::F32(scan(&v, g, exclusive, reverse, |a, b| a + b)),
+        Data::I64(v) => Data::I64(scan(&v, g, exclusive, reverse, i64::wrapping_add)),
+        Data::I32(v) => Data::I32(scan(&v, g, exclusive, reverse, i32::wrapping_add)),
+        Data::I16(v) => Data::I16(scan(&v, g, exclusive, reverse, i16::wrapping_add)),
+        Data::I8(v) => Data::I8(scan(&v, g, exclusive, reverse, i8::wrapping_add)),
+        Data::U8(v) => Data::U8(scan(&v, g, exclusive, reverse, u8::wrapping_add)),
+        Data::Bool(_) => return dtype_err!("cum_sum takes numbers, got bool"),
+    };
+    out.store(x.dtype(), x.shape().to_vec())
 }

@@ -323,6 +323,11 @@ define_ops! {
         ReduceProd { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_prod",
         /// bool[]: true when every element of every (float) input is finite.
         AllFinite => "all_finite" [training],
+        /// ONNX CumSum: inputs x and axis (an i64/i32 scalar or one-element 1-D tensor); running
+        /// sums along the axis, in order (floats accumulate in f32 — f64 in f64 — and round
+        /// once per output; integers wrap), excluding the current element when `exclusive`,
+        /// from the end when `reverse`.
+        CumSum { exclusive: bool, reverse: bool } => "cum_sum",
     }
     /// Shape arithmetic and data movement.
     family Movement(MovementOp) {
@@ -336,11 +341,16 @@ define_ops! {
         Squeeze { axes: Option<Vec<i64>> } => "squeeze" [view],
         Flatten { axis: i64 } => "flatten" [view],
         Concat { axis: i64 } => "concat",
-        /// Splits into `split.len()` outputs along `axis`.
+        /// Splits into `split.len()` outputs along `axis`; a `split` of n entries all -1 is
+        /// ONNX's `num_outputs = n` (equal parts, see `infer::split_sizes`).
         Split { axis: i64, split: Vec<i64> } => "split",
         /// Inputs data, starts, ends, axes, steps (the importer fills absent axes/steps).
         Slice => "slice",
         Gather { axis: i64 } => "gather",
+        /// ONNX GatherND: inputs data (rank r) and indices (i64, rank q, last dim k ≤ r −
+        /// batch_dims); output `indices.shape[..q-1] ++ data.shape[batch_dims + k..]`, each
+        /// index tuple picking a slice (negative indices count from the end).
+        GatherNd { batch_dims: i64 } => "gather_nd",
         /// Inputs data and a target shape (i64[n]), numpy broadcasting.
         Expand => "expand",
         /// Input: shape (i64[n]); output filled with `value` (a one-element tensor).

@@ -38,6 +38,7 @@ mod interface;
 mod linalg;
 mod loss;
 mod movement;
+pub use movement::{EQUAL_PARTS, split_sizes};
 mod normalize;
 mod optim;
 mod pool;

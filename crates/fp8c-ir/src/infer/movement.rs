@@ -26,6 +26,7 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
         MovementOp::Split { axis, split } => split_op(inputs, *axis, split)?,
         MovementOp::Slice => one(slice(inputs)?),
         MovementOp::Gather { axis } => one(gather(inputs, *axis)?),
+        MovementOp::GatherNd { batch_dims } => one(gather_nd(inputs, *batch_dims)?),
         MovementOp::Expand => one(expand(inputs)?),
         MovementOp::ConstantOfShape { value } => one(constant_of_shape(inputs, value)?),
         MovementOp::Range => one(range(inputs)?),
@@ -373,38 +374,102 @@ fn concat(inputs: &[InferInput<'_>], axis: i64) -> Res<TensorType> {
 fn split_op(inputs: &[InferInput<'_>], axis: i64, split: &[i64]) -> Res<Vec<TensorType>> {
     let [x] = args(inputs, ["input"])?;
     let ax = axis_of(&x, axis, "axis")?;
-    if split.is_empty() {
-        return Err("attribute split is empty, expected one size per output".into());
-    }
-    let sizes: Vec<u64> = split
-        .iter()
-        .map(|&s| {
-            u64::try_from(s)
-                .map_err(|_| format!("attribute split={}: sizes must be ≥ 0", fmt_list(split)))
-        })
-        .collect::<Res<_>>()?;
-    let total = sizes
-        .iter()
-        .try_fold(0u64, |a, &s| a.checked_add(s))
-        .ok_or("split sizes overflow")?;
-    if let Some(Dim::Known(d)) = x.shape().get(ax)
-        && *d != total
-    {
-        return Err(x.shape_err(format!(
-            "attribute split={} sums to {total}, but axis {ax} has size {d}",
-            fmt_list(split)
-        )));
-    }
+    let dim = x.shape().get(ax).and_then(Dim::known);
+    let sizes: Vec<Dim> = if split.iter().all(|&s| s == EQUAL_PARTS) && !split.is_empty() {
+        match dim {
+            Some(d) => split_sizes(split, d)
+                .map_err(|e| x.shape_err(e))?
+                .into_iter()
+                .map(Dim::Known)
+                .collect(),
+            None => vec![Dim::Unknown; split.len()],
+        }
+    } else {
+        if split.is_empty() {
+            return Err("attribute split is empty, expected one size per output".into());
+        }
+        let sizes: Vec<u64> = split
+            .iter()
+            .map(|&s| {
+                u64::try_from(s).map_err(|_| {
+                    format!(
+                        "attribute split={}: sizes must be ≥ 0 (or all -1: equal parts)",
+                        fmt_list(split)
+                    )
+                })
+            })
+            .collect::<Res<_>>()?;
+        let total = sizes
+            .iter()
+            .try_fold(0u64, |a, &s| a.checked_add(s))
+            .ok_or("split sizes overflow")?;
+        if let Some(d) = dim
+            && d != total
+        {
+            return Err(x.shape_err(format!(
+                "attribute split={} sums to {total}, but axis {ax} has size {d}",
+                fmt_list(split)
+            )));
+        }
+        sizes.into_iter().map(Dim::Known).collect()
+    };
     Ok(sizes
         .into_iter()
         .map(|s| {
             let mut shape = x.ty.shape.clone();
             if let Some(d) = shape.get_mut(ax) {
-                *d = Dim::Known(s);
+                *d = s;
             }
             TensorType::new(x.dtype(), shape)
         })
         .collect())
+}
+
+/// The `split` entry meaning "equal parts": a `split` of n entries all equal to it is ONNX
+/// Split's `num_outputs = n` (parts of `ceil(d / n)`, the last one smaller), resolved when the
+/// axis size `d` is known (canonicalize then writes the sizes).
+pub const EQUAL_PARTS: i64 = -1;
+
+/// The part sizes of a `split { split }` of an axis of size `dim` (see [`EQUAL_PARTS`]), or
+/// a message saying why they do not fit.
+pub fn split_sizes(split: &[i64], dim: u64) -> Result<Vec<u64>, String> {
+    if split.is_empty() {
+        return Err("attribute split is empty, expected one size per output".into());
+    }
+    if split.iter().all(|&s| s == EQUAL_PARTS) {
+        let n = split.len() as u64;
+        let chunk = dim.div_ceil(n);
+        let mut left = dim;
+        let sizes: Vec<u64> = (0..n)
+            .map(|_| {
+                let s = chunk.min(left);
+                left -= s;
+                s
+            })
+            .collect();
+        if sizes.last() == Some(&0) && dim >= n {
+            return Err(format!(
+                "axis size {dim} does not split into {n} parts of ceil({dim}/{n}) = {chunk}"
+            ));
+        }
+        return Ok(sizes);
+    }
+    let sizes: Vec<u64> = split
+        .iter()
+        .map(|&s| u64::try_from(s))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("attribute split={}: sizes must be ≥ 0", fmt_list(split)))?;
+    let total = sizes
+        .iter()
+        .try_fold(0u64, |a, &s| a.checked_add(s))
+        .ok_or("split sizes overflow")?;
+    if total != dim {
+        return Err(format!(
+            "attribute split={} sums to {total}, but the axis has size {dim}",
+            fmt_list(split)
+        ));
+    }
+    Ok(sizes)
 }
 
 /// Length of `start..end` by `step` over a dim of size `dim`, with ONNX's clamping.
@@ -519,6 +584,67 @@ fn gather(inputs: &[InferInput<'_>], axis: i64) -> Res<TensorType> {
     let mut shape = before.to_vec();
     shape.extend_from_slice(indices.shape());
     shape.extend_from_slice(after);
+    Ok(TensorType::new(data.dtype(), shape))
+}
+
+/// ONNX GatherND: `indices.shape[..q-1] ++ data.shape[b + k..]` with `k = indices.shape[q-1]`
+/// (which must be known), `b = batch_dims`; the first b dims of data and indices must agree.
+fn gather_nd(inputs: &[InferInput<'_>], batch_dims: i64) -> Res<TensorType> {
+    let [data, indices] = args(inputs, ["data", "indices"])?;
+    indices.expect(indices.dtype() == DType::I64, "i64")?;
+    indices.expect_min_rank(1, "its last dim is the index tuple's length")?;
+    let (r, q) = (data.rank(), indices.rank());
+    let b = usize::try_from(batch_dims)
+        .ok()
+        .filter(|&b| b < q.min(r.max(1)))
+        .ok_or_else(|| {
+            format!(
+                "batch_dims={batch_dims} must be in 0..min(rank(data), rank(indices)) = 0..{}",
+                q.min(r)
+            )
+        })?;
+    let Some(Dim::Known(k)) = indices.shape().last() else {
+        return Err(indices.shape_err("its last dim (the index tuple's length) must be known"));
+    };
+    let k = usize::try_from(*k).map_err(|_| indices.shape_err("its last dim is too large"))?;
+    if k == 0 || b + k > r {
+        return Err(indices.shape_err(format!(
+            "its last dim ({k}) must be in 1..=rank(data) - batch_dims = {}",
+            r.saturating_sub(b)
+        )));
+    }
+    let mut shape = Vec::with_capacity(q - 1 + r - b - k);
+    for (i, (d, e)) in data.shape()[..b]
+        .iter()
+        .zip(&indices.shape()[..b])
+        .enumerate()
+    {
+        shape.push(unify(d, e).ok_or_else(|| {
+            format!(
+                "batch dim {i} differs: {data} {} vs {indices} {}",
+                data.ty, indices.ty
+            )
+        })?);
+    }
+    shape.extend_from_slice(&indices.shape()[b..q - 1]);
+    shape.extend_from_slice(&data.shape()[b + k..]);
+    if let (Some(t), true) = (indices.value, data.ty.is_static()) {
+        let vals = t.to_i64_vec().map_err(|e| format!("{indices}: {e}"))?;
+        for chunk in vals.chunks(k) {
+            for (j, &i) in chunk.iter().enumerate() {
+                if let Dim::Known(size) = data.shape()[b + j] {
+                    let lim = i128::from(size);
+                    if !(-lim..lim).contains(&i128::from(i)) {
+                        return Err(format!(
+                            "{indices} holds index {i}, out of range for axis {} of size {size} in {data} {}",
+                            b + j,
+                            data.ty
+                        ));
+                    }
+                }
+            }
+        }
+    }
     Ok(TensorType::new(data.dtype(), shape))
 }
 

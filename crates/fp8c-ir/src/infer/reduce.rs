@@ -1,8 +1,10 @@
 //! Inference for the reduce family: the five ONNX reductions (axes None or empty = every
-//! axis) and `all_finite`.
+//! axis), `all_finite`, and the running sum `cum_sum`.
 
 use super::InferInput;
-use super::common::{MATH_FLOAT, NUMERIC, Res, args, axes_of, is_math_float, is_numeric, variadic};
+use super::common::{
+    MATH_FLOAT, NUMERIC, Res, args, axes_of, axis_of, is_index, is_math_float, is_numeric, variadic,
+};
 use crate::{DType, Dim, ReduceOp, TensorType};
 use std::collections::BTreeSet;
 
@@ -23,6 +25,7 @@ pub(super) fn infer(op: ReduceOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
             }
             vec![TensorType::scalar(DType::Bool)]
         }
+        ReduceOp::CumSum { .. } => one(cum_sum(inputs)?),
         ReduceOp::__Lifetime(never, _) => match never {},
     })
 }
@@ -46,4 +49,20 @@ fn reduce(inputs: &[InferInput<'_>], axes: Option<&[i64]>, keepdims: bool) -> Re
         })
         .collect();
     Ok(TensorType::new(x.dtype(), shape))
+}
+
+/// `cum_sum(x, axis)`: x's type; the axis (a scalar-like i64/i32) is checked when known.
+fn cum_sum(inputs: &[InferInput<'_>]) -> Res<TensorType> {
+    let [x, axis] = args(inputs, ["x", "axis"])?;
+    x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    axis.expect(is_index(axis.dtype()), "i64 or i32")?;
+    axis.expect_scalar_like()?;
+    x.expect_min_rank(1, "it needs an axis to sum along")?;
+    if let Some(t) = axis.value {
+        let a = t.to_i64_vec().map_err(|e| format!("{axis}: {e}"))?;
+        if let Some(&a) = a.first() {
+            axis_of(&x, a, "axis")?;
+        }
+    }
+    Ok(x.ty.clone())
 }

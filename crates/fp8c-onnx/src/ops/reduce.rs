@@ -1,5 +1,6 @@
 //! Reductions: `axes` is an attribute before `input_since` (13 for ReduceSum, 18 for the
-//! others) and an optional constant input from then on.
+//! others) and an optional constant input from then on. CumSum, the running sum, whose axis
+//! is an input (any scalar-like i64/i32 value: the IR op reads it at run time).
 
 use super::NodeCx;
 use crate::OnnxError;
@@ -31,4 +32,11 @@ pub(super) fn reduce(
         return Ok(vec![cx.add(Op::Identity, &[x])?]);
     }
     Ok(vec![cx.add(make(axes, keepdims), &[x])?])
+}
+
+pub(super) fn cum_sum(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let exclusive = cx.attr_bool("exclusive", false)?;
+    let reverse = cx.attr_bool("reverse", false)?;
+    let (x, axis) = (cx.input(0)?, cx.input(1)?);
+    Ok(vec![cx.add(Op::CumSum { exclusive, reverse }, &[x, axis])?])
 }

@@ -63,6 +63,12 @@ pub(super) fn gather(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::Gather { axis }, &[x, idx])?])
 }
 
+pub(super) fn gather_nd(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let batch_dims = cx.attr_int("batch_dims", 0)?;
+    let (x, idx) = (cx.input(0)?, cx.input(1)?);
+    Ok(vec![cx.add(Op::GatherNd { batch_dims }, &[x, idx])?])
+}
+
 pub(super) fn shape(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let start = cx.attr_int("start", 0)?;
     let end = cx.attr_int_opt("end")?;
@@ -255,20 +261,32 @@ pub(super) fn split(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         Some(s) => s,
         None => {
             let xty = cx.ty(x).clone();
-            let dim = normalize_axis(axis, xty.rank())
-                .and_then(|a| xty.shape[a].known())
-                .and_then(|d| i64::try_from(d).ok())
-                .ok_or_else(|| {
-                    cx.err(format!(
-                        "axis {axis} of input type {xty} must have a known size to split it"
-                    ))
-                })?;
+            let Some(a) = normalize_axis(axis, xty.rank()) else {
+                return Err(cx.err(format!("axis {axis} is out of range for {xty}")));
+            };
             let num_outputs = if cx.opset >= 18 {
                 cx.attr_int_opt("num_outputs")?
             } else {
                 None
             };
             let parts = n as i64;
+            let Some(dim) = xty.shape[a].known().and_then(|d| i64::try_from(d).ok()) else {
+                // The size is known only once shapes are bound: equal parts, resolved then.
+                if let Some(k) = num_outputs.filter(|&k| k != parts) {
+                    return Err(cx.err(format!(
+                        "attribute `num_outputs` = {k}, but the node has {n} outputs"
+                    )));
+                }
+                let name = cx.name;
+                return cx.add_multi(
+                    name,
+                    Op::Split {
+                        axis,
+                        split: vec![fp8c_ir::infer::EQUAL_PARTS; n],
+                    },
+                    &[x],
+                );
+            };
             match num_outputs {
                 Some(k) if k != parts => {
                     return Err(cx.err(format!(

@@ -18,6 +18,8 @@ const RANGE: &str =
 const TILE: &str =
     "tile has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
 /// Why `pad` modes other than constant do not run on CUDA.
+const GATHER_ND: &str = "gather_nd has no CUDA kernel yet (exports use it on mask data, which \
+     is folded by the CPU reference when its inputs are constant)";
 const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
 
 /// Whether a pad mode runs on CUDA.
@@ -32,6 +34,7 @@ fn pad_mode(mode: PadMode) -> Support {
 pub(crate) fn support(op: MovementOp<'_>) -> Support {
     match op {
         MovementOp::Range => Support::No(RANGE),
+        MovementOp::GatherNd { .. } => Support::No(GATHER_ND),
         MovementOp::Tile => Support::No(TILE),
         MovementOp::Pad { mode } => pad_mode(*mode),
         MovementOp::Shape { .. }
@@ -178,6 +181,7 @@ impl Lowerer<'_> {
                 }])
             }
             MovementOp::Range => Err(not_supported(&step.op, RANGE)),
+            MovementOp::GatherNd { .. } => Err(not_supported(&step.op, GATHER_ND)),
             MovementOp::Tile => Err(not_supported(&step.op, TILE)),
             MovementOp::__Lifetime(never, _) => match never {},
         }

@@ -1,11 +1,14 @@
 //! The reduce family on CUDA: sum, mean, max, min and product over adjacent axes
 //! (`reduce.cu`), and the all-finite check of the loss-scaling step.
 
-use super::{Action, Lowerer, R, float_word, norm_axis, numel, split3};
+use super::{Action, Lowerer, R, float_word, norm_axis, not_supported, numel, split3};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
 use fp8c_ir::{ReduceOp, Support};
+
+const CUM_SUM: &str = "cum_sum has no CUDA kernel yet (exports use it on integer mask data, \
+     which is folded by the CPU reference when its inputs are constant)";
 
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: ReduceOp<'_>) -> Support {
@@ -16,6 +19,7 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceMin { .. }
         | ReduceOp::ReduceProd { .. }
         | ReduceOp::AllFinite => Support::Yes,
+        ReduceOp::CumSum { .. } => Support::No(CUM_SUM),
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -29,6 +33,7 @@ impl Lowerer<'_> {
             ReduceOp::ReduceMax { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 2),
             ReduceOp::ReduceMin { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 3),
             ReduceOp::ReduceProd { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 4),
+            ReduceOp::CumSum { .. } => Err(not_supported(&step.op, CUM_SUM)),
             ReduceOp::AllFinite => {
                 let y = outs[0];
                 let mut actions = vec![Action::Memset8 {

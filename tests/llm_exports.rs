@@ -1,0 +1,105 @@
+//! Today's PyTorch exports of decoder LLMs and a BERT encoder (issue #12), as a user runs them.
+//!
+//! `examples/models/{llama,gpt2,qwen2}-tiny.onnx` and `bert-tiny-enc.onnx` were exported by
+//! `scripts/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
+//! transformers configs with random weights; each `.ref.npz` holds the inputs and
+//! onnxruntime's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
+//! relative L2, and FP8 (every weight GEMM, `--min-fp8-flops 0`: the models are tiny) must
+//! keep a cosine of at least 0.99 against f32 (`--compare`). The causal mask (CumSum,
+//! GatherND), rotary embeddings, grouped-query attention and SwiGLU all run.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+const MODELS: &[&str] = &["llama-tiny", "gpt2-tiny", "qwen2-tiny", "bert-tiny-enc"];
+
+fn check(name: &str) {
+    let root = support::repo_root().join("examples/models");
+    let model = root.join(format!("{name}.onnx"));
+    let reference = support::read_npz(&root.join(format!("{name}.ref.npz")));
+    // The integer tensors of the reference file are the model's inputs, the rest its outputs.
+    let (inputs, outputs): (BTreeMap<_, _>, BTreeMap<_, _>) = reference
+        .into_iter()
+        .partition(|(_, t)| !t.dtype().is_float());
+    let dir = support::scratch(&format!("llm_{name}"));
+    let in_path = dir.join("inputs.npz");
+    let list: Vec<(&str, &fp8c_ir::Tensor)> = inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    fp8c_session::npy::write_npz(&in_path, &list).unwrap();
+
+    let out = dir.join("f32.npz");
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        in_path.as_os_str(),
+        "--precision".as_ref(),
+        "f32".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(
+        r.ok,
+        "{name}: fp8c run --precision f32 failed:\n{}",
+        r.stderr
+    );
+    let got = support::read_npz(&out);
+    for (k, want) in &outputs {
+        let c = fp8c_runtime::compare(&got[k], want).unwrap();
+        eprintln!("{name} \"{k}\": f32 vs onnxruntime rel_l2={:.3e}", c.rel_l2);
+        assert!(c.rel_l2 <= 1e-4, "{name} \"{k}\": rel L2 {:.3e}", c.rel_l2);
+    }
+
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        in_path.as_os_str(),
+        "--min-fp8-flops".as_ref(),
+        "0".as_ref(),
+        "--compare".as_ref(),
+        "-o".as_ref(),
+        dir.join("fp8.npz").as_os_str(),
+    ]);
+    assert!(r.ok, "{name}: fp8c run --compare failed:\n{}", r.stderr);
+    let fp8_tensors: usize = r
+        .stderr
+        .split(" FP8 tensors)")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: no FP8 tensor count in:\n{}", r.stderr));
+    assert!(
+        fp8_tensors >= 12,
+        "{name}: only {fp8_tensors} FP8 tensors:\n{}",
+        r.stderr
+    );
+    let cmp = support::parse_compare(&r.stdout);
+    for k in outputs.keys() {
+        let (_, _, cosine) = cmp
+            .get(k)
+            .unwrap_or_else(|| panic!("{name}: no --compare line for {k}:\n{}", r.stdout));
+        eprintln!("{name} \"{k}\": FP8 vs f32 cosine={cosine:.6} ({fp8_tensors} FP8 tensors)");
+        assert!(*cosine >= 0.99, "{name} \"{k}\": cosine {cosine}");
+    }
+}
+
+#[test]
+fn llama_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[0]);
+}
+
+#[test]
+fn gpt2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[1]);
+}
+
+#[test]
+fn qwen2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[2]);
+}
+
+#[test]
+fn bert_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[3]);
+}
