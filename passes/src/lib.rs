@@ -14,4 +14,5 @@ pub mod report;
 pub mod scaling;
 pub mod shapes;
 
+pub use autodiff::differentiability;
 pub use manager::{Pass, PassCx, PassError, PassManager, PassOptions, pass_names, pipeline};

@@ -433,7 +433,7 @@ elementwise_table! {
     Xor => Logic, cuda Ok("ew_xor({a0}, {a1})"), logic |x, y| x ^ y, grad Grad::NotDifferentiable("logic ops have a bool output");
 
     // ---- selection, clipping, conversion ----
-    Where => Special, cuda Ok("ew_where({a0}, {a1}, {a2})"), grad Grad::Formulas(&["", "where(c, dy, 0)", "where(c, 0, dy)"]);
+    Where => Special, cuda Ok("ew_where({a0}, {a1}, {a2})"), grad Grad::Formulas(&["", "where(a, dy, 0)", "where(a, 0, dy)"]);
     // The gradient passes where min ≤ x ≤ max (PyTorch's rule at the bounds); the bounds get none.
     Clip => Special, cuda Ok("ew_clip({a0}, {a1}, {a2})"), grad Grad::Formulas(&["where(x >= b, where(x <= c, dy, 0), 0)", "", ""]);
     Cast { to, saturate } => Special, cuda Err("cast has a kernel of its own (cast.cu)"), grad Grad::Formulas(&["cast(dy, x)"]);

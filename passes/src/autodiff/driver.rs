@@ -100,7 +100,11 @@ pub(crate) fn backprop(
         };
         let mut e = Emit::new(g);
         let Some(grads) = rules::vjp(&mut e, quant, &at)? else {
-            missing.insert(format!("`{}` (node \"{}\")", n.op.name(), n.name));
+            let why = match rules::differentiability(&n.op) {
+                fp8c_ir::Support::No(why) => why,
+                fp8c_ir::Support::Yes => "internal: its rule gave no gradient",
+            };
+            missing.insert(format!("`{}` (node \"{}\": {why})", n.op.name(), n.name));
             continue;
         };
         for (i, (&v, d)) in n.inputs().iter().zip(grads).enumerate() {

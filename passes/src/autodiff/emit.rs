@@ -109,13 +109,6 @@ impl<'g> Emit<'g> {
         self.mul(name, a, k)
     }
 
-    /// `where(cond, a, 0)` (`keep_where_true`) or `where(cond, 0, a)`.
-    pub fn mask(&mut self, name: &str, cond: Value, a: Value, keep_where_true: bool) -> R<Value> {
-        let z = self.scalar(&format!("{name}.zero"), self.dtype(a), 0.0)?;
-        let (x, y) = if keep_where_true { (a, z) } else { (z, a) };
-        self.op(name, Op::Where, &[cond, x, y])
-    }
-
     /// `cast(v, to)`, or `v` itself when it already has that dtype.
     pub fn cast(&mut self, name: &str, v: Value, to: DType) -> R<Value> {
         if self.dtype(v) == to {

@@ -38,6 +38,7 @@ mod rules;
 
 pub use loss::Loss;
 pub use optim::{LrSchedule, Optimizer, OptimizerSpec};
+pub use rules::differentiability;
 
 use crate::{Pass, PassCx};
 use emit::Emit;

@@ -24,21 +24,65 @@ use std::collections::BTreeSet;
 /// on small and medium tensors, and bytes decide between equal launch counts.
 pub const LAUNCH_COST_BYTES: u64 = 4 << 20;
 
-/// True for ops that are views (free: no launch, no bytes).
+/// How the cost model counts an op (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelClass {
+    /// No launch, no bytes: the graph interface, constants and views (the table's `view` flag).
+    Free,
+    /// A kernel launch moving its inputs and read outputs.
+    Kernel,
+    /// A kernel that maintains FP8 scaling state (amax, scales, histories).
+    ScaleUpdate,
+}
+
+/// The cost class of `op`: one answer per op, exhaustive per family where the family has
+/// more than one class, from the op table's `view` flag elsewhere.
+pub fn kernel_class(op: &Op) -> KernelClass {
+    use fp8c_ir::{Fp8Op, FusedOp, OpView};
+    if op.props().view {
+        return KernelClass::Free;
+    }
+    match op.view() {
+        OpView::Interface(_) => KernelClass::Free,
+        OpView::Fp8(f) => match f {
+            Fp8Op::Amax | Fp8Op::ComputeScale { .. } | Fp8Op::AmaxHistoryUpdate => {
+                KernelClass::ScaleUpdate
+            }
+            Fp8Op::QuantizeLinear { .. }
+            | Fp8Op::DequantizeLinear { .. }
+            | Fp8Op::Quantize { .. }
+            | Fp8Op::Dequantize { .. } => KernelClass::Kernel,
+            Fp8Op::__Lifetime(never, _) => match never {},
+        },
+        OpView::Fused(f) => match f {
+            FusedOp::BatchedScaleUpdate { .. } => KernelClass::ScaleUpdate,
+            FusedOp::QuantizeAmax { .. }
+            | FusedOp::CastTranspose { .. }
+            | FusedOp::LayerNormQuantize { .. }
+            | FusedOp::ElementwiseQuantize { .. }
+            | FusedOp::ScaledMatMulEpilogue { .. } => KernelClass::Kernel,
+            FusedOp::__Lifetime(never, _) => match never {},
+        },
+        OpView::Elementwise(_)
+        | OpView::Linalg(_)
+        | OpView::Conv(_)
+        | OpView::Pool(_)
+        | OpView::Normalize(_)
+        | OpView::Reduce(_)
+        | OpView::Movement(_)
+        | OpView::Loss(_)
+        | OpView::Optim(_) => KernelClass::Kernel,
+    }
+}
+
+/// True for ops that are views (free: no launch, no bytes): the op table's `view` flag.
 pub fn is_view(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Reshape { .. }
-            | Op::Squeeze { .. }
-            | Op::Unsqueeze { .. }
-            | Op::Flatten { .. }
-            | Op::Identity
-    )
+    op.props().view
 }
 
 /// True for nodes that are kernel launches.
 pub fn is_kernel(op: &Op) -> bool {
-    !(op.is_interface() || matches!(op, Op::Constant { .. }) || is_view(op))
+    kernel_class(op) != KernelClass::Free
 }
 
 /// Bytes of a tensor type (0 when a dim is not static).
@@ -49,10 +93,8 @@ pub fn bytes_of(t: &TensorType) -> u64 {
 /// True for kernels that exist because of FP8: they read or write an FP8 tensor, or they
 /// maintain scaling state. This is what `--report` counts per FP8 GEMM.
 pub fn is_fp8_kernel(op: &Op, inputs: &[&TensorType], outputs: &[&TensorType]) -> bool {
-    matches!(
-        op,
-        Op::Amax | Op::ComputeScale { .. } | Op::AmaxHistoryUpdate | Op::BatchedScaleUpdate { .. }
-    ) || inputs.iter().chain(outputs).any(|t| t.dtype.is_fp8())
+    kernel_class(op) == KernelClass::ScaleUpdate
+        || inputs.iter().chain(outputs).any(|t| t.dtype.is_fp8())
 }
 
 /// Per-step totals of a graph under the cost model.

@@ -1,225 +1,233 @@
-//! Elementwise rules: unary math, broadcasting binary ops (each gradient summed back over the
-//! axes its operand was broadcast along), `where`, `clip` and `cast`.
+//! Elementwise rules, read from the elementwise table (`fp8c_ir::elementwise`): each row's
+//! derivative is one formula per input (`fp8c_ir::formula`), turned here into IR nodes; the
+//! gradients of broadcasting ops are then summed back over the axes each operand was
+//! broadcast along. A row whose op is piecewise constant (`floor`) gives no gradient; a row
+//! marked not differentiable (comparisons, logic, `mod`, `gelu_grad`) has no rule, and
+//! autodiff reports its reason if a gradient must flow through it — never a silent zero.
 //!
-//! Subgradients at kinks follow PyTorch: relu'(0) = 0, |x|'(0) = 0, clip passes the gradient
-//! where `min ≤ x ≤ max`, max/min send it to the first operand on ties.
+//! Subgradients at kinks follow PyTorch (the formulas say so): relu'(0) = 0, |x|'(0) = 0,
+//! clip passes the gradient where `min ≤ x ≤ max`, max/min send it to the first operand on
+//! ties.
 
 use super::{At, Grads, R};
+use crate::autodiff::driver::adjoint_dtype;
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{Op, Value};
+use fp8c_ir::elementwise::{Grad, row};
+use fp8c_ir::formula::{BinOp, Expr};
+use fp8c_ir::{Attr, AttrMap, DType, ElementwiseOp, Op, Support, Value};
 
-/// 2/√π, the derivative of erf at 0.
-const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
-
-pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
-    let op = at.op;
-    if op.is_elementwise_unary() {
-        return unary(e, at);
+/// Whether the op has a gradient (from its row).
+pub(super) fn support(o: ElementwiseOp<'_>) -> Support {
+    match row(o).grad {
+        Grad::Formulas(_) | Grad::Zero(_) => Support::Yes,
+        Grad::NotDifferentiable(why) => Support::No(why),
     }
-    Ok(Some(match op {
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Pow | Op::Max | Op::Min => binary(e, at)?,
-        Op::Where => {
-            let dy = at.dy()?;
-            let [c, a, b] = [at.ins[0], at.ins[1], at.ins[2]];
-            let mut out = vec![None; 3];
-            if at.want(1) {
-                let d = e.mask(&at.n("d1.where"), c, dy, true)?;
-                out[1] = Some(e.sum_to(&at.n("d1"), d, &e.dims(a)?)?);
-            }
-            if at.want(2) {
-                let d = e.mask(&at.n("d2.where"), c, dy, false)?;
-                out[2] = Some(e.sum_to(&at.n("d2"), d, &e.dims(b)?)?);
-            }
-            out
-        }
-        Op::Clip => {
-            let dy = at.dy()?;
-            let [x, lo, hi] = [at.ins[0], at.ins[1], at.ins[2]];
-            let ge = e.op(&at.n("ge_min"), Op::GreaterOrEqual, &[x, lo])?;
-            let le = e.op(&at.n("le_max"), Op::LessOrEqual, &[x, hi])?;
-            let inside = e.op(&at.n("inside"), Op::And, &[ge, le])?;
-            let d = e.mask(&at.n("d0.where"), inside, dy, true)?;
-            vec![Some(e.sum_to(&at.n("d0"), d, &e.dims(x)?)?), None, None]
-        }
-        Op::Cast { .. } => {
-            let x = at.ins[0];
-            let to = crate::autodiff::driver::adjoint_dtype(e.dtype(x));
-            vec![Some(e.cast(&at.n("d0"), at.dy()?, to)?)]
-        }
-        // Comparisons, logic and mod carry no gradient.
-        _ => vec![None; at.ins.len()],
-    }))
 }
 
-fn unary(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
-    let (x, y) = (at.ins[0], at.outs[0]);
-    let dy = at.dy()?;
-    let n = |s: &str| at.n(s);
-    let dt = e.dtype(dy);
-    let d = match at.op {
-        Op::Identity => dy,
-        Op::Neg => e.neg(&n("d0"), dy)?,
-        Op::Abs => {
-            let z = e_zero(e, &n("zero"), x)?;
-            let pos = e.op(&n("pos"), Op::Greater, &[x, z])?;
-            let negx = e.op(&n("negative"), Op::Less, &[x, z])?;
-            let ndy = e.neg(&n("ndy"), dy)?;
-            let inner = e.mask(&n("neg_part"), negx, ndy, true)?;
-            e.op(&n("d0"), Op::Where, &[pos, dy, inner])?
-        }
-        // d√x = dy / (2√x)
-        Op::Sqrt => {
-            let q = e.div(&n("q"), dy, y)?;
-            e.scale(&n("d0"), q, 0.5)?
-        }
-        // d(1/x) = −dy · y²
-        Op::Reciprocal => {
-            let y2 = e.mul(&n("y2"), y, y)?;
-            let t = e.mul(&n("t"), dy, y2)?;
-            e.neg(&n("d0"), t)?
-        }
-        Op::Exp => e.mul(&n("d0"), dy, y)?,
-        Op::Log => e.div(&n("d0"), dy, x)?,
-        // d erf(x) = 2/√π · exp(−x²)
-        Op::Erf => {
-            let x2 = e.mul(&n("x2"), x, x)?;
-            let nx2 = e.neg(&n("nx2"), x2)?;
-            let ex = e.op(&n("exp"), Op::Exp, &[nx2])?;
-            let t = e.mul(&n("t"), dy, ex)?;
-            e.scale(&n("d0"), t, TWO_OVER_SQRT_PI)?
-        }
-        // d tanh = 1 − y²
-        Op::Tanh => {
-            let y2 = e.mul(&n("y2"), y, y)?;
-            let one = e.scalar(&n("one"), dt, 1.0)?;
-            let s = e.sub(&n("1my2"), one, y2)?;
-            e.mul(&n("d0"), dy, s)?
-        }
-        // d sigmoid = y (1 − y)
-        Op::Sigmoid => {
-            let one = e.scalar(&n("one"), dt, 1.0)?;
-            let s = e.sub(&n("1my"), one, y)?;
-            let t = e.mul(&n("t"), y, s)?;
-            e.mul(&n("d0"), dy, t)?
-        }
-        Op::Relu => {
-            let z = e_zero(e, &n("zero"), x)?;
-            let pos = e.op(&n("pos"), Op::Greater, &[x, z])?;
-            e.mask(&n("d0"), pos, dy, true)?
-        }
-        Op::LeakyRelu { alpha } => {
-            let z = e_zero(e, &n("zero"), x)?;
-            let pos = e.op(&n("pos"), Op::Greater, &[x, z])?;
-            let small = e.scale(&n("neg_part"), dy, f64::from(*alpha))?;
-            e.op(&n("d0"), Op::Where, &[pos, dy, small])?
-        }
-        Op::Gelu { approximate } => e.op(
-            &n("d0"),
-            Op::GeluGrad {
-                approximate: *approximate,
-            },
-            &[x, dy],
-        )?,
-        Op::Sin => {
-            let c = e.op(&n("cos"), Op::Cos, &[x])?;
-            e.mul(&n("d0"), dy, c)?
-        }
-        Op::Cos => {
-            let s = e.op(&n("sin"), Op::Sin, &[x])?;
-            let t = e.mul(&n("t"), dy, s)?;
-            e.neg(&n("d0"), t)?
-        }
-        // Piecewise constant: the gradient is zero almost everywhere.
-        Op::Floor | Op::Ceil => return Ok(Some(vec![None])),
-        _ => return Ok(None),
+pub(super) fn vjp(o: ElementwiseOp<'_>, e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
+    let fs = match row(o).grad {
+        Grad::NotDifferentiable(_) => return Ok(None),
+        Grad::Zero(_) => return Ok(Some(vec![None; at.ins.len()])),
+        Grad::Formulas(fs) => fs,
     };
-    Ok(Some(vec![Some(d)]))
-}
-
-/// A scalar zero of `like`'s dtype.
-fn e_zero(e: &mut Emit<'_>, name: &str, like: Value) -> R<Value> {
-    e.scalar(name, e.dtype(like), 0.0)
-}
-
-fn binary(e: &mut Emit<'_>, at: &At<'_>) -> R<Grads> {
-    let dy = at.dy()?;
-    let (a, b, y) = (at.ins[0], at.ins[1], at.outs[0]);
-    let n = |s: &str| at.n(s);
-    let (want_a, want_b) = (at.want(0), at.want(1));
-    let (mut da, mut db) = (None, None);
-    match at.op {
-        Op::Add => {
-            da = want_a.then_some(dy);
-            db = want_b.then_some(dy);
+    let mut out = vec![None; at.ins.len()];
+    for (i, f) in fs.iter().enumerate() {
+        if f.is_empty() || !at.want(i) || i >= at.ins.len() {
+            continue;
         }
-        Op::Sub => {
-            da = want_a.then_some(dy);
-            if want_b {
-                db = Some(e.neg(&n("d1.neg"), dy)?);
-            }
-        }
-        Op::Mul => {
-            if want_a {
-                da = Some(e.mul(&n("d0.mul"), dy, b)?);
-            }
-            if want_b {
-                db = Some(e.mul(&n("d1.mul"), dy, a)?);
-            }
-        }
-        Op::Div => {
-            if want_a {
-                da = Some(e.div(&n("d0.div"), dy, b)?);
-            }
-            if want_b {
-                // d(a/b)/db = −y / b
-                let t = e.mul(&n("d1.t"), dy, y)?;
-                let q = e.div(&n("d1.q"), t, b)?;
-                db = Some(e.neg(&n("d1.neg"), q)?);
-            }
-        }
-        Op::Pow => {
-            let dt = e.dtype(a);
-            if want_a {
-                // d(a^p)/da = p · a^(p−1)
-                let p = e.cast(&n("p"), b, dt)?;
-                let one = e.scalar(&n("one"), dt, 1.0)?;
-                let pm1 = e.sub(&n("pm1"), p, one)?;
-                let pw = e.op(&n("pow"), Op::Pow, &[a, pm1])?;
-                let t = e.mul(&n("d0.t"), pw, p)?;
-                da = Some(e.mul(&n("d0.mul"), dy, t)?);
-            }
-            if want_b {
-                // d(a^p)/dp = y · ln a
-                let ln = e.op(&n("ln"), Op::Log, &[a])?;
-                let t = e.mul(&n("d1.t"), y, ln)?;
-                let d = e.mul(&n("d1.mul"), dy, t)?;
-                let bt = e.dtype(b);
-                db = Some(e.cast(&n("d1.cast"), d, bt)?);
-            }
-        }
-        Op::Max | Op::Min => {
-            let cmp = if matches!(at.op, Op::Max) {
-                Op::GreaterOrEqual
-            } else {
-                Op::LessOrEqual
-            };
-            let first = e.op(&n("first"), cmp, &[a, b])?;
-            if want_a {
-                da = Some(e.mask(&n("d0.where"), first, dy, true)?);
-            }
-            if want_b {
-                db = Some(e.mask(&n("d1.where"), first, dy, false)?);
-            }
-        }
-        _ => {}
+        let expr = fp8c_ir::formula::parse(f)
+            .map_err(|m| at.err(format!("internal: derivative formula `{f}`: {m}")))?;
+        let mut cx = Formula {
+            e,
+            at,
+            input: i,
+            k: 0,
+        };
+        let d = cx.emit(&expr)?;
+        out[i] = Some(e.sum_to(&at.n(&format!("d{i}")), d, &e.dims(at.ins[i])?)?);
     }
-    let da = match da {
-        Some(d) => Some(e.sum_to(&n("d0"), d, &e.dims(a)?)?),
-        None => None,
-    };
-    let db = match db {
-        Some(d) => Some(e.sum_to(&n("d1"), d, &e.dims(b)?)?),
-        None => None,
-    };
-    Ok(vec![da, db])
+    Ok(Some(out))
+}
+
+/// Emits one derivative formula for input `input` of the node `at`.
+struct Formula<'a, 'e, 'g> {
+    e: &'a mut Emit<'g>,
+    at: &'a At<'e>,
+    input: usize,
+    /// Counter for node names.
+    k: usize,
+}
+
+impl Formula<'_, '_, '_> {
+    /// A fresh backward node name: `{node}.d{input}.f{k}`.
+    fn name(&mut self) -> String {
+        self.k += 1;
+        self.at.n(&format!("d{}.f{}", self.input, self.k))
+    }
+
+    /// The adjoint arriving at the output.
+    fn dy(&self) -> R<Value> {
+        self.at.dy()
+    }
+
+    fn var(&mut self, v: &str) -> R<Value> {
+        let ins = self.at.ins;
+        let pick = |i: usize| {
+            ins.get(i).copied().ok_or_else(|| {
+                self.at.err(format!(
+                    "internal: formula reads input {i}, which is absent"
+                ))
+            })
+        };
+        match v {
+            "x" | "a" => pick(0),
+            "b" => pick(1),
+            "c" => pick(2),
+            "y" => Ok(self.at.outs[0]),
+            "dy" => self.dy(),
+            attr => {
+                let value = self
+                    .at
+                    .op
+                    .attrs()
+                    .into_iter()
+                    .find(|(n, _)| *n == attr)
+                    .and_then(|(_, a)| match a {
+                        Attr::Float(f) => Some(f),
+                        Attr::Int(i) => Some(i as f64),
+                        _ => None,
+                    })
+                    .ok_or_else(|| {
+                        self.at
+                            .err(format!("internal: formula name `{attr}` is not a number"))
+                    })?;
+                let dt = self.e.dtype(self.dy()?);
+                let name = self.name();
+                self.e.scalar(&name, dt, value)
+            }
+        }
+    }
+
+    /// A number as a scalar of `dt`.
+    fn num(&mut self, v: f64, dt: DType) -> R<Value> {
+        let name = self.name();
+        self.e.scalar(&name, dt, v)
+    }
+
+    /// Emits `x`, with numbers taking the dtype `like` (the other operand's).
+    fn emit_like(&mut self, x: &Expr, like: Option<DType>) -> R<Value> {
+        match x {
+            Expr::Num(v) => {
+                let dt = match like {
+                    Some(d) => d,
+                    None => self.e.dtype(self.dy()?),
+                };
+                self.num(*v, dt)
+            }
+            _ => self.emit(x),
+        }
+    }
+
+    fn emit(&mut self, x: &Expr) -> R<Value> {
+        match x {
+            Expr::Num(v) => {
+                let dt = self.e.dtype(self.dy()?);
+                self.num(*v, dt)
+            }
+            Expr::Var(v) => self.var(v),
+            Expr::Neg(a) => {
+                let a = self.emit(a)?;
+                let name = self.name();
+                self.e.neg(&name, a)
+            }
+            Expr::Bin(op, l, r) => {
+                let (l, r) = match (&**l, &**r) {
+                    (Expr::Num(_), r) => {
+                        let r = self.emit(r)?;
+                        let dt = self.e.dtype(r);
+                        (self.emit_like(l, Some(dt))?, r)
+                    }
+                    (l, r) => {
+                        let l = self.emit(l)?;
+                        let dt = self.e.dtype(l);
+                        (l, self.emit_like(r, Some(dt))?)
+                    }
+                };
+                let op = match op {
+                    BinOp::Add => Op::Add,
+                    BinOp::Sub => Op::Sub,
+                    BinOp::Mul => Op::Mul,
+                    BinOp::Div => Op::Div,
+                    BinOp::Gt => Op::Greater,
+                    BinOp::Lt => Op::Less,
+                    BinOp::Ge => Op::GreaterOrEqual,
+                    BinOp::Le => Op::LessOrEqual,
+                    BinOp::Eq => Op::Equal,
+                };
+                let name = self.name();
+                self.e.op(&name, op, &[l, r])
+            }
+            Expr::Call(f, args) if f == "cast" => {
+                let [v, like] = args.as_slice() else {
+                    return Err(self.at.err("internal: cast(e, v) takes two arguments"));
+                };
+                let v = self.emit(v)?;
+                let like = self.emit(like)?;
+                let to = adjoint_dtype(self.e.dtype(like));
+                let name = self.name();
+                self.e.cast(&name, v, to)
+            }
+            Expr::Call(f, args) => {
+                // Value arguments first; numbers then take the dtype of the last value (the
+                // data operand of `where(c, t, 0)`).
+                let mut vals: Vec<Option<Value>> = Vec::with_capacity(args.len());
+                let mut like = None;
+                for a in args {
+                    if matches!(a, Expr::Num(_)) {
+                        vals.push(None);
+                    } else {
+                        let v = self.emit(a)?;
+                        let dt = self.e.dtype(v);
+                        if dt != DType::Bool {
+                            like = Some(dt);
+                        }
+                        vals.push(Some(v));
+                    }
+                }
+                let mut inputs = Vec::with_capacity(args.len());
+                for (a, v) in args.iter().zip(vals) {
+                    inputs.push(match v {
+                        Some(v) => v,
+                        None => self.emit_like(a, like)?,
+                    });
+                }
+                let op = self.call_op(f)?;
+                let name = self.name();
+                self.e.op(&name, op, &inputs)
+            }
+        }
+    }
+
+    /// The IR op a formula calls, taking the differentiated op's attributes of the same
+    /// names (`gelu_grad` takes gelu's `approximate`).
+    fn call_op(&self, f: &str) -> R<Op> {
+        let wanted: Vec<&'static str> = Op::examples()
+            .into_iter()
+            .find(|o| o.name() == f)
+            .map(|o| o.attrs().into_iter().map(|(n, _)| n).collect())
+            .ok_or_else(|| {
+                self.at
+                    .err(format!("internal: formula calls unknown op `{f}`"))
+            })?;
+        let attrs = AttrMap(
+            self.at
+                .op
+                .attrs()
+                .into_iter()
+                .filter(|(n, _)| wanted.contains(n))
+                .map(|(n, a)| (n.to_string(), a))
+                .collect(),
+        );
+        Op::from_parts(f, attrs).map_err(|m| self.at.err(format!("internal: formula: {m}")))
+    }
 }

@@ -8,7 +8,15 @@
 
 use super::{At, Grads, R};
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{IrError, Op, Value};
+use fp8c_ir::{IrError, LinalgOp, Op, Support, Value};
+
+/// matmul and gemm have rules; the FP8 GEMM's is in `fp8` (it reads the gradient quantizer).
+pub(super) fn support(o: LinalgOp<'_>) -> Support {
+    match o {
+        LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
+        LinalgOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
     Ok(Some(match at.op {

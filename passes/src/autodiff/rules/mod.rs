@@ -6,22 +6,29 @@
 //! from ordinary IR ops (plus the backward ops of `op.rs`'s training block) and may read any
 //! forward value: the forward and backward passes are one graph.
 //!
-//! To add a rule: pick the family file, add an arm to its `vjp` and a gradient check in
-//! `passes/tests/autodiff_gradcheck.rs`. Ops that have no gradient (comparisons, shapes,
-//! integer ops) need no rule: integer and bool values carry no adjoint.
+//! One file per op family (the families of `fp8c_ir::op`). Each states, in an exhaustive
+//! `support` match, whether every op of its family has a rule or why not; elementwise rules
+//! come from the table's derivative formulas. To add a rule: the family file's `support` and
+//! `vjp`, and a gradient check in `passes/tests/autodiff_gradcheck.rs`. Integer and bool
+//! values carry no adjoint, so rules never see them.
 
 mod conv;
 mod elementwise;
+mod fp8;
+mod fused;
 mod linalg;
+mod loss;
 mod movement;
 mod normalize;
+mod optim;
+mod pool;
 mod reduce;
 
 pub(crate) use linalg::broadcast_dims as broadcast_batch;
 
 use super::emit::Emit;
 use super::fp8::GradQuantizer;
-use fp8c_ir::{IrError, Op, Value};
+use fp8c_ir::{IrError, LinalgOp, Op, OpView, Support, Value};
 
 /// One adjoint per forward input (None: no gradient, or not wanted).
 pub(crate) type Grads = Vec<Option<Value>>;
@@ -73,36 +80,48 @@ impl At<'_> {
     }
 }
 
-/// The gradient rule of `at.op`: Some(adjoints per input), or None when the op has no rule.
-pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Option<Grads>> {
-    let op = at.op;
-    if op.is_elementwise_unary() || op.is_elementwise_binary() {
-        return elementwise::vjp(e, at);
+/// Why the gradient ops the autodiff pass emits have no rule of their own.
+const SECOND_ORDER: &str = "it is a gradient op; second-order gradients are not supported";
+/// Why ops with bool or integer results carry no gradient.
+const NOT_FLOAT: &str = "its result is not a float function of its inputs";
+
+/// Whether `op` has a gradient rule (`Yes`), or why not: one exhaustive answer per family, so
+/// a new op must state one (the coverage test walks every op).
+pub fn differentiability(op: &Op) -> Support {
+    match op.view() {
+        OpView::Interface(_) => Support::Yes,
+        OpView::Elementwise(o) => elementwise::support(o),
+        OpView::Linalg(o) => linalg::support(o),
+        OpView::Conv(o) => conv::support(o),
+        OpView::Pool(o) => pool::support(o),
+        OpView::Normalize(o) => normalize::support(o),
+        OpView::Reduce(o) => reduce::support(o),
+        OpView::Movement(o) => movement::support(o),
+        OpView::Fp8(o) => fp8::support(o),
+        OpView::Loss(o) => loss::support(o),
+        OpView::Optim(o) => optim::support(o),
+        OpView::Fused(o) => fused::support(o),
     }
-    match op {
-        Op::Where | Op::Clip | Op::Cast { .. } => elementwise::vjp(e, at),
-        Op::MatMul | Op::Gemm { .. } => linalg::vjp(e, at),
-        Op::Quantize { .. } | Op::Dequantize { .. } | Op::ScaledMatMul { .. } => {
-            super::fp8::vjp(e, q, at)
-        }
-        // Scaling bookkeeping carries no gradient (quantize's scale input is not differentiated).
-        Op::Amax | Op::ComputeScale { .. } | Op::AmaxHistoryUpdate => {
-            Ok(Some(vec![None; at.ins.len()]))
-        }
-        Op::Conv { .. }
-        | Op::MaxPool { .. }
-        | Op::AveragePool { .. }
-        | Op::GlobalAveragePool
-        | Op::GlobalMaxPool => conv::vjp(e, at),
-        Op::LayerNormalization { .. }
-        | Op::BatchNormalization { .. }
-        | Op::Softmax { .. }
-        | Op::LogSoftmax { .. }
-        | Op::SoftmaxCrossEntropy => normalize::vjp(e, at),
-        Op::ReduceMean { .. }
-        | Op::ReduceSum { .. }
-        | Op::ReduceMax { .. }
-        | Op::ReduceMin { .. } => reduce::vjp(e, at),
-        _ => movement::vjp(e, at),
+}
+
+/// The gradient rule of `at.op`: Some(adjoints per input), or None when the op has no rule
+/// ([`differentiability`] says why).
+pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Option<Grads>> {
+    if let Support::No(_) = differentiability(at.op) {
+        return Ok(None);
+    }
+    match at.op.view() {
+        // A constant has no inputs; graph inputs, params and state are where gradients stop.
+        OpView::Interface(_) => Ok(Some(vec![None; at.ins.len()])),
+        OpView::Elementwise(o) => elementwise::vjp(o, e, at),
+        OpView::Linalg(LinalgOp::ScaledMatMul { .. }) | OpView::Fp8(_) => fp8::vjp(e, q, at),
+        OpView::Linalg(_) => linalg::vjp(e, at),
+        OpView::Conv(_) => conv::vjp(e, at),
+        OpView::Pool(_) => pool::vjp(e, at),
+        OpView::Normalize(_) => normalize::vjp(e, at),
+        OpView::Reduce(_) => reduce::vjp(e, at),
+        OpView::Movement(_) => movement::vjp(e, at),
+        OpView::Loss(_) => loss::vjp(e, at),
+        OpView::Optim(_) | OpView::Fused(_) => Ok(None),
     }
 }

@@ -7,9 +7,35 @@
 //! Shape-like inputs (reshape's shape, slice bounds, pads, repeats) must be constants: the
 //! graph is static when it is trained.
 
-use super::{At, Grads, R};
+use super::{At, Grads, R, SECOND_ORDER};
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{Op, PadMode, Value};
+use fp8c_ir::{MovementOp, Op, PadMode, Support, Value};
+
+/// Data movement moves gradients back; shape arithmetic has none to move.
+pub(super) fn support(o: MovementOp<'_>) -> Support {
+    match o {
+        MovementOp::Reshape { .. }
+        | MovementOp::Transpose { .. }
+        | MovementOp::Unsqueeze { .. }
+        | MovementOp::Squeeze { .. }
+        | MovementOp::Flatten { .. }
+        | MovementOp::Concat { .. }
+        | MovementOp::Split { .. }
+        | MovementOp::Slice
+        | MovementOp::Gather { .. }
+        | MovementOp::Expand
+        | MovementOp::Pad { .. }
+        | MovementOp::Tile
+        | MovementOp::Shape { .. }
+        | MovementOp::ConstantOfShape { .. }
+        | MovementOp::Range => Support::Yes,
+        MovementOp::GatherNd { .. } => Support::No(
+            "gather_nd has no gradient rule yet (exports use it on mask data, which needs none)",
+        ),
+        MovementOp::GatherGrad { .. } => Support::No(SECOND_ORDER),
+        MovementOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
     let x = at.ins.first().copied();

@@ -2,9 +2,23 @@
 //! inference-mode `batch_norm` (per-channel affine map, built from ordinary ops), `softmax`
 //! and `log_softmax` (`softmax_grad` from the forward output), and the cross-entropy loss.
 
-use super::{At, Grads, R};
+use super::{At, Grads, R, SECOND_ORDER};
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{Op, Value};
+use fp8c_ir::{NormalizeOp, Op, Support, Value};
+
+/// Every op of the family but the training-only gradients has a rule.
+pub(super) fn support(o: NormalizeOp<'_>) -> Support {
+    match o {
+        NormalizeOp::BatchNormalization { .. }
+        | NormalizeOp::LayerNormalization { .. }
+        | NormalizeOp::Softmax { .. }
+        | NormalizeOp::LogSoftmax { .. } => Support::Yes,
+        NormalizeOp::LayerNormGrad { .. } | NormalizeOp::SoftmaxGrad { .. } => {
+            Support::No(SECOND_ORDER)
+        }
+        NormalizeOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
     Ok(Some(match at.op {
@@ -33,32 +47,6 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             )?)]
         }
         Op::BatchNormalization { epsilon } => batch_norm(e, at, *epsilon)?,
-        Op::SoftmaxCrossEntropy => {
-            let (labels, lp) = (at.ins[1], at.outs[1]);
-            let mut d = None;
-            if let Some(dloss) = at.dys[0] {
-                d = Some(e.op(
-                    &at.n("d0"),
-                    Op::SoftmaxCrossEntropyGrad,
-                    &[lp, labels, dloss],
-                )?);
-            }
-            if let Some(dlp) = at.dys.get(1).copied().flatten() {
-                let s = e.op(
-                    &at.n("d0.log_probs"),
-                    Op::SoftmaxGrad {
-                        axis: -1,
-                        log: true,
-                    },
-                    &[lp, dlp],
-                )?;
-                d = Some(match d {
-                    Some(prev) => e.add(&at.n("d0.acc"), prev, s)?,
-                    None => s,
-                });
-            }
-            vec![d, None]
-        }
         _ => return Ok(None),
     }))
 }

@@ -1,12 +1,35 @@
 //! Reduction rules: sum and mean broadcast the gradient back over the reduced axes (mean
 //! divides by the count); max and min share it evenly among the elements equal to the result
-//! (PyTorch's `amax`/`amin` convention for ties).
+//! (PyTorch's `amax`/`amin` convention for ties); `cum_sum` runs the sum back the other way.
 
-use super::{At, Grads, R};
+use super::{At, Grads, NOT_FLOAT, R};
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{DType, Op};
+use fp8c_ir::{DType, Op, ReduceOp, Support};
+
+/// Sum, mean, max and min have rules.
+pub(super) fn support(o: ReduceOp<'_>) -> Support {
+    match o {
+        ReduceOp::ReduceMean { .. }
+        | ReduceOp::ReduceSum { .. }
+        | ReduceOp::ReduceMax { .. }
+        | ReduceOp::ReduceMin { .. }
+        | ReduceOp::CumSum { .. } => Support::Yes,
+        ReduceOp::ReduceProd { .. } => Support::No("reduce_prod has no gradient rule yet"),
+        ReduceOp::AllFinite => Support::No(NOT_FLOAT),
+        ReduceOp::__Lifetime(never, _) => match never {},
+    }
+}
 
 pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
+    // A running sum's adjoint is the running sum of dy in the other direction.
+    if let Op::CumSum { exclusive, reverse } = at.op {
+        let op = Op::CumSum {
+            exclusive: *exclusive,
+            reverse: !*reverse,
+        };
+        let d = e.op(&at.n("d0"), op, &[at.dy()?, at.ins[1]])?;
+        return Ok(Some(vec![Some(d), None]));
+    }
     let (axes, keepdims) = match at.op {
         Op::ReduceMean { axes, keepdims }
         | Op::ReduceSum { axes, keepdims }
