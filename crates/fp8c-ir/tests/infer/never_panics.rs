@@ -296,13 +296,18 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             power_2: flag,
         },
         97 => Op::Input { name: "x".into() },
+        98 => Op::CumSum {
+            exclusive: flag,
+            reverse: !flag,
+        },
+        99 => Op::GatherNd { batch_dims: i(0) },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 99;
+const OP_KINDS: usize = 101;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

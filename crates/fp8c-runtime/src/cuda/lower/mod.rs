@@ -454,6 +454,8 @@ mod tests {
         "conv_grad_weight",
         "max_pool_grad",
         "average_pool_grad",
+        "cum_sum",
+        "gather_nd",
         "range",
         "tile",
         "quantize_linear",
