@@ -43,7 +43,7 @@ __device__ __forceinline__ void cast_transpose_impl(const void* __restrict__ x, 
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         m = max(m, abs_bits(v[j]));
-        w[j / 4] |= fp8_encode<FMT, SAT>(__fmul_rn(v[j], s)) << (8 * (j % 4));
+        w[j / 4] |= fp8_quantize<FMT, SAT>(v[j], s) << (8 * (j % 4));
       }
       *reinterpret_cast<uint4*>(q + src) = make_uint4(w[0], w[1], w[2], w[3]);
       u32* srow = reinterpret_cast<u32*>(tile + row * SROW + chunk);
@@ -63,7 +63,7 @@ __device__ __forceinline__ void cast_transpose_impl(const void* __restrict__ x, 
           const u64 i = base + (r0 + row) * cols + c0 + col;
           const float v = load_elem<IN>(x, i);
           m = max(m, abs_bits(v));
-          const u8 c = (u8)fp8_encode<FMT, SAT>(__fmul_rn(v, s));
+          const u8 c = (u8)fp8_quantize<FMT, SAT>(v, s);
           q[i] = c;
           tile[row * SROW + col] = c;
         }

@@ -77,10 +77,26 @@ __device__ __forceinline__ u32 fp8_encode(float x) {
   return mag | sign;
 }
 
+// fp8c-core `quantize`: encode(x * s), the product rounded first; saturation applies to finite
+// values only: an infinite x gives NaN (E4M3) / ±inf (E5M2), so non-finite data never turns
+// into finite codes. (Casts, fp8_encode alone, keep ONNX's table.)
+template <int FMT, bool SAT>
+__device__ __forceinline__ u32 fp8_quantize(float x, float s) {
+  const u32 c = fp8_encode<FMT, SAT>(__fmul_rn(x, s));
+  const u32 inf_code = ((__float_as_uint(x) >> 24) & 0x80u) | (FMT == FMT_E4M3 ? 0x7fu : 0x7cu);
+  return fp8c_isinf(x) ? inf_code : c;
+}
+
 // Encode with the format and saturation chosen at run time (uniform across the grid).
 __device__ __forceinline__ u32 fp8_encode_rt(int fmt, bool sat, float x) {
   if (fmt == FMT_E4M3) return sat ? fp8_encode<FMT_E4M3, true>(x) : fp8_encode<FMT_E4M3, false>(x);
   return sat ? fp8_encode<FMT_E5M2, true>(x) : fp8_encode<FMT_E5M2, false>(x);
+}
+
+// fp8_quantize with the format and saturation chosen at run time.
+__device__ __forceinline__ u32 fp8_quantize_rt(int fmt, bool sat, float x, float s) {
+  if (fmt == FMT_E4M3) return sat ? fp8_quantize<FMT_E4M3, true>(x, s) : fp8_quantize<FMT_E4M3, false>(x, s);
+  return sat ? fp8_quantize<FMT_E5M2, true>(x, s) : fp8_quantize<FMT_E5M2, false>(x, s);
 }
 
 // Exact decode; every NaN code gives the sign-preserving quiet NaN 0x7fc00000 / 0xffc00000, as

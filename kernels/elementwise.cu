@@ -203,8 +203,8 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           m = max(m, abs_bits(y[j]));
-          const u32 c = EW_Q_FMT == FMT_E4M3 ? fp8_encode<FMT_E4M3, EW_Q_SAT>(__fmul_rn(y[j], s))
-                                             : fp8_encode<FMT_E5M2, EW_Q_SAT>(__fmul_rn(y[j], s));
+          const u32 c = EW_Q_FMT == FMT_E4M3 ? fp8_quantize<FMT_E4M3, EW_Q_SAT>(y[j], s)
+                                             : fp8_quantize<FMT_E5M2, EW_Q_SAT>(y[j], s);
           w[j / 4] |= c << (8 * (j % 4));
         }
         if (p.q != nullptr) *reinterpret_cast<uint2*>(p.q + i) = make_uint2(w[0], w[1]);
@@ -220,8 +220,8 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
     if (p.y != nullptr) store_elem<EW_OUT_KIND>(p.y, i, y);
     if (EW_Q_FMT >= 0) {
       m = max(m, abs_bits(y));
-      const u32 c = EW_Q_FMT == FMT_E4M3 ? fp8_encode<FMT_E4M3, EW_Q_SAT>(__fmul_rn(y, s))
-                                         : fp8_encode<FMT_E5M2, EW_Q_SAT>(__fmul_rn(y, s));
+      const u32 c = EW_Q_FMT == FMT_E4M3 ? fp8_quantize<FMT_E4M3, EW_Q_SAT>(y, s)
+                                         : fp8_quantize<FMT_E5M2, EW_Q_SAT>(y, s);
       if (p.q != nullptr) p.q[i] = (u8)c;
     }
   }

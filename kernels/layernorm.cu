@@ -66,7 +66,7 @@ __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, c
           for (int j = 0; j < 8; ++j) {
             const float yr = IN == KIND_F32 ? v[j] : load_elem<IN>(y, base + c + j); // the rounded y
             m = max(m, abs_bits(yr));
-            w[j / 4] |= fp8_encode_rt(qfmt, qsat != 0, __fmul_rn(yr, s)) << (8 * (j % 4));
+            w[j / 4] |= fp8_quantize_rt(qfmt, qsat != 0, yr, s) << (8 * (j % 4));
           }
           *reinterpret_cast<uint2*>(q + base + c) = make_uint2(w[0], w[1]);
         }
@@ -80,7 +80,7 @@ __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, c
         if (q != nullptr) {
           const float yr = load_elem<IN>(y, base + c);
           m = max(m, abs_bits(yr));
-          q[base + c] = (u8)fp8_encode_rt(qfmt, qsat != 0, __fmul_rn(yr, s));
+          q[base + c] = (u8)fp8_quantize_rt(qfmt, qsat != 0, yr, s);
         }
       }
     }

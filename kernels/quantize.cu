@@ -16,6 +16,9 @@ template <int IN, int FMT, bool SAT>
 __device__ __forceinline__ void quantize_impl(const void* __restrict__ x, const float* __restrict__ scale,
                                               u8* __restrict__ q, float* __restrict__ amax, u64 n) {
   const float s = scale != nullptr ? *scale : 1.0f;
+  // A scaled quantize keeps infinite inputs non-finite (fp8_quantize); a cast (no scale) keeps
+  // ONNX's Cast table.
+  const bool scaled = scale != nullptr;
   u32 m = 0u;
   u64 done = 0;
   if (aligned16(x) && aligned16(q)) {
@@ -28,7 +31,7 @@ __device__ __forceinline__ void quantize_impl(const void* __restrict__ x, const 
 #pragma unroll
       for (int j = 0; j < PACK; ++j) {
         m = max(m, abs_bits(v[j]));
-        w[j / 4] |= fp8_encode<FMT, SAT>(__fmul_rn(v[j], s)) << (8 * (j % 4));
+        w[j / 4] |= (scaled ? fp8_quantize<FMT, SAT>(v[j], s) : fp8_encode<FMT, SAT>(v[j])) << (8 * (j % 4));
       }
       *reinterpret_cast<uint4*>(q + p * PACK) = make_uint4(w[0], w[1], w[2], w[3]);
     }
@@ -37,7 +40,7 @@ __device__ __forceinline__ void quantize_impl(const void* __restrict__ x, const 
   for (u64 i = done + gtid(); i < n; i += gstride()) {
     const float v = load_elem<IN>(x, i);
     m = max(m, abs_bits(v));
-    q[i] = (u8)fp8_encode<FMT, SAT>(__fmul_rn(v, s));
+    q[i] = (u8)(scaled ? fp8_quantize<FMT, SAT>(v, s) : fp8_encode<FMT, SAT>(v));
   }
   block_amax_commit(m, amax);
 }

@@ -598,3 +598,57 @@ fn messages_print_once_escaped_and_short() {
     );
     assert!(!err.contains("train.labels"), "{err}");
 }
+
+// ---------------------------------------------------------------- silent wrong results
+
+/// One +inf in the input: f32 gives NaN in that row, and so must FP8 — under current scaling
+/// and under calibrated delayed scaling — never finite, plausible numbers (issue #13).
+#[test]
+fn an_infinite_input_gives_nan_in_fp8_as_in_f32() {
+    let d = scratch("robust-inf-input");
+    let (n, k) = (512usize, 64usize);
+    let clean: Vec<f32> = (0..n * k)
+        .map(|i| ((i * 37) % 17) as f32 / 8.0 - 1.0)
+        .collect();
+    let mut dirty = clean.clone();
+    dirty[3 * k + 5] = f32::INFINITY;
+    let write = |name: &str, v: &[f32]| {
+        let p = d.join(name);
+        let t = fp8c_ir::Tensor::from_f32(vec![n as u64, k as u64], v);
+        fp8c_session::npy::write_npz(&p, &[("x", &t)]).unwrap();
+        p
+    };
+    let (clean, dirty) = (write("clean.npz", &clean), write("dirty.npz", &dirty));
+    let nonfinite_rows = |args: &[&str]| -> Vec<usize> {
+        let out = d.join("out.npz");
+        let mut a = vec!["run", mlp_str(), "--inputs", dirty.to_str().unwrap()];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["-o", out.to_str().unwrap()]);
+        let (ok, err) = fp8c(&a);
+        assert!(ok, "{err}");
+        let y = support::read_npz(&out)["logits"].to_f32_vec().unwrap();
+        let mut rows: Vec<usize> = (0..y.len())
+            .filter(|&i| !y[i].is_finite())
+            .map(|i| i / 10)
+            .collect();
+        rows.dedup();
+        rows
+    };
+    assert_eq!(nonfinite_rows(&["--precision", "f32"]), [3]);
+    // The first two GEMMs run in FP8 at this batch (the report says so).
+    assert_eq!(
+        nonfinite_rows(&["--precision", "fp8", "--recipe", "current"]),
+        [3]
+    );
+    assert_eq!(
+        nonfinite_rows(&[
+            "--precision",
+            "fp8",
+            "--recipe",
+            "delayed",
+            "--calibrate",
+            clean.to_str().unwrap()
+        ]),
+        [3]
+    );
+}

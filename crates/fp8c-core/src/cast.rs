@@ -147,9 +147,27 @@ pub fn decode_table(fmt: Fp8Format) -> &'static [f32; 256] {
     }
 }
 
+/// The code a scaled quantize gives an infinite input: NaN in E4M3 (which has no infinity),
+/// ±inf in E5M2, the sign kept.
+#[inline]
+pub fn infinite_code(fmt: Fp8Format, x: f32) -> u8 {
+    let sign = ((x.to_bits() >> 24) & 0x80) as u8;
+    sign | match fmt {
+        Fp8Format::E4M3 => 0x7F,
+        Fp8Format::E5M2 => 0x7C,
+    }
+}
+
 /// Quantizes one value: `encode(x * scale)`, the product rounded to f32 first (as TE does).
+/// Saturation applies to finite values only: an infinite `x` gives [`infinite_code`] (and a
+/// NaN stays NaN), so a tensor holding inf or NaN never becomes plausible finite FP8 codes —
+/// what f32 would compute, a non-finite result, is what the FP8 GEMM then gives. (ONNX `Cast`
+/// and `QuantizeLinear`, [`encode_f32`], keep ONNX's table: saturate maps ±inf to ±max.)
 #[inline]
 pub fn quantize(fmt: Fp8Format, x: f32, scale: f32, saturate: bool) -> u8 {
+    if x.is_infinite() {
+        return infinite_code(fmt, x);
+    }
     encode_f32(fmt, x * scale, saturate)
 }
 
@@ -248,10 +266,16 @@ pub fn decode_slice(fmt: Fp8Format, src: &[u8], dst: &mut [f32]) {
     map_into(src, dst, |q| table[q as usize]);
 }
 
-/// Fused quantize: `dst[i] = encode(src[i] * scale)`, the product rounded to f32 first.
-/// Panics if the lengths differ.
+/// Fused quantize: `dst[i] = quantize(src[i], scale)` ([`quantize`]: the product rounded to
+/// f32 first; infinite inputs stay non-finite). Panics if the lengths differ.
 pub fn quantize_slice(fmt: Fp8Format, src: &[f32], scale: f32, dst: &mut [u8], saturate: bool) {
-    with_encoder!(fmt, saturate, |enc| map_into(src, dst, |x| enc(x * scale)))
+    with_encoder!(fmt, saturate, |enc| map_into(src, dst, |x| {
+        if x.is_infinite() {
+            infinite_code(fmt, x)
+        } else {
+            enc(x * scale)
+        }
+    }))
 }
 
 /// Fused dequantize: `dst[i] = decode(src[i]) * scale_inv`. Panics if the lengths differ.

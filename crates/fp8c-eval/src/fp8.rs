@@ -3,9 +3,12 @@
 //! `quantize.rs`), and the FP8 helpers other kernels share. Every rounding to or from FP8 is
 //! fp8c-core's, so this evaluator is bit-exact by construction.
 //!
-//! Non-finite inputs follow ONNX's Cast table for E4M3FN and E5M2: with `saturate` ±inf (and
-//! anything rounding past the largest finite value) becomes ±max; without it, NaN for E4M3
-//! (it has no infinities) and ±inf for E5M2. NaN stays NaN, its sign kept.
+//! Non-finite inputs of the ONNX conversions (`quantize_linear`, `cast`) follow ONNX's Cast
+//! table for E4M3FN and E5M2: with `saturate` ±inf (and anything rounding past the largest
+//! finite value) becomes ±max; without it, NaN for E4M3 (it has no infinities) and ±inf for
+//! E5M2. NaN stays NaN, its sign kept. fp8c's scaled `quantize` saturates finite values only:
+//! ±inf becomes NaN (E4M3) or ±inf (E5M2), so non-finite data never turns into finite codes
+//! (fp8c-core's `quantize`).
 //!
 //! Conventions (TransformerEngine's, see fp8c-core's `scaling` module):
 //! - `quantize`: `q = encode(f32(x) * scale)`, the product rounded to f32 before the cast.

@@ -483,8 +483,8 @@ fn dequantize_linear_subtracts_the_zero_point() {
     );
 }
 
-/// ±inf and NaN through every FP8 conversion (issue #13): `quantize`, `quantize_linear` and
-/// `cast` give the codes of ONNX's Cast table (operator docs of Cast, opset 19+, also the rule
+/// ±inf and NaN through the ONNX conversions (issue #13): `quantize_linear` and `cast` give
+/// the codes of ONNX's Cast table (operator docs of Cast, opset 19+, also the rule
 /// of QuantizeLinear's `saturate`):
 ///
 /// | x    | E4M3FN saturate | E5M2 saturate | E4M3FN no saturate | E5M2 no saturate |
@@ -511,11 +511,6 @@ fn non_finite_values_follow_the_onnx_cast_table() {
     ];
     for (to, saturate, want) in cases {
         let what = format!("{to} saturate={saturate}");
-        let q = eval1(quantize(to, saturate), &[&x, &scalar_f32(1.0)]);
-        assert_eq!(q.bytes(), want, "quantize {what}");
-        // A finite scale does not make a non-finite value finite.
-        let q = eval1(quantize(to, saturate), &[&x, &scalar_f32(0.25)]);
-        assert_eq!(q.bytes(), want, "quantize with scale 0.25, {what}");
         let ql = Op::QuantizeLinear {
             axis: 1,
             saturate,
@@ -537,6 +532,33 @@ fn non_finite_values_follow_the_onnx_cast_table() {
             );
             let q = eval1(Op::Cast { to, saturate }, &[&xh]);
             assert_eq!(q.bytes(), want, "cast from {from}, {what}");
+        }
+    }
+}
+
+/// fp8c's own scaled `quantize` keeps non-finite data non-finite whatever `saturate` says
+/// (issue #13: one +inf pixel must not give finite, plausible FP8 logits): ±inf becomes NaN in
+/// E4M3 (no infinities) and ±inf in E5M2, NaN stays NaN; finite values still saturate.
+#[test]
+fn scaled_quantize_keeps_non_finite_values_non_finite() {
+    let x = f32s(
+        &[5],
+        &[f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 1e30],
+    );
+    let cases = [
+        (DType::F8E4M3, true, [0x7F, 0xFF, 0x7F, 0xFF, 0x7E]),
+        (DType::F8E4M3, false, [0x7F, 0xFF, 0x7F, 0xFF, 0x7F]),
+        (DType::F8E5M2, true, [0x7C, 0xFC, 0x7E, 0xFE, 0x7B]),
+        (DType::F8E5M2, false, [0x7C, 0xFC, 0x7E, 0xFE, 0x7C]),
+    ];
+    for (to, saturate, want) in cases {
+        for scale in [1.0, 0.25] {
+            let q = eval1(quantize(to, saturate), &[&x, &scalar_f32(scale)]);
+            assert_eq!(
+                q.bytes(),
+                want,
+                "quantize {to} saturate={saturate} scale={scale}"
+            );
         }
     }
 }

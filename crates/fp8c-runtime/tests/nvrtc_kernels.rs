@@ -427,11 +427,11 @@ fn device_conversions_match_fp8c_core_bit_for_bit_when_compiled_for_the_host() {
     assert!(run.success(), "the host harness failed: {run}");
     let got = std::fs::read(&output).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(got.len(), xs.len() * 8 + 256 * 8 + 65536 * 8);
-    let (per_input, tables) = got.split_at(xs.len() * 8);
+    assert_eq!(got.len(), xs.len() * 12 + 256 * 8 + 65536 * 8);
+    let (per_input, tables) = got.split_at(xs.len() * 12);
     use fp8c_core::Fp8Format::{E4M3, E5M2};
     let mut bad = Vec::new();
-    for (&bits, rec) in xs.iter().zip(per_input.chunks_exact(8)) {
+    for (&bits, rec) in xs.iter().zip(per_input.chunks_exact(12)) {
         let x = f32::from_bits(bits);
         let want = [
             fp8c_core::encode_f32(E4M3, x, true),
@@ -443,6 +443,19 @@ fn device_conversions_match_fp8c_core_bit_for_bit_when_compiled_for_the_host() {
             bad.push(format!(
                 "fp8 encode of {bits:#010x} ({x:e}): device {:02x?}, CPU {want:02x?}",
                 &rec[..4]
+            ));
+        }
+        // The scaled quantize (non-finite inputs stay non-finite).
+        let want_q = [
+            fp8c_core::quantize(E4M3, x, 0.37, true),
+            fp8c_core::quantize(E4M3, x, 0.37, false),
+            fp8c_core::quantize(E5M2, x, 0.37, true),
+            fp8c_core::quantize(E5M2, x, 0.37, false),
+        ];
+        if rec[8..12] != want_q {
+            bad.push(format!(
+                "fp8 quantize of {bits:#010x} ({x:e}) by 0.37: device {:02x?}, CPU {want_q:02x?}",
+                &rec[8..12]
             ));
         }
         let bf = u16::from_le_bytes([rec[4], rec[5]]);
