@@ -103,3 +103,48 @@ fn qwen2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
 fn bert_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
     check(MODELS[3]);
 }
+
+/// The policy's LLM default (issue #12): the LM head stays high precision with its reason;
+/// `--force-fp8 NAME` puts it in FP8; an encoder (no LM head) has no such row.
+#[test]
+fn lm_head_stays_high_by_default_and_force_fp8_overrides() {
+    let root = support::repo_root().join("examples/models");
+    let report = |model: &str, extra: &[&str]| -> serde_json::Value {
+        let m = root.join(model);
+        let mut args = vec!["compile", m.to_str().unwrap(), "--min-fp8-flops", "0"];
+        args.extend_from_slice(extra);
+        args.push("--report=json");
+        let r = support::run_fp8c(&args);
+        assert!(r.ok, "{}", r.stderr);
+        serde_json::from_str(&r.stdout).unwrap()
+    };
+    let heads = |r: &serde_json::Value| -> Vec<(String, String)> {
+        r["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["reason"].as_str().unwrap().starts_with("LM head"))
+            .map(|n| {
+                (
+                    n["name"].as_str().unwrap().to_string(),
+                    n["precision"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    for model in ["llama-tiny.onnx", "gpt2-tiny.onnx", "qwen2-tiny.onnx"] {
+        let h = heads(&report(model, &[]));
+        assert_eq!(h.len(), 1, "{model}: {h:?}");
+        assert_eq!(h[0].1, "f32", "{model}");
+        let forced = report(model, &["--force-fp8", &h[0].0]);
+        let row = forced["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == h[0].0.as_str())
+            .unwrap()
+            .clone();
+        assert_eq!(row["precision"], "fp8", "{model}: {row}");
+    }
+    assert!(heads(&report("bert-tiny-enc.onnx", &[])).is_empty());
+}

@@ -157,6 +157,10 @@ pub enum Rule {
     KeepFirstLast,
     /// Both operands are activations (attention's QKᵀ and PV) and `--fp8-attention` is off.
     Attention,
+    /// A language model's head: the GEMM producing a graph output (through views) in a model
+    /// with a token embedding; kept high as torchao (`filter_fqns=["lm_head"]`) and
+    /// TransformerEngine recipes do (`--force-fp8 NAME` overrides).
+    LmHead,
     /// A dim is not a multiple of 16 and the GEMM cannot be padded.
     Misaligned,
     /// Fewer FLOPs than `--min-fp8-flops`.
@@ -361,6 +365,42 @@ fn misaligned(g: &Graph, id: NodeId, d: &GemmDims) -> Option<String> {
     (!list.is_empty()).then(|| list.join(", "))
 }
 
+/// The LM head of a language model, if the graph is one: the last GEMM whose result reaches a
+/// graph output through views, transposes and casts only, in a graph with a token embedding
+/// (a `gather` from a float weight of rank 2). Classifiers without an embedding (MLPs, CNNs)
+/// and encoders whose outputs come from a norm have none.
+fn lm_head(g: &Graph, gemms: &[NodeId]) -> Option<NodeId> {
+    let has_embedding = g.node_ids().into_iter().any(|id| {
+        let n = g.node(id);
+        matches!(n.op, Op::Gather { .. })
+            && n.inputs().first().is_some_and(|&d| {
+                let t = g.value_type(d);
+                t.dtype.is_float() && t.rank() == 2 && is_weight(g, d)
+            })
+    });
+    if !has_embedding {
+        return None;
+    }
+    let &last = gemms.last()?;
+    // Follow the GEMM's single-consumer chain of layout-only ops to a graph output.
+    let mut v = fp8c_ir::Value::new(last, 0);
+    loop {
+        if g.is_graph_result(v) {
+            return Some(last);
+        }
+        let users = g.users(v);
+        let [(u, _)] = users.as_slice() else {
+            return None;
+        };
+        let n = g.node(*u);
+        let layout = n.op.props().view || matches!(n.op, Op::Transpose { .. } | Op::Cast { .. });
+        if !layout || n.outputs.len() != 1 {
+            return None;
+        }
+        v = fp8c_ir::Value::new(*u, 0);
+    }
+}
+
 /// Decides every GEMM-like node (in topological order).
 pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
     let keep_high = compile_globs("--keep-high", &o.keep_high)?;
@@ -375,6 +415,7 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
         PrecisionMode::Bf16 => Precision::Bf16,
         _ => Precision::F32,
     };
+    let lm_head = lm_head(g, &gemms);
     let mut out = Vec::new();
     for (i, &id) in gemms.iter().enumerate() {
         let n = g.node(id);
@@ -431,6 +472,13 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                     "user: --keep-first-last ({} GEMM)",
                     if i == 0 { "first" } else { "last" }
                 ),
+            )
+        } else if lm_head == Some(id) {
+            (
+                high,
+                Rule::LmHead,
+                "LM head: logits stay high precision, as in practice (--force-fp8 NAME overrides)"
+                    .to_string(),
             )
         } else if both_activations && !o.fp8_attention {
             (
