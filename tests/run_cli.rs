@@ -447,3 +447,49 @@ fn numpy_written_files_read_back() {
     assert_eq!(back["be"].to_i64_vec().unwrap(), [0, 1, 2]);
     assert!(npy::tensor_from_npy(b"not numpy").is_err());
 }
+
+/// Inference quantizes the FP8 GEMMs' weights once, at compile time (issue #17): the program
+/// holds their FP8 codes, not the f32 master weights, and gives bit-identical outputs to a run
+/// that re-quantizes them every call (`--stats` keeps them f32 to measure every quantization).
+#[test]
+fn inference_holds_fp8_weights_once_with_identical_results() {
+    let d = scratch("run-frozen-weights");
+    let m = support::repo_root().join("examples/models/mlp_digits.onnx");
+    let n = 512u64;
+    let xs: Vec<f32> = (0..n * 64)
+        .map(|i| ((i * 29) % 23) as f32 / 11.0 - 1.0)
+        .collect();
+    let inputs = npz(&d, "x.npz", &[("x", &Tensor::from_f32(vec![n, 64], &xs))]);
+    let go = |extra: &[&str], out: &str| -> (Vec<f32>, f64) {
+        let o = d.join(out);
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&"run", &m, &"--inputs", &inputs, &"-o", &o];
+        for e in extra {
+            a.push(e);
+        }
+        let r = run(&a);
+        assert!(r.ok, "{}", r.stderr);
+        let resident = r
+            .stderr
+            .split("resident ")
+            .nth(1)
+            .and_then(|s| s.split(" KiB").next())
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no resident KiB figure in:\n{}", r.stderr));
+        let y = npy::read_npz(&o).unwrap().into_iter().next().unwrap().1;
+        (y.to_f32_vec().unwrap(), resident)
+    };
+    let (frozen, frozen_kib) = go(&[], "a.npz");
+    let stats = d.join("stats.json");
+    let stats = stats.to_str().unwrap();
+    let (live, live_kib) = go(&["--stats", stats], "b.npz");
+    assert_eq!(
+        frozen.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        live.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    // fc1 (64x256) and fc2 (256x256) run in FP8: 81,920 weights, 320 KiB in f32, 80 KiB in FP8.
+    assert!(
+        frozen_kib + 200.0 < live_kib,
+        "resident {frozen_kib} KiB with FP8 weights vs {live_kib} KiB"
+    );
+}

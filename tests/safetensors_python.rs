@@ -27,17 +27,19 @@ fn inspect(file: &Path, onnx: Option<&Path>) -> Value {
     serde_json::from_slice(&out.stdout).expect("st_inspect.py prints JSON")
 }
 
-/// `fp8c compile MODEL --emit ir -o DIR/NAME.fp8ir`; returns the sidecar's path.
-fn compile_ir(model: &Path, dir: &Path, name: &str) -> std::path::PathBuf {
+/// `fp8c compile MODEL --emit ir -o DIR/NAME.fp8ir EXTRA..`; returns the sidecar's path.
+fn compile_ir(model: &Path, dir: &Path, name: &str, extra: &[&str]) -> std::path::PathBuf {
     let ir = dir.join(format!("{name}.fp8ir"));
-    let r = support::run_fp8c([
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "compile".as_ref(),
         model.as_os_str(),
         "--emit".as_ref(),
         "ir".as_ref(),
         "-o".as_ref(),
         ir.as_os_str(),
-    ]);
+    ];
+    args.extend(extra.iter().map(|e| std::ffi::OsStr::new(*e)));
+    let r = support::run_fp8c(args);
     assert!(r.ok, "fp8c compile --emit ir failed:\n{}", r.stderr);
     dir.join(format!("{name}.fp8ir.safetensors"))
 }
@@ -47,7 +49,7 @@ fn weights_sidecar_keeps_fp8_and_f32_weights_as_python_reads_them() {
     let dir = support::scratch("st_sidecar");
     // A model with FP8 initializers (ModelOpt's form): the sidecar keeps them FP8.
     let qdq = support::repo_root().join("examples/models/qdq_mlp_fp8.onnx");
-    let info = inspect(&compile_ir(&qdq, &dir, "qdq"), Some(&qdq));
+    let info = inspect(&compile_ir(&qdq, &dir, "qdq", &[]), Some(&qdq));
     assert_eq!(info["metadata"]["fp8c.graph"], "qdq_mlp", "{info}");
     let tensors = info["tensors"].as_object().unwrap();
     for w in ["w1", "w2"] {
@@ -56,9 +58,13 @@ fn weights_sidecar_keeps_fp8_and_f32_weights_as_python_reads_them() {
     }
     assert_eq!(tensors["w1"]["shape"], serde_json::json!([64, 128]));
 
-    // An f32 model: numpy's loader reads the sidecar as it is, bytes equal to the ONNX ones.
+    // An f32 model compiled in f32: numpy's loader reads the sidecar as it is, bytes equal to
+    // the ONNX ones.
     let mlp = support::repo_root().join("examples/models/mlp_digits.onnx");
-    let info = inspect(&compile_ir(&mlp, &dir, "mlp"), Some(&mlp));
+    let info = inspect(
+        &compile_ir(&mlp, &dir, "mlp", &["--precision", "f32"]),
+        Some(&mlp),
+    );
     assert_eq!(info["numpy_load_file"], true, "{info}");
     let tensors = info["tensors"].as_object().unwrap();
     assert_eq!(tensors.len(), 6, "{info}");
@@ -66,6 +72,21 @@ fn weights_sidecar_keeps_fp8_and_f32_weights_as_python_reads_them() {
         assert_eq!(t["dtype"], "F32", "{name}");
         assert_eq!(t["matches_onnx"], true, "{name}");
     }
+
+    // Compiled for FP8 inference, the FP8 GEMMs' weights are quantized once, at compile time:
+    // the sidecar holds their FP8 codes (and scales), not the f32 master weights.
+    let info = inspect(
+        &compile_ir(&mlp, &dir, "mlp8", &["--input-shape", "x=512x64"]),
+        None,
+    );
+    let tensors = info["tensors"].as_object().unwrap();
+    let fp8: Vec<&String> = tensors
+        .iter()
+        .filter(|(_, t)| t["dtype"] == "F8_E4M3")
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(fp8.len(), 2, "{info}");
+    assert!(!tensors.contains_key("fc1.weight"), "{info}");
 
     // The sidecar is what fp8c reads back: the IR runs like the ONNX model.
     let r = support::run_fp8c([
@@ -83,7 +104,7 @@ fn weights_sidecar_keeps_fp8_and_f32_weights_as_python_reads_them() {
 fn old_weights_sidecar_is_refused_naming_the_new_format() {
     let dir = support::scratch("st_old_sidecar");
     let mlp = support::repo_root().join("examples/models/mlp_digits.onnx");
-    compile_ir(&mlp, &dir, "m");
+    compile_ir(&mlp, &dir, "m", &[]);
     std::fs::rename(dir.join("m.fp8ir.safetensors"), dir.join("m.fp8ir.weights")).unwrap();
     let r = support::run_fp8c(["compile".as_ref(), dir.join("m.fp8ir").as_os_str()]);
     assert!(!r.ok);

@@ -7,6 +7,7 @@
 
 pub mod autodiff;
 pub mod canonicalize;
+pub mod freeze;
 pub mod fusion;
 mod manager;
 pub mod precision;

@@ -29,6 +29,9 @@ pub struct PassOptions {
     pub recipe: fp8c_core::Recipe,
     /// Skip the fusion pass (`--no-fuse`).
     pub no_fuse: bool,
+    /// Keep inference weights in f32 and quantize them at run time (skips `freeze-weights`;
+    /// `fp8c run --stats` measures every quantization, the weights' included).
+    pub keep_weights: bool,
     /// Build a training step (the autodiff pass runs only when this is set).
     pub train: Option<crate::autodiff::TrainSpec>,
 }
@@ -52,6 +55,8 @@ pub struct PassCx {
     pub fusion: Option<crate::fusion::FusionStats>,
     /// What the autodiff pass did (None when it did not run).
     pub train: Option<crate::autodiff::TrainInfo>,
+    /// `freeze-weights`: bytes of the f32 params it dropped, and of the params it added.
+    pub frozen_weight_bytes: (u64, u64),
 }
 
 impl PassCx {
@@ -95,6 +100,8 @@ pub fn pipeline() -> Vec<Box<dyn Pass>> {
         // Training only (`PassOptions::train`): after scaling, so the backward GEMMs read the
         // forward FP8 copies (ARCHITECTURE.md, "Training"); before fusion, so the whole step fuses.
         Box::new(crate::autodiff::AutodiffPass),
+        // Inference only: weights quantized once, at compile time (FP8 params).
+        Box::new(crate::freeze::FreezeWeights),
         // Fusion rewrites what scaling (and autodiff) inserted (skipped with `no_fuse`).
         Box::new(crate::fusion::FusionPass),
     ]

@@ -117,6 +117,10 @@ pub fn build(g: &Graph, cx: &PassCx, all: bool) -> Report {
             bytes
         };
     }
+    // Weights frozen at compile time (`freeze-weights`): the FP8 params that replaced f32
+    // master weights are already counted in `after`; `before` held the f32 weights instead.
+    let (dropped, added) = cx.frozen_weight_bytes;
+    before = before - added.min(before) + dropped;
     let (fuse_before, fuse_after) = match &cx.fusion {
         Some(f) => (f.before.clone(), f.after.clone()),
         None => {

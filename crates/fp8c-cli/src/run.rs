@@ -197,6 +197,10 @@ pub fn run(a: RunArgs) -> Result<()> {
             calibrated: a.calibrate.is_some(),
         })
     })?;
+    // --stats measures every quantization: the weights' too, so they stay f32 and are
+    // quantized at run time (the same results) instead of once at compile time.
+    let mut opts = opts;
+    opts.keep_weights = a.stats.is_some();
     let (policy, recipe) = (opts.policy.clone(), opts.recipe);
     let device = fp8c_session::Device::from(a.device);
     device.check()?;
@@ -283,10 +287,15 @@ pub fn run(a: RunArgs) -> Result<()> {
     let run_time = t0.elapsed();
 
     let g = &compiled.graph;
+    // Tensors quantized at run time, plus weights quantized once at compile time (FP8 params).
     let fp8_tensors = g
         .node_ids()
         .iter()
-        .filter(|&&id| matches!(g.node(id).op, fp8c_ir::Op::Quantize { .. }))
+        .filter(|&&id| {
+            let n = g.node(id);
+            matches!(n.op, fp8c_ir::Op::Quantize { .. })
+                || (n.op.is_interface() && n.outputs.iter().any(|t| t.dtype.is_fp8()))
+        })
         .count();
     let program = runner.program();
     eprintln!(

@@ -33,6 +33,9 @@ pub struct CompileOptions {
     pub recipe: Recipe,
     /// Skip the fusion pass.
     pub no_fuse: bool,
+    /// Keep the weights in f32 and quantize them at every run instead of once at compile
+    /// time (same results; for measuring every quantization, as `fp8c run --stats` does).
+    pub keep_weights: bool,
     /// Run the IR verifier after every pass.
     pub verify: bool,
     /// Record the IR text after these passes ([`crate::Compiled::dumps`]).
@@ -87,6 +90,7 @@ impl CompileOptions {
             },
             recipe: default_recipe(Purpose::Inference { calibrated: false }),
             no_fuse: false,
+            keep_weights: false,
             verify: true,
             print_after: Vec::new(),
             stop_after: None,
@@ -195,6 +199,7 @@ impl CompileOptions {
             policy: self.policy.clone(),
             recipe: self.recipe,
             no_fuse: self.no_fuse,
+            keep_weights: self.keep_weights,
             train: None,
         }
     }
