@@ -57,7 +57,49 @@ pub fn to_bytes(
         views.push((name.clone(), view));
     }
     let meta: std::collections::HashMap<String, String> = metadata.into_iter().collect();
-    safetensors::tensor::serialize(views, Some(meta)).map_err(|e| e.to_string())
+    let bytes = safetensors::tensor::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
+    canonical_header(bytes)
+}
+
+/// Rewrites the JSON header with its keys sorted: the crate writes `__metadata__` from a
+/// `HashMap`, whose order changes from process to process, and the same tensors must give the
+/// same file bytes (checkpoints are compared by digest). Data offsets are relative to the end
+/// of the header, so only the header changes; it stays padded with spaces to a multiple of 8.
+fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+    use std::collections::BTreeMap;
+    let bad = || "internal: the safetensors crate wrote an unexpected header".to_string();
+    let n = u64::from_le_bytes(
+        bytes
+            .get(..8)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let end = usize::try_from(n)
+        .ok()
+        .and_then(|n| n.checked_add(8))
+        .ok_or_else(bad)?;
+    let header: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(bytes.get(8..end).ok_or_else(bad)?).map_err(|e| e.to_string())?;
+    let sorted: BTreeMap<String, serde_json::Value> = header
+        .into_iter()
+        .map(|(k, v)| match v {
+            serde_json::Value::Object(m) => {
+                let m: BTreeMap<String, serde_json::Value> = m.into_iter().collect();
+                (k, serde_json::to_value(m).expect("a map of JSON values"))
+            }
+            v => (k, v),
+        })
+        .collect();
+    let mut text = serde_json::to_vec(&sorted).map_err(|e| e.to_string())?;
+    while !text.len().is_multiple_of(8) {
+        text.push(b' ');
+    }
+    let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - end);
+    out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+    out.extend_from_slice(&text);
+    out.extend_from_slice(&bytes[end..]);
+    Ok(out)
 }
 
 /// Tensors by name and the file's metadata (string to string).
@@ -84,4 +126,30 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
         .map(|m| m.into_iter().collect())
         .unwrap_or_default();
     Ok((out, metadata))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_tensors_and_metadata_give_the_same_bytes() {
+        let tensors = BTreeMap::from([
+            ("b".to_string(), Tensor::from_f32(vec![2], &[1.0, 2.0])),
+            ("a".to_string(), Tensor::from_f32(vec![], &[3.0])),
+        ]);
+        let meta: BTreeMap<String, String> = (0..8)
+            .map(|i| (format!("key{i}"), format!("value{i}")))
+            .collect();
+        let first = to_bytes(&tensors, meta.clone()).unwrap();
+        // Each call builds a fresh HashMap (its own random order) inside the crate.
+        for _ in 0..20 {
+            assert_eq!(to_bytes(&tensors, meta.clone()).unwrap(), first);
+        }
+        let (back, m) = parse(&first).unwrap();
+        assert_eq!(back, tensors);
+        assert_eq!(m, meta);
+        let n = u64::from_le_bytes(first[..8].try_into().unwrap());
+        assert_eq!(n % 8, 0, "the header stays padded to 8 bytes");
+    }
 }
