@@ -148,3 +148,60 @@ fn lm_head_stays_high_by_default_and_force_fp8_overrides() {
     }
     assert!(heads(&report("bert-tiny-enc.onnx", &[])).is_empty());
 }
+
+/// `fp8c train` on a decoder export (issue #14's starting point): byte-level next-token
+/// training on real text with integer targets `[B,T]` against logits `[B,T,V]`; FP8 (HYBRID,
+/// delayed scaling) brings the loss well below its initial value ln 256 ≈ 5.55.
+#[test]
+fn fp8_training_of_a_decoder_export_lowers_the_loss() {
+    let root = support::repo_root();
+    let text = [
+        std::fs::read(root.join("README.md")).unwrap(),
+        std::fs::read(root.join("ARCHITECTURE.md")).unwrap(),
+    ]
+    .concat();
+    let t = 16usize;
+    let n = ((text.len() - 1) / t).min(512);
+    let x: Vec<i64> = text[..n * t].iter().map(|&b| i64::from(b)).collect();
+    let y: Vec<i64> = text[1..n * t + 1].iter().map(|&b| i64::from(b)).collect();
+    let dir = support::scratch("llm_train");
+    let data = dir.join("lm.npz");
+    let shape = vec![n as u64, t as u64];
+    fp8c_session::npy::write_npz(
+        &data,
+        &[
+            ("input_ids", &fp8c_ir::Tensor::from_i64(shape.clone(), &x)),
+            ("labels", &fp8c_ir::Tensor::from_i64(shape, &y)),
+        ],
+    )
+    .unwrap();
+    let model = root.join("examples/models/llama-tiny.onnx");
+    let r = support::run_fp8c([
+        "train".as_ref(),
+        model.as_os_str(),
+        "--data".as_ref(),
+        data.as_os_str(),
+        "--labels".as_ref(),
+        "labels".as_ref(),
+        "--batch".as_ref(),
+        "8".as_ref(),
+        "--steps".as_ref(),
+        "60".as_ref(),
+        "--lr".as_ref(),
+        "0.003".as_ref(),
+        "--min-fp8-flops".as_ref(),
+        "0".as_ref(),
+        "--recipe".as_ref(),
+        "delayed".as_ref(),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let loss: f64 = r
+        .stderr
+        .split("final loss ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no final loss in:\n{}", r.stderr));
+    assert!(loss < 4.5, "final loss {loss}:\n{}", r.stderr);
+    assert!(r.stderr.contains("0 skipped steps"), "{}", r.stderr);
+}
