@@ -245,3 +245,76 @@ fn emit_onnx_without_calibration_is_a_clear_error() {
     assert!(!r.ok);
     assert!(r.stderr.contains("-o FILE.onnx"), "{}", r.stderr);
 }
+
+/// `--emit onnx` on the dynamo exports (a Llama-style decoder and a BERT encoder): the FP8 Q/DQ
+/// model passes ONNX's full checker, onnxruntime runs it, and agrees with `fp8c run` on the same
+/// calibration (the GEMMs' FP8 codes and scales are the same; only f32 summation order and
+/// QuantizeLinear's division by y_scale = 1/scale differ).
+#[test]
+fn decoder_and_encoder_exports_run_in_onnxruntime_like_fp8c() {
+    for name in ["llama-tiny", "bert-tiny-enc"] {
+        let root = support::repo_root().join("examples/models");
+        let model = root.join(format!("{name}.onnx"));
+        let reference = support::read_npz(&root.join(format!("{name}.ref.npz")));
+        let dir = support::scratch(&format!("onnx_export_{name}"));
+        let inputs = dir.join("inputs.npz");
+        let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
+            .iter()
+            .filter(|(_, t)| !t.dtype().is_float())
+            .map(|(k, t)| (k.as_str(), t))
+            .collect();
+        fp8c_session::npy::write_npz(&inputs, &ints).unwrap();
+        let exported = dir.join("fp8.onnx");
+        let r = support::run_fp8c([
+            "compile".as_ref(),
+            model.as_os_str(),
+            "--emit".as_ref(),
+            "onnx".as_ref(),
+            "--calibrate".as_ref(),
+            inputs.as_os_str(),
+            "--min-fp8-flops".as_ref(),
+            "0".as_ref(),
+            "-o".as_ref(),
+            exported.as_os_str(),
+        ]);
+        assert!(r.ok, "{name}: {}", r.stderr);
+        let info = onnx_check(&exported);
+        assert!(
+            info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 12,
+            "{name}: {info}"
+        );
+        let ort_out = dir.join("ort.npz");
+        ort_run(&exported, &inputs, &ort_out);
+        let ours = dir.join("fp8c.npz");
+        let r = support::run_fp8c([
+            "run".as_ref(),
+            model.as_os_str(),
+            "--inputs".as_ref(),
+            inputs.as_os_str(),
+            "--recipe".as_ref(),
+            "delayed".as_ref(),
+            "--calibrate".as_ref(),
+            inputs.as_os_str(),
+            "--min-fp8-flops".as_ref(),
+            "0".as_ref(),
+            "-o".as_ref(),
+            ours.as_os_str(),
+        ]);
+        assert!(r.ok, "{name}: {}", r.stderr);
+        let (ort, ours) = (support::read_npz(&ort_out), support::read_npz(&ours));
+        for (k, o) in &ort {
+            let c = fp8c_runtime::compare(o, &ours[k]).unwrap();
+            eprintln!(
+                "{name} \"{k}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}",
+                c.rel_l2
+            );
+            assert!(c.rel_l2 < 1e-5, "{name} \"{k}\": rel L2 {:.3e}", c.rel_l2);
+        }
+        let (a, b) = (
+            std::fs::metadata(&model).unwrap().len(),
+            std::fs::metadata(&exported).unwrap().len(),
+        );
+        eprintln!("{name}: {a} -> {b} bytes");
+        assert!(b < a, "{name}: {a} -> {b}");
+    }
+}
