@@ -36,10 +36,15 @@ use rayon::prelude::*;
 /// Evaluates an op of the fp8 family.
 pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
     let out = match op {
-        Fp8Op::QuantizeLinear { axis, saturate, to } => {
-            quantize::quantize_linear(inputs, *axis, *saturate, *to)?
+        Fp8Op::QuantizeLinear {
+            axis,
+            saturate,
+            to,
+            block_size,
+        } => quantize::quantize_linear(inputs, *axis, *saturate, *to, *block_size)?,
+        Fp8Op::DequantizeLinear { axis, block_size } => {
+            quantize::dequantize_linear(inputs, *axis, *block_size)?
         }
-        Fp8Op::DequantizeLinear { axis } => quantize::dequantize_linear(inputs, *axis)?,
         Fp8Op::Amax => {
             let [x] = args(inputs)?;
             amax(x)?

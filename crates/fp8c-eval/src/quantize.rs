@@ -9,8 +9,9 @@
 //! - Dequantize: `(x − zero_point) · x_scale` computed in f64 (exact for every integer input
 //!   and f32 scale: one rounding) and rounded once to the scale's type; FP8 inputs are decoded
 //!   exactly and their zero point must be 0.
-//! - The scale (and zero point) is a one-element tensor (per tensor) or 1-D with one entry per
-//!   index of `axis` (per axis). Blocked quantization is not part of the IR.
+//! - The scale (and zero point) is a one-element tensor (per tensor), 1-D with one entry per
+//!   index of `axis` (per axis), or, with `block_size` > 0, of x's rank with one entry per
+//!   block of `block_size` consecutive indices along `axis` (ONNX opset 21's blocked form).
 
 use crate::cast::cast;
 use crate::data::{f64_to_bf16, f64_to_f16, norm_axis, tensor};
@@ -24,16 +25,34 @@ struct Channels {
     inner: usize,
     /// Size of the axis.
     dim: usize,
+    /// Blocked: (block size, the scale's dim along the axis).
+    block: Option<(usize, usize)>,
 }
 
 impl Channels {
     fn of(&self, i: usize) -> usize {
-        i.checked_div(self.inner).map_or(0, |q| q % self.dim)
+        let Some(q) = i.checked_div(self.inner) else {
+            return 0;
+        };
+        match self.block {
+            None => q % self.dim,
+            // Element (outer, a, inner) reads scale entry (outer, a / block, inner).
+            Some((block, sdim)) => {
+                let (outer, a, inner) = (q / self.dim, q % self.dim, i % self.inner);
+                (outer * sdim + a / block) * self.inner + inner
+            }
+        }
     }
 }
 
 /// Checks the scale and zero point against `x` and says how elements map to their entries.
-fn channels(x: &Tensor, scale: &Tensor, zp: Option<&Tensor>, axis: i64) -> KResult<Channels> {
+fn channels(
+    x: &Tensor,
+    scale: &Tensor,
+    zp: Option<&Tensor>,
+    axis: i64,
+    block_size: i64,
+) -> KResult<Channels> {
     if !scale.dtype().is_float() || scale.dtype().is_fp8() {
         return dtype_err!(
             "the scale must be a float tensor other than FP8, got {}",
@@ -50,8 +69,38 @@ fn channels(x: &Tensor, scale: &Tensor, zp: Option<&Tensor>, axis: i64) -> KResu
             scale.shape()
         );
     }
+    if block_size < 0 {
+        return attr_err!("block_size={block_size} must be ≥ 0");
+    }
+    if block_size > 0 {
+        let ax = norm_axis(axis, x.shape().len())?;
+        let b = block_size as u64;
+        let want: Vec<u64> = x
+            .shape()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if i == ax { d.div_ceil(b) } else { d })
+            .collect();
+        if scale.shape() != want.as_slice() {
+            return shape_err!(
+                "a blocked scale (block_size={block_size}, axis {ax}) of x {:?} must have shape {want:?}, got {:?}",
+                x.shape(),
+                scale.shape()
+            );
+        }
+        let inner = x.shape()[ax + 1..].iter().product::<u64>() as usize;
+        return Ok(Channels {
+            inner: inner.max(1),
+            dim: x.shape()[ax] as usize,
+            block: Some((block_size as usize, want[ax] as usize)),
+        });
+    }
     if scale.len() == 1 && scale.shape().len() <= 1 {
-        return Ok(Channels { inner: 0, dim: 1 });
+        return Ok(Channels {
+            inner: 0,
+            dim: 1,
+            block: None,
+        });
     }
     if scale.shape().len() != 1 {
         return shape_err!(
@@ -72,6 +121,7 @@ fn channels(x: &Tensor, scale: &Tensor, zp: Option<&Tensor>, axis: i64) -> KResu
     Ok(Channels {
         inner: inner.max(1),
         dim,
+        block: None,
     })
 }
 
@@ -107,6 +157,7 @@ pub(crate) fn quantize_linear(
     axis: i64,
     saturate: bool,
     to: DType,
+    block_size: i64,
 ) -> KResult<Tensor> {
     let (x, scale, zp) = match inputs {
         [x, s] => (*x, *s, None),
@@ -136,7 +187,7 @@ pub(crate) fn quantize_linear(
             z.dtype()
         );
     }
-    let ch = channels(x, scale, zp, axis)?;
+    let ch = channels(x, scale, zp, axis, block_size)?;
     let xs = values_f64(x, "x")?;
     let ss = values_f64(scale, "y_scale")?;
     let sd = scale.dtype();
@@ -173,7 +224,7 @@ pub(crate) fn quantize_linear(
 }
 
 /// `dequantize_linear { axis }(x, x_scale[, x_zero_point])`: output has the scale's type.
-pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
+pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64, block_size: i64) -> KResult<Tensor> {
     let (x, scale, zp) = match inputs {
         [x, s] => (*x, *s, None),
         [x, s, z] => (*x, *s, Some(*z)),
@@ -197,7 +248,7 @@ pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64) -> KResult<Tensor
             z.dtype()
         );
     }
-    let ch = channels(x, scale, zp, axis)?;
+    let ch = channels(x, scale, zp, axis, block_size)?;
     let ss = values_f64(scale, "x_scale")?;
     let (xs, zs): (Vec<f64>, Vec<f64>) = match fp8::format_of(x.dtype()) {
         Some(fmt) => {

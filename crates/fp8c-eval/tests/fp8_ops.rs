@@ -378,6 +378,7 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
         axis: 1,
         saturate: true,
         to: DType::I8,
+        block_size: 0,
     };
     // x / 1 rounded half to even: −2, −2, −0, 0, 2, 2; +zp 1; ±1000 saturate to 127 / −128.
     let y = eval1(
@@ -395,6 +396,7 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
         axis: 0,
         saturate: true,
         to: DType::U8,
+        block_size: 0,
     };
     let y = eval1(
         op2,
@@ -410,6 +412,7 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
         axis: 1,
         saturate: true,
         to: DType::F8E4M3,
+        block_size: 0,
     };
     let y = eval1(
         op3.clone(),
@@ -433,6 +436,7 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
         axis: 0,
         saturate: true,
         to: DType::I8,
+        block_size: 0,
     };
     assert_eq!(fails(op0, &[&x, &f32s(&[3], &[1.0; 3])]), ErrorKind::Shape);
     assert_eq!(
@@ -449,7 +453,10 @@ fn quantize_linear_rounds_half_to_even_and_saturates() {
 fn dequantize_linear_subtracts_the_zero_point() {
     // (x − zp)·scale: (−128 − 3)·0.5 = −65.5, (127 − 3)·0.5 = 62.
     let x = typed(DType::I8, &[2], &[-128.0, 127.0]);
-    let op = Op::DequantizeLinear { axis: 1 };
+    let op = Op::DequantizeLinear {
+        axis: 1,
+        block_size: 0,
+    };
     let y = eval1(
         op.clone(),
         &[&x, &scalar_f32(0.5), &typed(DType::I8, &[], &[3.0])],
@@ -515,6 +522,7 @@ fn non_finite_values_follow_the_onnx_cast_table() {
             axis: 1,
             saturate,
             to,
+            block_size: 0,
         };
         let zero = fp8(to, &[], &[0x00]);
         let q = eval1(ql, &[&x, &scalar_f32(1.0), &zero]);

@@ -169,161 +169,166 @@ fn op() -> impl Strategy<Value = Op> {
             mode: PadMode::Wrap,
         },
     ]);
-    let with_attrs =
-        prop_oneof![
-            (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::Cast { to, saturate }),
-            (any::<bool>(), any::<bool>(), -2.0f32..2.0).prop_map(|(trans_a, trans_b, alpha)| {
-                Op::Gemm {
-                    alpha,
-                    beta: 1.0,
-                    trans_a,
-                    trans_b,
-                }
-            }),
-            (
-                ints(0..3),
-                ints(0..3),
-                ints(0..5),
-                ints(0..3),
-                -1i64..3,
-                auto_pad()
-            )
-                .prop_map(
-                    |(kernel_shape, strides, pads, dilations, group, auto_pad)| {
-                        Op::Conv {
-                            kernel_shape,
-                            strides,
-                            pads,
-                            dilations,
-                            group,
-                            auto_pad,
-                        }
+    let with_attrs = prop_oneof![
+        (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::Cast { to, saturate }),
+        (any::<bool>(), any::<bool>(), -2.0f32..2.0).prop_map(|(trans_a, trans_b, alpha)| {
+            Op::Gemm {
+                alpha,
+                beta: 1.0,
+                trans_a,
+                trans_b,
+            }
+        }),
+        (
+            ints(0..3),
+            ints(0..3),
+            ints(0..5),
+            ints(0..3),
+            -1i64..3,
+            auto_pad()
+        )
+            .prop_map(
+                |(kernel_shape, strides, pads, dilations, group, auto_pad)| {
+                    Op::Conv {
+                        kernel_shape,
+                        strides,
+                        pads,
+                        dilations,
+                        group,
+                        auto_pad,
                     }
-                ),
-            (
-                ints(0..3),
-                ints(0..3),
-                ints(0..5),
-                ints(0..3),
-                any::<bool>(),
-                auto_pad()
-            )
-                .prop_map(
-                    |(kernel_shape, strides, pads, dilations, ceil_mode, auto_pad)| {
-                        Op::MaxPool {
-                            kernel_shape,
-                            strides,
-                            pads,
-                            dilations,
-                            ceil_mode,
-                            auto_pad,
-                        }
-                    }
-                ),
-            (
-                ints(0..3),
-                ints(0..3),
-                ints(0..5),
-                any::<bool>(),
-                any::<bool>(),
-                auto_pad()
-            )
-                .prop_map(
-                    |(kernel_shape, strides, pads, ceil_mode, count_include_pad, auto_pad)| {
-                        Op::AveragePool {
-                            kernel_shape,
-                            strides,
-                            pads,
-                            dilations: vec![],
-                            ceil_mode,
-                            count_include_pad,
-                            auto_pad,
-                        }
-                    }
-                ),
-            (-4i64..4).prop_map(|axis| Op::Softmax { axis }),
-            (-4i64..4).prop_map(|axis| Op::LogSoftmax { axis }),
-            (-4i64..4).prop_map(|axis| Op::LayerNormalization {
-                axis,
-                epsilon: 1e-5
-            }),
-            Just(Op::BatchNormalization { epsilon: 1e-5 }),
-            (prop::option::of(ints(0..3)), any::<bool>())
-                .prop_map(|(axes, keepdims)| Op::ReduceSum { axes, keepdims }),
-            (prop::option::of(ints(0..3)), any::<bool>())
-                .prop_map(|(axes, keepdims)| Op::ReduceMean { axes, keepdims }),
-            (prop::option::of(ints(0..3)), any::<bool>())
-                .prop_map(|(axes, keepdims)| Op::ReduceMax { axes, keepdims }),
-            (prop::option::of(ints(0..3)), any::<bool>())
-                .prop_map(|(axes, keepdims)| Op::ReduceProd { axes, keepdims }),
-            (-5i64..5, prop::option::of(-5i64..5))
-                .prop_map(|(start, end)| Op::Shape { start, end }),
-            any::<bool>().prop_map(|allowzero| Op::Reshape { allowzero }),
-            ints(0..5).prop_map(|perm| Op::Transpose { perm }),
-            ints(0..3).prop_map(|axes| Op::Unsqueeze { axes }),
-            prop::option::of(ints(0..3)).prop_map(|axes| Op::Squeeze { axes }),
-            (-5i64..5).prop_map(|axis| Op::Flatten { axis }),
-            (-4i64..4).prop_map(|axis| Op::Concat { axis }),
-            (-4i64..4, ints(0..4)).prop_map(|(axis, split)| Op::Split { axis, split }),
-            (-4i64..4).prop_map(|axis| Op::Gather { axis }),
-            tensor().prop_map(|value| Op::ConstantOfShape { value }),
-            (-3i64..3, any::<bool>(), dtype())
-                .prop_map(|(axis, saturate, to)| Op::QuantizeLinear { axis, saturate, to }),
-            (-3i64..3).prop_map(|axis| Op::DequantizeLinear { axis }),
-            (
-                dtype(),
-                -2.0f32..2.0,
-                prop::sample::select(vec![
-                    AmaxSource::HistoryMax,
-                    AmaxSource::HistoryMostRecent,
-                    AmaxSource::Current
-                ]),
-                any::<bool>()
-            )
-                .prop_map(|(fmt, margin, source, power_2)| Op::ComputeScale {
-                    fmt,
-                    margin,
-                    source,
-                    epsilon: 0.0,
-                    power_2
-                }),
-            (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::Quantize { to, saturate }),
-            dtype().prop_map(|to| Op::Dequantize { to }),
-            dtype().prop_map(|out| Op::ScaledMatMul { out }),
-            tensor().prop_map(|value| Op::Constant { value }),
-            (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::QuantizeAmax { to, saturate }),
-            (ints(0..4), any::<bool>()).prop_map(|(perm, saturate)| Op::CastTranspose {
-                perm,
-                to: DType::F8E4M3,
-                saturate
-            }),
-            (-3i64..3, dtype()).prop_map(|(axis, to)| Op::LayerNormQuantize {
-                axis,
-                epsilon: 1e-5,
-                to,
-                saturate: true
-            }),
-            (expr(), dtype()).prop_map(|(expr, to)| Op::ElementwiseQuantize {
-                expr,
-                to,
-                saturate: false
-            }),
-            (expr(), prop::option::of(dtype())).prop_map(|(expr, to)| Op::ScaledMatMulEpilogue {
-                out: DType::F32,
-                expr,
-                to,
-                saturate: true
-            }),
-            prop::sample::select(vec![AmaxSource::HistoryMax, AmaxSource::Current]).prop_map(
-                |source| Op::BatchedScaleUpdate {
-                    fmt: DType::F8E5M2,
-                    margin: 0.0,
-                    source,
-                    epsilon: 0.0,
-                    power_2: true
                 }
             ),
-        ];
+        (
+            ints(0..3),
+            ints(0..3),
+            ints(0..5),
+            ints(0..3),
+            any::<bool>(),
+            auto_pad()
+        )
+            .prop_map(
+                |(kernel_shape, strides, pads, dilations, ceil_mode, auto_pad)| {
+                    Op::MaxPool {
+                        kernel_shape,
+                        strides,
+                        pads,
+                        dilations,
+                        ceil_mode,
+                        auto_pad,
+                    }
+                }
+            ),
+        (
+            ints(0..3),
+            ints(0..3),
+            ints(0..5),
+            any::<bool>(),
+            any::<bool>(),
+            auto_pad()
+        )
+            .prop_map(
+                |(kernel_shape, strides, pads, ceil_mode, count_include_pad, auto_pad)| {
+                    Op::AveragePool {
+                        kernel_shape,
+                        strides,
+                        pads,
+                        dilations: vec![],
+                        ceil_mode,
+                        count_include_pad,
+                        auto_pad,
+                    }
+                }
+            ),
+        (-4i64..4).prop_map(|axis| Op::Softmax { axis }),
+        (-4i64..4).prop_map(|axis| Op::LogSoftmax { axis }),
+        (-4i64..4).prop_map(|axis| Op::LayerNormalization {
+            axis,
+            epsilon: 1e-5
+        }),
+        Just(Op::BatchNormalization { epsilon: 1e-5 }),
+        (prop::option::of(ints(0..3)), any::<bool>())
+            .prop_map(|(axes, keepdims)| Op::ReduceSum { axes, keepdims }),
+        (prop::option::of(ints(0..3)), any::<bool>())
+            .prop_map(|(axes, keepdims)| Op::ReduceMean { axes, keepdims }),
+        (prop::option::of(ints(0..3)), any::<bool>())
+            .prop_map(|(axes, keepdims)| Op::ReduceMax { axes, keepdims }),
+        (prop::option::of(ints(0..3)), any::<bool>())
+            .prop_map(|(axes, keepdims)| Op::ReduceProd { axes, keepdims }),
+        (-5i64..5, prop::option::of(-5i64..5)).prop_map(|(start, end)| Op::Shape { start, end }),
+        any::<bool>().prop_map(|allowzero| Op::Reshape { allowzero }),
+        ints(0..5).prop_map(|perm| Op::Transpose { perm }),
+        ints(0..3).prop_map(|axes| Op::Unsqueeze { axes }),
+        prop::option::of(ints(0..3)).prop_map(|axes| Op::Squeeze { axes }),
+        (-5i64..5).prop_map(|axis| Op::Flatten { axis }),
+        (-4i64..4).prop_map(|axis| Op::Concat { axis }),
+        (-4i64..4, ints(0..4)).prop_map(|(axis, split)| Op::Split { axis, split }),
+        (-4i64..4).prop_map(|axis| Op::Gather { axis }),
+        tensor().prop_map(|value| Op::ConstantOfShape { value }),
+        (-3i64..3, any::<bool>(), dtype()).prop_map(|(axis, saturate, to)| Op::QuantizeLinear {
+            axis,
+            saturate,
+            to,
+            block_size: 0
+        }),
+        (-3i64..3).prop_map(|axis| Op::DequantizeLinear {
+            axis,
+            block_size: 0
+        }),
+        (
+            dtype(),
+            -2.0f32..2.0,
+            prop::sample::select(vec![
+                AmaxSource::HistoryMax,
+                AmaxSource::HistoryMostRecent,
+                AmaxSource::Current
+            ]),
+            any::<bool>()
+        )
+            .prop_map(|(fmt, margin, source, power_2)| Op::ComputeScale {
+                fmt,
+                margin,
+                source,
+                epsilon: 0.0,
+                power_2
+            }),
+        (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::Quantize { to, saturate }),
+        dtype().prop_map(|to| Op::Dequantize { to }),
+        dtype().prop_map(|out| Op::ScaledMatMul { out }),
+        tensor().prop_map(|value| Op::Constant { value }),
+        (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::QuantizeAmax { to, saturate }),
+        (ints(0..4), any::<bool>()).prop_map(|(perm, saturate)| Op::CastTranspose {
+            perm,
+            to: DType::F8E4M3,
+            saturate
+        }),
+        (-3i64..3, dtype()).prop_map(|(axis, to)| Op::LayerNormQuantize {
+            axis,
+            epsilon: 1e-5,
+            to,
+            saturate: true
+        }),
+        (expr(), dtype()).prop_map(|(expr, to)| Op::ElementwiseQuantize {
+            expr,
+            to,
+            saturate: false
+        }),
+        (expr(), prop::option::of(dtype())).prop_map(|(expr, to)| Op::ScaledMatMulEpilogue {
+            out: DType::F32,
+            expr,
+            to,
+            saturate: true
+        }),
+        prop::sample::select(vec![AmaxSource::HistoryMax, AmaxSource::Current]).prop_map(
+            |source| Op::BatchedScaleUpdate {
+                fmt: DType::F8E5M2,
+                margin: 0.0,
+                source,
+                epsilon: 0.0,
+                power_2: true
+            }
+        ),
+    ];
     prop_oneof![simple, with_attrs]
 }
 

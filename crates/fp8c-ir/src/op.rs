@@ -369,9 +369,12 @@ define_ops! {
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {
         /// ONNX QuantizeLinear: inputs x, y_scale, y_zero_point; `to` is the quantized type.
-        QuantizeLinear { axis: i64, saturate: bool, to: DType } => "quantize_linear",
-        /// ONNX DequantizeLinear: inputs x, x_scale, x_zero_point; output has the scale's type.
-        DequantizeLinear { axis: i64 } => "dequantize_linear",
+        /// `block_size` 0: a per-tensor or per-axis scale; > 0 (opset 21's blocked form): the
+        /// scale has x's rank, `ceil(dim / block_size)` entries along `axis`, x's dims elsewhere.
+        QuantizeLinear { axis: i64, saturate: bool, to: DType, block_size: i64 } => "quantize_linear",
+        /// ONNX DequantizeLinear: inputs x, x_scale, x_zero_point; output has the scale's type;
+        /// `block_size` as in `quantize_linear`.
+        DequantizeLinear { axis: i64, block_size: i64 } => "dequantize_linear",
         /// Max of |x| over the whole tensor: f32[] (NaN propagates).
         Amax => "amax" [scaling],
         /// Inputs: the amax source and the previous scale f32[]; outputs scale and scale_inv

@@ -941,7 +941,8 @@ fn quantize_linear_output_type_rules() {
         &Op::QuantizeLinear {
             axis: 1,
             saturate: true,
-            to: DType::U8
+            to: DType::U8,
+            block_size: 0,
         }
     );
     assert_eq!(
@@ -949,7 +950,8 @@ fn quantize_linear_output_type_rules() {
         &Op::QuantizeLinear {
             axis: 1,
             saturate: false,
-            to: DType::F8E4M3
+            to: DType::F8E4M3,
+            block_size: 0,
         }
     );
     assert_eq!(
@@ -957,10 +959,17 @@ fn quantize_linear_output_type_rules() {
         &Op::QuantizeLinear {
             axis: 1,
             saturate: true,
-            to: DType::I8
+            to: DType::I8,
+            block_size: 0,
         }
     );
-    assert_eq!(op_of(g, "dq"), &Op::DequantizeLinear { axis: 1 });
+    assert_eq!(
+        op_of(g, "dq"),
+        &Op::DequantizeLinear {
+            axis: 1,
+            block_size: 0
+        }
+    );
     let zp = g.node(g.find_node("q_default").unwrap()).inputs()[2];
     assert_eq!(g.value_type(zp).to_string(), "u8[]");
     let zp = g.node(g.find_node("dq_nozp").unwrap()).inputs()[2];
@@ -989,10 +998,17 @@ fn quantize_precision_and_dequantize_output_dtype_from_opset_23() {
         &Op::QuantizeLinear {
             axis: 1,
             saturate: true,
-            to: DType::F8E4M3
+            to: DType::F8E4M3,
+            block_size: 0,
         }
     );
-    assert_eq!(op_of(g, "dq.dq"), &Op::DequantizeLinear { axis: 1 });
+    assert_eq!(
+        op_of(g, "dq.dq"),
+        &Op::DequantizeLinear {
+            axis: 1,
+            block_size: 0
+        }
+    );
     assert_eq!(
         op_of(g, "dq"),
         &Op::Cast {

@@ -146,6 +146,8 @@ def i64(*vals):
 def op(name: str, **attrs) -> dict:
     """An fp8c op in text-form terms: its name and attributes (enum values as their words,
     tensors as {dtype, shape, hex}); the Rust test builds it with `Op::from_parts`."""
+    if name in ("quantize_linear", "dequantize_linear"):
+        attrs.setdefault("block_size", 0)  # per tensor / per axis (opset 21's blocks: > 0)
     return {"name": name, "attrs": attrs}
 
 

@@ -13,8 +13,15 @@ use crate::{DType, Dim, Fp8Op, TensorType};
 pub(super) fn infer(op: Fp8Op<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
     let one = |t: TensorType| vec![t];
     Ok(match op {
-        Fp8Op::QuantizeLinear { axis, to, .. } => one(quantize_linear(inputs, *axis, *to)?),
-        Fp8Op::DequantizeLinear { axis } => one(dequantize_linear(inputs, *axis)?),
+        Fp8Op::QuantizeLinear {
+            axis,
+            to,
+            block_size,
+            ..
+        } => one(quantize_linear(inputs, *axis, *to, *block_size)?),
+        Fp8Op::DequantizeLinear { axis, block_size } => {
+            one(dequantize_linear(inputs, *axis, *block_size)?)
+        }
         Fp8Op::Amax => {
             let [x] = args(inputs, ["x"])?;
             x.expect(x.dtype().is_float(), "a float type")?;
@@ -63,23 +70,51 @@ fn check_qparams(
     zero_point: Option<&Arg<'_>>,
     axis: i64,
     zp_dtype: DType,
+    block_size: i64,
 ) -> Res<()> {
     scale.expect(is_math_float(scale.dtype()), MATH_FLOAT)?;
-    match scale.shape() {
-        [] | [Dim::Known(1)] => {}
-        [n] => {
-            let ax = axis_of(x, axis, "axis")?;
-            let along = x.shape().get(ax).cloned().unwrap_or(Dim::Unknown);
-            if unify(n, &along).is_none() {
+    if block_size < 0 {
+        return Err(format!("attribute block_size={block_size} must be ≥ 0"));
+    }
+    if block_size > 0 {
+        // Blocked: x's rank; ceil(dim / block_size) entries along the axis, x's dims elsewhere.
+        let ax = axis_of(x, axis, "axis")?;
+        if scale.rank() != x.rank() {
+            return Err(scale.shape_err(format!(
+                "a blocked scale (block_size={block_size}) has the rank of {x} {}",
+                x.ty
+            )));
+        }
+        for (i, (s, d)) in scale.shape().iter().zip(x.shape()).enumerate() {
+            let want = match d {
+                Dim::Known(n) if i == ax => Dim::Known(n.div_ceil(block_size as u64)),
+                _ if i == ax => Dim::Unknown,
+                d => d.clone(),
+            };
+            if unify(s, &want).is_none() {
                 return Err(scale.shape_err(format!(
-                    "a per-axis scale needs {along} entries (axis {ax} of {x})"
+                    "dim {i} must be {want} for blocks of {block_size} along axis {ax} of {x} {}",
+                    x.ty
                 )));
             }
         }
-        _ => {
-            return Err(scale.shape_err(
-                "expected a scalar or a 1-D per-axis scale (blocked quantization is not supported)",
+    } else {
+        match scale.shape() {
+            [] | [Dim::Known(1)] => {}
+            [n] => {
+                let ax = axis_of(x, axis, "axis")?;
+                let along = x.shape().get(ax).cloned().unwrap_or(Dim::Unknown);
+                if unify(n, &along).is_none() {
+                    return Err(scale.shape_err(format!(
+                        "a per-axis scale needs {along} entries (axis {ax} of {x})"
+                    )));
+                }
+            }
+            _ => {
+                return Err(scale.shape_err(
+                "expected a scalar or a 1-D per-axis scale (or block_size > 0 for a blocked one)",
             ));
+            }
         }
     }
     if let Some(zp) = zero_point {
@@ -101,7 +136,12 @@ fn check_qparams(
     Ok(())
 }
 
-fn quantize_linear(inputs: &[InferInput<'_>], axis: i64, to: DType) -> Res<TensorType> {
+fn quantize_linear(
+    inputs: &[InferInput<'_>],
+    axis: i64,
+    to: DType,
+    block_size: i64,
+) -> Res<TensorType> {
     let ([x, scale], zp) = args_opt(inputs, ["x", "y_scale"], "y_zero_point")?;
     let quantized = to.is_fp8() || matches!(to, DType::I8 | DType::U8 | DType::I16);
     expect_attr(
@@ -114,11 +154,11 @@ fn quantize_linear(inputs: &[InferInput<'_>], axis: i64, to: DType) -> Res<Tenso
         is_math_float(x.dtype()) || x.dtype() == DType::I32,
         "a float type (not FP8) or i32",
     )?;
-    check_qparams(&x, &scale, zp.as_ref(), axis, to)?;
+    check_qparams(&x, &scale, zp.as_ref(), axis, to, block_size)?;
     Ok(TensorType::new(to, x.ty.shape.clone()))
 }
 
-fn dequantize_linear(inputs: &[InferInput<'_>], axis: i64) -> Res<TensorType> {
+fn dequantize_linear(inputs: &[InferInput<'_>], axis: i64, block_size: i64) -> Res<TensorType> {
     let ([x, scale], zp) = args_opt(inputs, ["x", "x_scale"], "x_zero_point")?;
     let quantized =
         x.dtype().is_fp8() || matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::I32);
@@ -126,7 +166,7 @@ fn dequantize_linear(inputs: &[InferInput<'_>], axis: i64) -> Res<TensorType> {
         quantized,
         "a quantized type (i8, u8, i16, i32, f8e4m3, f8e5m2)",
     )?;
-    check_qparams(&x, &scale, zp.as_ref(), axis, x.dtype())?;
+    check_qparams(&x, &scale, zp.as_ref(), axis, x.dtype(), block_size)?;
     Ok(TensorType::new(scale.dtype(), x.ty.shape.clone()))
 }
 

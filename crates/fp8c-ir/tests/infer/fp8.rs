@@ -8,6 +8,7 @@ fn onnx_quantize_dequantize_linear() {
         axis: 1,
         saturate: true,
         to,
+        block_size: 0,
     };
     assert_eq!(
         ok(
@@ -33,7 +34,10 @@ fn onnx_quantize_dequantize_linear() {
             .contains("attribute to=f32, expected a quantized type")
     );
 
-    let dq = Op::DequantizeLinear { axis: 0 };
+    let dq = Op::DequantizeLinear {
+        axis: 0,
+        block_size: 0,
+    };
     assert_eq!(
         ok(dq.clone(), vec![T("i8[4,8]"), T("f16[]"), T("i8[]")]),
         "f16[4,8]"

@@ -172,8 +172,12 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             axis: i(0),
             saturate: flag,
             to: dtype,
+            block_size: 0,
         },
-        71 => Op::DequantizeLinear { axis: i(0) },
+        71 => Op::DequantizeLinear {
+            axis: i(0),
+            block_size: 0,
+        },
         72 => Op::Amax,
         73 => Op::ComputeScale {
             fmt: dtype,

@@ -9,12 +9,11 @@ use fp8c_ir::{DType, Op, Tensor, Value};
 /// Most elements of a zero point the importer makes.
 const MAX_ZERO_POINT: u64 = 1 << 24;
 
-fn reject_blocked(cx: &NodeCx<'_>) -> Result<(), OnnxError> {
+/// `block_size` (opset 21): 0 for per-tensor / per-axis scales, > 0 for blocked ones.
+fn block_size(cx: &NodeCx<'_>) -> Result<i64, OnnxError> {
     match cx.attr_int("block_size", 0)? {
-        0 => Ok(()),
-        b => Err(cx.err(format!(
-            "blocked quantization (block_size = {b}) is not supported"
-        ))),
+        b if b >= 0 => Ok(b),
+        b => Err(cx.err(format!("attribute `block_size` = {b} must be ≥ 0"))),
     }
 }
 
@@ -35,7 +34,7 @@ fn zero_point(cx: &mut NodeCx<'_>, dtype: DType, scale: Value) -> Result<Value, 
 
 /// The quantized type: the zero point's, else `output_dtype` (opset 21), else uint8.
 pub(super) fn quantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    reject_blocked(cx)?;
+    let block_size = block_size(cx)?;
     let axis = cx.attr_int("axis", 1)?;
     let saturate = cx.attr_bool("saturate", true)?;
     let (x, scale) = (cx.input(0)?, cx.input(1)?);
@@ -69,7 +68,12 @@ pub(super) fn quantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxErr
         }
     };
     Ok(vec![cx.add(
-        Op::QuantizeLinear { axis, saturate, to },
+        Op::QuantizeLinear {
+            axis,
+            saturate,
+            to,
+            block_size,
+        },
         &[x, scale, zp],
     )?])
 }
@@ -93,7 +97,7 @@ fn dtype_attr(cx: &NodeCx<'_>, name: &str, since: i64) -> Result<Option<DType>, 
 
 /// The output has the scale's type, or `output_dtype` (opset 23) through a Cast.
 pub(super) fn dequantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    reject_blocked(cx)?;
+    let block_size = block_size(cx)?;
     let axis = cx.attr_int("axis", 1)?;
     let (x, scale) = (cx.input(0)?, cx.input(1)?);
     let cast_to = dtype_attr(cx, "output_dtype", 23)?.filter(|&d| d != cx.ty(scale).dtype);
@@ -105,11 +109,18 @@ pub(super) fn dequantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxE
         }
     };
     match cast_to {
-        None => Ok(vec![
-            cx.add(Op::DequantizeLinear { axis }, &[x, scale, zp])?,
-        ]),
+        None => {
+            Ok(vec![cx.add(
+                Op::DequantizeLinear { axis, block_size },
+                &[x, scale, zp],
+            )?])
+        }
         Some(to) => {
-            let y = cx.add_helper("dq", Op::DequantizeLinear { axis }, &[x, scale, zp])?;
+            let y = cx.add_helper(
+                "dq",
+                Op::DequantizeLinear { axis, block_size },
+                &[x, scale, zp],
+            )?;
             Ok(vec![cx.add(Op::Cast { to, saturate: true }, &[y])?])
         }
     }
