@@ -44,7 +44,7 @@ PINNED_ONNX = "1.22.0"
 
 # fp8c's importer op list (ai.onnx domain), plus CastLike for the castlike tests.
 OPS = """
-Abs Add And AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
+Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
 ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expand Flatten Floor
 Gather GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax

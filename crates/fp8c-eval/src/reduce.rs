@@ -31,6 +31,34 @@ pub(crate) fn eval(op: ReduceOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
             let [x, axis] = args(inputs)?;
             return Ok(vec![cum_sum(x, axis, *exclusive, *reverse)?]);
         }
+        ReduceOp::ArgMax {
+            axis,
+            keepdims,
+            select_last_index,
+        } => {
+            let [x] = args(inputs)?;
+            return Ok(vec![arg_extreme(
+                x,
+                *axis,
+                *keepdims,
+                *select_last_index,
+                true,
+            )?]);
+        }
+        ReduceOp::ArgMin {
+            axis,
+            keepdims,
+            select_last_index,
+        } => {
+            let [x] = args(inputs)?;
+            return Ok(vec![arg_extreme(
+                x,
+                *axis,
+                *keepdims,
+                *select_last_index,
+                false,
+            )?]);
+        }
         ReduceOp::__Lifetime(never, _) => match never {},
     };
     let [x] = args(inputs)?;
@@ -46,7 +74,9 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceMin { .. }
         | ReduceOp::ReduceProd { .. }
         | ReduceOp::AllFinite
-        | ReduceOp::CumSum { .. } => Support::Yes,
+        | ReduceOp::CumSum { .. }
+        | ReduceOp::ArgMax { .. }
+        | ReduceOp::ArgMin { .. } => Support::Yes,
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -276,4 +306,81 @@ fn cum_sum(x: &Tensor, axis: &Tensor, exclusive: bool, reverse: bool) -> KResult
         Data::Bool(_) => return dtype_err!("cum_sum takes numbers, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())
+}
+
+/// ONNX ArgMax (`max`) / ArgMin: the i64 index of the extreme along the axis; ties give the
+/// first index, or the last with `select_last_index`. A NaN is never selected over a number
+/// (comparisons with NaN are false), as onnxruntime's loop does.
+fn arg_extreme(x: &Tensor, axis: i64, keepdims: bool, last: bool, max: bool) -> KResult<Tensor> {
+    let dims = dims_of(x);
+    if dims.is_empty() {
+        return Err(Fail::new(
+            ErrorKind::Shape,
+            "arg_max/arg_min need an input of rank ≥ 1",
+        ));
+    }
+    let ax = norm_axis(axis, dims.len())?;
+    let (outer, d, inner) = (
+        dims[..ax].iter().product::<usize>(),
+        dims[ax],
+        dims[ax + 1..].iter().product::<usize>(),
+    );
+    if d == 0 {
+        return Err(Fail::new(
+            ErrorKind::Shape,
+            format!("axis {ax} is empty: there is no extreme to index"),
+        ));
+    }
+    let vals = match Data::load(x)? {
+        Data::F64(v) => v,
+        Data::F32(v) => v.into_iter().map(f64::from).collect(),
+        Data::I64(v) => v.into_iter().map(|a| a as f64).collect(),
+        Data::I32(v) => v.into_iter().map(f64::from).collect(),
+        Data::I16(v) => v.into_iter().map(f64::from).collect(),
+        Data::I8(v) => v.into_iter().map(f64::from).collect(),
+        Data::U8(v) => v.into_iter().map(f64::from).collect(),
+        Data::Bool(_) => return dtype_err!("arg_max/arg_min take numbers, got bool"),
+    };
+    // i64 values beyond 2^53 compare exactly in i64, not f64.
+    let ints = match x.dtype() {
+        DType::I64 => Some(crate::data::int_values(x, "data")?),
+        _ => None,
+    };
+    let better = |a: usize, b: usize| -> (bool, bool) {
+        // (a strictly beats b, a equals b)
+        match &ints {
+            Some(v) => (if max { v[a] > v[b] } else { v[a] < v[b] }, v[a] == v[b]),
+            None => (
+                if max {
+                    vals[a] > vals[b]
+                } else {
+                    vals[a] < vals[b]
+                },
+                vals[a] == vals[b],
+            ),
+        }
+    };
+    let mut out = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| (o * d + j) * inner + i;
+            let mut best = 0usize;
+            for j in 1..d {
+                let (beats, ties) = better(at(j), at(best));
+                if beats || (last && ties) {
+                    best = j;
+                }
+            }
+            out.push(best as i64);
+        }
+    }
+    let mut shape: Vec<u64> = Vec::with_capacity(dims.len());
+    for (k, &n) in x.shape().iter().enumerate() {
+        if k != ax {
+            shape.push(n);
+        } else if keepdims {
+            shape.push(1);
+        }
+    }
+    Tensor::from_pod(DType::I64, shape, &out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }

@@ -328,6 +328,11 @@ define_ops! {
         /// once per output; integers wrap), excluding the current element when `exclusive`,
         /// from the end when `reverse`.
         CumSum { exclusive: bool, reverse: bool } => "cum_sum",
+        /// ONNX ArgMax: the i64 index of the largest element along `axis` (the first one, or
+        /// the last with `select_last_index`); the axis is kept as 1 with `keepdims`.
+        ArgMax { axis: i64, keepdims: bool, select_last_index: bool } => "arg_max",
+        /// ONNX ArgMin: as `arg_max`, for the smallest element.
+        ArgMin { axis: i64, keepdims: bool, select_last_index: bool } => "arg_min",
     }
     /// Shape arithmetic and data movement.
     family Movement(MovementOp) {

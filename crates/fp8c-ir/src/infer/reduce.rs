@@ -26,6 +26,9 @@ pub(super) fn infer(op: ReduceOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
             vec![TensorType::scalar(DType::Bool)]
         }
         ReduceOp::CumSum { .. } => one(cum_sum(inputs)?),
+        ReduceOp::ArgMax { axis, keepdims, .. } | ReduceOp::ArgMin { axis, keepdims, .. } => {
+            one(arg_extreme(inputs, *axis, *keepdims)?)
+        }
         ReduceOp::__Lifetime(never, _) => match never {},
     })
 }
@@ -49,6 +52,25 @@ fn reduce(inputs: &[InferInput<'_>], axes: Option<&[i64]>, keepdims: bool) -> Re
         })
         .collect();
     Ok(TensorType::new(x.dtype(), shape))
+}
+
+/// `arg_max` / `arg_min`: i64 indices, the axis removed (or kept as 1 with `keepdims`).
+fn arg_extreme(inputs: &[InferInput<'_>], axis: i64, keepdims: bool) -> Res<TensorType> {
+    let [x] = args(inputs, ["data"])?;
+    x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    x.expect_min_rank(1, "it needs an axis to search along")?;
+    let ax = axis_of(&x, axis, "axis")?;
+    let shape = x
+        .shape()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match (i == ax, keepdims) {
+            (false, _) => Some(d.clone()),
+            (true, true) => Some(Dim::Known(1)),
+            (true, false) => None,
+        })
+        .collect();
+    Ok(TensorType::new(DType::I64, shape))
 }
 
 /// `cum_sum(x, axis)`: x's type; the axis (a scalar-like i64/i32) is checked when known.

@@ -305,13 +305,23 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             reverse: !flag,
         },
         99 => Op::GatherNd { batch_dims: i(0) },
+        100 => Op::ArgMax {
+            axis: i(0),
+            keepdims: flag,
+            select_last_index: !flag,
+        },
+        101 => Op::ArgMin {
+            axis: i(1),
+            keepdims: !flag,
+            select_last_index: flag,
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 101;
+const OP_KINDS: usize = 103;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

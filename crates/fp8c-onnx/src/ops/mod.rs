@@ -47,6 +47,8 @@ macro_rules! registry {
 registry! {
     "Abs" 1..=1 => |cx| math::unary(cx, Op::Abs),
     "Add" 2..=2 => |cx| math::binary(cx, Op::Add),
+    "ArgMax" 1..=1 => |cx| reduce::arg_extreme(cx, true),
+    "ArgMin" 1..=1 => |cx| reduce::arg_extreme(cx, false),
     "And" 2..=2 => |cx| math::binary(cx, Op::And),
     "AveragePool" 1..=1 => nn::average_pool,
     "BatchNormalization" 5..=5 => nn::batch_norm,

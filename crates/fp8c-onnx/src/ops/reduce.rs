@@ -40,3 +40,26 @@ pub(super) fn cum_sum(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let (x, axis) = (cx.input(0)?, cx.input(1)?);
     Ok(vec![cx.add(Op::CumSum { exclusive, reverse }, &[x, axis])?])
 }
+
+/// ArgMax (`max`) / ArgMin: `axis` (default 0), `keepdims` (default 1), `select_last_index`
+/// (opset 12+, default 0).
+pub(super) fn arg_extreme(cx: &mut NodeCx<'_>, max: bool) -> Result<Vec<Value>, OnnxError> {
+    let axis = cx.attr_int("axis", 0)?;
+    let keepdims = cx.attr_bool("keepdims", true)?;
+    let select_last_index = cx.attr_bool("select_last_index", false)?;
+    let x = cx.input(0)?;
+    let op = if max {
+        Op::ArgMax {
+            axis,
+            keepdims,
+            select_last_index,
+        }
+    } else {
+        Op::ArgMin {
+            axis,
+            keepdims,
+            select_last_index,
+        }
+    };
+    Ok(vec![cx.add(op, &[x])?])
+}

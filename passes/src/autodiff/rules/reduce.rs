@@ -15,7 +15,9 @@ pub(super) fn support(o: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceMin { .. }
         | ReduceOp::CumSum { .. } => Support::Yes,
         ReduceOp::ReduceProd { .. } => Support::No("reduce_prod has no gradient rule yet"),
-        ReduceOp::AllFinite => Support::No(NOT_FLOAT),
+        ReduceOp::AllFinite | ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => {
+            Support::No(NOT_FLOAT)
+        }
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }

@@ -455,6 +455,8 @@ mod tests {
         "max_pool_grad",
         "average_pool_grad",
         "cum_sum",
+        "arg_max",
+        "arg_min",
         "gather_nd",
         "range",
         "tile",

@@ -10,6 +10,9 @@ use fp8c_ir::{ReduceOp, Support};
 const CUM_SUM: &str = "cum_sum has no CUDA kernel yet (exports use it on integer mask data, \
      which is folded by the CPU reference when its inputs are constant)";
 
+const ARG: &str = "arg_max and arg_min have no CUDA kernel yet (classifier heads: run them on \
+     the CPU backend)";
+
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: ReduceOp<'_>) -> Support {
     match op {
@@ -20,6 +23,7 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceProd { .. }
         | ReduceOp::AllFinite => Support::Yes,
         ReduceOp::CumSum { .. } => Support::No(CUM_SUM),
+        ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => Support::No(ARG),
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -34,6 +38,7 @@ impl Lowerer<'_> {
             ReduceOp::ReduceMin { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 3),
             ReduceOp::ReduceProd { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 4),
             ReduceOp::CumSum { .. } => Err(not_supported(&step.op, CUM_SUM)),
+            ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => Err(not_supported(&step.op, ARG)),
             ReduceOp::AllFinite => {
                 let y = outs[0];
                 let mut actions = vec![Action::Memset8 {
