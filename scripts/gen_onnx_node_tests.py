@@ -50,7 +50,7 @@ Gather GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice
-Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Unsqueeze Where Xor
+Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
 """.split()
 
 MANIFEST = "MANIFEST.tsv"

@@ -403,6 +403,19 @@ fn layout_ops() {
         157,
         "identity",
     );
+    for (upper, k) in [(true, 0), (false, 1), (true, -1)] {
+        movement_case(
+            |f, x| {
+                let k = f.i64s(&[k]);
+                let shape = f.i64s(&[]);
+                let k = f.op(Op::Reshape { allowzero: false }, &[k, shape]);
+                vec![f.op(Op::Trilu { upper }, &[x, k])]
+            },
+            &[2, 3, 4],
+            158,
+            "trilu",
+        );
+    }
 }
 
 #[test]

@@ -67,6 +67,10 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
         }
         MovementOp::Range => range(inputs)?,
         MovementOp::Pad { mode } => pad(inputs, *mode)?,
+        MovementOp::Trilu { upper } => {
+            let [x, k] = args(inputs)?;
+            trilu(x, k, *upper)?
+        }
         MovementOp::Tile => {
             let [x, repeats] = args(inputs)?;
             tile(x, repeats)?
@@ -99,6 +103,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::Range
         | MovementOp::Pad { .. }
         | MovementOp::Tile
+        | MovementOp::Trilu { .. }
         | MovementOp::GatherGrad { .. } => Support::Yes,
         MovementOp::__Lifetime(never, _) => match never {},
     }
@@ -610,6 +615,36 @@ fn gather_nd(x: &Tensor, indices: &Tensor, batch_dims: i64) -> KResult<Tensor> {
         }
     }
     tensor(x.dtype(), out_shape, out)
+}
+
+/// ONNX Trilu: zeros outside the upper (column − row ≥ k) or lower (column − row ≤ k)
+/// triangle of every matrix of the last two axes.
+fn trilu(x: &Tensor, k: &Tensor, upper: bool) -> KResult<Tensor> {
+    if k.len() != 1 {
+        return shape_err!("k must be a scalar, got shape {:?}", k.shape());
+    }
+    let k = int_values(k, "k")?[0];
+    let dims = dims_of(x);
+    let r = dims.len();
+    if r < 2 {
+        return shape_err!("trilu needs rank ≥ 2, got {:?}", x.shape());
+    }
+    let (rows, cols) = (dims[r - 2], dims[r - 1]);
+    let es = x.dtype().size();
+    let mut out = x.bytes().to_vec();
+    for (e, chunk) in out.chunks_exact_mut(es).enumerate() {
+        let (i, j) = (((e / cols) % rows) as i128, (e % cols) as i128);
+        let d = j - i;
+        let keep = if upper {
+            d >= i128::from(k)
+        } else {
+            d <= i128::from(k)
+        };
+        if !keep {
+            chunk.fill(0);
+        }
+    }
+    tensor(x.dtype(), x.shape().to_vec(), out)
 }
 
 /// Values of an index tensor of any shape (i64 or i32).

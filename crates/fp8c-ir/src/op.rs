@@ -370,6 +370,10 @@ define_ops! {
         /// and indices; output the data's shape (axis dim `size`), zero except that each gathered
         /// slice of dy is added back where it came from (repeated indices accumulate).
         GatherGrad { axis: i64, size: i64 } => "gather_grad" [training],
+        /// ONNX Trilu: inputs x (rank ≥ 2) and k (an i64 scalar, the diagonal offset); keeps the
+        /// upper (`upper`: column − row ≥ k) or lower (column − row ≤ k) triangle of each matrix
+        /// of the last two axes, zeros elsewhere.
+        Trilu { upper: bool } => "trilu",
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {

@@ -32,6 +32,13 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
         MovementOp::Range => one(range(inputs)?),
         MovementOp::Pad { .. } => one(pad(inputs)?),
         MovementOp::Tile => one(tile(inputs)?),
+        MovementOp::Trilu { .. } => {
+            let [x, k] = args(inputs, ["input", "k"])?;
+            x.expect_min_rank(2, "it works on matrices of the last two axes")?;
+            k.expect(is_index(k.dtype()), "i64 or i32")?;
+            k.expect_scalar_like()?;
+            one(x.ty.clone())
+        }
         MovementOp::GatherGrad { axis, size } => {
             let [dy, indices] = args(inputs, ["dy", "indices"])?;
             dy.expect(is_math_float(dy.dtype()), MATH_FLOAT)?;

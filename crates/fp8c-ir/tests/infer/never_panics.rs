@@ -310,6 +310,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             keepdims: flag,
             select_last_index: !flag,
         },
+        102 => Op::Trilu { upper: flag },
         101 => Op::ArgMin {
             axis: i(1),
             keepdims: !flag,
@@ -321,7 +322,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     }
 }
 
-const OP_KINDS: usize = 103;
+const OP_KINDS: usize = 104;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

@@ -124,6 +124,7 @@ registry! {
     "Sum" 1..=MANY => |cx| math::variadic(cx, Op::Add),
     "Tanh" 1..=1 => |cx| math::unary(cx, Op::Tanh),
     "Tile" 2..=2 => |cx| math::plain(cx, Op::Tile),
+    "Trilu" 1..=2 => shape::trilu,
     "Transpose" 1..=1 => shape::transpose,
     "Unsqueeze" 1..=2 => shape::unsqueeze,
     "Where" 3..=3 => |cx| math::plain(cx, Op::Where),

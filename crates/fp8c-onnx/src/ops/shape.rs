@@ -69,6 +69,23 @@ pub(super) fn gather_nd(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::GatherNd { batch_dims }, &[x, idx])?])
 }
 
+/// Trilu: `upper` (default 1) and an optional k input (default 0, made a constant).
+pub(super) fn trilu(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let upper = cx.attr_bool("upper", true)?;
+    let x = cx.input(0)?;
+    let k = match cx.opt_input(1) {
+        Some(k) => k,
+        None => cx.add_helper(
+            "k",
+            Op::Constant {
+                value: fp8c_ir::Tensor::from_i64(vec![], &[0]),
+            },
+            &[],
+        )?,
+    };
+    Ok(vec![cx.add(Op::Trilu { upper }, &[x, k])?])
+}
+
 pub(super) fn shape(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let start = cx.attr_int("start", 0)?;
     let end = cx.attr_int_opt("end")?;

@@ -28,7 +28,8 @@ pub(super) fn support(o: MovementOp<'_>) -> Support {
         | MovementOp::Tile
         | MovementOp::Shape { .. }
         | MovementOp::ConstantOfShape { .. }
-        | MovementOp::Range => Support::Yes,
+        | MovementOp::Range
+        | MovementOp::Trilu { .. } => Support::Yes,
         MovementOp::GatherNd { .. } => Support::No(
             "gather_nd has no gradient rule yet (exports use it on mask data, which needs none)",
         ),
@@ -148,6 +149,12 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             rest(e.reshape(&at.n("d0"), s, &xd)?)
         }
         Op::Identity => rest(at.dy()?),
+        // The kept triangle passes its gradient; the zeroed part gets none.
+        Op::Trilu { upper } => rest(e.op(
+            &at.n("d0"),
+            Op::Trilu { upper: *upper },
+            &[at.dy()?, at.ins[1]],
+        )?),
         // Shapes, ranges, constants and integer ops have no gradient.
         Op::Shape { .. } | Op::ConstantOfShape { .. } | Op::Range | Op::Constant { .. } => {
             vec![None; at.ins.len()]

@@ -460,6 +460,7 @@ mod tests {
         "gather_nd",
         "range",
         "tile",
+        "trilu",
         "quantize_linear",
         "dequantize_linear",
     ];

@@ -20,6 +20,8 @@ const TILE: &str =
 /// Why `pad` modes other than constant do not run on CUDA.
 const GATHER_ND: &str = "gather_nd has no CUDA kernel yet (exports use it on mask data, which \
      is folded by the CPU reference when its inputs are constant)";
+const TRILU: &str = "trilu has no CUDA kernel yet (causal masks of constants are folded by the \
+     CPU reference)";
 const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
 
 /// Whether a pad mode runs on CUDA.
@@ -36,6 +38,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::Range => Support::No(RANGE),
         MovementOp::GatherNd { .. } => Support::No(GATHER_ND),
         MovementOp::Tile => Support::No(TILE),
+        MovementOp::Trilu { .. } => Support::No(TRILU),
         MovementOp::Pad { mode } => pad_mode(*mode),
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -183,6 +186,7 @@ impl Lowerer<'_> {
             MovementOp::Range => Err(not_supported(&step.op, RANGE)),
             MovementOp::GatherNd { .. } => Err(not_supported(&step.op, GATHER_ND)),
             MovementOp::Tile => Err(not_supported(&step.op, TILE)),
+            MovementOp::Trilu { .. } => Err(not_supported(&step.op, TRILU)),
             MovementOp::__Lifetime(never, _) => match never {},
         }
     }
