@@ -46,7 +46,7 @@ PINNED_ONNX = "1.22.0"
 OPS = """
 Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
 ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expand Flatten Floor
-Gather GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
+Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice

@@ -67,6 +67,10 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
         }
         MovementOp::Range => range(inputs)?,
         MovementOp::Pad { mode } => pad(inputs, *mode)?,
+        MovementOp::GatherElements { axis } => {
+            let [x, indices] = args(inputs)?;
+            gather_elements(x, indices, *axis)?
+        }
         MovementOp::Trilu { upper } => {
             let [x, k] = args(inputs)?;
             trilu(x, k, *upper)?
@@ -104,6 +108,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::Pad { .. }
         | MovementOp::Tile
         | MovementOp::Trilu { .. }
+        | MovementOp::GatherElements { .. }
         | MovementOp::GatherGrad { .. } => Support::Yes,
         MovementOp::__Lifetime(never, _) => match never {},
     }
@@ -615,6 +620,52 @@ fn gather_nd(x: &Tensor, indices: &Tensor, batch_dims: i64) -> KResult<Tensor> {
         }
     }
     tensor(x.dtype(), out_shape, out)
+}
+
+/// ONNX GatherElements along `axis`: the output has the indices' shape; each element is
+/// data at the same position except along the axis, where the index says (negative from the
+/// end).
+fn gather_elements(x: &Tensor, indices: &Tensor, axis: i64) -> KResult<Tensor> {
+    if !matches!(indices.dtype(), DType::I64 | DType::I32) {
+        return dtype_err!("indices must be i64 or i32, got {}", indices.dtype());
+    }
+    let (dims, idims) = (dims_of(x), dims_of(indices));
+    if dims.len() != idims.len() || dims.is_empty() {
+        return shape_err!(
+            "data {:?} and indices {:?} must have the same rank ≥ 1",
+            x.shape(),
+            indices.shape()
+        );
+    }
+    let ax = norm_axis(axis, dims.len())?;
+    for (i, (&d, &n)) in dims.iter().zip(&idims).enumerate() {
+        if i != ax && n > d {
+            return shape_err!(
+                "indices {:?} exceed data {:?} along dim {i}",
+                indices.shape(),
+                x.shape()
+            );
+        }
+    }
+    let idx = int_list_any(indices)?;
+    let (xs, is) = (strides_of(&dims), strides_of(&idims));
+    let es = x.dtype().size();
+    let src = x.bytes();
+    let d = dims[ax] as i64;
+    let mut out = Vec::with_capacity(idx.len() * es);
+    for (e, &i) in idx.iter().enumerate() {
+        let j = if i < 0 { i + d } else { i };
+        if j < 0 || j >= d {
+            return value_err!("index {i} is out of range for axis {ax} of size {d}");
+        }
+        let mut off = 0usize;
+        for k in 0..dims.len() {
+            let c = (e / is[k]) % idims[k];
+            off += if k == ax { j as usize } else { c } * xs[k];
+        }
+        out.extend_from_slice(&src[off * es..(off + 1) * es]);
+    }
+    tensor(x.dtype(), indices.shape().to_vec(), out)
 }
 
 /// ONNX Trilu: zeros outside the upper (column − row ≥ k) or lower (column − row ≤ k)

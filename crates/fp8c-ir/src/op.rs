@@ -374,6 +374,10 @@ define_ops! {
         /// upper (`upper`: column − row ≥ k) or lower (column − row ≤ k) triangle of each matrix
         /// of the last two axes, zeros elsewhere.
         Trilu { upper: bool } => "trilu",
+        /// ONNX GatherElements: inputs data and indices (i64/i32) of the same rank; output
+        /// shaped like indices, `out[..., i_axis, ...] = data[..., indices[...], ...]` along
+        /// `axis` (negative indices count from the end).
+        GatherElements { axis: i64 } => "gather_elements",
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {

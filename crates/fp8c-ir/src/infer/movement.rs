@@ -32,6 +32,28 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
         MovementOp::Range => one(range(inputs)?),
         MovementOp::Pad { .. } => one(pad(inputs)?),
         MovementOp::Tile => one(tile(inputs)?),
+        MovementOp::GatherElements { axis } => {
+            let [data, indices] = args(inputs, ["data", "indices"])?;
+            indices.expect(is_index(indices.dtype()), "i64 or i32")?;
+            data.expect_min_rank(1, "it gathers along an axis")?;
+            let ax = axis_of(&data, *axis, "axis")?;
+            if indices.rank() != data.rank() {
+                return Err(indices.shape_err(format!(
+                    "expected the rank of {data} {} (rank {})",
+                    data.ty,
+                    data.rank()
+                )));
+            }
+            for (i, (d, n)) in data.shape().iter().zip(indices.shape()).enumerate() {
+                if let (Dim::Known(d), Dim::Known(n)) = (d, n)
+                    && i != ax
+                    && n > d
+                {
+                    return Err(indices.shape_err(format!("dim {i} ({n}) exceeds {data}'s ({d})")));
+                }
+            }
+            one(TensorType::new(data.dtype(), indices.shape().to_vec()))
+        }
         MovementOp::Trilu { .. } => {
             let [x, k] = args(inputs, ["input", "k"])?;
             x.expect_min_rank(2, "it works on matrices of the last two axes")?;

@@ -311,6 +311,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             select_last_index: !flag,
         },
         102 => Op::Trilu { upper: flag },
+        103 => Op::GatherElements { axis: i(0) },
         101 => Op::ArgMin {
             axis: i(1),
             keepdims: !flag,
@@ -322,7 +323,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     }
 }
 
-const OP_KINDS: usize = 104;
+const OP_KINDS: usize = 105;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

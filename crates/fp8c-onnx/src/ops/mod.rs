@@ -73,6 +73,7 @@ registry! {
     "Floor" 1..=1 => |cx| math::unary(cx, Op::Floor),
     "Gather" 2..=2 => shape::gather,
     "GatherND" 2..=2 => shape::gather_nd,
+    "GatherElements" 2..=2 => shape::gather_elements,
     "Gelu" 1..=1 => nn::gelu,
     "Gemm" 2..=3 => math::gemm,
     "GlobalAveragePool" 1..=1 => |cx| math::unary(cx, Op::GlobalAveragePool),

@@ -63,6 +63,12 @@ pub(super) fn gather(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::Gather { axis }, &[x, idx])?])
 }
 
+pub(super) fn gather_elements(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let axis = cx.attr_int("axis", 0)?;
+    let (x, idx) = (cx.input(0)?, cx.input(1)?);
+    Ok(vec![cx.add(Op::GatherElements { axis }, &[x, idx])?])
+}
+
 pub(super) fn gather_nd(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let batch_dims = cx.attr_int("batch_dims", 0)?;
     let (x, idx) = (cx.input(0)?, cx.input(1)?);

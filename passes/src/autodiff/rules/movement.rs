@@ -33,6 +33,9 @@ pub(super) fn support(o: MovementOp<'_>) -> Support {
         MovementOp::GatherNd { .. } => Support::No(
             "gather_nd has no gradient rule yet (exports use it on mask data, which needs none)",
         ),
+        MovementOp::GatherElements { .. } => {
+            Support::No("gather_elements has no gradient rule yet (it needs a scatter-add)")
+        }
         MovementOp::GatherGrad { .. } => Support::No(SECOND_ORDER),
         MovementOp::__Lifetime(never, _) => match never {},
     }

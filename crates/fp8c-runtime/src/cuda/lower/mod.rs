@@ -461,6 +461,7 @@ mod tests {
         "range",
         "tile",
         "trilu",
+        "gather_elements",
         "quantize_linear",
         "dequantize_linear",
     ];

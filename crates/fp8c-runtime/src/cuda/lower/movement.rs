@@ -22,6 +22,8 @@ const GATHER_ND: &str = "gather_nd has no CUDA kernel yet (exports use it on mas
      is folded by the CPU reference when its inputs are constant)";
 const TRILU: &str = "trilu has no CUDA kernel yet (causal masks of constants are folded by the \
      CPU reference)";
+const GATHER_ELEMENTS: &str = "gather_elements has no CUDA kernel yet (run the model on the \
+     CPU backend)";
 const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
 
 /// Whether a pad mode runs on CUDA.
@@ -39,6 +41,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::GatherNd { .. } => Support::No(GATHER_ND),
         MovementOp::Tile => Support::No(TILE),
         MovementOp::Trilu { .. } => Support::No(TRILU),
+        MovementOp::GatherElements { .. } => Support::No(GATHER_ELEMENTS),
         MovementOp::Pad { mode } => pad_mode(*mode),
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -187,6 +190,7 @@ impl Lowerer<'_> {
             MovementOp::GatherNd { .. } => Err(not_supported(&step.op, GATHER_ND)),
             MovementOp::Tile => Err(not_supported(&step.op, TILE)),
             MovementOp::Trilu { .. } => Err(not_supported(&step.op, TRILU)),
+            MovementOp::GatherElements { .. } => Err(not_supported(&step.op, GATHER_ELEMENTS)),
             MovementOp::__Lifetime(never, _) => match never {},
         }
     }
