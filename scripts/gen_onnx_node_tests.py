@@ -48,7 +48,7 @@ Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip
 ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expand Flatten Floor
 Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
-MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear Range Reciprocal
+MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
 """.split()

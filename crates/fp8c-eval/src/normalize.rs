@@ -26,6 +26,10 @@ pub(crate) fn eval(op: NormalizeOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tenso
         NormalizeOp::LayerNormalization { axis, epsilon } => {
             one(layer_norm(inputs, *axis, *epsilon)?)
         }
+        NormalizeOp::RmsNormalization { axis, epsilon } => {
+            let [_, _] = args(inputs)?;
+            one(normalize_rows(inputs, *axis, *epsilon, true)?)
+        }
         NormalizeOp::Softmax { axis } => {
             let [x] = args(inputs)?;
             one(softmax(x, *axis, false)?)
@@ -51,6 +55,7 @@ pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
     match op {
         NormalizeOp::BatchNormalization { .. }
         | NormalizeOp::LayerNormalization { .. }
+        | NormalizeOp::RmsNormalization { .. }
         | NormalizeOp::Softmax { .. }
         | NormalizeOp::LogSoftmax { .. }
         | NormalizeOp::LayerNormGrad { .. }
@@ -120,6 +125,12 @@ fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
 /// `(x − mean) / sqrt(var + epsilon) · scale + bias` with the biased variance (two passes).
 /// Scale and bias broadcast to the normalised dims.
 pub(crate) fn layer_norm(inputs: &[&Tensor], axis: i64, epsilon: f32) -> KResult<Tensor> {
+    normalize_rows(inputs, axis, epsilon, false)
+}
+
+/// Layer norm (`rms = false`: `(x − mean)/√(var + ε)`) or RMS norm (`rms`: `x/√(mean(x²) + ε)`)
+/// over axes `axis..`, times scale (plus bias), in f64 and rounded once.
+fn normalize_rows(inputs: &[&Tensor], axis: i64, epsilon: f32, rms: bool) -> KResult<Tensor> {
     let (x, scale, bias) = match inputs {
         [x, s] => (*x, *s, None),
         [x, s, b] => (*x, *s, Some(*b)),
@@ -153,7 +164,7 @@ pub(crate) fn layer_norm(inputs: &[&Tensor], axis: i64, epsilon: f32) -> KResult
     let eps = f64::from(epsilon);
     let out = rows(&xv, cols, |_, xr, o| {
         let n = xr.len() as f64;
-        let mean = xr.iter().sum::<f64>() / n;
+        let mean = if rms { 0.0 } else { xr.iter().sum::<f64>() / n };
         let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / n;
         let inv = 1.0 / (var + eps).sqrt();
         for (j, (y, &xi)) in o.iter_mut().zip(xr).enumerate() {

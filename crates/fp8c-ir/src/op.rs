@@ -313,6 +313,9 @@ define_ops! {
         /// Gradient of `softmax { axis }` (`log_softmax` when `log`): inputs the forward output y
         /// and dy; output dx (`y·(dy − Σdy·y)`, or `dy − exp(y)·Σdy`).
         SoftmaxGrad { axis: i64, log: bool } => "softmax_grad" [training],
+        /// ONNX RMSNormalization (opset 23): inputs x and scale; over axes `axis..rank`,
+        /// `y = x / √(mean(x²) + epsilon) · scale` (accumulated in f64, rounded once).
+        RmsNormalization { axis: i64, epsilon: f32 } => "rms_norm",
     }
     /// Reductions (axes None = all axes, as ONNX) and the finiteness check.
     family Reduce(ReduceOp) {

@@ -13,6 +13,10 @@ pub(super) fn infer(op: NormalizeOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<T
     Ok(match op {
         NormalizeOp::BatchNormalization { .. } => one(batch_norm(inputs)?),
         NormalizeOp::LayerNormalization { axis, .. } => one(layer_norm(inputs, *axis)?),
+        NormalizeOp::RmsNormalization { axis, .. } => {
+            let [_, _] = super::common::args(inputs, ["X", "scale"])?;
+            one(layer_norm(inputs, *axis)?)
+        }
         NormalizeOp::Softmax { axis } | NormalizeOp::LogSoftmax { axis } => {
             let [x] = args(inputs, ["input"])?;
             x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;

@@ -312,6 +312,10 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
         },
         102 => Op::Trilu { upper: flag },
         103 => Op::GatherElements { axis: i(0) },
+        104 => Op::RmsNormalization {
+            axis: i(0),
+            epsilon: 1e-5,
+        },
         101 => Op::ArgMin {
             axis: i(1),
             keepdims: !flag,
@@ -323,7 +327,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     }
 }
 
-const OP_KINDS: usize = 105;
+const OP_KINDS: usize = 106;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

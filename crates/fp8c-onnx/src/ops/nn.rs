@@ -271,3 +271,15 @@ pub(super) fn hard_swish(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let gate = hard_sigmoid_of(cx, x, 1.0 / 6.0, 0.5, false)?;
     Ok(vec![cx.add(Op::Mul, &[x, gate])?])
 }
+
+/// RMSNormalization (opset 23): `axis` (default -1), `epsilon` (default 1e-5); `stash_type`
+/// must be float (1, the default): fp8c accumulates in f64 and rounds once, at least as precise.
+pub(super) fn rms_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let axis = cx.attr_int("axis", -1)?;
+    let epsilon = cx.attr_float("epsilon", 1e-5)?;
+    let (x, scale) = (cx.input(0)?, cx.input(1)?);
+    Ok(vec![cx.add(
+        Op::RmsNormalization { axis, epsilon },
+        &[x, scale],
+    )?])
+}

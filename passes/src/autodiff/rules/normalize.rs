@@ -13,6 +13,9 @@ pub(super) fn support(o: NormalizeOp<'_>) -> Support {
         | NormalizeOp::LayerNormalization { .. }
         | NormalizeOp::Softmax { .. }
         | NormalizeOp::LogSoftmax { .. } => Support::Yes,
+        NormalizeOp::RmsNormalization { .. } => Support::No(
+            "rms_norm has no gradient rule yet (exports that decompose RMSNorm into primitive ops train)",
+        ),
         NormalizeOp::LayerNormGrad { .. } | NormalizeOp::SoftmaxGrad { .. } => {
             Support::No(SECOND_ORDER)
         }

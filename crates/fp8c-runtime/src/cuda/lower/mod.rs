@@ -454,6 +454,7 @@ mod tests {
         "conv_grad_weight",
         "max_pool_grad",
         "average_pool_grad",
+        "rms_norm",
         "cum_sum",
         "arg_max",
         "arg_min",

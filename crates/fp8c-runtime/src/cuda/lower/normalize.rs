@@ -2,7 +2,7 @@
 //! output and gradient (`layernorm.cu`), softmax, log-softmax and their gradient
 //! (`softmax.cu`).
 
-use super::{Action, Lowerer, R, float_word, norm_axis, numel, split3};
+use super::{Action, Lowerer, R, float_word, norm_axis, not_supported, numel, split3};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
@@ -17,6 +17,9 @@ pub(super) struct LnQuant {
     pub saturate: bool,
 }
 
+const RMS_NORM: &str = "rms_norm (ONNX RMSNormalization) has no CUDA kernel yet; exports that \
+     decompose RMSNorm into primitive ops run on CUDA";
+
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
     match op {
@@ -26,6 +29,7 @@ pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
         | NormalizeOp::LogSoftmax { .. }
         | NormalizeOp::LayerNormGrad { .. }
         | NormalizeOp::SoftmaxGrad { .. } => Support::Yes,
+        NormalizeOp::RmsNormalization { .. } => Support::No(RMS_NORM),
         NormalizeOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -41,6 +45,7 @@ impl Lowerer<'_> {
             NormalizeOp::LayerNormGrad { axis, epsilon } => {
                 self.layer_norm_grad(ins, outs, *axis, *epsilon)
             }
+            NormalizeOp::RmsNormalization { .. } => Err(not_supported(&step.op, RMS_NORM)),
             NormalizeOp::Softmax { axis } => self.softmax(ins[0], outs[0], *axis, false),
             NormalizeOp::LogSoftmax { axis } => self.softmax(ins[0], outs[0], *axis, true),
             NormalizeOp::SoftmaxGrad { axis, log } => {
