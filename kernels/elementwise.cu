@@ -40,6 +40,8 @@ __device__ __forceinline__ float ew_sigmoid(float x) {
 }
 __device__ __forceinline__ float ew_relu(float x) { return x < 0.0f ? 0.0f : x; }
 __device__ __forceinline__ float ew_floor(float x) { return floorf(x); }
+// −1, 0 or 1; ±0 and NaN are returned as they are (fp8c-ir's Sign row).
+__device__ __forceinline__ float ew_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 __device__ __forceinline__ float ew_ceil(float x) { return ceilf(x); }
 __device__ __forceinline__ float ew_sin(float x) { return sinf(x); }
 __device__ __forceinline__ float ew_cos(float x) { return cosf(x); }

@@ -49,7 +49,7 @@ ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expan
 Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
-ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice
+ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
 """.split()
 

@@ -48,6 +48,7 @@ pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
         | E::Tanh
         | E::Sigmoid
         | E::Floor
+        | E::Sign
         | E::Ceil
         | E::Sin
         | E::Cos
@@ -113,6 +114,7 @@ pub(crate) fn support(op: E<'_>) -> Support {
         | E::Sigmoid
         | E::Relu
         | E::Floor
+        | E::Sign
         | E::Ceil
         | E::Sin
         | E::Cos

@@ -383,6 +383,9 @@ elementwise_table! {
     Relu => Unary, cuda Ok("ew_relu({a0})"), float |x| if x < F::ZERO { F::ZERO } else { x },
         int |x| if x < I::ZERO { I::ZERO } else { x }, grad Grad::Formulas(&["where(x > 0, dy, 0)"]);
     Floor => Unary, cuda Ok("ew_floor({a0})"), float |x| x.floor(), grad Grad::Zero("floor is piecewise constant");
+    Sign => Unary, cuda Ok("ew_sign({a0})"),
+        float |x| if x > F::ZERO { F::ONE } else if x < F::ZERO { -F::ONE } else { x },
+        grad Grad::Zero("sign is piecewise constant");
     Ceil => Unary, cuda Ok("ew_ceil({a0})"), float |x| x.ceil(), grad Grad::Zero("ceil is piecewise constant");
     Sin => Unary, cuda Ok("ew_sin({a0})"), float |x| x.sin(), grad Grad::Formulas(&["dy * cos(x)"]);
     Cos => Unary, cuda Ok("ew_cos({a0})"), float |x| x.cos(), grad Grad::Formulas(&["-(dy * sin(x))"]);

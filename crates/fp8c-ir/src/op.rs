@@ -236,6 +236,8 @@ define_ops! {
         Ceil => "ceil",
         Sin => "sin",
         Cos => "cos",
+        /// ONNX Sign: −1, 0 or 1 (NaN stays NaN); floats.
+        Sign => "sign",
         /// ONNX Gelu (opset 20). The importer does not recognise decomposed erf-GELU; fusion folds
         /// such chains into one `elementwise_quantize` program instead.
         Gelu { approximate: GeluApprox } => "gelu",

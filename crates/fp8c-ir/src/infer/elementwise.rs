@@ -25,6 +25,7 @@ pub(super) fn infer(op: ElementwiseOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec
         | ElementwiseOp::Tanh
         | ElementwiseOp::Sigmoid
         | ElementwiseOp::Floor
+        | ElementwiseOp::Sign
         | ElementwiseOp::Ceil
         | ElementwiseOp::Sin
         | ElementwiseOp::Cos

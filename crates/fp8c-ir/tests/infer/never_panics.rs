@@ -312,6 +312,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
         },
         102 => Op::Trilu { upper: flag },
         103 => Op::GatherElements { axis: i(0) },
+        105 => Op::Sign,
         104 => Op::RmsNormalization {
             axis: i(0),
             epsilon: 1e-5,
@@ -327,7 +328,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     }
 }
 
-const OP_KINDS: usize = 106;
+const OP_KINDS: usize = 107;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

@@ -116,6 +116,7 @@ registry! {
     "Reshape" 2..=2 => shape::reshape,
     "Shape" 1..=1 => shape::shape,
     "Sigmoid" 1..=1 => |cx| math::unary(cx, Op::Sigmoid),
+    "Sign" 1..=1 => |cx| math::unary(cx, Op::Sign),
     "Sin" 1..=1 => |cx| math::unary(cx, Op::Sin),
     "Slice" 1..=5 => shape::slice,
     "Softmax" 1..=1 => |cx| nn::softmax(cx, |axis| Op::Softmax { axis }),

@@ -40,6 +40,7 @@ fn path(op: ElementwiseOp<'_>) -> Path {
         | E::Sigmoid
         | E::Relu
         | E::Floor
+        | E::Sign
         | E::Ceil
         | E::Sin
         | E::Cos
