@@ -130,19 +130,9 @@ fn fold_shape(g: &Graph, op: &Op, inputs: &[Value]) -> Option<Tensor> {
 /// Ops folding may evaluate: pure, deterministic, and not FP8 scaling machinery (whose
 /// state must stay visible as state).
 fn is_foldable(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Input { .. }
-            | Op::Param { .. }
-            | Op::State { .. }
-            | Op::Constant { .. }
-            | Op::Amax
-            | Op::ComputeScale { .. }
-            | Op::AmaxHistoryUpdate
-            | Op::Quantize { .. }
-            | Op::Dequantize { .. }
-            | Op::ScaledMatMul { .. }
-    )
+    // The interface and the FP8 scaling ops (the table's `scaling` flag: quantize,
+    // dequantize, amax, scales, histories, the FP8 GEMM) are never folded.
+    !(matches!(op.view(), fp8c_ir::OpView::Interface(_)) || op.props().scaling)
 }
 
 /// Bypasses nodes that return their first input unchanged. Returns how many.
