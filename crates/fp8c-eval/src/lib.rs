@@ -42,6 +42,7 @@ mod conv;
 mod elementwise;
 mod fp8;
 mod fused;
+mod gather;
 mod interface;
 mod linalg;
 mod loss;
