@@ -102,6 +102,25 @@ fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
+/// The SHA-256 (lowercase hex) of tensors: each name, dtype, shape and bytes in name order —
+/// independent of the file layout, so a reader can check the tensors it parsed.
+pub fn digest(tensors: &BTreeMap<String, Tensor>) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for (name, t) in tensors {
+        h.update((name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update(t.dtype().name().as_bytes());
+        h.update((t.shape().len() as u64).to_le_bytes());
+        for d in t.shape() {
+            h.update(d.to_le_bytes());
+        }
+        h.update((t.bytes().len() as u64).to_le_bytes());
+        h.update(t.bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Tensors by name and the file's metadata (string to string).
 pub type Parsed = (BTreeMap<String, Tensor>, BTreeMap<String, String>);
 

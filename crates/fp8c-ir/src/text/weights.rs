@@ -3,8 +3,9 @@
 //! the param, with its own dtype (FP8 as `F8_E4M3` / `F8_E5M2`, bf16 as `BF16`) — that
 //! Python's `safetensors.numpy.load_file` and Hugging Face tools read as they are.
 //!
-//! Reading checks every tensor against the graph's params (name, dtype, shape) and changes
-//! the graph only if the whole file is valid. Files of fp8c's earlier sidecar format (magic
+//! Reading checks every tensor against the graph's params (name, dtype, shape) and against the
+//! SHA-256 fp8c writes in the metadata (`fp8c.sha256`), and changes the graph only if the
+//! whole file is valid. Files of fp8c's earlier sidecar format (magic
 //! `FP8CW001`) are refused with a message naming the new one.
 
 use crate::graph::interface_name;
@@ -18,12 +19,19 @@ pub const OLD_WEIGHTS_MAGIC: &[u8; 8] = b"FP8CW001";
 
 /// Metadata key naming the graph a sidecar belongs to.
 const GRAPH_KEY: &str = "fp8c.graph";
+/// Metadata key of the tensors' SHA-256 (`safetensors_codec::digest`), checked on reading when
+/// present (files written by other tools have none).
+const DIGEST_KEY: &str = "fp8c.sha256";
 
 /// Writes every param's data (the graph's weights) as a safetensors file.
 pub fn write_weights(g: &Graph, w: &mut impl Write) -> Result<()> {
     let meta = BTreeMap::from([
         (GRAPH_KEY.to_string(), g.name().to_string()),
         ("format".to_string(), "pt".to_string()),
+        (
+            DIGEST_KEY.to_string(),
+            crate::safetensors_codec::digest(g.weights()),
+        ),
     ]);
     let bytes = crate::safetensors_codec::to_bytes(g.weights(), meta).map_err(bad)?;
     let io = |e: std::io::Error| IrError::Other(format!("writing weights: {e}"));
@@ -46,8 +54,15 @@ pub fn read_weights(g: &mut Graph, r: &mut impl Read) -> Result<()> {
              `fp8c compile MODEL.onnx --emit ir -o FILE` to write one",
         ));
     }
-    let (tensors, _) = crate::safetensors_codec::parse(&bytes).map_err(bad)?;
+    let (tensors, meta) = crate::safetensors_codec::parse(&bytes).map_err(bad)?;
     drop(bytes);
+    if let Some(want) = meta.get(DIGEST_KEY)
+        && *want != crate::safetensors_codec::digest(&tensors)
+    {
+        return Err(bad(
+            "the tensors do not match the file's checksum (fp8c.sha256): the file is damaged",
+        ));
+    }
     let params: BTreeMap<String, TensorType> = g
         .params()
         .iter()
