@@ -4,7 +4,10 @@
 //!
 //! Most of them are one primitive, [`gather_copy`]: per output axis a table gives the element
 //! offset to read along that axis (or `None`: a padding element). Transpose, slice, expand,
-//! tile, pad and gather are each just a way of building those tables.
+//! tile, pad and gather are each just a way of building those tables. The element-indexed
+//! gathers and scatters and `trilu` are in `movement/indexed.rs`.
+
+mod indexed;
 
 use crate::args;
 use crate::broadcast::broadcast_shapes;
@@ -75,6 +78,19 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
             let [dy, indices] = args(inputs)?;
             gather_grad(dy, indices, *axis, *size)?
         }
+        MovementOp::GatherElements { axis } => {
+            let [x, indices] = args(inputs)?;
+            indexed::gather_elements(x, indices, *axis)?
+        }
+        MovementOp::ScatterElements { axis, reduction } => {
+            let [x, indices, updates] = args(inputs)?;
+            indexed::scatter_elements(x, indices, updates, *axis, *reduction)?
+        }
+        MovementOp::ScatterNd { reduction } => {
+            let [x, indices, updates] = args(inputs)?;
+            indexed::scatter_nd(x, indices, updates, *reduction)?
+        }
+        MovementOp::Trilu { upper } => indexed::trilu(inputs, *upper)?,
         MovementOp::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -99,7 +115,11 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::Range
         | MovementOp::Pad { .. }
         | MovementOp::Tile
-        | MovementOp::GatherGrad { .. } => Support::Yes,
+        | MovementOp::GatherGrad { .. }
+        | MovementOp::GatherElements { .. }
+        | MovementOp::ScatterElements { .. }
+        | MovementOp::ScatterNd { .. }
+        | MovementOp::Trilu { .. } => Support::Yes,
         MovementOp::__Lifetime(never, _) => match never {},
     }
 }

@@ -31,6 +31,11 @@ word_enum!(
     PadMode { Constant => "constant", Reflect => "reflect", Edge => "edge", Wrap => "wrap" }
 );
 word_enum!(
+    /// ONNX `ScatterElements.reduction` / `ScatterND.reduction`: how an update combines with
+    /// the value already there (`none` overwrites).
+    ScatterReduction { None => "none", Add => "add", Mul => "mul", Max => "max", Min => "min" }
+);
+word_enum!(
     /// Where `compute_scale` takes its amax from.
     AmaxSource {
         /// Maximum over the whole amax history (delayed scaling, TE `max`).
@@ -365,6 +370,22 @@ define_ops! {
         /// and indices; output the data's shape (axis dim `size`), zero except that each gathered
         /// slice of dy is added back where it came from (repeated indices accumulate).
         GatherGrad { axis: i64, size: i64 } => "gather_grad" [training],
+        /// ONNX GatherElements: inputs data and indices (i64/i32, data's rank, each dim ≤
+        /// data's except along `axis`); `out[i..] = data[i.. with i_axis = indices[i..]]`, of
+        /// indices' shape (negative indices count from the end).
+        GatherElements { axis: i64 } => "gather_elements",
+        /// ONNX ScatterElements: inputs data, indices (i64/i32) and updates (indices' shape,
+        /// data's dtype); a copy of data where each `updates[i..]` lands at `i..` with
+        /// `i_axis = indices[i..]`, combined per `reduction`, updates applied in row-major order.
+        ScatterElements { axis: i64, reduction: ScatterReduction } => "scatter_elements",
+        /// ONNX ScatterND: inputs data (rank r), indices (i64, rank q, last dim k ≤ r) and
+        /// updates (`indices.shape[..q-1] ++ data.shape[k..]`); a copy of data where each index
+        /// tuple's slice receives its update, combined per `reduction`, in row-major order.
+        ScatterNd { reduction: ScatterReduction } => "scatter_nd",
+        /// ONNX Trilu: inputs x (rank ≥ 2) and an optional k (i64 scalar, default 0); keeps the
+        /// elements of each last-two-axes matrix with `j − i ≥ k` (`upper`) or `j − i ≤ k`
+        /// (lower) and zeroes the others.
+        Trilu { upper: bool } => "trilu",
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {

@@ -1,7 +1,10 @@
 //! Inference for the movement family: shape arithmetic and data movement (`shape`,
 //! `reshape`, `transpose`, `(un)squeeze`, `flatten`, `concat`, `split`, `slice`, `gather`,
 //! `expand`, `constant_of_shape`, `range`, `pad`, `tile`) and the gather gradient. Ops whose
-//! output shape depends on an input's value read it when that input is a constant.
+//! output shape depends on an input's value read it when that input is a constant. The
+//! element-indexed gathers and scatters and `trilu` are in `movement/indexed.rs`.
+
+mod indexed;
 
 use super::common::{
     Arg, DimProduct, MATH_FLOAT, NUMERIC, Res, args, axes_of, axis_of, axis_range,
@@ -71,6 +74,12 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
             shape.extend_from_slice(after);
             vec![TensorType::new(dy.dtype(), shape)]
         }
+        MovementOp::GatherElements { axis } => one(indexed::gather_elements(inputs, *axis)?),
+        MovementOp::ScatterElements { axis, reduction } => {
+            one(indexed::scatter_elements(inputs, *axis, *reduction)?)
+        }
+        MovementOp::ScatterNd { reduction } => one(indexed::scatter_nd(inputs, *reduction)?),
+        MovementOp::Trilu { .. } => one(indexed::trilu(inputs)?),
         MovementOp::__Lifetime(never, _) => match never {},
     })
 }

@@ -458,6 +458,10 @@ mod tests {
         "gather_nd",
         "range",
         "tile",
+        "gather_elements",
+        "scatter_elements",
+        "scatter_nd",
+        "trilu",
         "quantize_linear",
         "dequantize_linear",
     ];
