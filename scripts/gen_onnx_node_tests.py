@@ -51,6 +51,7 @@ HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log
 MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Unsqueeze Where Xor
+GatherElements ScatterElements ScatterND Trilu
 """.split()
 
 MANIFEST = "MANIFEST.tsv"
