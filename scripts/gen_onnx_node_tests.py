@@ -51,6 +51,7 @@ HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log
 MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
+ScatterElements ScatterND
 """.split()
 
 MANIFEST = "MANIFEST.tsv"

@@ -489,6 +489,66 @@ fn gather_scatter_adds_repeated_indices() {
     assert!(check(&g) <= 1.0, "gather axis 1 scalar index");
 }
 
+#[test]
+fn element_gathers_scatters_and_trilu() {
+    use fp8c_ir::ScatterReduction;
+    let idx = |shape: &[u64], v: &[i64]| Tensor::from_i64(shape.to_vec(), v);
+    // gather_elements along axis 1, indices longer than the axis, repeated and negative.
+    let mut f = Fwd::new(172);
+    let x = f.param("x", &[3, 4], -1.0, 1.0);
+    let i = f.constant(idx(
+        &[3, 5],
+        &[0, 3, 3, -1, 2, 1, 1, 1, 0, 0, 2, 3, -4, 1, 2],
+    ));
+    let y = f.op(Op::GatherElements { axis: 1 }, &[x, i]);
+    let g = f.finish(&[y]);
+    assert!(check(&g) <= 1.0, "gather_elements");
+    // scatter_elements: none (distinct targets) and add (repeated targets), both inputs trained.
+    let cases = [
+        (ScatterReduction::None, [1, 0, 2, 0, 2, 1, 0, 1]),
+        (ScatterReduction::Add, [1, 1, 2, 0, 1, 1, 0, 0]),
+    ];
+    for (k, (reduction, targets)) in cases.into_iter().enumerate() {
+        let mut f = Fwd::new(173 + k as u64);
+        let data = f.param("data", &[3, 4], -1.0, 1.0);
+        let upd = f.param("updates", &[2, 4], -1.0, 1.0);
+        let i = f.constant(idx(&[2, 4], &targets));
+        let y = f.op(Op::ScatterElements { axis: 0, reduction }, &[data, i, upd]);
+        let g = f.finish(&[y]);
+        assert!(check(&g) <= 1.0, "scatter_elements {reduction:?}");
+    }
+    // scatter_nd on rows: none (distinct rows) and add (row 1 twice).
+    let cases = [
+        (ScatterReduction::None, [2, -4, 3]),
+        (ScatterReduction::Add, [1, 1, 3]),
+    ];
+    for (k, (reduction, rows)) in cases.into_iter().enumerate() {
+        let mut f = Fwd::new(175 + k as u64);
+        let data = f.param("data", &[4, 3], -1.0, 1.0);
+        let upd = f.param("updates", &[3, 3], -1.0, 1.0);
+        let i = f.constant(idx(&[3, 1], &rows));
+        let y = f.op(Op::ScatterNd { reduction }, &[data, i, upd]);
+        let g = f.finish(&[y]);
+        assert!(check(&g) <= 1.0, "scatter_nd {reduction:?}");
+    }
+    // trilu: upper with k = 1, lower without k.
+    movement_case(
+        |f, x| {
+            let k = f.constant(Tensor::scalar_i64(1));
+            vec![f.op(Op::Trilu { upper: true }, &[x, k])]
+        },
+        &[2, 3, 4],
+        177,
+        "trilu upper",
+    );
+    movement_case(
+        |f, x| vec![f.op(Op::Trilu { upper: false }, &[x])],
+        &[4, 3],
+        178,
+        "trilu lower",
+    );
+}
+
 // ---------------------------------------------------------------- convolution and pooling
 
 #[test]

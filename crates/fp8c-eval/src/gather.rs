@@ -155,11 +155,12 @@ pub(crate) fn gather_elements(x: &Tensor, indices: &Tensor, axis: i64) -> KResul
 
 /// ONNX Trilu: zeros outside the upper (column − row ≥ k) or lower (column − row ≤ k)
 /// triangle of every matrix of the last two axes.
-pub(crate) fn trilu(x: &Tensor, k: &Tensor, upper: bool) -> KResult<Tensor> {
-    if k.len() != 1 {
-        return shape_err!("k must be a scalar, got shape {:?}", k.shape());
-    }
-    let k = int_values(k, "k")?[0];
+pub(crate) fn trilu(x: &Tensor, k: Option<&Tensor>, upper: bool) -> KResult<Tensor> {
+    let k = match k {
+        None => 0,
+        Some(k) if k.len() == 1 => int_values(k, "k")?[0],
+        Some(k) => return shape_err!("k must be a scalar, got shape {:?}", k.shape()),
+    };
     let dims = dims_of(x);
     let r = dims.len();
     if r < 2 {

@@ -5,7 +5,10 @@
 //!
 //! Most of them are one primitive, [`gather_copy`]: per output axis a table gives the element
 //! offset to read along that axis (or `None`: a padding element). Transpose, slice, expand,
-//! tile, pad and gather are each just a way of building those tables.
+//! tile, pad and gather are each just a way of building those tables. The element-indexed
+//! gathers and scatters and `trilu` are in `movement/indexed.rs`.
+
+mod indexed;
 
 use crate::args;
 use crate::broadcast::broadcast_shapes;
@@ -72,10 +75,11 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
             let [x, indices] = args(inputs)?;
             gather::gather_elements(x, indices, *axis)?
         }
-        MovementOp::Trilu { upper } => {
-            let [x, k] = args(inputs)?;
-            gather::trilu(x, k, *upper)?
-        }
+        MovementOp::Trilu { upper } => match inputs {
+            [x] => gather::trilu(x, None, *upper)?,
+            [x, k] => gather::trilu(x, Some(k), *upper)?,
+            _ => return Fail::arity("1 or 2", inputs.len()),
+        },
         MovementOp::Tile => {
             let [x, repeats] = args(inputs)?;
             tile(x, repeats)?
@@ -83,6 +87,14 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
         MovementOp::GatherGrad { axis, size } => {
             let [dy, indices] = args(inputs)?;
             gather::gather_grad(dy, indices, *axis, *size)?
+        }
+        MovementOp::ScatterElements { axis, reduction } => {
+            let [x, indices, updates] = args(inputs)?;
+            indexed::scatter_elements(x, indices, updates, *axis, *reduction)?
+        }
+        MovementOp::ScatterNd { reduction } => {
+            let [x, indices, updates] = args(inputs)?;
+            indexed::scatter_nd(x, indices, updates, *reduction)?
         }
         MovementOp::__Lifetime(never, _) => match never {},
     };
@@ -110,7 +122,9 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::Tile
         | MovementOp::Trilu { .. }
         | MovementOp::GatherElements { .. }
-        | MovementOp::GatherGrad { .. } => Support::Yes,
+        | MovementOp::GatherGrad { .. }
+        | MovementOp::ScatterElements { .. }
+        | MovementOp::ScatterNd { .. } => Support::Yes,
         MovementOp::__Lifetime(never, _) => match never {},
     }
 }

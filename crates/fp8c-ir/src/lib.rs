@@ -27,6 +27,7 @@ pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
+pub use op::ScatterReduction;
 pub use op::{
     AmaxSource, AutoPad, ConvOp, ElementwiseOp, Family, Fp8Op, FusedOp, GeluApprox, InterfaceOp,
     LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp, PadMode, PoolOp, Props,

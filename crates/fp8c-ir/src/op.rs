@@ -31,6 +31,11 @@ word_enum!(
     PadMode { Constant => "constant", Reflect => "reflect", Edge => "edge", Wrap => "wrap" }
 );
 word_enum!(
+    /// ONNX `ScatterElements.reduction` / `ScatterND.reduction`: how an update combines with
+    /// the value already there (`none` overwrites).
+    ScatterReduction { None => "none", Add => "add", Mul => "mul", Max => "max", Min => "min" }
+);
+word_enum!(
     /// Where `compute_scale` takes its amax from.
     AmaxSource {
         /// Maximum over the whole amax history (delayed scaling, TE `max`).
@@ -383,6 +388,14 @@ define_ops! {
         /// shaped like indices, `out[..., i_axis, ...] = data[..., indices[...], ...]` along
         /// `axis` (negative indices count from the end).
         GatherElements { axis: i64 } => "gather_elements",
+        /// ONNX ScatterElements: inputs data, indices (i64/i32) and updates (indices' shape,
+        /// data's dtype); a copy of data where each `updates[i..]` lands at `i..` with
+        /// `i_axis = indices[i..]`, combined per `reduction`, updates applied in row-major order.
+        ScatterElements { axis: i64, reduction: ScatterReduction } => "scatter_elements",
+        /// ONNX ScatterND: inputs data (rank r), indices (i64, rank q, last dim k ≤ r) and
+        /// updates (`indices.shape[..q-1] ++ data.shape[k..]`); a copy of data where each index
+        /// tuple's slice receives its update, combined per `reduction`, in row-major order.
+        ScatterNd { reduction: ScatterReduction } => "scatter_nd",
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {

@@ -1,10 +1,13 @@
 //! Inference for the movement family: shape arithmetic and data movement (`shape`,
 //! `reshape`, `transpose`, `(un)squeeze`, `flatten`, `concat`, `split`, `slice`, `gather`,
 //! `expand`, `constant_of_shape`, `range`, `pad`, `tile`) and the gather gradient. Ops whose
-//! output shape depends on an input's value read it when that input is a constant.
+//! output shape depends on an input's value read it when that input is a constant. The
+//! element-indexed gathers and scatters and `trilu` are in `movement/indexed.rs`.
+
+mod indexed;
 
 use super::common::{
-    Arg, DimProduct, MATH_FLOAT, NUMERIC, Res, args, axes_of, axis_of, axis_range,
+    Arg, DimProduct, MATH_FLOAT, NUMERIC, Res, args, args_opt, axes_of, axis_of, axis_range,
     broadcast_shapes, fmt_list, fmt_shape, is_index, is_math_float, is_numeric, norm_axis, unify,
     variadic,
 };
@@ -32,33 +35,14 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
         MovementOp::Range => one(range(inputs)?),
         MovementOp::Pad { .. } => one(pad(inputs)?),
         MovementOp::Tile => one(tile(inputs)?),
-        MovementOp::GatherElements { axis } => {
-            let [data, indices] = args(inputs, ["data", "indices"])?;
-            indices.expect(is_index(indices.dtype()), "i64 or i32")?;
-            data.expect_min_rank(1, "it gathers along an axis")?;
-            let ax = axis_of(&data, *axis, "axis")?;
-            if indices.rank() != data.rank() {
-                return Err(indices.shape_err(format!(
-                    "expected the rank of {data} {} (rank {})",
-                    data.ty,
-                    data.rank()
-                )));
-            }
-            for (i, (d, n)) in data.shape().iter().zip(indices.shape()).enumerate() {
-                if let (Dim::Known(d), Dim::Known(n)) = (d, n)
-                    && i != ax
-                    && n > d
-                {
-                    return Err(indices.shape_err(format!("dim {i} ({n}) exceeds {data}'s ({d})")));
-                }
-            }
-            one(TensorType::new(data.dtype(), indices.shape().to_vec()))
-        }
+        MovementOp::GatherElements { axis } => one(indexed::gather_elements(inputs, *axis)?),
         MovementOp::Trilu { .. } => {
-            let [x, k] = args(inputs, ["input", "k"])?;
+            let ([x], k) = args_opt(inputs, ["input"], "k")?;
             x.expect_min_rank(2, "it works on matrices of the last two axes")?;
-            k.expect(is_index(k.dtype()), "i64 or i32")?;
-            k.expect_scalar_like()?;
+            if let Some(k) = k {
+                k.expect(is_index(k.dtype()), "i64 or i32")?;
+                k.expect_scalar_like()?;
+            }
             one(x.ty.clone())
         }
         MovementOp::GatherGrad { axis, size } => {
@@ -100,6 +84,10 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
             shape.extend_from_slice(after);
             vec![TensorType::new(dy.dtype(), shape)]
         }
+        MovementOp::ScatterElements { axis, reduction } => {
+            one(indexed::scatter_elements(inputs, *axis, *reduction)?)
+        }
+        MovementOp::ScatterNd { reduction } => one(indexed::scatter_nd(inputs, *reduction)?),
         MovementOp::__Lifetime(never, _) => match never {},
     })
 }

@@ -1,6 +1,7 @@
 //! Shape and data movement: `shape`, `reshape` (constant and symbolic), `transpose`,
 //! `(un)squeeze`, `flatten`, `concat`, `split`, `slice`, `gather`, `expand`,
-//! `constant_of_shape`, `range`, `pad`, `tile`.
+//! `constant_of_shape`, `range`, `pad`, `tile`, `gather_elements`, `scatter_elements`,
+//! `scatter_nd`, `trilu`.
 
 use super::*;
 
@@ -523,4 +524,114 @@ fn range_pad_tile() {
     assert_eq!(ok(Op::Tile, vec![T("f32[2,3]"), T("i64[2]")]), "f32[?,?]");
     assert!(err(Op::Tile, vec![T("f32[2,3]"), i64s(&[2])]).contains("expected 2 entries"));
     assert!(err(Op::Tile, vec![T("f32[2,3]"), i64s(&[2, -1])]).contains("repeats must be ≥ 0"));
+}
+
+#[test]
+fn gather_and_scatter_elements() {
+    use fp8c_ir::ScatterReduction as R;
+    let g = |axis| Op::GatherElements { axis };
+    assert_eq!(ok(g(1), vec![T("f32[3,4]"), T("i64[3,7]")]), "f32[3,7]");
+    assert_eq!(ok(g(-2), vec![T("f16[n,4]"), T("i32[2,4]")]), "f16[2,4]");
+    let e = err(g(0), vec![T("f32[3,4]"), T("i64[3]")]);
+    assert!(e.contains("expected the rank of input 0 (data)"), "{e}");
+    let e = err(g(1), vec![T("f32[3,4]"), T("i64[5,4]")]);
+    assert!(e.contains("its dim 0 (5) exceeds"), "{e}");
+    let e = err(
+        g(1),
+        vec![T("f32[3,4]"), C(Tensor::from_i64(vec![1, 1], &[4]))],
+    );
+    assert!(
+        e.contains("index 4, out of range for axis 1 of size 4"),
+        "{e}"
+    );
+    let s = |axis, reduction| Op::ScatterElements { axis, reduction };
+    assert_eq!(
+        ok(
+            s(0, R::None),
+            vec![T("bool[3,4]"), T("i64[5,2]"), T("bool[5,2]")]
+        ),
+        "bool[3,4]"
+    );
+    assert_eq!(
+        ok(
+            s(1, R::Max),
+            vec![T("i32[3,4]"), T("i32[2,2]"), T("i32[2,2]")]
+        ),
+        "i32[3,4]"
+    );
+    let e = err(
+        s(1, R::Add),
+        vec![T("bool[3,4]"), T("i64[2,2]"), T("bool[2,2]")],
+    );
+    assert!(e.contains("(reduction=add)"), "{e}");
+    let e = err(
+        s(1, R::None),
+        vec![T("f32[3,4]"), T("i64[2,2]"), T("f32[2,3]")],
+    );
+    assert!(
+        e.contains("input 2 (updates) has shape f32[2,3], expected the shape"),
+        "{e}"
+    );
+    let e = err(
+        s(1, R::None),
+        vec![T("f32[3,4]"), T("i64[2,2]"), T("f16[2,2]")],
+    );
+    assert!(e.contains("expected f32 like input 0 (data)"), "{e}");
+}
+
+#[test]
+fn scatter_nd_and_trilu() {
+    use fp8c_ir::ScatterReduction as R;
+    let s = |reduction| Op::ScatterNd { reduction };
+    assert_eq!(
+        ok(
+            s(R::None),
+            vec![T("f32[4,5,6]"), T("i64[3,2]"), T("f32[3,6]")]
+        ),
+        "f32[4,5,6]"
+    );
+    assert_eq!(
+        ok(s(R::Mul), vec![T("f32[b,5]"), T("i64[2,1]"), T("f32[2,5]")]),
+        "f32[b,5]"
+    );
+    let e = err(
+        s(R::None),
+        vec![T("f32[4,5,6]"), T("i64[3,2]"), T("f32[3,5]")],
+    );
+    assert!(
+        e.contains("expected indices.shape[..-1] ++ data.shape[2..] = f32[3,6]"),
+        "{e}"
+    );
+    let e = err(s(R::None), vec![T("f32[4,5]"), T("i64[3,3]"), T("f32[3]")]);
+    assert!(
+        e.contains("its last dim (3) must be at most the rank"),
+        "{e}"
+    );
+    let e = err(
+        s(R::None),
+        vec![T("f32[4,5]"), T("i32[3,1]"), T("f32[3,5]")],
+    );
+    assert!(
+        e.contains("input 1 (indices) has type i32[3,1], expected i64"),
+        "{e}"
+    );
+    let idx = C(Tensor::from_i64(vec![1, 1], &[-5]));
+    let e = err(s(R::None), vec![T("f32[4,5]"), idx, T("f32[1,5]")]);
+    assert!(
+        e.contains("index -5, out of range for axis 0 of size 4"),
+        "{e}"
+    );
+    let t = |upper| Op::Trilu { upper };
+    assert_eq!(ok(t(true), vec![T("f32[2,3,4]")]), "f32[2,3,4]");
+    assert_eq!(
+        ok(t(false), vec![T("i64[3,n]"), C(Tensor::scalar_i64(-1))]),
+        "i64[3,n]"
+    );
+    let e = err(t(true), vec![T("f32[4]")]);
+    assert!(e.contains("expected rank ≥ 2"), "{e}");
+    let e = err(t(true), vec![T("f32[4,4]"), T("i64[2]")]);
+    assert!(
+        e.contains("input 1 (k) has shape i64[2], expected a scalar"),
+        "{e}"
+    );
 }

@@ -15,6 +15,12 @@ fn fused_expr(two_inputs: bool) -> fp8c_ir::EwExpr {
     fp8c_ir::EwExpr::parse(text).expect("a valid elementwise program")
 }
 
+/// A scatter reduction picked by an int.
+fn reduction(k: i64) -> fp8c_ir::ScatterReduction {
+    use fp8c_ir::ScatterReduction::*;
+    [None, Add, Mul, Max, Min][k.rem_euclid(5) as usize]
+}
+
 /// Every op, its attributes drawn from `ints`, `flag` and `dtype` (often garbage).
 fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
     let i = |k: usize| ints.get(k).copied().unwrap_or(0);
@@ -322,13 +328,20 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             keepdims: !flag,
             select_last_index: flag,
         },
+        106 => Op::ScatterElements {
+            axis: i(0),
+            reduction: reduction(i(1)),
+        },
+        107 => Op::ScatterNd {
+            reduction: reduction(i(0)),
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 107;
+const OP_KINDS: usize = 109;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

@@ -114,6 +114,8 @@ registry! {
     "ReduceSum" 1..=2 => |cx| reduce::reduce(cx, 13, |axes, keepdims| Op::ReduceSum { axes, keepdims }),
     "Relu" 1..=1 => |cx| math::unary(cx, Op::Relu),
     "Reshape" 2..=2 => shape::reshape,
+    "ScatterElements" 3..=3 => shape::scatter_elements,
+    "ScatterND" 3..=3 => shape::scatter_nd,
     "Shape" 1..=1 => shape::shape,
     "Sigmoid" 1..=1 => |cx| math::unary(cx, Op::Sigmoid),
     "Sign" 1..=1 => |cx| math::unary(cx, Op::Sign),

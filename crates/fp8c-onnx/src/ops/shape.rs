@@ -2,7 +2,7 @@
 
 use super::{NodeCx, normalize_axis};
 use crate::OnnxError;
-use fp8c_ir::{DType, Op, PadMode, Tensor, Value};
+use fp8c_ir::{DType, Op, PadMode, ScatterReduction, Tensor, Value};
 
 /// Largest rank the importer makes index constants for.
 const MAX_RANK: u64 = 1024;
@@ -345,4 +345,42 @@ pub(super) fn split(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     }
     let name = cx.name;
     cx.add_multi(name, Op::Split { axis, split: sizes }, &[x])
+}
+
+/// The `reduction` attribute of ScatterElements/ScatterND: `none`, `add` and `mul` from opset
+/// 16, `max` and `min` from 18.
+fn scatter_reduction(cx: &NodeCx<'_>) -> Result<ScatterReduction, OnnxError> {
+    let word = cx.attr_string("reduction", "none")?;
+    let r = match word.as_str() {
+        "none" => ScatterReduction::None,
+        "add" => ScatterReduction::Add,
+        "mul" => ScatterReduction::Mul,
+        "max" => ScatterReduction::Max,
+        "min" => ScatterReduction::Min,
+        other => {
+            return Err(cx.err(format!(
+                "attribute `reduction`: unknown value \"{other}\" (none, add, mul, max, min)"
+            )));
+        }
+    };
+    if matches!(r, ScatterReduction::Max | ScatterReduction::Min) && cx.opset < 18 {
+        return Err(cx.err(format!(
+            "attribute `reduction` = \"{word}\" needs opset 18, the model has {}",
+            cx.opset
+        )));
+    }
+    Ok(r)
+}
+
+pub(super) fn scatter_elements(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let axis = cx.attr_int("axis", 0)?;
+    let reduction = scatter_reduction(cx)?;
+    let ins = [cx.input(0)?, cx.input(1)?, cx.input(2)?];
+    Ok(vec![cx.add(Op::ScatterElements { axis, reduction }, &ins)?])
+}
+
+pub(super) fn scatter_nd(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let reduction = scatter_reduction(cx)?;
+    let ins = [cx.input(0)?, cx.input(1)?, cx.input(2)?];
+    Ok(vec![cx.add(Op::ScatterNd { reduction }, &ins)?])
 }

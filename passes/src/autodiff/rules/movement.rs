@@ -2,14 +2,16 @@
 //! reshape/flatten/squeeze/unsqueeze reshape it back, transpose applies the inverse
 //! permutation, concat splits it, split concatenates it, slice pads it with zeros, pad slices
 //! it, expand and tile sum it, and gather scatter-adds it (`gather_grad`, the embedding
-//! gradient).
+//! gradient). gather_elements scatter-adds it (`scatter_elements` with `add` into zeros);
+//! the overwriting and adding scatters gather it back for their updates (and pass it, with
+//! the overwritten places zeroed for `none`, to their data); trilu masks it the same way.
 //!
 //! Shape-like inputs (reshape's shape, slice bounds, pads, repeats) must be constants: the
 //! graph is static when it is trained.
 
 use super::{At, Grads, R, SECOND_ORDER};
 use crate::autodiff::emit::Emit;
-use fp8c_ir::{MovementOp, Op, PadMode, Support, Value};
+use fp8c_ir::{MovementOp, Op, PadMode, ScatterReduction, Support, Value};
 
 /// Data movement moves gradients back; shape arithmetic has none to move.
 pub(super) fn support(o: MovementOp<'_>) -> Support {
@@ -28,16 +30,30 @@ pub(super) fn support(o: MovementOp<'_>) -> Support {
         | MovementOp::Tile
         | MovementOp::Shape { .. }
         | MovementOp::ConstantOfShape { .. }
-        | MovementOp::Range
-        | MovementOp::Trilu { .. } => Support::Yes,
+        | MovementOp::Range => Support::Yes,
         MovementOp::GatherNd { .. } => Support::No(
             "gather_nd has no gradient rule yet (exports use it on mask data, which needs none)",
         ),
-        MovementOp::GatherElements { .. } => {
-            Support::No("gather_elements has no gradient rule yet (it needs a scatter-add)")
-        }
         MovementOp::GatherGrad { .. } => Support::No(SECOND_ORDER),
+        MovementOp::GatherElements { .. } | MovementOp::Trilu { .. } => Support::Yes,
+        MovementOp::ScatterElements { reduction, .. } | MovementOp::ScatterNd { reduction } => {
+            scatter_support(*reduction)
+        }
         MovementOp::__Lifetime(never, _) => match never {},
+    }
+}
+
+/// Why scatters that multiply or keep an extreme have no rule.
+const SCATTER_REDUCING: &str =
+    "scatters with reduction mul, max or min have no gradient rule (only none and add)";
+
+/// Scatters that overwrite or add have a gradient; the others' depends on which update won.
+fn scatter_support(reduction: ScatterReduction) -> Support {
+    match reduction {
+        ScatterReduction::None | ScatterReduction::Add => Support::Yes,
+        ScatterReduction::Mul | ScatterReduction::Max | ScatterReduction::Min => {
+            Support::No(SCATTER_REDUCING)
+        }
     }
 }
 
@@ -132,6 +148,29 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             )?;
             rest(d)
         }
+        Op::GatherElements { axis } => {
+            let (data, idx) = (at.ins[0], at.ins[1]);
+            let z = e.zeros(&at.n("d0.zero"), e.dtype(data), &e.dims(data)?)?;
+            let scatter = Op::ScatterElements {
+                axis: *axis,
+                reduction: ScatterReduction::Add,
+            };
+            rest(e.op(&at.n("d0"), scatter, &[z, idx, at.dy()?])?)
+        }
+        Op::ScatterElements { axis, reduction } => {
+            let gather = Op::GatherElements { axis: *axis };
+            let scatter = |reduction| Op::ScatterElements {
+                axis: *axis,
+                reduction,
+            };
+            scatter_vjp(e, at, *reduction, gather, scatter)?
+        }
+        Op::ScatterNd { reduction } => {
+            let gather = Op::GatherNd { batch_dims: 0 };
+            scatter_vjp(e, at, *reduction, gather, |reduction| Op::ScatterNd {
+                reduction,
+            })?
+        }
         Op::Expand => {
             let x = x.expect("one input");
             rest(e.sum_to(&at.n("d0"), at.dy()?, &e.dims(x)?)?)
@@ -153,17 +192,48 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
         }
         Op::Identity => rest(at.dy()?),
         // The kept triangle passes its gradient; the zeroed part gets none.
-        Op::Trilu { upper } => rest(e.op(
-            &at.n("d0"),
-            Op::Trilu { upper: *upper },
-            &[at.dy()?, at.ins[1]],
-        )?),
+        Op::Trilu { upper } => {
+            let mut ins = vec![at.dy()?];
+            ins.extend(at.ins.get(1).copied());
+            rest(e.op(&at.n("d0"), Op::Trilu { upper: *upper }, &ins)?)
+        }
         // Shapes, ranges, constants and integer ops have no gradient.
         Op::Shape { .. } | Op::ConstantOfShape { .. } | Op::Range | Op::Constant { .. } => {
             vec![None; at.ins.len()]
         }
         _ => return Ok(None),
     }))
+}
+
+/// Gradients of `scatter(data, indices, updates)` that overwrites (`none`) or adds: updates get
+/// `gather(dy, indices)`; data gets dy, for `none` with the overwritten places zeroed (a
+/// scatter of zeros). Repeated indices under `none` are undefined in ONNX; the rule assumes
+/// none.
+fn scatter_vjp(
+    e: &mut Emit<'_>,
+    at: &At<'_>,
+    reduction: ScatterReduction,
+    gather: Op,
+    scatter: impl Fn(ScatterReduction) -> Op,
+) -> R<Grads> {
+    let (idx, updates, dy) = (at.ins[1], at.ins[2], at.dy()?);
+    let d_data = match (at.want(0), reduction) {
+        (false, _) => None,
+        (true, ScatterReduction::None) => {
+            let z = e.zeros(&at.n("d0.zero"), e.dtype(updates), &e.dims(updates)?)?;
+            Some(e.op(&at.n("d0"), scatter(ScatterReduction::None), &[dy, idx, z])?)
+        }
+        (true, ScatterReduction::Add) => Some(dy),
+        (true, ScatterReduction::Mul | ScatterReduction::Max | ScatterReduction::Min) => {
+            return Err(at.err(SCATTER_REDUCING));
+        }
+    };
+    let d_updates = if at.want(2) {
+        Some(e.op(&at.n("d2"), gather, &[dy, idx])?)
+    } else {
+        None
+    };
+    Ok(vec![d_data, None, d_updates])
 }
 
 /// The integer values of a constant input, or an error naming it.

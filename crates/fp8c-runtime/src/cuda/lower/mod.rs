@@ -463,6 +463,8 @@ mod tests {
         "tile",
         "trilu",
         "gather_elements",
+        "scatter_elements",
+        "scatter_nd",
         "quantize_linear",
         "dequantize_linear",
     ];

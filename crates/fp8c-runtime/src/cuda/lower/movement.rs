@@ -1,6 +1,7 @@
 //! The movement family on CUDA: views are copies, the rest are strided copies, fills,
 //! tiled transposes and gathers (`movement.cu`, `gather.cu`). Slice bounds and pads must be
-//! constants. `range` and `tile` have no kernel.
+//! constants. `range`, `tile`, `gather_nd`, the element-indexed gathers and scatters and
+//! `trilu` have no kernel.
 
 use super::{
     Action, Lowerer, R, contiguous_strides, index_word, norm_axis, not_supported, numel, split3,
@@ -17,13 +18,16 @@ const RANGE: &str =
 /// Why `tile` does not run on CUDA.
 const TILE: &str =
     "tile has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
-/// Why `pad` modes other than constant do not run on CUDA.
+/// Why `gather_nd` does not run on CUDA.
 const GATHER_ND: &str = "gather_nd has no CUDA kernel yet (exports use it on mask data, which \
      is folded by the CPU reference when its inputs are constant)";
-const TRILU: &str = "trilu has no CUDA kernel yet (causal masks of constants are folded by the \
-     CPU reference)";
-const GATHER_ELEMENTS: &str = "gather_elements has no CUDA kernel yet (run the model on the \
-     CPU backend)";
+/// Why the element-indexed gathers and scatters do not run on CUDA.
+const INDEXED: &str = "gather_elements, scatter_elements and scatter_nd have no CUDA kernel yet \
+     (with constant inputs they are folded by the CPU reference)";
+/// Why `trilu` does not run on CUDA.
+const TRILU: &str = "trilu has no CUDA kernel yet (causal masks built from constants are \
+     folded by the CPU reference)";
+/// Why `pad` modes other than constant do not run on CUDA.
 const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
 
 /// Whether a pad mode runs on CUDA.
@@ -40,8 +44,10 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::Range => Support::No(RANGE),
         MovementOp::GatherNd { .. } => Support::No(GATHER_ND),
         MovementOp::Tile => Support::No(TILE),
+        MovementOp::GatherElements { .. }
+        | MovementOp::ScatterElements { .. }
+        | MovementOp::ScatterNd { .. } => Support::No(INDEXED),
         MovementOp::Trilu { .. } => Support::No(TRILU),
-        MovementOp::GatherElements { .. } => Support::No(GATHER_ELEMENTS),
         MovementOp::Pad { mode } => pad_mode(*mode),
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -189,8 +195,10 @@ impl Lowerer<'_> {
             MovementOp::Range => Err(not_supported(&step.op, RANGE)),
             MovementOp::GatherNd { .. } => Err(not_supported(&step.op, GATHER_ND)),
             MovementOp::Tile => Err(not_supported(&step.op, TILE)),
+            MovementOp::GatherElements { .. }
+            | MovementOp::ScatterElements { .. }
+            | MovementOp::ScatterNd { .. } => Err(not_supported(&step.op, INDEXED)),
             MovementOp::Trilu { .. } => Err(not_supported(&step.op, TRILU)),
-            MovementOp::GatherElements { .. } => Err(not_supported(&step.op, GATHER_ELEMENTS)),
             MovementOp::__Lifetime(never, _) => match never {},
         }
     }
