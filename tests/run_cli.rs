@@ -348,7 +348,7 @@ fn bad_inputs_are_clear_errors() {
     // Unsupported element types and backends.
     let u16s = dir.join("u16.npz");
     {
-        // np.uint16 has no IR dtype: written by hand through npyz.
+        // np.uint16 reads as u16; the model declares f32: a dtype mismatch naming both.
         use npyz::WriterBuilder;
         let mut buf = Vec::new();
         let mut w = npyz::WriteOptions::new()
@@ -367,7 +367,7 @@ fn bad_inputs_are_clear_errors() {
     }
     fails_with(
         &run(&[&"run", &m, &"--inputs", &u16s]),
-        &["u16.npz", "array \"x\"", "not supported"],
+        &["u16.npz", "input \"x\" has dtype u16", "declares f32"],
     );
     // Without a GPU (CI), --device cuda is a clean error naming the backend.
     let r = run(&[&"run", &m, &"--inputs", &ins, &"--device", &"cuda"]);

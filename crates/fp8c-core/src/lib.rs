@@ -15,6 +15,7 @@ pub mod cast;
 pub mod error;
 pub mod float8_ref;
 pub mod format;
+pub mod narrow;
 pub mod recipe;
 pub mod scaling;
 
@@ -25,6 +26,7 @@ pub use cast::{
 };
 pub use error::CoreError;
 pub use format::Fp8Format;
+pub use narrow::{E8M0Rounding, NarrowFormat};
 pub use recipe::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Recipe};
 pub use scaling::{
     ScalingState, compute_scale, current_scale, delayed_update, history_amax, record_amax,

@@ -6,6 +6,8 @@
 //!   go through round-to-odd intermediates, never through a second nearest rounding
 //!   (onnxruntime casts f64 → f16 through a nearest f32, which can round twice).
 //! - → bool is `x != 0` (NaN is true, as numpy); bool → number is 0 or 1.
+//! - → the storage-only narrow floats (E4M3FNUZ, E5M2FNUZ, E8M0 with round mode `up`, FP4
+//!   E2M1) goes through `fp8c_core::narrow` from f32 like FP8; from them decodes exactly.
 //! - → FP8 goes through fp8c-core's encoder with the op's `saturate` flag, from f32: f16, bf16
 //!   and integers up to 2^24 reach f32 exactly; f64 is rounded to f32 first (so a value within
 //!   half an f32 ulp of an FP8 rounding tie may round differently from a direct f64 → FP8
@@ -27,8 +29,16 @@ pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool) -> KResult<Tensor> {
         let v = fp8::float_values_any(x, "input")?;
         return tensor(to, shape, fp8::encode(fmt, &v, saturate));
     }
-    if let Some(fmt) = fp8::format_of(from) {
-        let v = fp8::decode(fmt, x.bytes());
+    if let Some(fmt) = fp8::narrow_of(to) {
+        let v = fp8::float_values_any(x, "input")?;
+        let codes = v
+            .iter()
+            .map(|&x| fp8c_core::narrow::encode(fmt, x, saturate))
+            .collect();
+        return tensor(to, shape, codes);
+    }
+    if fp8::format_of(from).is_some() || fp8::narrow_of(from).is_some() {
+        let v = fp8::float_values_any(x, "input")?;
         return tensor(to, shape, convert(Data::F32(v), to));
     }
     // f16/bf16 sources load as f32 exactly, so each pair below rounds at most once.
@@ -67,9 +77,23 @@ fn convert(data: Data, to: DType) -> Vec<u8> {
                     .iter()
                     .for_each(|&$x| out.extend_from_slice(&(num!($x, i8)).to_le_bytes())),
                 DType::U8 => v.iter().for_each(|&$x| out.push(num!($x, u8))),
+                DType::U16 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, u16)).to_le_bytes())),
+                DType::U32 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, u32)).to_le_bytes())),
+                DType::U64 => v
+                    .iter()
+                    .for_each(|&$x| out.extend_from_slice(&(num!($x, u64)).to_le_bytes())),
                 DType::Bool => v.iter().for_each(|&$x| out.push(($nonzero) as u8)),
-                DType::F8E4M3 | DType::F8E5M2 => {
-                    unreachable!("FP8 targets are handled by the caller")
+                DType::F8E4M3
+                | DType::F8E5M2
+                | DType::F8E4M3Fnuz
+                | DType::F8E5M2Fnuz
+                | DType::F8E8M0
+                | DType::F4E2M1 => {
+                    unreachable!("FP8 and narrow float targets are handled by the caller")
                 }
             }
             out
@@ -90,6 +114,9 @@ fn convert(data: Data, to: DType) -> Vec<u8> {
         Data::I16(v) => from!(v, i16, x != 0, |x| x as f64),
         Data::I8(v) => from!(v, i8, x != 0, |x| x as f64),
         Data::U8(v) => from!(v, u8, x != 0, |x| x as f64),
+        Data::U16(v) => from!(v, u16, x != 0, |x| x as f64),
+        Data::U32(v) => from!(v, u32, x != 0, |x| x as f64),
+        Data::U64(v) => from!(v, u64, x != 0, |x| u64_to_f64_round_odd(x)),
         Data::Bool(v) => {
             let v: Vec<u8> = v.into_iter().map(u8::from).collect();
             from!(v, u8, x != 0, |x| x as f64)
@@ -115,6 +142,18 @@ fn i64_to_f64_round_odd(x: i64) -> f64 {
     } else {
         bits + 1
     })
+}
+
+/// `x` as f64 rounded to odd (see [`i64_to_f64_round_odd`]).
+fn u64_to_f64_round_odd(x: u64) -> f64 {
+    let f = x as f64;
+    let back = f as u128; // 2^64 fits in u128
+    let exact = u128::from(x);
+    if back == exact || f.to_bits() & 1 == 1 {
+        return f;
+    }
+    let bits = f.to_bits();
+    f64::from_bits(if back > exact { bits - 1 } else { bits + 1 })
 }
 
 #[cfg(test)]

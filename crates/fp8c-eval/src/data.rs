@@ -22,6 +22,9 @@ pub(crate) enum Data {
     I16(Vec<i16>),
     I8(Vec<i8>),
     U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
     Bool(Vec<bool>),
 }
 
@@ -45,7 +48,7 @@ macro_rules! impl_elem {
         }
     )*};
 }
-impl_elem!(f64, f32, i64, i32, i16, i8, u8);
+impl_elem!(f64, f32, i64, i32, i16, i8, u8, u16, u32, u64);
 
 impl Elem for bool {
     const SIZE: usize = 1;
@@ -86,8 +89,16 @@ impl Data {
             DType::I16 => Data::I16(t.as_slice().map_err(pod)?.to_vec()),
             DType::I8 => Data::I8(t.as_slice().map_err(pod)?.to_vec()),
             DType::U8 => Data::U8(b.to_vec()),
+            DType::U16 => Data::U16(t.as_slice().map_err(pod)?.to_vec()),
+            DType::U32 => Data::U32(t.as_slice().map_err(pod)?.to_vec()),
+            DType::U64 => Data::U64(t.as_slice().map_err(pod)?.to_vec()),
             DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
-            d @ (DType::F8E4M3 | DType::F8E5M2) => {
+            d @ (DType::F8E4M3
+            | DType::F8E5M2
+            | DType::F8E4M3Fnuz
+            | DType::F8E5M2Fnuz
+            | DType::F8E8M0
+            | DType::F4E2M1) => {
                 return dtype_err!(
                     "{d} inputs are not accepted here: dequantize or cast them first"
                 );
@@ -115,6 +126,9 @@ impl Data {
             (Data::I16(v), DType::I16) => return pod(Tensor::from_pod(dtype, shape, &v)),
             (Data::I8(v), DType::I8) => return pod(Tensor::from_pod(dtype, shape, &v)),
             (Data::U8(v), DType::U8) => v,
+            (Data::U16(v), DType::U16) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::U32(v), DType::U32) => return pod(Tensor::from_pod(dtype, shape, &v)),
+            (Data::U64(v), DType::U64) => return pod(Tensor::from_pod(dtype, shape, &v)),
             (Data::Bool(v), DType::Bool) => write_vec(&v),
             (d, t) => {
                 return Err(Fail::new(
@@ -136,6 +150,9 @@ impl Data {
             Data::I16(_) => "i16",
             Data::I8(_) => "i8",
             Data::U8(_) => "u8",
+            Data::U16(_) => "u16",
+            Data::U32(_) => "u32",
+            Data::U64(_) => "u64",
             Data::Bool(_) => "bool",
         }
     }

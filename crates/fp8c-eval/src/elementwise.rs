@@ -393,6 +393,9 @@ fn arith(op: E<'_>, rule: Arith, plan: &Plan, da: Data, db: Data) -> KResult<Dat
         (Data::I16(a), Data::I16(b)) => Data::I16(int(op, rule, plan, &a, &b)?),
         (Data::I8(a), Data::I8(b)) => Data::I8(int(op, rule, plan, &a, &b)?),
         (Data::U8(a), Data::U8(b)) => Data::U8(int(op, rule, plan, &a, &b)?),
+        (Data::U16(a), Data::U16(b)) => Data::U16(int(op, rule, plan, &a, &b)?),
+        (Data::U32(a), Data::U32(b)) => Data::U32(int(op, rule, plan, &a, &b)?),
+        (Data::U64(a), Data::U64(b)) => Data::U64(int(op, rule, plan, &a, &b)?),
         (a, b) => {
             return dtype_err!(
                 "expects numeric inputs, got {} and {}",
@@ -421,6 +424,9 @@ fn compare(op: E<'_>, plan: &Plan, da: Data, db: Data) -> KResult<Vec<bool>> {
         (Data::I16(a), Data::I16(b)) => go(op, plan, &a, &b),
         (Data::I8(a), Data::I8(b)) => go(op, plan, &a, &b),
         (Data::U8(a), Data::U8(b)) => go(op, plan, &a, &b),
+        (Data::U16(a), Data::U16(b)) => go(op, plan, &a, &b),
+        (Data::U32(a), Data::U32(b)) => go(op, plan, &a, &b),
+        (Data::U64(a), Data::U64(b)) => go(op, plan, &a, &b),
         (Data::Bool(a), Data::Bool(b)) => go(op, plan, &a, &b),
         (a, b) => dtype_err!("cannot compare {} with {}", a.type_name(), b.type_name()),
     }
@@ -478,7 +484,7 @@ macro_rules! impl_int_ops {
     )*};
 }
 impl_int_ops!(signed: i64, i32, i16, i8);
-impl_int_ops!(unsigned: u8);
+impl_int_ops!(unsigned: u8, u16, u32, u64);
 
 fn pow_wrapping<T: Copy>(mut base: T, mut e: u64, one: T, mul: impl Fn(T, T) -> T) -> T {
     let mut acc = one;
@@ -500,6 +506,9 @@ fn int_unary(data: Data, f: impl Fn(f64) -> f64 + Sync + Send) -> KResult<Data> 
         Data::I16(v) => Data::I16(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
         Data::I8(v) => Data::I8(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
         Data::U8(v) => Data::U8(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
+        Data::U16(v) => Data::U16(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
+        Data::U32(v) => Data::U32(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
+        Data::U64(v) => Data::U64(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
         other => return dtype_err!("expects a numeric input, got {}", other.type_name()),
     })
 }
@@ -511,6 +520,9 @@ fn check_no_int_zero(d: &Data) -> KResult<()> {
         Data::I16(v) => v.contains(&0),
         Data::I8(v) => v.contains(&0),
         Data::U8(v) => v.contains(&0),
+        Data::U16(v) => v.contains(&0),
+        Data::U32(v) => v.contains(&0),
+        Data::U64(v) => v.contains(&0),
         _ => false,
     };
     if zero {
@@ -575,6 +587,9 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
         Data::I16(v) => int_base!(v, I16),
         Data::I8(v) => int_base!(v, I8),
         Data::U8(v) => int_base!(v, U8),
+        Data::U16(v) => int_base!(v, U16),
+        Data::U32(v) => int_base!(v, U32),
+        Data::U64(v) => int_base!(v, U64),
         Data::Bool(_) => unreachable!("bool is rejected above"),
     };
     out.store(dtype, shape)
@@ -681,6 +696,9 @@ fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
         Data::I16(v) => go!(v, I16, i16),
         Data::I8(v) => go!(v, I8, i8),
         Data::U8(v) => go!(v, U8, u8),
+        Data::U16(v) => go!(v, U16, u16),
+        Data::U32(v) => go!(v, U32, u32),
+        Data::U64(v) => go!(v, U64, u64),
         Data::Bool(_) => return dtype_err!("expects a numeric input, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())

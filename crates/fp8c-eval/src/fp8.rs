@@ -28,7 +28,7 @@ use crate::args;
 use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor, write_vec};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::quantize;
-use fp8c_core::{AmaxComputeAlgo, Fp8Format};
+use fp8c_core::{AmaxComputeAlgo, Fp8Format, NarrowFormat};
 use fp8c_ir::{AmaxSource, DType, Fp8Op, Support, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -87,6 +87,17 @@ pub(crate) fn format_of(d: DType) -> Option<Fp8Format> {
     }
 }
 
+/// The storage-only narrow float format of a dtype (E4M3FNUZ, E5M2FNUZ, E8M0, FP4).
+pub(crate) fn narrow_of(d: DType) -> Option<NarrowFormat> {
+    match d {
+        DType::F8E4M3Fnuz => Some(NarrowFormat::E4M3Fnuz),
+        DType::F8E5M2Fnuz => Some(NarrowFormat::E5M2Fnuz),
+        DType::F8E8M0 => Some(NarrowFormat::E8M0),
+        DType::F4E2M1 => Some(NarrowFormat::E2M1),
+        _ => None,
+    }
+}
+
 /// Decodes FP8 codes to f32 (exact).
 pub(crate) fn decode(fmt: Fp8Format, codes: &[u8]) -> Vec<f32> {
     let mut out = vec![0f32; codes.len()];
@@ -119,6 +130,13 @@ pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
     if let Some(fmt) = format_of(t.dtype()) {
         return Ok(decode(fmt, t.bytes()));
     }
+    if let Some(fmt) = narrow_of(t.dtype()) {
+        return Ok(t
+            .bytes()
+            .iter()
+            .map(|&c| fp8c_core::narrow::decode(fmt, c))
+            .collect());
+    }
     Ok(
         match Data::load(t).map_err(|f| Fail::new(f.kind, format!("{what}: {}", f.message)))? {
             Data::F32(v) => v,
@@ -128,6 +146,9 @@ pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
             Data::I16(v) => v.into_iter().map(f32::from).collect(),
             Data::I8(v) => v.into_iter().map(f32::from).collect(),
             Data::U8(v) => v.into_iter().map(f32::from).collect(),
+            Data::U16(v) => v.into_iter().map(f32::from).collect(),
+            Data::U32(v) => v.into_iter().map(|x| x as f32).collect(),
+            Data::U64(v) => v.into_iter().map(|x| x as f32).collect(),
             Data::Bool(v) => v.into_iter().map(|b| if b { 1.0 } else { 0.0 }).collect(),
         },
     )

@@ -138,9 +138,11 @@ fn round_to(d: DType, v: f64) -> f64 {
 /// An FP8 zero point must encode 0 (+0 or −0).
 fn check_fp8_zero_point(zp: Option<&Tensor>) -> KResult<()> {
     if let Some(z) = zp
-        && z.bytes().iter().any(|&c| c & 0x7F != 0)
+        && fp8::float_values_any(z, "zero point")?
+            .iter()
+            .any(|&v| v != 0.0)
     {
-        return value_err!("an FP8 zero point must be 0");
+        return value_err!("a {} zero point must be 0", z.dtype());
     }
     Ok(())
 }
@@ -150,6 +152,9 @@ fn values_f64(t: &Tensor, what: &str) -> KResult<Vec<f64>> {
     t.to_f64_vec()
         .map_err(|m| Fail::new(ErrorKind::DType, format!("{what}: {m}")))
 }
+
+/// The types QuantizeLinear produces, for messages.
+const QUANTIZED: &str = "i8, u8, i16, u16, f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, f8e8m0, f4e2m1";
 
 /// `quantize_linear { axis, saturate, to }(x, y_scale[, y_zero_point])`.
 pub(crate) fn quantize_linear(
@@ -168,9 +173,10 @@ pub(crate) fn quantize_linear(
         DType::I8 => Some((f64::from(i8::MIN), f64::from(i8::MAX))),
         DType::U8 => Some((0.0, f64::from(u8::MAX))),
         DType::I16 => Some((f64::from(i16::MIN), f64::from(i16::MAX))),
-        DType::F8E4M3 | DType::F8E5M2 => None,
+        DType::U16 => Some((0.0, f64::from(u16::MAX))),
+        d if d.is_fp8() || d.is_narrow_float() => None,
         other => {
-            return attr_err!("to={other} is not a quantized type (i8, u8, i16, f8e4m3, f8e5m2)");
+            return attr_err!("to={other} is not a quantized type ({QUANTIZED})");
         }
     };
     if x.dtype().is_fp8() || !(x.dtype().is_float() || x.dtype() == DType::I32) {
@@ -211,14 +217,21 @@ pub(crate) fn quantize_linear(
         }
         None => {
             check_fp8_zero_point(zp)?;
-            let fmt = fp8::format_of(to)
-                .ok_or_else(|| Fail::new(ErrorKind::Attribute, "to must be FP8"))?;
             let q: Vec<f32> = xs
                 .iter()
                 .enumerate()
                 .map(|(i, &v)| quotient(i, v) as f32)
                 .collect();
-            tensor(to, shape, fp8::encode(fmt, &q, saturate))
+            let codes = match (fp8::format_of(to), fp8::narrow_of(to)) {
+                (Some(fmt), _) => fp8::encode(fmt, &q, saturate),
+                // ONNX adds the (zero) zero point before the FP4 cast, so −0 becomes +0.
+                (None, Some(fmt)) => q
+                    .iter()
+                    .map(|&v| fp8c_core::narrow::encode(fmt, v + 0.0, saturate))
+                    .collect(),
+                (None, None) => return attr_err!("to={to} is not a float quantized type"),
+            };
+            tensor(to, shape, codes)
         }
     }
 }
@@ -230,14 +243,14 @@ pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64, block_size: i64) 
         [x, s, z] => (*x, *s, Some(*z)),
         _ => return Fail::arity("2 or 3", inputs.len()),
     };
-    if !matches!(
-        x.dtype(),
-        DType::I8 | DType::U8 | DType::I16 | DType::I32 | DType::F8E4M3 | DType::F8E5M2
-    ) {
-        return dtype_err!(
-            "x must be quantized (i8, u8, i16, i32, f8e4m3, f8e5m2), got {}",
-            x.dtype()
-        );
+    let d = x.dtype();
+    if !(matches!(
+        d,
+        DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32
+    ) || d.is_fp8()
+        || d.is_narrow_float())
+    {
+        return dtype_err!("x must be quantized ({QUANTIZED}, i32), got {d}");
     }
     if let Some(z) = zp
         && z.dtype() != x.dtype()
@@ -250,18 +263,18 @@ pub(crate) fn dequantize_linear(inputs: &[&Tensor], axis: i64, block_size: i64) 
     }
     let ch = channels(x, scale, zp, axis, block_size)?;
     let ss = values_f64(scale, "x_scale")?;
-    let (xs, zs): (Vec<f64>, Vec<f64>) = match fp8::format_of(x.dtype()) {
-        Some(fmt) => {
+    let (xs, zs): (Vec<f64>, Vec<f64>) = match d.is_fp8() || d.is_narrow_float() {
+        true => {
             check_fp8_zero_point(zp)?;
             (
-                fp8::decode(fmt, x.bytes())
+                fp8::float_values_any(x, "x")?
                     .into_iter()
                     .map(f64::from)
                     .collect(),
                 vec![0.0; ss.len()],
             )
         }
-        None => {
+        false => {
             let zs = match zp {
                 Some(z) => values_f64(z, "x_zero_point")?,
                 None => vec![0.0; ss.len()],

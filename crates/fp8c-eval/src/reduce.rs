@@ -303,6 +303,9 @@ fn cum_sum(x: &Tensor, axis: &Tensor, exclusive: bool, reverse: bool) -> KResult
         Data::I16(v) => Data::I16(scan(&v, g, exclusive, reverse, i16::wrapping_add)),
         Data::I8(v) => Data::I8(scan(&v, g, exclusive, reverse, i8::wrapping_add)),
         Data::U8(v) => Data::U8(scan(&v, g, exclusive, reverse, u8::wrapping_add)),
+        Data::U16(v) => Data::U16(scan(&v, g, exclusive, reverse, u16::wrapping_add)),
+        Data::U32(v) => Data::U32(scan(&v, g, exclusive, reverse, u32::wrapping_add)),
+        Data::U64(v) => Data::U64(scan(&v, g, exclusive, reverse, u64::wrapping_add)),
         Data::Bool(_) => return dtype_err!("cum_sum takes numbers, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())
@@ -339,6 +342,9 @@ fn arg_extreme(x: &Tensor, axis: i64, keepdims: bool, last: bool, max: bool) -> 
         Data::I16(v) => v.into_iter().map(f64::from).collect(),
         Data::I8(v) => v.into_iter().map(f64::from).collect(),
         Data::U8(v) => v.into_iter().map(f64::from).collect(),
+        Data::U16(v) => v.into_iter().map(f64::from).collect(),
+        Data::U32(v) => v.into_iter().map(f64::from).collect(),
+        Data::U64(v) => v.into_iter().map(|a| a as f64).collect(),
         Data::Bool(_) => return dtype_err!("arg_max/arg_min take numbers, got bool"),
     };
     // i64 values beyond 2^53 compare exactly in i64, not f64.

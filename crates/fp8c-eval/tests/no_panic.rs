@@ -57,6 +57,11 @@ fn tensor_of(dt: DType) -> impl Strategy<Value = Tensor> {
                         DType::I16 => (small as i16).to_le_bytes().to_vec(),
                         DType::I8 => vec![small as i8 as u8],
                         DType::U8 => vec![(r % 7) as u8],
+                        DType::U16 => ((r % 7) as u16).to_le_bytes().to_vec(),
+                        DType::U32 => ((r % 7) as u32).to_le_bytes().to_vec(),
+                        DType::U64 => (r % 7).to_le_bytes().to_vec(),
+                        DType::F8E4M3Fnuz | DType::F8E5M2Fnuz | DType::F8E8M0 => vec![r as u8],
+                        DType::F4E2M1 => vec![(r % 16) as u8],
                         DType::Bool => vec![(r % 2) as u8],
                     }
                 })

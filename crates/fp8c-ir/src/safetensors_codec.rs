@@ -1,6 +1,7 @@
 //! IR tensors as safetensors bytes (the `safetensors` crate): every IR dtype maps to itself —
 //! FP8 as `F8_E4M3` / `F8_E5M2`, bf16 as `BF16` — so Python's `safetensors` reads the files
-//! with their dtypes. The weights sidecar (`text::write_weights`) and the session's checkpoint
+//! with their dtypes (FP4 E2M1, one element per byte in the IR, is packed two per byte, the
+//! first element in the low nibble, as safetensors' `F4` wants). The weights sidecar (`text::write_weights`) and the session's checkpoint
 //! state both use it.
 
 use crate::{DType, Tensor};
@@ -22,6 +23,13 @@ pub fn to_st(d: DType) -> St {
         DType::Bool => St::BOOL,
         DType::F8E4M3 => St::F8_E4M3,
         DType::F8E5M2 => St::F8_E5M2,
+        DType::U16 => St::U16,
+        DType::U32 => St::U32,
+        DType::U64 => St::U64,
+        DType::F8E4M3Fnuz => St::F8_E4M3FNUZ,
+        DType::F8E5M2Fnuz => St::F8_E5M2FNUZ,
+        DType::F8E8M0 => St::F8_E8M0,
+        DType::F4E2M1 => St::F4,
     }
 }
 
@@ -40,6 +48,13 @@ pub fn from_st(d: St) -> Result<DType, String> {
         St::BOOL => DType::Bool,
         St::F8_E4M3 => DType::F8E4M3,
         St::F8_E5M2 => DType::F8E5M2,
+        St::U16 => DType::U16,
+        St::U32 => DType::U32,
+        St::U64 => DType::U64,
+        St::F8_E4M3FNUZ => DType::F8E4M3Fnuz,
+        St::F8_E5M2FNUZ => DType::F8E5M2Fnuz,
+        St::F8_E8M0 => DType::F8E8M0,
+        St::F4 => DType::F4E2M1,
         other => return Err(format!("safetensors dtype {other:?} is not supported")),
     })
 }
@@ -50,15 +65,44 @@ pub fn to_bytes(
     metadata: BTreeMap<String, String>,
 ) -> Result<Vec<u8>, String> {
     let mut views = Vec::with_capacity(tensors.len());
+    let mut packed = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
         let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
-        let view = safetensors::tensor::TensorView::new(to_st(t.dtype()), shape, t.bytes())
+        packed.push((name, shape, to_st(t.dtype()), stored_bytes(t)));
+    }
+    for (name, shape, dtype, bytes) in &packed {
+        let view = safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes)
             .map_err(|e| format!("tensor \"{name}\": {e}"))?;
-        views.push((name.clone(), view));
+        views.push(((*name).clone(), view));
     }
     let meta: std::collections::HashMap<String, String> = metadata.into_iter().collect();
     let bytes = safetensors::tensor::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
     canonical_header(bytes)
+}
+
+/// A tensor's bytes as safetensors stores them: FP4 packed two per byte (low nibble first).
+fn stored_bytes(t: &Tensor) -> std::borrow::Cow<'_, [u8]> {
+    if t.dtype() != DType::F4E2M1 {
+        return std::borrow::Cow::Borrowed(t.bytes());
+    }
+    std::borrow::Cow::Owned(
+        t.bytes()
+            .chunks(2)
+            .map(|p| (p[0] & 0x0F) | (p.get(1).copied().unwrap_or(0) << 4))
+            .collect(),
+    )
+}
+
+/// The IR bytes of stored data: FP4 unpacked to one element per byte.
+fn loaded_bytes(dtype: DType, data: &[u8], shape: &[usize]) -> Vec<u8> {
+    if dtype != DType::F4E2M1 {
+        return data.to_vec();
+    }
+    let n: usize = shape.iter().product();
+    data.iter()
+        .flat_map(|&b| [b & 0x0F, b >> 4])
+        .take(n)
+        .collect()
 }
 
 /// Rewrites the JSON header with its keys sorted: the crate writes `__metadata__` from a
@@ -133,7 +177,7 @@ pub fn parse(bytes: &[u8]) -> Result<Parsed, String> {
     for (k, v) in st.tensors() {
         let dtype = from_st(v.dtype()).map_err(|e| format!("tensor \"{k}\": {e}"))?;
         let shape: Vec<u64> = v.shape().iter().map(|&d| d as u64).collect();
-        let t = Tensor::from_bytes(dtype, shape, v.data().to_vec())
+        let t = Tensor::from_bytes(dtype, shape, loaded_bytes(dtype, v.data(), v.shape()))
             .map_err(|e| format!("tensor \"{k}\": {e}"))?;
         out.insert(k, t);
     }
@@ -170,5 +214,17 @@ mod tests {
         assert_eq!(m, meta);
         let n = u64::from_le_bytes(first[..8].try_into().unwrap());
         assert_eq!(n % 8, 0, "the header stays padded to 8 bytes");
+    }
+
+    #[test]
+    fn every_dtype_round_trips_and_fp4_is_packed() {
+        for d in DType::ALL {
+            let t = Tensor::from_bytes(d, vec![2, 2], vec![1; 4 * d.size()]).unwrap();
+            let tensors = BTreeMap::from([("t".to_string(), t)]);
+            let bytes = to_bytes(&tensors, BTreeMap::new()).unwrap();
+            assert_eq!(parse(&bytes).unwrap().0, tensors, "{d}");
+        }
+        let fp4 = Tensor::from_bytes(DType::F4E2M1, vec![4], vec![1, 2, 3, 15]).unwrap();
+        assert_eq!(&stored_bytes(&fp4)[..], &[0x21, 0xF3]);
     }
 }

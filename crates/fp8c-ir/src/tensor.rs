@@ -175,8 +175,25 @@ impl Tensor {
                 .collect(),
             DType::I8 => values.iter().map(|&v| (v as i8) as u8).collect(),
             DType::U8 => values.iter().map(|&v| v as u8).collect(),
+            DType::U16 => values
+                .iter()
+                .flat_map(|&v| (v as u16).to_le_bytes())
+                .collect(),
+            DType::U32 => values
+                .iter()
+                .flat_map(|&v| (v as u32).to_le_bytes())
+                .collect(),
+            DType::U64 => values
+                .iter()
+                .flat_map(|&v| (v as u64).to_le_bytes())
+                .collect(),
             DType::Bool => values.iter().map(|&v| (v != 0.0) as u8).collect(),
-            DType::F8E4M3 | DType::F8E5M2 => {
+            DType::F8E4M3
+            | DType::F8E5M2
+            | DType::F8E4M3Fnuz
+            | DType::F8E5M2Fnuz
+            | DType::F8E8M0
+            | DType::F4E2M1 => {
                 return Err(format!("cannot build a {dtype} tensor from f64 here"));
             }
         };
@@ -304,7 +321,24 @@ impl Tensor {
                 .collect(),
             DType::I8 => d.iter().map(|&b| b as i8 as f64).collect(),
             DType::U8 | DType::Bool => d.iter().map(|&b| b as f64).collect(),
-            DType::F8E4M3 | DType::F8E5M2 => {
+            DType::U16 => d
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]) as f64)
+                .collect(),
+            DType::U32 => d
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DType::U64 => d
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as f64)
+                .collect(),
+            DType::F8E4M3
+            | DType::F8E5M2
+            | DType::F8E4M3Fnuz
+            | DType::F8E5M2Fnuz
+            | DType::F8E8M0
+            | DType::F4E2M1 => {
                 return Err(format!("{} values need fp8c-core to decode", self.dtype));
             }
         })
@@ -341,6 +375,19 @@ impl Tensor {
                 .collect(),
             DType::I8 => d.iter().map(|&b| b as i8 as i64).collect(),
             DType::U8 | DType::Bool => d.iter().map(|&b| b as i64).collect(),
+            DType::U16 => d
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64)
+                .collect(),
+            DType::U32 => d
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
+            // Values above i64::MAX wrap, as ONNX's shape inputs never hold them.
+            DType::U64 => d
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()) as i64)
+                .collect(),
             other => return Err(format!("expected an integer tensor, got {other}")),
         })
     }

@@ -28,6 +28,13 @@ pub fn dtype_from_onnx(code: i32) -> Result<DType, String> {
         Ok(DataType::Bfloat16) => DType::BF16,
         Ok(DataType::Float8e4m3fn) => DType::F8E4M3,
         Ok(DataType::Float8e5m2) => DType::F8E5M2,
+        Ok(DataType::Uint16) => DType::U16,
+        Ok(DataType::Uint32) => DType::U32,
+        Ok(DataType::Uint64) => DType::U64,
+        Ok(DataType::Float8e4m3fnuz) => DType::F8E4M3Fnuz,
+        Ok(DataType::Float8e5m2fnuz) => DType::F8E5M2Fnuz,
+        Ok(DataType::Float8e8m0) => DType::F8E8M0,
+        Ok(DataType::Float4e2m1) => DType::F4E2M1,
         Ok(other) => return Err(format!("unsupported element type {}", other.as_str_name())),
         Err(_) => return Err(format!("unknown element type code {code}")),
     })
@@ -48,6 +55,13 @@ pub fn dtype_to_onnx(dtype: DType) -> i32 {
         DType::I8 => DataType::Int8,
         DType::U8 => DataType::Uint8,
         DType::Bool => DataType::Bool,
+        DType::U16 => DataType::Uint16,
+        DType::U32 => DataType::Uint32,
+        DType::U64 => DataType::Uint64,
+        DType::F8E4M3Fnuz => DataType::Float8e4m3fnuz,
+        DType::F8E5M2Fnuz => DataType::Float8e5m2fnuz,
+        DType::F8E8M0 => DataType::Float8e8m0,
+        DType::F4E2M1 => DataType::Float4e2m1,
     };
     t as i32
 }
@@ -115,12 +129,15 @@ pub(crate) fn tensor_from_raw(t: &TensorProto, raw: Storage) -> Result<Tensor, O
     if t.segment.is_some() {
         return Err(err("segmented tensors are not supported".into()));
     }
-    let want = numel * dtype.size() as u64;
+    let want = stored_len(dtype, numel);
     if raw.len() as u64 != want {
         return Err(err(format!(
             "raw_data has {} bytes, but {dtype} dims {dims:?} need {want}",
             raw.len()
         )));
+    }
+    if dtype == DType::F4E2M1 {
+        return Tensor::from_bytes(dtype, dims, unpack_nibbles(raw.bytes(), numel)).map_err(err);
     }
     Tensor::from_storage(dtype, dims, raw).map_err(err)
 }
@@ -135,7 +152,7 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
         return Err(err("segmented tensors are not supported".into()));
     }
     // numel * size fits: numel <= MAX_ELEMENTS (2^34) and size <= 8.
-    let want = numel * dtype.size() as u64;
+    let want = stored_len(dtype, numel);
     let bytes = if t.data_location == Some(DataLocation::External as i32) {
         read_external(t, base_dir, want)?
     } else if let Some(raw) = &t.raw_data {
@@ -149,7 +166,39 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
     } else {
         typed_bytes(t, dtype, numel).map_err(err)?
     };
+    let bytes = if dtype == DType::F4E2M1 {
+        unpack_nibbles(&bytes, numel)
+    } else {
+        bytes
+    };
     Tensor::from_bytes(dtype, dims, bytes).map_err(err)
+}
+
+/// Bytes ONNX stores for `numel` elements: FP4 packs two per byte (the first element in the
+/// low nibble), every other IR dtype is whole bytes.
+fn stored_len(dtype: DType, numel: u64) -> u64 {
+    if dtype == DType::F4E2M1 {
+        numel.div_ceil(2)
+    } else {
+        numel * dtype.size() as u64
+    }
+}
+
+/// FP4 codes one per byte from ONNX's packed form.
+fn unpack_nibbles(packed: &[u8], numel: u64) -> Vec<u8> {
+    packed
+        .iter()
+        .flat_map(|&b| [b & 0x0F, b >> 4])
+        .take(numel as usize)
+        .collect()
+}
+
+/// ONNX's packed form of one-per-byte FP4 codes.
+fn pack_nibbles(codes: &[u8]) -> Vec<u8> {
+    codes
+        .chunks(2)
+        .map(|p| (p[0] & 0x0F) | (p.get(1).copied().unwrap_or(0) << 4))
+        .collect()
 }
 
 /// The little-endian bytes held in the typed `*_data` fields.
@@ -185,8 +234,24 @@ fn typed_bytes(t: &TensorProto, dtype: DType, numel: u64) -> Result<Vec<u8>, Str
             check("int32_data", &t.int32_data, numel, dtype)?;
             t.int32_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
+        DType::U32 => {
+            check("uint64_data", &t.uint64_data, numel, dtype)?;
+            t.uint64_data
+                .iter()
+                .flat_map(|&v| (v as u32).to_le_bytes())
+                .collect()
+        }
+        DType::U64 => {
+            check("uint64_data", &t.uint64_data, numel, dtype)?;
+            t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
+        }
+        // FP4: each int32_data value is one byte holding two packed elements.
+        DType::F4E2M1 => {
+            check("int32_data", &t.int32_data, numel.div_ceil(2), dtype)?;
+            t.int32_data.iter().map(|&v| v as u8).collect()
+        }
         // 16-bit types (f16 and bf16 as bit patterns) live in int32_data, one per element.
-        DType::I16 | DType::F16 | DType::BF16 => {
+        DType::I16 | DType::U16 | DType::F16 | DType::BF16 => {
             check("int32_data", &t.int32_data, numel, dtype)?;
             t.int32_data
                 .iter()
@@ -198,7 +263,13 @@ fn typed_bytes(t: &TensorProto, dtype: DType, numel: u64) -> Result<Vec<u8>, Str
             t.int32_data.iter().map(|&v| (v != 0) as u8).collect()
         }
         // 8-bit types (FP8 as bit patterns) also live in int32_data.
-        DType::I8 | DType::U8 | DType::F8E4M3 | DType::F8E5M2 => {
+        DType::I8
+        | DType::U8
+        | DType::F8E4M3
+        | DType::F8E5M2
+        | DType::F8E4M3Fnuz
+        | DType::F8E5M2Fnuz
+        | DType::F8E8M0 => {
             check("int32_data", &t.int32_data, numel, dtype)?;
             t.int32_data.iter().map(|&v| v as u8).collect()
         }
@@ -295,7 +366,11 @@ pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> TensorProto {
         name: Some(name.to_string()),
         dims: tensor.shape().iter().map(|&d| d as i64).collect(),
         data_type: Some(dtype_to_onnx(tensor.dtype())),
-        raw_data: Some(tensor.bytes().to_vec()),
+        raw_data: Some(if tensor.dtype() == DType::F4E2M1 {
+            pack_nibbles(tensor.bytes())
+        } else {
+            tensor.bytes().to_vec()
+        }),
         ..Default::default()
     }
 }

@@ -222,11 +222,11 @@ fn unsupported_input_dtype_is_named() {
     if let Some(fp8c_onnx::proto::type_proto::Value::TensorType(t)) =
         &mut vi.r#type.as_mut().unwrap().value
     {
-        t.elem_type = Some(4); // UINT16
+        t.elem_type = Some(22); // INT4
     }
     assert_eq!(
         import_err(b),
-        r#"graph input "x": unsupported element type UINT16"#
+        r#"graph input "x": unsupported element type INT4"#
     );
 }
 
@@ -433,13 +433,13 @@ fn external_data_without_a_directory() {
 #[test]
 fn unsupported_initializer_dtype() {
     let t = TensorProto {
-        data_type: Some(18),
-        raw_data: Some(vec![0; 2]),
+        data_type: Some(21),
+        raw_data: Some(vec![0; 1]),
         ..f32_proto(&[2])
     };
     assert_eq!(
         import_err(with_initializer(t)),
-        r#"tensor "w": unsupported element type FLOAT8E4M3FNUZ"#
+        r#"tensor "w": unsupported element type UINT4"#
     );
 }
 
@@ -560,11 +560,11 @@ fn missing_required_attribute() {
         .input("x", DType::F32, &[2.into()])
         .node("Cast", &["x"], &["y"])
         .name("c")
-        .attr_int("to", 4)
+        .attr_int("to", 22)
         .output_untyped("y");
     assert_eq!(
         import_err(b),
-        r#"node "c" (Cast): attribute `to`: unsupported element type UINT16"#
+        r#"node "c" (Cast): attribute `to`: unsupported element type INT4"#
     );
 }
 

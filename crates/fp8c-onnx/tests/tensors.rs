@@ -4,7 +4,8 @@
 use fp8c_ir::{DType, Tensor};
 use fp8c_onnx::proto::TensorProto;
 use fp8c_onnx::{
-    decode_tensor_pb, load_tensor_pb, save_tensor_pb, tensor_from_proto, tensor_to_proto,
+    decode_tensor_pb, load_tensor_pb, save_tensor_pb, tensor_from_proto, tensor_pb_bytes,
+    tensor_to_proto,
 };
 use half::{bf16, f16};
 use prost::Message;
@@ -162,23 +163,39 @@ fn tensor_pb_files_round_trip() {
 
 #[test]
 fn tensor_pb_errors() {
+    // FNUZ and FP4 decode (FP4 packed two per byte, low nibble first); 4-bit ints do not.
     let fnuz = TensorProto {
-        raw_data: Some(vec![0]),
+        raw_data: Some(vec![0x80]),
         ..proto(18, &[1])
     }
     .encode_to_vec();
-    assert_eq!(
-        decode_tensor_pb(&fnuz).unwrap_err().to_string(),
-        r#"tensor "t": unsupported element type FLOAT8E4M3FNUZ"#
-    );
-    let e5fnuz = TensorProto {
-        raw_data: Some(vec![0]),
-        ..proto(20, &[1])
+    let t = decode_tensor_pb(&fnuz).unwrap();
+    assert_eq!((t.dtype(), t.bytes()), (DType::F8E4M3Fnuz, &[0x80u8][..]));
+    let fp4 = TensorProto {
+        raw_data: Some(vec![0x21, 0x0F]),
+        ..proto(23, &[3])
+    }
+    .encode_to_vec();
+    let t = decode_tensor_pb(&fp4).unwrap();
+    assert_eq!((t.dtype(), t.bytes()), (DType::F4E2M1, &[1u8, 2, 15][..]));
+    assert_eq!(decode_tensor_pb(&tensor_pb_bytes("t", &t)).unwrap(), t);
+    let short = TensorProto {
+        raw_data: Some(vec![0x21]),
+        ..proto(23, &[3])
     }
     .encode_to_vec();
     assert_eq!(
-        decode_tensor_pb(&e5fnuz).unwrap_err().to_string(),
-        r#"tensor "t": unsupported element type FLOAT8E5M2FNUZ"#
+        decode_tensor_pb(&short).unwrap_err().to_string(),
+        r#"tensor "t": raw_data has 1 bytes, but f4e2m1 dims [3] need 2"#
+    );
+    let int4 = TensorProto {
+        raw_data: Some(vec![0]),
+        ..proto(22, &[1])
+    }
+    .encode_to_vec();
+    assert_eq!(
+        decode_tensor_pb(&int4).unwrap_err().to_string(),
+        r#"tensor "t": unsupported element type INT4"#
     );
     let strings = TensorProto {
         string_data: vec![b"a".to_vec()],
@@ -195,11 +212,11 @@ fn tensor_pb_errors() {
     assert!(msg.starts_with("not a valid ONNX tensor: "), "{msg}");
 
     let path = scratch().join("bad.pb");
-    std::fs::write(&path, &fnuz).unwrap();
+    std::fs::write(&path, &int4).unwrap();
     assert_eq!(
         load_tensor_pb(&path).unwrap_err().to_string(),
         format!(
-            r#"{}: tensor "t": unsupported element type FLOAT8E4M3FNUZ"#,
+            r#"{}: tensor "t": unsupported element type INT4"#,
             path.display()
         )
     );

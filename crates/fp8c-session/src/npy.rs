@@ -61,9 +61,14 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
         (TypeChar::Int, 2) => DType::I16,
         (TypeChar::Int, 1) => DType::I8,
         (TypeChar::Uint, 1) => DType::U8,
+        (TypeChar::Uint, 2) => DType::U16,
+        (TypeChar::Uint, 4) => DType::U32,
+        (TypeChar::Uint, 8) => DType::U64,
         (TypeChar::Bool, 1) => DType::Bool,
         _ => {
-            bail!("dtype `{ts}` is not supported (use float64/32/16, int64/32/16/8, uint8 or bool)")
+            bail!(
+                "dtype `{ts}` is not supported (use float64/32/16, int64/32/16/8, uint64/32/16/8 or bool)"
+            )
         }
     };
     // The data must be there before anything is allocated for it.
@@ -89,6 +94,9 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
         DType::I16 => le(npy.into_vec::<i16>().map_err(io)?, i16::to_le_bytes),
         DType::I8 => le(npy.into_vec::<i8>().map_err(io)?, i8::to_le_bytes),
         DType::U8 => npy.into_vec::<u8>().map_err(io)?,
+        DType::U16 => le(npy.into_vec::<u16>().map_err(io)?, u16::to_le_bytes),
+        DType::U32 => le(npy.into_vec::<u32>().map_err(io)?, u32::to_le_bytes),
+        DType::U64 => le(npy.into_vec::<u64>().map_err(io)?, u64::to_le_bytes),
         DType::Bool => npy
             .into_vec::<bool>()
             .map_err(io)?
@@ -245,10 +253,30 @@ pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
             note = Some("bf16 written as float32 (exact)");
             put(&mut buf, &shape, t.to_f32_vec().map_err(Error::invalid)?)?
         }
-        DType::F8E4M3 | DType::F8E5M2 => {
-            note = Some("FP8 written as its raw uint8 codes");
+        DType::F8E4M3
+        | DType::F8E5M2
+        | DType::F8E4M3Fnuz
+        | DType::F8E5M2Fnuz
+        | DType::F8E8M0
+        | DType::F4E2M1 => {
+            note = Some("FP8/FP4 written as its raw uint8 codes (FP4: one per byte)");
             put(&mut buf, &shape, t.bytes().to_vec())?
         }
+        DType::U16 => put(
+            &mut buf,
+            &shape,
+            t.as_slice::<u16>().map_err(Error::invalid)?.to_vec(),
+        )?,
+        DType::U32 => put(
+            &mut buf,
+            &shape,
+            t.as_slice::<u32>().map_err(Error::invalid)?.to_vec(),
+        )?,
+        DType::U64 => put(
+            &mut buf,
+            &shape,
+            t.as_slice::<u64>().map_err(Error::invalid)?.to_vec(),
+        )?,
         DType::I64 => put(&mut buf, &shape, ints()?)?,
         DType::I32 => put(
             &mut buf,

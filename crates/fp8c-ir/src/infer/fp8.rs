@@ -143,13 +143,10 @@ fn quantize_linear(
     block_size: i64,
 ) -> Res<TensorType> {
     let ([x, scale], zp) = args_opt(inputs, ["x", "y_scale"], "y_zero_point")?;
-    let quantized = to.is_fp8() || matches!(to, DType::I8 | DType::U8 | DType::I16);
-    expect_attr(
-        quantized,
-        "to",
-        to,
-        "a quantized type (i8, u8, i16, f8e4m3, f8e5m2)",
-    )?;
+    let quantized = to.is_fp8()
+        || to.is_narrow_float()
+        || matches!(to, DType::I8 | DType::U8 | DType::I16 | DType::U16);
+    expect_attr(quantized, "to", to, QUANTIZED)?;
     x.expect(
         is_math_float(x.dtype()) || x.dtype() == DType::I32,
         "a float type (not FP8) or i32",
@@ -158,14 +155,22 @@ fn quantize_linear(
     Ok(TensorType::new(to, x.ty.shape.clone()))
 }
 
+/// What QuantizeLinear produces and DequantizeLinear reads, for messages.
+const QUANTIZED: &str =
+    "a quantized type (i8, u8, i16, u16, f8e4m3, f8e5m2, f8e4m3fnuz, f8e5m2fnuz, f8e8m0, f4e2m1)";
+const DEQUANTIZED: &str = "a quantized type (i8, u8, i16, u16, i32, f8e4m3, f8e5m2, f8e4m3fnuz, \
+     f8e5m2fnuz, f8e8m0, f4e2m1)";
+
 fn dequantize_linear(inputs: &[InferInput<'_>], axis: i64, block_size: i64) -> Res<TensorType> {
     let ([x, scale], zp) = args_opt(inputs, ["x", "x_scale"], "x_zero_point")?;
-    let quantized =
-        x.dtype().is_fp8() || matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::I32);
-    x.expect(
-        quantized,
-        "a quantized type (i8, u8, i16, i32, f8e4m3, f8e5m2)",
-    )?;
+    let d = x.dtype();
+    let quantized = d.is_fp8()
+        || d.is_narrow_float()
+        || matches!(
+            d,
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32
+        );
+    x.expect(quantized, DEQUANTIZED)?;
     check_qparams(&x, &scale, zp.as_ref(), axis, x.dtype(), block_size)?;
     Ok(TensorType::new(scale.dtype(), x.ty.shape.clone()))
 }

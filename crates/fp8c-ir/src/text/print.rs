@@ -380,9 +380,11 @@ fn push_element(out: &mut String, dtype: DType, b: &[u8]) {
         DType::I8 => {
             let _ = write!(out, "{}", bits as u8 as i8);
         }
-        DType::U8 => {
-            let _ = write!(out, "{}", bits as u8);
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+            let _ = write!(out, "{bits}");
         }
+        // Storage-only narrow floats: their bits (the decoders live in fp8c-core).
+        DType::F8E4M3Fnuz | DType::F8E5M2Fnuz | DType::F8E8M0 | DType::F4E2M1 => hex(out),
         DType::Bool => match bits {
             0 => out.push_str("false"),
             1 => out.push_str("true"),

@@ -122,7 +122,21 @@ pub(super) fn cast(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         .and_then(dtype_from_onnx)
         .map_err(|e| cx.err(format!("attribute `to`: {e}")))?;
     let saturate = cx.attr_bool("saturate", true)?;
+    check_round_mode(cx, to)?;
     unary(cx, Op::Cast { to, saturate })
+}
+
+/// Cast's `round_mode` (opset 24+) says how a cast to FLOAT8E8M0 rounds; fp8c's cast rounds
+/// up (the default). `down` and `nearest` are refused by name rather than ignored
+/// (fp8c-core's `encode_e8m0` has them; the IR's cast carries no mode yet).
+fn check_round_mode(cx: &NodeCx<'_>, to: DType) -> Result<(), OnnxError> {
+    let mode = cx.attr_string("round_mode", "up")?;
+    if mode != "up" && to == DType::F8E8M0 {
+        return Err(cx.err(format!(
+            "attribute `round_mode` = \"{mode}\": casts to FLOAT8E8M0 round up only (the default)"
+        )));
+    }
+    Ok(())
 }
 
 /// CastLike: a Cast to the second input's element type.
@@ -130,6 +144,7 @@ pub(super) fn cast_like(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let (x, like) = (cx.input(0)?, cx.input(1)?);
     let to = cx.ty(like).dtype;
     let saturate = cx.attr_bool("saturate", true)?;
+    check_round_mode(cx, to)?;
     Ok(vec![cx.add(Op::Cast { to, saturate }, &[x])?])
 }
 

@@ -282,6 +282,9 @@ impl Parser<'_> {
             }
             return Ok(());
         }
+        if dtype.is_narrow_float() {
+            return Err(self.err_at(at, format!("write {dtype} elements as hex bits (0x..)")));
+        }
         if !dtype.is_float() {
             let n = self.number()?;
             if !n.int {
@@ -294,6 +297,9 @@ impl Parser<'_> {
                 DType::I32 => (i32::MIN.into(), i32::MAX.into()),
                 DType::I16 => (i16::MIN.into(), i16::MAX.into()),
                 DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+                DType::U16 => (0, u16::MAX.into()),
+                DType::U32 => (0, u32::MAX.into()),
+                DType::U64 => (0, u64::MAX.into()),
                 _ => (0, u8::MAX.into()),
             };
             let Some(v) = v.filter(|v| (lo..=hi).contains(v)) else {
