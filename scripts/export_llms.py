@@ -16,11 +16,15 @@ perturb_constant_params), in eval mode; nothing is downloaded (HF_HUB_OFFLINE=1 
 before transformers is imported). Each is exported with the dynamo exporter,
 `torch.onnx.export(..., dynamo=True, opset_version=20)`, with dynamic `batch` and `seq` axes:
 
-  decoders (llama-tiny, gpt2-tiny, qwen2-tiny):  input_ids INT64 [batch, seq] -> logits FLOAT [batch, seq, vocab]
+  decoders (llama-tiny, gpt2-tiny, qwen2-tiny, mistral-tiny):
+      input_ids INT64 [batch, seq] -> logits FLOAT [batch, seq, vocab]
       (wrapped so that forward(input_ids) = model(input_ids, use_cache=False).logits: no
       attention_mask input, no KV cache; causal masking is built inside the graph)
   encoders (bert-tiny-enc, bert-base-rand):      input_ids, attention_mask, token_type_ids INT64 [batch, seq]
       -> last_hidden_state FLOAT [batch, seq, hidden]   (BertModel without the pooler)
+  vision encoder (vit-tiny):  pixel_values FLOAT [batch, 3, 32, 32]
+      -> last_hidden_state FLOAT [batch, 17, hidden]   (ViTModel without the pooler; only the
+      batch axis is dynamic: the patch grid is fixed by the image size)
 
 Attention is transformers' default implementation ("sdpa"), as a user would get it.
 
@@ -36,7 +40,8 @@ outputs match PyTorch's forward within 1e-4 relative L2 and fails if not.
 
 Inputs: input_ids uniform in [0, vocab) from numpy.random.default_rng(0); for encoders,
 attention_mask is 1 everywhere except the last 5 positions of batch row 1 (padding), and
-token_type_ids is 0 for the first half of each sequence and 1 for the second half.
+token_type_ids is 0 for the first half of each sequence and 1 for the second half;
+pixel_values are standard normal (seed 0), batch 2.
 """
 
 from __future__ import annotations
@@ -97,6 +102,17 @@ class EncoderHidden(torch.nn.Module):
                       token_type_ids=token_type_ids).last_hidden_state
 
 
+class VisionHidden(torch.nn.Module):
+    """forward(pixel_values) -> last_hidden_state [B,1+patches,H]."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, pixel_values):
+        return self.m(pixel_values=pixel_values).last_hidden_state
+
+
 # ----------------------------------------------------------------------------- model specs
 
 def spec_llama_tiny(tf):
@@ -123,6 +139,22 @@ def spec_qwen2_tiny(tf):
     return "decoder", tf.Qwen2ForCausalLM, cfg
 
 
+def spec_mistral_tiny(tf):
+    cfg = tf.MistralConfig(
+        vocab_size=256, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_SEQ,
+        hidden_act="silu", rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=8,
+        tie_word_embeddings=False, use_cache=False)
+    return "decoder", tf.MistralForCausalLM, cfg
+
+
+def spec_vit_tiny(tf):
+    cfg = tf.ViTConfig(
+        image_size=32, patch_size=8, num_channels=3, hidden_size=128, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=512, hidden_act="gelu")
+    return "vision", tf.ViTModel, cfg
+
+
 def spec_bert_tiny_enc(tf):
     cfg = tf.BertConfig(
         vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -140,6 +172,8 @@ COMMITTED = {
     "gpt2-tiny": spec_gpt2_tiny,
     "qwen2-tiny": spec_qwen2_tiny,
     "bert-tiny-enc": spec_bert_tiny_enc,
+    "mistral-tiny": spec_mistral_tiny,
+    "vit-tiny": spec_vit_tiny,
 }
 LARGE = {"bert-base-rand": spec_bert_base_rand}
 
@@ -149,17 +183,24 @@ LARGE = {"bert-base-rand": spec_bert_base_rand}
 def build(name, torch, tf):
     kind, cls, cfg = (COMMITTED | LARGE)[name](tf)
     torch.manual_seed(SEED)
-    if kind == "encoder":
+    if kind in ("encoder", "vision"):
         model = cls(cfg, add_pooling_layer=False)
     else:
         model = cls(cfg)
     model = model.float().eval()
     perturb_constant_params(model)
 
-    wrapped = (DecoderLogits if kind == "decoder" else EncoderHidden)(model).eval()
+    wrapper = {"decoder": DecoderLogits, "encoder": EncoderHidden, "vision": VisionHidden}[kind]
+    wrapped = wrapper(model).eval()
+    rng = np.random.default_rng(SEED)
+    n_params = sum(p.numel() for p in model.parameters())
+    if kind == "vision":
+        size = (BATCH, cfg.num_channels, cfg.image_size, cfg.image_size)
+        pixels = rng.standard_normal(size).astype(np.float32)
+        inputs = collections.OrderedDict(pixel_values=pixels)
+        return kind, wrapped, cfg, inputs, ["last_hidden_state"], None, n_params
     vocab = cfg.vocab_size
     max_seq = cfg.max_position_embeddings
-    rng = np.random.default_rng(SEED)
     ids = rng.integers(0, vocab, size=(BATCH, SEQ), dtype=np.int64)
     inputs = collections.OrderedDict(input_ids=ids)
     out_names = ["logits"]
@@ -171,7 +212,6 @@ def build(name, torch, tf):
         inputs["attention_mask"] = mask
         inputs["token_type_ids"] = types
         out_names = ["last_hidden_state"]
-    n_params = sum(p.numel() for p in model.parameters())
     return kind, wrapped, cfg, inputs, out_names, max_seq, n_params
 
 
@@ -199,7 +239,10 @@ def export(name, torch, tf, out_dir, keep_traces):
     batch = torch.export.Dim("batch", min=1)
     seq = torch.export.Dim("seq", min=1, max=max_seq)
     example = tuple(torch.from_numpy(v) for v in inputs.values())
-    dyn = {k: {0: batch, 1: seq} for k in inputs}
+    if kind == "vision":
+        dyn = {k: {0: batch} for k in inputs}
+    else:
+        dyn = {k: {0: batch, 1: seq} for k in inputs}
     with torch.no_grad():
         prog = torch.onnx.export(
             wrapped, example, dynamo=True, opset_version=20, input_names=list(inputs),

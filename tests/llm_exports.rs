@@ -1,6 +1,7 @@
 //! Today's PyTorch exports of decoder LLMs and a BERT encoder (issue #12), as a user runs them.
 //!
-//! `examples/models/{llama,gpt2,qwen2}-tiny.onnx` and `bert-tiny-enc.onnx` were exported by
+//! `examples/models/{llama,gpt2,qwen2,mistral}-tiny.onnx`, `bert-tiny-enc.onnx` and the vision
+//! transformer `vit-tiny.onnx` (patch-embedding Conv, LayerNormalization, Gelu) were exported by
 //! `scripts/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
 //! transformers configs with random weights; each `.ref.npz` holds the inputs and
 //! onnxruntime's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
@@ -12,16 +13,25 @@ mod support;
 
 use std::collections::BTreeMap;
 
-const MODELS: &[&str] = &["llama-tiny", "gpt2-tiny", "qwen2-tiny", "bert-tiny-enc"];
+const MODELS: &[&str] = &[
+    "llama-tiny",
+    "gpt2-tiny",
+    "qwen2-tiny",
+    "bert-tiny-enc",
+    "mistral-tiny",
+    "vit-tiny",
+];
+
+/// The graph outputs the exports have; every other tensor of a `.ref.npz` is an input.
+const OUTPUTS: &[&str] = &["logits", "last_hidden_state"];
 
 fn check(name: &str) {
     let root = support::repo_root().join("examples/models");
     let model = root.join(format!("{name}.onnx"));
     let reference = support::read_npz(&root.join(format!("{name}.ref.npz")));
-    // The integer tensors of the reference file are the model's inputs, the rest its outputs.
-    let (inputs, outputs): (BTreeMap<_, _>, BTreeMap<_, _>) = reference
+    let (outputs, inputs): (BTreeMap<_, _>, BTreeMap<_, _>) = reference
         .into_iter()
-        .partition(|(_, t)| !t.dtype().is_float());
+        .partition(|(k, _)| OUTPUTS.contains(&k.as_str()));
     let dir = support::scratch(&format!("llm_{name}"));
     let in_path = dir.join("inputs.npz");
     let list: Vec<(&str, &fp8c_ir::Tensor)> = inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
@@ -102,6 +112,16 @@ fn qwen2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
 #[test]
 fn bert_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
     check(MODELS[3]);
+}
+
+#[test]
+fn mistral_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[4]);
+}
+
+#[test]
+fn vit_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[5]);
 }
 
 /// The policy's LLM default (issue #12): the LM head stays high precision with its reason;
