@@ -45,12 +45,13 @@ PINNED_ONNX = "1.22.0"
 # fp8c's importer op list (ai.onnx domain), plus CastLike for the castlike tests.
 OPS = """
 Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
-ConstantOfShape Conv Cos CumSum DequantizeLinear Div Dropout Equal Erf Exp Expand Flatten Floor
+ConstantOfShape Conv ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div Dropout
+DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
 Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
-MatMul Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
+MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
-Softmax Split Sqrt Squeeze Sub Sum Tanh Tile Transpose Trilu Unsqueeze Where Xor
+Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
 ScatterElements ScatterND
 """.split()
 

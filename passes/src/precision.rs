@@ -117,6 +117,8 @@ pub enum Precision {
     Bf16,
     /// f32 compute.
     F32,
+    /// Integer or f64 operands: the GEMM computes in its own type (`Rule::OwnType`).
+    Own,
 }
 
 /// GEMM dimensions of a GEMM-like node (Conv as implicit GEMM).
@@ -171,6 +173,10 @@ pub enum Rule {
     Fp8Attention,
     /// Not a GEMM: computes in high precision (norms, softmax, reductions, elementwise).
     NotGemm,
+    /// The operands are integers or f64 (e.g. ONNX MatMulInteger/ConvInteger, imported as
+    /// i32 and f64 GEMMs): the model asks for exact arithmetic, so the GEMM keeps its type in
+    /// every mode (`--force-fp8` included).
+    OwnType,
 }
 
 /// How the report says that `--pad-to-16` pads a GEMM.
@@ -216,7 +222,7 @@ impl Pass for PrecisionPass {
         let decisions = decide(g, &cx.options.policy).map_err(IrError::Other)?;
         let mut changed = false;
         if cx.options.policy.mode == PrecisionMode::Bf16 {
-            for d in &decisions {
+            for d in decisions.iter().filter(|d| d.rule != Rule::OwnType) {
                 if let Some(id) = g.find_node(&d.name) {
                     changed |= compute_in(g, id, DType::BF16)?;
                 }
@@ -432,7 +438,15 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
             .take(2)
             .all(|&v| matches!(g.node(v.node).op, Op::Dequantize { .. }));
         let padded = mis.is_some() && can_pad;
-        let (precision, rule, reason) = if already_fp8 {
+        let operand_type = n.inputs().first().map(|&v| g.value_type(v).dtype);
+        let own_type = operand_type.filter(|t| !matches!(t, DType::F32 | DType::F16 | DType::BF16));
+        let (precision, rule, reason) = if let Some(t) = own_type {
+            (
+                Precision::Own,
+                Rule::OwnType,
+                format!("{t} operands: the GEMM computes exactly in its own type"),
+            )
+        } else if already_fp8 {
             (
                 Precision::Fp8,
                 Rule::AlreadyFp8,

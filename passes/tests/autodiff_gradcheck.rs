@@ -531,6 +531,20 @@ fn element_gathers_scatters_and_trilu() {
         let g = f.finish(&[y]);
         assert!(check(&g) <= 1.0, "scatter_nd {reduction:?}");
     }
+    // top_k: the selected values' gradient goes back to where they came from.
+    for (k, (axis, largest)) in [(1, true), (0, false)].into_iter().enumerate() {
+        let mut f = Fwd::new(179 + k as u64);
+        let x = f.param("x", &[4, 6], -1.0, 1.0);
+        let kk = f.constant(Tensor::from_i64(vec![1], &[3]));
+        let op = Op::TopK {
+            axis,
+            largest,
+            sorted: true,
+        };
+        let y = f.op(op, &[x, kk]);
+        let g = f.finish(&[y]);
+        assert!(check(&g) <= 1.0, "top_k axis {axis} largest {largest}");
+    }
     // trilu: upper with k = 1, lower without k.
     movement_case(
         |f, x| {
@@ -577,6 +591,47 @@ fn conv_dgrad_wgrad_bias() {
         let y = f.op(op.clone(), &[x, w, b]);
         let g = f.finish(&[y]);
         assert!(check(&g) <= 1.0, "conv case {i}: {op:?}");
+    }
+}
+
+/// The transposed convolution (ONNX ConvTranspose imports as `conv_grad_input`): strided,
+/// padded and grouped, both inputs trained.
+#[test]
+fn transposed_conv() {
+    // (group, strides, pads, the transposed conv's output shape, its input shape)
+    type Case = (i64, Vec<i64>, Vec<i64>, Vec<i64>, [u64; 4]);
+    let cases: [Case; 2] = [
+        (
+            1,
+            vec![2, 2],
+            vec![1, 1, 1, 1],
+            vec![2, 4, 9, 8],
+            [2, 6, 5, 5],
+        ),
+        (
+            2,
+            vec![1, 2],
+            vec![0, 1, 1, 0],
+            vec![2, 4, 6, 8],
+            [2, 6, 5, 4],
+        ),
+    ];
+    for (i, (group, strides, pads, input_shape, x_shape)) in cases.into_iter().enumerate() {
+        let mut f = Fwd::new(195 + i as u64);
+        let x = f.param("x", &x_shape, -1.0, 1.0);
+        let w = f.param("w", &[6, 4 / group as u64, 3, 2], -1.0, 1.0);
+        let op = Op::ConvGradInput {
+            kernel_shape: vec![3, 2],
+            strides,
+            pads,
+            dilations: vec![1, 1],
+            group,
+            auto_pad: AutoPad::NotSet,
+            input_shape,
+        };
+        let y = f.op(op.clone(), &[x, w]);
+        let g = f.finish(&[y]);
+        assert!(check(&g) <= 1.0, "transposed conv case {i}: {op:?}");
     }
 }
 

@@ -9,13 +9,15 @@
 //!   do not depend on threads (outputs are computed in parallel, each by one thread).
 //! - Integers accumulate with wrapping i64 arithmetic and wrap to their type; an integer mean
 //!   truncates toward zero (as onnxruntime). Bools reduce as 0/1 (max = any, min = all).
+//! - `top_k` sorts each line with a total order (NaN above every number, equal elements in
+//!   index order) and copies the selected elements' bytes, so values are exact in every type.
 //! - Max/min propagate NaN. An empty reduction gives 0 (sum), 1 (prod), NaN (float mean),
 //!   the lowest value (max: -inf for floats) or the highest (min).
 
 use crate::args;
 use crate::cast::cast;
 use crate::data::{Data, dims_of, norm_axis, numel, par_map, strides_of};
-use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err};
+use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, value_err};
 use fp8c_ir::{DType, ReduceOp, Support, Tensor};
 
 /// Evaluates an op of the reduce family.
@@ -59,6 +61,14 @@ pub(crate) fn eval(op: ReduceOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
                 false,
             )?]);
         }
+        ReduceOp::TopK {
+            axis,
+            largest,
+            sorted: _,
+        } => {
+            let [x, k] = args(inputs)?;
+            return top_k(x, k, *axis, *largest);
+        }
         ReduceOp::__Lifetime(never, _) => match never {},
     };
     let [x] = args(inputs)?;
@@ -76,7 +86,8 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::AllFinite
         | ReduceOp::CumSum { .. }
         | ReduceOp::ArgMax { .. }
-        | ReduceOp::ArgMin { .. } => Support::Yes,
+        | ReduceOp::ArgMin { .. }
+        | ReduceOp::TopK { .. } => Support::Yes,
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -389,4 +400,111 @@ fn arg_extreme(x: &Tensor, axis: i64, keepdims: bool, last: bool, max: bool) -> 
         }
     }
     Tensor::from_pod(DType::I64, shape, &out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+}
+
+/// Sort keys of one tensor: floats as f64 (exact for every float type), integers as i128
+/// (exact for i64 and u64).
+enum Keys {
+    Float(Vec<f64>),
+    Int(Vec<i128>),
+}
+
+impl Keys {
+    fn of(x: &Tensor) -> KResult<Keys> {
+        Ok(match Data::load(x)? {
+            Data::F64(v) => Keys::Float(v),
+            Data::F32(v) => Keys::Float(v.into_iter().map(f64::from).collect()),
+            Data::I64(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::I32(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::I16(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::I8(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::U8(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::U16(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::U32(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::U64(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::Bool(_) => return dtype_err!("top_k takes numbers, got bool"),
+        })
+    }
+
+    /// Ascending total order of elements `a` and `b`: NaN above every number.
+    fn cmp(&self, a: usize, b: usize) -> std::cmp::Ordering {
+        match self {
+            Keys::Int(v) => v[a].cmp(&v[b]),
+            Keys::Float(v) => v[a]
+                .partial_cmp(&v[b])
+                .unwrap_or_else(|| v[a].is_nan().cmp(&v[b].is_nan())),
+        }
+    }
+}
+
+/// ONNX TopK: the `k` largest (or smallest) elements along the axis, sorted, equal ones in
+/// index order, and their i64 indices.
+fn top_k(x: &Tensor, k: &Tensor, axis: i64, largest: bool) -> KResult<Vec<Tensor>> {
+    let dims = dims_of(x);
+    if dims.is_empty() {
+        return Err(Fail::new(
+            ErrorKind::Shape,
+            "top_k needs an input of rank ≥ 1",
+        ));
+    }
+    let ax = norm_axis(axis, dims.len())?;
+    if k.len() != 1 {
+        return Err(Fail::new(
+            ErrorKind::Shape,
+            format!("k must hold one value, got shape {:?}", k.shape()),
+        ));
+    }
+    let kv = crate::data::int_values(k, "k")?[0];
+    let kn = match usize::try_from(kv) {
+        Ok(n) if n <= dims[ax] => n,
+        _ => return value_err!("k = {kv} is outside 0..={} (axis {ax})", dims[ax]),
+    };
+    let (outer, d, inner) = (
+        dims[..ax].iter().product::<usize>(),
+        dims[ax],
+        dims[ax + 1..].iter().product::<usize>(),
+    );
+    let keys = Keys::of(x)?;
+    let size = x.dtype().size();
+    let src = x.bytes();
+    let mut values = Vec::with_capacity(outer * kn * inner * size);
+    let mut indices = vec![0i64; outer * kn * inner];
+    let mut line: Vec<usize> = Vec::with_capacity(d);
+    for o in 0..outer {
+        for i in 0..inner {
+            let at = |j: usize| (o * d + j) * inner + i;
+            // Best first; equal keys in index order (a total order, so selection is exact).
+            let order = |&a: &usize, &b: &usize| {
+                let by_key = keys.cmp(at(a), at(b));
+                (if largest { by_key.reverse() } else { by_key }).then(a.cmp(&b))
+            };
+            line.clear();
+            line.extend(0..d);
+            if kn > 0 && kn < d {
+                line.select_nth_unstable_by(kn - 1, order);
+            }
+            line.truncate(kn);
+            line.sort_unstable_by(order);
+            for (r, &j) in line.iter().enumerate() {
+                indices[(o * kn + r) * inner + i] = j as i64;
+            }
+        }
+    }
+    // Values in output order: gather the selected elements' bytes.
+    for o in 0..outer {
+        for r in 0..kn {
+            for i in 0..inner {
+                let j = indices[(o * kn + r) * inner + i] as usize;
+                let e = (o * d + j) * inner + i;
+                values.extend_from_slice(&src[e * size..(e + 1) * size]);
+            }
+        }
+    }
+    let mut shape = x.shape().to_vec();
+    shape[ax] = kn as u64;
+    let too_large = |m| Fail::new(ErrorKind::TooLarge, m);
+    Ok(vec![
+        Tensor::from_bytes(x.dtype(), shape.clone(), values).map_err(too_large)?,
+        Tensor::from_pod(DType::I64, shape, &indices).map_err(too_large)?,
+    ])
 }

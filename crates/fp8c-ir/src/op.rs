@@ -343,6 +343,12 @@ define_ops! {
         ArgMax { axis: i64, keepdims: bool, select_last_index: bool } => "arg_max",
         /// ONNX ArgMin: as `arg_max`, for the smallest element.
         ArgMin { axis: i64, keepdims: bool, select_last_index: bool } => "arg_min",
+        /// ONNX TopK: inputs x and k (a non-negative i64 scalar or one-element 1-D tensor);
+        /// outputs the k largest (smallest unless `largest`) elements along `axis` and their i64
+        /// indices, the axis becoming k. Always sorted (largest first, or smallest first), equal
+        /// elements in index order; NaN counts as larger than every number (numpy's order).
+        /// `sorted` false lets ONNX return any order: fp8c sorts anyway.
+        TopK { axis: i64, largest: bool, sorted: bool } => "top_k",
     }
     /// Shape arithmetic and data movement.
     family Movement(MovementOp) {

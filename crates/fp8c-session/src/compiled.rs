@@ -149,6 +149,7 @@ pub fn high_precision_summary(decisions: &[Decision]) -> Vec<String> {
         .map(|(_, precision, n, reason)| {
             let word = match precision {
                 Precision::Bf16 => "bf16",
+                Precision::Own => "in their own type",
                 _ => "f32",
             };
             let gemms = if n == 1 { "GEMM stays" } else { "GEMMs stay" };

@@ -14,10 +14,12 @@ pub(super) fn infer(op: ReduceOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
     Ok(match op {
         ReduceOp::ReduceMean { axes, keepdims }
         | ReduceOp::ReduceSum { axes, keepdims }
-        | ReduceOp::ReduceMax { axes, keepdims }
-        | ReduceOp::ReduceMin { axes, keepdims }
         | ReduceOp::ReduceProd { axes, keepdims } => {
-            one(reduce(inputs, axes.as_deref(), *keepdims)?)
+            one(reduce(inputs, axes.as_deref(), *keepdims, false)?)
+        }
+        // ONNX (opset 20) defines max and min on bool too: any and all.
+        ReduceOp::ReduceMax { axes, keepdims } | ReduceOp::ReduceMin { axes, keepdims } => {
+            one(reduce(inputs, axes.as_deref(), *keepdims, true)?)
         }
         ReduceOp::AllFinite => {
             for x in variadic(inputs)? {
@@ -29,14 +31,57 @@ pub(super) fn infer(op: ReduceOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
         ReduceOp::ArgMax { axis, keepdims, .. } | ReduceOp::ArgMin { axis, keepdims, .. } => {
             one(arg_extreme(inputs, *axis, *keepdims)?)
         }
+        ReduceOp::TopK { axis, .. } => top_k(inputs, *axis)?,
         ReduceOp::__Lifetime(never, _) => match never {},
     })
 }
 
-/// `axes` None (or empty, as ONNX's absent axes input) reduces every axis.
-fn reduce(inputs: &[InferInput<'_>], axes: Option<&[i64]>, keepdims: bool) -> Res<TensorType> {
-    let [x] = args(inputs, ["data"])?;
+/// `top_k(x, k)`: values of x's type and i64 indices, x's shape with the axis dim `k` (known
+/// when k is a constant; it must not exceed the axis).
+fn top_k(inputs: &[InferInput<'_>], axis: i64) -> Res<Vec<TensorType>> {
+    let [x, k] = args(inputs, ["x", "k"])?;
     x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    x.expect_min_rank(1, "it needs an axis to select along")?;
+    k.expect(k.dtype() == DType::I64, "i64")?;
+    k.expect_scalar_like()?;
+    let ax = axis_of(&x, axis, "axis")?;
+    let mut kd = Dim::Unknown;
+    if let Some(t) = k.value {
+        let v = t.to_i64_vec().map_err(|e| format!("{k}: {e}"))?;
+        if let Some(&n) = v.first() {
+            let n = u64::try_from(n).map_err(|_| format!("{k} holds k = {n}, expected ≥ 0"))?;
+            if let Dim::Known(d) = x.shape()[ax]
+                && n > d
+            {
+                return Err(x.shape_err(format!("k = {n} exceeds axis {ax} (size {d})")));
+            }
+            kd = Dim::Known(n);
+        }
+    }
+    let mut shape = x.shape().to_vec();
+    shape[ax] = kd;
+    Ok(vec![
+        TensorType::new(x.dtype(), shape.clone()),
+        TensorType::new(DType::I64, shape),
+    ])
+}
+
+/// `axes` None (or empty, as ONNX's absent axes input) reduces every axis.
+fn reduce(
+    inputs: &[InferInput<'_>],
+    axes: Option<&[i64]>,
+    keepdims: bool,
+    bools: bool,
+) -> Res<TensorType> {
+    let [x] = args(inputs, ["data"])?;
+    if bools {
+        x.expect(
+            is_numeric(x.dtype()) || x.dtype() == DType::Bool,
+            "a numeric type or bool",
+        )?;
+    } else {
+        x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    }
     let reduced: BTreeSet<usize> = match axes {
         Some(a) if !a.is_empty() => axes_of(&x, a, "axes")?.into_iter().collect(),
         _ => (0..x.rank()).collect(),

@@ -335,13 +335,18 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
         107 => Op::ScatterNd {
             reduction: reduction(i(0)),
         },
+        109 => Op::TopK {
+            axis: i(0),
+            largest: flag,
+            sorted: !flag,
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 109;
+const OP_KINDS: usize = 110;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

@@ -8,6 +8,8 @@
 //! To add an op: write its builder in the family file and add one line to [`registry!`]
 //! below, with the number of inputs it accepts.
 
+mod einsum;
+mod integer;
 mod math;
 mod nn;
 mod quant;
@@ -60,11 +62,15 @@ registry! {
     "Constant" 0..=0 => shape::constant,
     "ConstantOfShape" 1..=1 => shape::constant_of_shape,
     "Conv" 2..=3 => nn::conv,
+    "ConvInteger" 2..=4 => integer::conv_integer,
+    "ConvTranspose" 2..=3 => nn::conv_transpose,
     "Cos" 1..=1 => |cx| math::unary(cx, Op::Cos),
     "CumSum" 2..=2 => reduce::cum_sum,
     "DequantizeLinear" 2..=3 => quant::dequantize_linear,
     "Div" 2..=2 => |cx| math::binary(cx, Op::Div),
     "Dropout" 1..=3 => nn::dropout,
+    "DynamicQuantizeLinear" 1..=1 => integer::dynamic_quantize_linear,
+    "Einsum" 1..=MANY => einsum::einsum,
     "Equal" 2..=2 => |cx| math::binary(cx, Op::Equal),
     "Erf" 1..=1 => |cx| math::unary(cx, Op::Erf),
     "Exp" 1..=1 => |cx| math::unary(cx, Op::Exp),
@@ -92,6 +98,7 @@ registry! {
     "Log" 1..=1 => |cx| math::unary(cx, Op::Log),
     "LogSoftmax" 1..=1 => |cx| nn::softmax(cx, |axis| Op::LogSoftmax { axis }),
     "MatMul" 2..=2 => |cx| math::binary(cx, Op::MatMul),
+    "MatMulInteger" 2..=4 => integer::matmul_integer,
     "Max" 1..=MANY => |cx| math::variadic(cx, Op::Max),
     "MaxPool" 1..=1 => nn::max_pool,
     "Mean" 1..=MANY => math::mean,
@@ -129,6 +136,7 @@ registry! {
     "Sum" 1..=MANY => |cx| math::variadic(cx, Op::Add),
     "Tanh" 1..=1 => |cx| math::unary(cx, Op::Tanh),
     "Tile" 2..=2 => |cx| math::plain(cx, Op::Tile),
+    "TopK" 1..=2 => reduce::top_k,
     "Transpose" 1..=1 => shape::transpose,
     "Trilu" 1..=2 => shape::trilu,
     "Unsqueeze" 1..=2 => shape::unsqueeze,
@@ -224,7 +232,8 @@ impl<'a> NodeCx<'a> {
         self.g.value_type(v)
     }
 
-    /// The constant data of a value, if a `constant` node produces it.
+    /// The constant data of a value, if a `constant` node produces it (shape arithmetic on
+    /// constants and static shapes is folded as it is built, see [`NodeCx::add_multi`]).
     pub fn constant_of(&self, v: Value) -> Option<&Tensor> {
         self.g.constant_value(v)
     }
@@ -370,13 +379,27 @@ impl<'a> NodeCx<'a> {
         Ok(self.add_multi(&name, op, inputs)?[0])
     }
 
-    /// Adds an IR node called `name` (made unique) and returns all its outputs.
+    /// Adds an IR node called `name` (made unique) and returns all its outputs; an op that
+    /// [`fold`] computes now becomes constant nodes (`name`, `name.1`, ..) instead.
     pub fn add_multi(
         &mut self,
         name: &str,
         op: Op,
         inputs: &[Value],
     ) -> Result<Vec<Value>, OnnxError> {
+        if let Some(values) = fold(self.g, name, &op, inputs) {
+            let mut outs = Vec::with_capacity(values.len());
+            for (i, value) in values.into_iter().enumerate() {
+                let n = if i == 0 {
+                    name.to_string()
+                } else {
+                    format!("{name}.{i}")
+                };
+                let v = self.g.add_node(&n, Op::Constant { value }, &[]);
+                outs.push(v.map_err(|e| self.ir_err(e))?[0]);
+            }
+            return Ok(outs);
+        }
         let outs = self
             .g
             .add_node(name, op, inputs)
@@ -398,6 +421,46 @@ impl<'a> NodeCx<'a> {
             .map_err(|e| self.err(format!("{suffix}: {e}")))?;
         self.constant(suffix, t)
     }
+}
+
+/// Most elements an op's output may have to be folded at import time (shape arithmetic is a
+/// few integers; large constant tensors are left to canonicalize).
+const MAX_FOLD_ELEMS: u64 = 4096;
+
+/// The outputs of `op` on `inputs` if the importer computes them now: `shape` of a value with
+/// static dims, or any deterministic op whose inputs are all constants and whose outputs are
+/// small integer or bool tensors (float data is left to canonicalize's folding), evaluated by the CPU reference evaluator (so folding cannot disagree with a run).
+/// Folding as the graph is built makes an export's shape arithmetic (`Concat(Shape(x)[3:4],
+/// Sub(..))` feeding a Split, a Pad, a Reshape) constant for the ops that need it so.
+fn fold(g: &Graph, name: &str, op: &Op, inputs: &[Value]) -> Option<Vec<Tensor>> {
+    if let Op::Shape { start, end } = op {
+        let x = g.value_type(*inputs.first()?);
+        let dims = known_dims(&x.shape)?;
+        let r = dims.len() as i64;
+        let clamp = |i: i64| (if i < 0 { i + r } else { i }).clamp(0, r) as usize;
+        let (s, e) = (clamp(*start), clamp(end.unwrap_or(r)));
+        let part: Vec<i64> = dims[s..e.max(s)].iter().map(|&d| d as i64).collect();
+        return Some(vec![Tensor::from_i64(vec![part.len() as u64], &part)]);
+    }
+    let props = op.props();
+    if inputs.is_empty() || op.is_interface() || props.scaling || props.training {
+        return None;
+    }
+    let values: Vec<&Tensor> = inputs
+        .iter()
+        .map(|&v| g.constant_value(v))
+        .collect::<Option<_>>()?;
+    let types = g.infer_node(name, op, inputs).ok()?;
+    for t in &types {
+        if t.dtype.is_float() || t.dtype.is_fp8() || t.dtype.is_narrow_float() {
+            return None;
+        }
+        let dims = known_dims(&t.shape)?;
+        if fp8c_ir::checked_numel(&dims).is_none_or(|n| n > MAX_FOLD_ELEMS) {
+            return None;
+        }
+    }
+    fp8c_eval::eval_op(op, &values).ok()
 }
 
 /// `axis` counted from the front, if it is within `-rank..rank`.

@@ -52,26 +52,35 @@ fn window(cx: &NodeCx<'_>, kernel_shape: Vec<i64>) -> Result<Window, OnnxError> 
     })
 }
 
-pub(super) fn conv(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    let (x, w) = (cx.input(0)?, cx.input(1)?);
-    let kernel_shape = match cx.attr_ints("kernel_shape") {
-        Some(k) => k,
-        None => {
-            let wty = cx.ty(w);
-            if wty.rank() < 3 {
-                return Err(cx.err(format!("weight has type {wty}; expected rank 3 or more")));
-            }
-            let dims: Option<Vec<u64>> = wty.shape[2..].iter().map(|d| d.known()).collect();
-            let dims = dims.ok_or_else(|| {
-                cx.err(format!("attribute `kernel_shape` is absent and the weight's type {wty} does not give it"))
-            })?;
-            dims.into_iter().map(|d| d as i64).collect()
-        }
-    };
-    let win = window(cx, kernel_shape)?;
+/// `kernel_shape`: the attribute, else the weight's spatial dims.
+pub(super) fn kernel_shape(cx: &NodeCx<'_>, w: Value) -> Result<Vec<i64>, OnnxError> {
+    if let Some(k) = cx.attr_ints("kernel_shape") {
+        return Ok(k);
+    }
+    let wty = cx.ty(w);
+    if wty.rank() < 3 {
+        return Err(cx.err(format!("weight has type {wty}; expected rank 3 or more")));
+    }
+    let dims: Option<Vec<u64>> = wty.shape[2..].iter().map(|d| d.known()).collect();
+    let dims = dims.ok_or_else(|| {
+        cx.err(format!(
+            "attribute `kernel_shape` is absent and the weight's type {wty} does not give it"
+        ))
+    })?;
+    Ok(dims.into_iter().map(|d| d as i64).collect())
+}
+
+/// The IR conv of `x` and `w` (plus `bias`) with the node's window attributes.
+pub(super) fn conv_of(
+    cx: &mut NodeCx<'_>,
+    x: Value,
+    w: Value,
+    bias: Option<Value>,
+) -> Result<Value, OnnxError> {
+    let win = window(cx, kernel_shape(cx, w)?)?;
     let group = cx.attr_int("group", 1)?;
     let mut inputs = vec![x, w];
-    inputs.extend(cx.opt_input(2));
+    inputs.extend(bias);
     let op = Op::Conv {
         kernel_shape: win.kernel_shape,
         strides: win.strides,
@@ -80,7 +89,115 @@ pub(super) fn conv(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         group,
         auto_pad: win.auto_pad,
     };
-    Ok(vec![cx.add(op, &inputs)?])
+    cx.add(op, &inputs)
+}
+
+pub(super) fn conv(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let (x, w) = (cx.input(0)?, cx.input(1)?);
+    let bias = cx.opt_input(2);
+    Ok(vec![conv_of(cx, x, w, bias)?])
+}
+
+/// ConvTranspose, imported as the transposed convolution the IR already has: `conv_grad_input`
+/// (a conv's dgrad) of X with W, whose "forward input" shape is the ConvTranspose's output,
+/// then the bias added per channel. ONNX's rules give the output size and the pads: per
+/// spatial axis, `out = s·(in − 1) + output_padding + (k − 1)·d + 1 − pad_begin − pad_end`;
+/// with `output_shape` (or `auto_pad` SAME_*, whose output is `in·s`) the pads come from the
+/// total padding (SAME_UPPER puts the odd one at the end, otherwise at the start). A negative
+/// end pad (an output larger than the natural one) leaves zeros at the end, as ONNX's
+/// reference does. The batch and spatial dims of X must be static.
+pub(super) fn conv_transpose(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let (x, w) = (cx.input(0)?, cx.input(1)?);
+    let xty = cx.ty(x).clone();
+    let wty = cx.ty(w).clone();
+    let ks = kernel_shape(cx, w)?;
+    let n = ks.len();
+    if xty.rank() != n + 2 || wty.rank() != n + 2 {
+        return Err(cx.err(format!(
+            "X {xty} and W {wty} must have rank {} for a {n}-d kernel",
+            n + 2
+        )));
+    }
+    let xd = known_dims(&xty.shape).ok_or_else(|| {
+        cx.err(format!(
+            "X has type {xty}: ConvTranspose needs static input dims (run with input data, or fix the shape)"
+        ))
+    })?;
+    let cout_g = wty.shape[1]
+        .known()
+        .ok_or_else(|| cx.err(format!("W has type {wty}: its dim 1 must be static")))?;
+    let win = window(cx, ks.clone())?;
+    let group = cx.attr_int("group", 1)?;
+    let out_pad = spatial_ints(cx, "output_padding", n, 0)?;
+    let output_shape = cx.attr_ints("output_shape").map(|v| {
+        let skip = v.len().saturating_sub(n);
+        v[skip..].to_vec()
+    });
+    if output_shape.as_ref().is_some_and(|v| v.len() != n) {
+        return Err(cx.err(format!("attribute `output_shape` needs {n} spatial sizes")));
+    }
+    let same = matches!(win.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
+    let natural = |i: usize| -> i64 {
+        win.strides[i] * (xd[i + 2] as i64 - 1) + out_pad[i] + (ks[i] - 1) * win.dilations[i] + 1
+    };
+    let mut pads = match win.auto_pad {
+        AutoPad::Valid => vec![0; 2 * n],
+        _ => win.pads.clone(),
+    };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let target = match (&output_shape, same) {
+            (Some(v), _) => Some(v[i]),
+            (None, true) => Some(xd[i + 2] as i64 * win.strides[i]),
+            (None, false) => None,
+        };
+        match target {
+            Some(t) => {
+                let total = natural(i) - t;
+                let (begin, end) = if win.auto_pad == AutoPad::SameUpper {
+                    (total.div_euclid(2), total - total.div_euclid(2))
+                } else {
+                    (total - total.div_euclid(2), total.div_euclid(2))
+                };
+                if begin < 0 {
+                    return Err(cx.err(format!(
+                        "output size {t} on spatial axis {i} needs a negative start pad ({begin})"
+                    )));
+                }
+                pads[i] = begin;
+                pads[i + n] = end.max(0);
+                out.push(t);
+            }
+            None => out.push(natural(i) - pads[i] - pads[i + n]),
+        }
+    }
+    if let Some((i, o)) = out.iter().enumerate().find(|(_, o)| **o < 1) {
+        return Err(cx.err(format!(
+            "the output size on spatial axis {i} would be {o}: check pads and output_padding"
+        )));
+    }
+    let cout = cout_g as i64 * group;
+    let mut input_shape = vec![xd[0] as i64, cout];
+    input_shape.extend(&out);
+    let op = Op::ConvGradInput {
+        kernel_shape: ks,
+        strides: win.strides,
+        pads,
+        dilations: win.dilations,
+        group,
+        auto_pad: AutoPad::NotSet,
+        input_shape,
+    };
+    let y = match cx.opt_input(2) {
+        None => return Ok(vec![cx.add(op, &[x, w])?]),
+        Some(b) => {
+            let y = cx.add_helper("transposed", op, &[x, w])?;
+            let axes = (1..=n as i64).collect();
+            let b = cx.add_helper("bias", Op::Unsqueeze { axes }, &[b])?;
+            cx.add(Op::Add, &[y, b])?
+        }
+    };
+    Ok(vec![y])
 }
 
 fn pool_window(cx: &NodeCx<'_>) -> Result<Window, OnnxError> {
@@ -140,15 +257,62 @@ pub(super) fn batch_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::BatchNormalization { epsilon }, &inputs)?])
 }
 
+/// LayerNormalization. Y is the IR's `layer_norm`; the optional Mean and InvStdDev outputs
+/// (shaped like X with the normalised axes kept as 1, in the `stash_type` precision, f32 by
+/// default) are built, when read, from ONNX's own function body for the op:
+/// `mean = ReduceMean(X)`, `inv = 1 / √(ReduceMean((X − mean)²) + ε)`.
 pub(super) fn layer_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    cx.reject_used_outputs(1, "the Mean and InvStdDev outputs are not supported")?;
     let axis = cx.attr_int("axis", -1)?;
     let epsilon = cx.attr_float("epsilon", 1e-5)?;
-    let mut inputs = vec![cx.input(0)?, cx.input(1)?];
+    let x = cx.input(0)?;
+    let mut inputs = vec![x, cx.input(1)?];
     inputs.extend(cx.opt_input(2));
-    Ok(vec![
-        cx.add(Op::LayerNormalization { axis, epsilon }, &inputs)?,
-    ])
+    let y = cx.add(Op::LayerNormalization { axis, epsilon }, &inputs)?;
+    if !cx.output_used(1) && !cx.output_used(2) {
+        return Ok(vec![y]);
+    }
+    let rank = cx.ty(x).rank();
+    let a = normalize_axis(axis, rank).ok_or_else(|| {
+        cx.err(format!(
+            "attribute `axis` = {axis} is out of range for rank {rank}"
+        ))
+    })?;
+    let code = cx.attr_int("stash_type", 1)?;
+    let stash = i32::try_from(code)
+        .map_err(|_| format!("unknown element type code {code}"))
+        .and_then(crate::tensor::dtype_from_onnx)
+        .map_err(|e| cx.err(format!("attribute `stash_type`: {e}")))?;
+    if !stash.is_float() {
+        return Err(cx.err(format!(
+            "attribute `stash_type` = {code} ({stash}) is not a floating-point type"
+        )));
+    }
+    let xs = if cx.ty(x).dtype == stash {
+        x
+    } else {
+        cx.add_helper(
+            "stash",
+            Op::Cast {
+                to: stash,
+                saturate: true,
+            },
+            &[x],
+        )?
+    };
+    let axes = Some((a as i64..rank as i64).collect::<Vec<_>>());
+    let mean_op = |axes: &Option<Vec<i64>>| Op::ReduceMean {
+        axes: axes.clone(),
+        keepdims: true,
+    };
+    let mean = cx.add_helper("mean", mean_op(&axes), &[xs])?;
+    let d = cx.add_helper("centered", Op::Sub, &[xs, mean])?;
+    let dd = cx.add_helper("squared", Op::Mul, &[d, d])?;
+    let var = cx.add_helper("var", mean_op(&axes), &[dd])?;
+    let eps = cx.scalar("epsilon", stash, f64::from(epsilon))?;
+    let ve = cx.add_helper("var_eps", Op::Add, &[var, eps])?;
+    let sd = cx.add_helper("std", Op::Sqrt, &[ve])?;
+    let inv = cx.add_helper("inv_std", Op::Reciprocal, &[sd])?;
+    Ok(vec![y, mean, inv])
 }
 
 /// Softmax and LogSoftmax. From opset 13 the op works along one axis (default -1). Before,
@@ -194,8 +358,9 @@ pub(super) fn softmax(cx: &mut NodeCx<'_>, make: fn(i64) -> Op) -> Result<Vec<Va
 }
 
 /// Dropout is the identity at inference; its mask output and training mode are errors.
+/// Dropout at inference (`training_mode` absent or a constant false): the identity, and a mask
+/// of all `true` shaped like the input when output 1 is read.
 pub(super) fn dropout(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    cx.reject_used_outputs(1, "the dropout mask is not supported")?;
     if let Some(mode) = cx.opt_input(2) {
         let off = cx
             .constant_of(mode)
@@ -206,7 +371,21 @@ pub(super) fn dropout(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         }
     }
     let x = cx.input(0)?;
-    Ok(vec![cx.add(Op::Identity, &[x])?])
+    let y = cx.add(Op::Identity, &[x])?;
+    if !cx.output_used(1) {
+        return Ok(vec![y]);
+    }
+    let shape = cx.add_helper(
+        "shape",
+        Op::Shape {
+            start: 0,
+            end: None,
+        },
+        &[x],
+    )?;
+    let value = Tensor::from_bool(vec![1], &[true]);
+    let mask = cx.add_helper("mask", Op::ConstantOfShape { value }, &[shape])?;
+    Ok(vec![y, mask])
 }
 
 pub(super) fn gelu(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {

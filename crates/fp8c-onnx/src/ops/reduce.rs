@@ -1,10 +1,11 @@
 //! Reductions: `axes` is an attribute before `input_since` (13 for ReduceSum, 18 for the
 //! others) and an optional constant input from then on. CumSum, the running sum, whose axis
-//! is an input (any scalar-like i64/i32 value: the IR op reads it at run time).
+//! is an input (any scalar-like i64/i32 value: the IR op reads it at run time). ArgMax, ArgMin
+//! and TopK.
 
 use super::NodeCx;
 use crate::OnnxError;
-use fp8c_ir::{Op, Value};
+use fp8c_ir::{Op, Tensor, Value};
 
 pub(super) fn reduce(
     cx: &mut NodeCx<'_>,
@@ -62,4 +63,29 @@ pub(super) fn arg_extreme(cx: &mut NodeCx<'_>, max: bool) -> Result<Vec<Value>, 
         }
     };
     Ok(vec![cx.add(op, &[x])?])
+}
+
+/// TopK: inputs X and K (opset 10+; opset 1 had the attribute `k`); `axis` (default -1),
+/// `largest` and `sorted` (opset 11+, default 1). Outputs Values and Indices.
+pub(super) fn top_k(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let axis = cx.attr_int("axis", -1)?;
+    let largest = cx.attr_bool("largest", true)?;
+    let sorted = cx.attr_bool("sorted", true)?;
+    let x = cx.input(0)?;
+    let k = match cx.opt_input(1) {
+        Some(k) => k,
+        None => {
+            let k = cx.attr_int_opt("k")?.ok_or_else(|| {
+                cx.err("input K (or, before opset 10, attribute `k`) is required")
+            })?;
+            cx.constant("k", Tensor::from_i64(vec![1], &[k]))?
+        }
+    };
+    let op = Op::TopK {
+        axis,
+        largest,
+        sorted,
+    };
+    let name = cx.name.to_string();
+    cx.add_multi(&name, op, &[x, k])
 }

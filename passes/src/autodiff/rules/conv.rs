@@ -1,15 +1,17 @@
 //! Convolution rules: conv's dgrad (`conv_grad_input`, a transposed convolution), wgrad
-//! (`conv_grad_weight`) and bias gradient (a sum over batch and space).
+//! (`conv_grad_weight`) and bias gradient (a sum over batch and space). `conv_grad_input` has
+//! a rule too, for ONNX ConvTranspose (imported as one): it is the adjoint of `x ↦ conv(x, w)`,
+//! so its input's gradient is the forward conv of dy, and its weight's the wgrad of (dy, input).
 
 use super::{At, Grads, R, SECOND_ORDER};
 use crate::autodiff::emit::Emit;
 use fp8c_ir::{ConvOp, Op, Support};
 
-/// Conv has a rule; its gradient ops do not (second order).
+/// Conv and the transposed conv (`conv_grad_input`) have rules; wgrad does not (second order).
 pub(super) fn support(o: ConvOp<'_>) -> Support {
     match o {
-        ConvOp::Conv { .. } => Support::Yes,
-        ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => Support::No(SECOND_ORDER),
+        ConvOp::Conv { .. } | ConvOp::ConvGradInput { .. } => Support::Yes,
+        ConvOp::ConvGradWeight { .. } => Support::No(SECOND_ORDER),
         ConvOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -65,6 +67,43 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
                 let mut axes = vec![0i64];
                 axes.extend(&spatial_axes);
                 out[2] = Some(e.reduce_sum(&at.n("dbias"), dy, axes, false)?);
+            }
+            out
+        }
+        // y = dgrad(d, w), the transpose of the conv C_w: dd = C_w(dy) and, as
+        // <dy, C_wᵀ d> = <C_w dy, d>, dw = wgrad(dy, d).
+        Op::ConvGradInput {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group,
+            auto_pad,
+            ..
+        } => {
+            let (d, w) = (at.ins[0], at.ins[1]);
+            let mut out = vec![None; at.ins.len()];
+            if at.want(0) {
+                let conv = Op::Conv {
+                    kernel_shape: kernel_shape.clone(),
+                    strides: strides.clone(),
+                    pads: pads.clone(),
+                    dilations: dilations.clone(),
+                    group: *group,
+                    auto_pad: *auto_pad,
+                };
+                out[0] = Some(e.op(&at.n("d0"), conv, &[dy, w])?);
+            }
+            if at.want(1) {
+                let wgrad = Op::ConvGradWeight {
+                    kernel_shape: kernel_shape.clone(),
+                    strides: strides.clone(),
+                    pads: pads.clone(),
+                    dilations: dilations.clone(),
+                    group: *group,
+                    auto_pad: *auto_pad,
+                };
+                out[1] = Some(e.op(&at.n("d1"), wgrad, &[dy, d])?);
             }
             out
         }

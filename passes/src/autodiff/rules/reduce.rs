@@ -1,6 +1,7 @@
 //! Reduction rules: sum and mean broadcast the gradient back over the reduced axes (mean
 //! divides by the count); max and min share it evenly among the elements equal to the result
-//! (PyTorch's `amax`/`amin` convention for ties); `cum_sum` runs the sum back the other way.
+//! (PyTorch's `amax`/`amin` convention for ties); `cum_sum` runs the sum back the other way;
+//! `top_k` scatter-adds dy to where its values came from.
 
 use super::{At, Grads, NOT_FLOAT, R};
 use crate::autodiff::emit::Emit;
@@ -13,7 +14,8 @@ pub(super) fn support(o: ReduceOp<'_>) -> Support {
         | ReduceOp::ReduceSum { .. }
         | ReduceOp::ReduceMax { .. }
         | ReduceOp::ReduceMin { .. }
-        | ReduceOp::CumSum { .. } => Support::Yes,
+        | ReduceOp::CumSum { .. }
+        | ReduceOp::TopK { .. } => Support::Yes,
         ReduceOp::ReduceProd { .. } => Support::No("reduce_prod has no gradient rule yet"),
         ReduceOp::AllFinite | ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => {
             Support::No(NOT_FLOAT)
@@ -23,6 +25,18 @@ pub(super) fn support(o: ReduceOp<'_>) -> Support {
 }
 
 pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
+    // The values are `gather_elements(x, indices, axis)`: dy scatter-adds back where each
+    // came from (the indices output is an integer and has no adjoint).
+    if let Op::TopK { axis, .. } = at.op {
+        let x = at.ins[0];
+        let z = e.zeros(&at.n("d0.zero"), e.dtype(x), &e.dims(x)?)?;
+        let scatter = Op::ScatterElements {
+            axis: *axis,
+            reduction: fp8c_ir::ScatterReduction::Add,
+        };
+        let d = e.op(&at.n("d0"), scatter, &[z, at.outs[1], at.dy()?])?;
+        return Ok(Some(vec![Some(d), None]));
+    }
     // A running sum's adjoint is the running sum of dy in the other direction.
     if let Op::CumSum { exclusive, reverse } = at.op {
         let op = Op::CumSum {

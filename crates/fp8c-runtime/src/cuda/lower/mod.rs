@@ -458,6 +458,7 @@ mod tests {
         "cum_sum",
         "arg_max",
         "arg_min",
+        "top_k",
         "gather_nd",
         "range",
         "tile",

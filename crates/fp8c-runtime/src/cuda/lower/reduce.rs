@@ -13,6 +13,9 @@ const CUM_SUM: &str = "cum_sum has no CUDA kernel yet (exports use it on integer
 const ARG: &str = "arg_max and arg_min have no CUDA kernel yet (classifier heads: run them on \
      the CPU backend)";
 
+const TOP_K: &str = "top_k has no CUDA kernel yet (sampling and routing heads: run them on \
+     the CPU backend)";
+
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: ReduceOp<'_>) -> Support {
     match op {
@@ -24,6 +27,7 @@ pub(crate) fn support(op: ReduceOp<'_>) -> Support {
         | ReduceOp::AllFinite => Support::Yes,
         ReduceOp::CumSum { .. } => Support::No(CUM_SUM),
         ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => Support::No(ARG),
+        ReduceOp::TopK { .. } => Support::No(TOP_K),
         ReduceOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -39,6 +43,7 @@ impl Lowerer<'_> {
             ReduceOp::ReduceProd { axes, .. } => self.reduce(ins[0], outs[0], axes.as_deref(), 4),
             ReduceOp::CumSum { .. } => Err(not_supported(&step.op, CUM_SUM)),
             ReduceOp::ArgMax { .. } | ReduceOp::ArgMin { .. } => Err(not_supported(&step.op, ARG)),
+            ReduceOp::TopK { .. } => Err(not_supported(&step.op, TOP_K)),
             ReduceOp::AllFinite => {
                 let y = outs[0];
                 let mut actions = vec![Action::Memset8 {

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Builds small one-op ONNX models (with onnx's Python API and onnxruntime's quantizer, never
+with fp8c) for tests/op_parity.rs, which runs each through `fp8c run` and compares with
+onnxruntime on the same inputs.
+
+Usage (with the project's venv: PY=$(scripts/python-env.sh)):
+
+  $PY scripts/make_op_models.py [OUT_DIR]     # default: tests/models/ops
+
+Each model exercises one ONNX op fp8c imports by rewriting it into other IR ops (Einsum,
+ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, LayerNormalization's Mean
+and InvStdDev) or a new kernel (TopK), on shapes and attributes the ONNX backend node tests
+do not cover: broadcast ellipses, three-operand and bilinear einsums, strided/padded/grouped
+transposed convolutions with output_padding and output_shape, per-column zero points, and a
+dynamically quantized MLP made by onnxruntime.quantization.quantize_dynamic. Weights are
+random (seed 0) initializers; the graph inputs are filled by scripts/ort_reference.py
+(--make-inputs) at test time. Opset 21.
+"""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 21
+RNG = np.random.default_rng(0)
+F = TensorProto.FLOAT
+U8 = TensorProto.UINT8
+
+
+def model(name, nodes, inputs, outputs, inits=()):
+    g = helper.make_graph(
+        nodes, name,
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
+def init(name, a):
+    return numpy_helper.from_array(np.asarray(a), name)
+
+
+def einsum(name, eq, shapes, out_shape):
+    ins = [(f"x{i}", F, s) for i, s in enumerate(shapes)]
+    node = helper.make_node("Einsum", [n for n, _, _ in ins], ["y"], equation=eq)
+    return name, model(name, [node], ins, [("y", F, out_shape)])
+
+
+def top_k(name, shape, k, **attrs):
+    node = helper.make_node("TopK", ["x", "k"], ["values", "indices"], **attrs)
+    axis = attrs.get("axis", -1) % len(shape)
+    out = list(shape)
+    out[axis] = k
+    return name, model(name, [node], [("x", F, shape)],
+                       [("values", F, out), ("indices", TensorProto.INT64, out)],
+                       [init("k", np.array([k], np.int64))])
+
+
+def conv_transpose(name, x_shape, w_shape, y_shape, bias, **attrs):
+    w = RNG.standard_normal(w_shape).astype(np.float32)
+    inits = [init("w", w)]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(init("b", RNG.standard_normal(w_shape[1] * attrs.get("group", 1))
+                          .astype(np.float32)))
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], **attrs)
+    return name, model(name, [node], [("x", F, x_shape)], [("y", F, y_shape)], inits)
+
+
+def matmul_integer(name, b_type):
+    lo, hi = (0, 255) if b_type == U8 else (-128, 127)
+    np_b = np.uint8 if b_type == U8 else np.int8
+    b = RNG.integers(lo, hi + 1, size=(8, 6)).astype(np_b)
+    b_zp = RNG.integers(lo, hi + 1, size=(6,)).astype(np_b)
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zp", "b_zp"], ["y"])
+    return name, model(name, [node], [("a", U8, [2, 4, 8])],
+                       [("y", TensorProto.INT32, [2, 4, 6])],
+                       [init("b", b), init("a_zp", np.uint8(3)), init("b_zp", b_zp)])
+
+
+def conv_integer(name):
+    w = RNG.integers(0, 256, size=(3, 2, 3, 3)).astype(np.uint8)
+    node = helper.make_node("ConvInteger", ["x", "w", "x_zp", "w_zp"], ["y"],
+                            pads=[1, 1, 1, 1], strides=[2, 1])
+    return name, model(name, [node], [("x", U8, [1, 2, 6, 5])],
+                       [("y", TensorProto.INT32, [1, 3, 3, 5])],
+                       [init("w", w), init("x_zp", np.uint8(4)), init("w_zp", np.uint8(120))])
+
+
+def dynamic_quantize(name):
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])
+    return name, model(name, [node], [("x", F, [4, 16])],
+                       [("y", U8, [4, 16]), ("scale", F, []), ("zp", U8, [])])
+
+
+def layer_norm_stats(name):
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y", "mean", "inv_std"],
+                            axis=1, epsilon=1e-3)
+    g = RNG.standard_normal((5, 6)).astype(np.float32)
+    b = RNG.standard_normal((5, 6)).astype(np.float32)
+    return name, model(name, [node], [("x", F, [3, 5, 6])],
+                       [("y", F, [3, 5, 6]), ("mean", F, [3, 1, 1]), ("inv_std", F, [3, 1, 1])],
+                       [init("g", g), init("b", b)])
+
+
+def dynamic_mlp(out_dir):
+    """A 2-layer MLP quantized by onnxruntime's own dynamic quantizer (DynamicQuantizeLinear,
+    MatMulInteger, Cast and Mul, the graph ORT users ship)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    w1 = RNG.standard_normal((32, 64)).astype(np.float32) * 0.2
+    w2 = RNG.standard_normal((64, 16)).astype(np.float32) * 0.2
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    m = model("mlp", nodes, [("x", F, ["batch", 32])], [("y", F, ["batch", 16])],
+              [init("w1", w1), init("w2", w2)])
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "mlp.onnx")
+        onnx.save(m, src)
+        dst = os.path.join(out_dir, "dynamic_quant_mlp.onnx")
+        quantize_dynamic(src, dst, weight_type=QuantType.QUInt8)
+    return dst
+
+
+CASES = [
+    einsum("einsum_attention", "bhqd,bhkd->bhqk", [[2, 3, 5, 8], [2, 3, 7, 8]], [2, 3, 5, 7]),
+    einsum("einsum_broadcast", "...ij,...jk->...ik", [[2, 3, 4, 5], [1, 3, 5, 6]], [2, 3, 4, 6]),
+    einsum("einsum_three", "abc,cd,de->abe", [[2, 3, 4], [4, 5], [5, 6]], [2, 3, 6]),
+    einsum("einsum_trace_outer", "ii,j->j", [[4, 4], [3]], [3]),
+    einsum("einsum_implicit", "kj,ji", [[3, 4], [4, 5]], [5, 3]),
+    einsum("einsum_bilinear", "bn,anm,bm->ba", [[2, 3], [4, 3, 5], [2, 5]], [2, 4]),
+    einsum("einsum_sum_diag", "bii->b", [[3, 4, 4]], [3]),
+    top_k("top_k_largest", [3, 10], 4),
+    top_k("top_k_smallest_axis0", [6, 4, 2], 2, axis=0, largest=0),
+    conv_transpose("conv_transpose_stride_pad", [1, 3, 5, 5], [3, 4, 3, 3], [1, 4, 10, 10], True,
+                   strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+    conv_transpose("conv_transpose_group_dilation", [2, 4, 4, 4], [4, 3, 2, 2], [2, 6, 6, 9], True,
+                   group=2, dilations=[2, 2], strides=[1, 2]),
+    conv_transpose("conv_transpose_1d_output_shape", [1, 2, 7], [2, 3, 4], [1, 3, 22], False,
+                   strides=[3], output_shape=[22], auto_pad="SAME_UPPER"),
+    matmul_integer("matmul_integer_u8", U8),
+    matmul_integer("matmul_integer_u8_i8", TensorProto.INT8),
+    conv_integer("conv_integer"),
+    dynamic_quantize("dynamic_quantize_linear"),
+    layer_norm_stats("layer_norm_stats"),
+]
+
+
+def main(argv):
+    out_dir = argv[1] if len(argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models", "ops")
+    os.makedirs(out_dir, exist_ok=True)
+    for name, m in CASES:
+        onnx.save(m, os.path.join(out_dir, f"{name}.onnx"))
+        print(f"wrote {name}.onnx")
+    print(f"wrote {os.path.basename(dynamic_mlp(out_dir))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
