@@ -15,6 +15,12 @@ transposed convolutions with output_padding and output_shape, per-column zero po
 dynamically quantized MLP made by onnxruntime.quantization.quantize_dynamic. Weights are
 random (seed 0) initializers; the graph inputs are filled by scripts/ort_reference.py
 (--make-inputs) at test time. Opset 21.
+
+Also Cast to FLOAT8E8M0 with each `round_mode` (opset 25), as ONNX backend-test directories
+(model.onnx, test_data_set_0/input_0.pb and output_0.pb): onnxruntime cannot hand E8M0 to
+numpy, so the expected codes come from onnx's reference evaluator, on inputs chosen around
+the rounding boundaries (powers of two, 1.5x midpoints, one ulp either side, subnormals,
+zero, negatives, inf, NaN, values past 2^127).
 """
 
 import os
@@ -32,14 +38,18 @@ U8 = TensorProto.UINT8
 
 
 def model(name, nodes, inputs, outputs, inits=()):
+    return model_at(name, nodes, inputs, outputs, inits, OPSET)
+
+
+def model_at(name, nodes, inputs, outputs, inits=(), opset=OPSET):
     g = helper.make_graph(
         nodes, name,
         [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
         [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
         list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                           producer_name="make_op_models.py")
-    m.ir_version = 10
+    m.ir_version = 10 if opset <= 21 else 11
     onnx.checker.check_model(m, full_check=True)
     return m
 
@@ -156,6 +166,38 @@ CASES = [
 ]
 
 
+def cast_e8m0_dirs(out_dir):
+    from onnx.reference import ReferenceEvaluator
+
+    one = np.float32(1.0)
+    x = [0.0, -0.0, 1.0, 1.5, 3.0, 0.75, 2.0 ** -126, 2.0 ** -127, 2.0 ** -130, 1e-45,
+         2.0 ** 127, 2.0 ** 127 * 1.5, 3.4e38, -2.0, -3.0, -0.1, np.inf, -np.inf, np.nan]
+    x += [np.nextafter(np.float32(v), np.float32(np.inf)) for v in (1.0, 1.5, 0.75, 2.0 ** -127)]
+    x += [np.nextafter(np.float32(v), np.float32(0)) for v in (1.0, 1.5, 2.0, 2.0 ** -127)]
+    x += list(RNG.standard_normal(16).astype(np.float32) * np.float32(1e3))
+    x = np.array(x, dtype=np.float32) * one
+    names = []
+    for mode in ("up", "down", "nearest"):
+        for sat in (1, 0):
+            name = f"cast_e8m0_{mode}" + ("" if sat else "_no_saturate")
+            node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT8E8M0,
+                                    round_mode=mode, saturate=sat)
+            m = model_at(name, [node], [("x", F, list(x.shape))],
+                         [("y", TensorProto.FLOAT8E8M0, list(x.shape))], opset=25)
+            y = ReferenceEvaluator(m).run(None, {"x": x})[0]
+            d = os.path.join(out_dir, name)
+            os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+            onnx.save(m, os.path.join(d, "model.onnx"))
+            ins = numpy_helper.from_array(x, "x")
+            outs = helper.make_tensor("y", TensorProto.FLOAT8E8M0, list(x.shape),
+                                      np.asarray(y).view(np.uint8).tobytes(), raw=True)
+            for fname, t in (("input_0.pb", ins), ("output_0.pb", outs)):
+                with open(os.path.join(d, "test_data_set_0", fname), "wb") as f:
+                    f.write(t.SerializeToString())
+            names.append(name)
+    return names
+
+
 def main(argv):
     out_dir = argv[1] if len(argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models", "ops")
@@ -164,6 +206,8 @@ def main(argv):
         onnx.save(m, os.path.join(out_dir, f"{name}.onnx"))
         print(f"wrote {name}.onnx")
     print(f"wrote {os.path.basename(dynamic_mlp(out_dir))}")
+    for name in cast_e8m0_dirs(out_dir):
+        print(f"wrote {name}/")
     return 0
 
 

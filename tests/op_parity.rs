@@ -100,3 +100,32 @@ fn dynamic_quant_mlp_keeps_integer_gemms_under_fp8() {
         &["--precision", "fp8"],
     );
 }
+
+/// Cast to FLOAT8E8M0 with each `round_mode` and `saturate` (opset 25) through
+/// `fp8c run --data`: the codes equal onnx's reference evaluator's (onnxruntime cannot return
+/// E8M0 to numpy), at rounding boundaries, subnormals, zero, inf, NaN and past 2^127.
+#[test]
+fn cast_to_e8m0_with_every_round_mode() {
+    for mode in ["up", "down", "nearest"] {
+        for suffix in ["", "_no_saturate"] {
+            let name = format!("cast_e8m0_{mode}{suffix}");
+            let dir = support::repo_root().join(format!("tests/models/ops/{name}"));
+            let data = dir.join("test_data_set_0");
+            let out = support::scratch(&format!("op_parity_{name}"));
+            let r = support::run_fp8c([
+                "run".as_ref(),
+                dir.join("model.onnx").as_os_str(),
+                "--data".as_ref(),
+                data.as_os_str(),
+                "--out-dir".as_ref(),
+                out.as_os_str(),
+            ]);
+            assert!(r.ok, "{name}: fp8c run failed:\n{}", r.stderr);
+            let got = fp8c_onnx::load_tensor_pb(&out.join("output_0.pb")).unwrap();
+            let want = fp8c_onnx::load_tensor_pb(&data.join("output_0.pb")).unwrap();
+            assert_eq!(got.ty(), want.ty(), "{name}");
+            assert_eq!(got.bytes(), want.bytes(), "{name}: codes differ");
+            eprintln!("{name}: {} codes equal to onnx's reference", want.len());
+        }
+    }
+}

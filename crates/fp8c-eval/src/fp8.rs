@@ -28,8 +28,9 @@ use crate::args;
 use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor, write_vec};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::quantize;
+use fp8c_core::narrow::E8M0Rounding;
 use fp8c_core::{AmaxComputeAlgo, Fp8Format, NarrowFormat};
-use fp8c_ir::{AmaxSource, DType, Fp8Op, Support, Tensor};
+use fp8c_ir::{AmaxSource, DType, E8m0Round, Fp8Op, Support, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -59,6 +60,19 @@ pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
         Fp8Op::AmaxHistoryUpdate => return amax_history_update(inputs),
         Fp8Op::Quantize { to, saturate } => quantize(inputs, *to, *saturate)?,
         Fp8Op::Dequantize { to } => dequantize(inputs, *to)?,
+        Fp8Op::CastE8m0 { round, saturate } => {
+            let [x] = args(inputs)?;
+            let round = match round {
+                E8m0Round::Up => E8M0Rounding::Up,
+                E8m0Round::Down => E8M0Rounding::Down,
+                E8m0Round::Nearest => E8M0Rounding::Nearest,
+            };
+            let codes = float_values_any(x, "input")?
+                .iter()
+                .map(|&v| fp8c_core::narrow::encode_e8m0(v, *saturate, round))
+                .collect();
+            tensor(DType::F8E8M0, x.shape().to_vec(), codes)?
+        }
         Fp8Op::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -73,7 +87,8 @@ pub(crate) fn support(op: Fp8Op<'_>) -> Support {
         | Fp8Op::ComputeScale { .. }
         | Fp8Op::AmaxHistoryUpdate
         | Fp8Op::Quantize { .. }
-        | Fp8Op::Dequantize { .. } => Support::Yes,
+        | Fp8Op::Dequantize { .. }
+        | Fp8Op::CastE8m0 { .. } => Support::Yes,
         Fp8Op::__Lifetime(never, _) => match never {},
     }
 }

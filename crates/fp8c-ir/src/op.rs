@@ -36,6 +36,11 @@ word_enum!(
     ScatterReduction { None => "none", Add => "add", Mul => "mul", Max => "max", Min => "min" }
 );
 word_enum!(
+    /// ONNX Cast's `round_mode` (opset 24) for FLOAT8E8M0 targets: the power of two at or
+    /// above (`up`, ONNX's default and `cast`'s), at or below, or nearest.
+    E8m0Round { Up => "up", Down => "down", Nearest => "nearest" }
+);
+word_enum!(
     /// Where `compute_scale` takes its amax from.
     AmaxSource {
         /// Maximum over the whole amax history (delayed scaling, TE `max`).
@@ -430,6 +435,9 @@ define_ops! {
         Quantize { to: DType, saturate: bool } => "quantize" [scaling],
         /// `f32(q) * scale_inv` to `to`; inputs q and scale_inv f32[].
         Dequantize { to: DType } => "dequantize" [scaling],
+        /// ONNX Cast/CastLike to FLOAT8E8M0 with a `round_mode` (`cast` rounds up, ONNX's
+        /// default): input a float tensor, output its e8m0 codes (fp8c-core `encode_e8m0`).
+        CastE8m0 { round: E8m0Round, saturate: bool } => "cast_e8m0",
     }
     /// Losses and their gradients (the autodiff pass emits them).
     family Loss(LossOp) {

@@ -27,9 +27,9 @@ use std::path::Path;
 /// Oldest ai.onnx opset the importer accepts (older op forms are mapped where cheap).
 pub const MIN_OPSET: i64 = 7;
 /// Newest ai.onnx opset the importer accepts. Opsets 22–25 changed the mapped ops only by
-/// adding element types and the attributes Cast/CastLike `round_mode` (FLOAT8E8M0 only, a
-/// type the IR rejects), QuantizeLinear `precision` and DequantizeLinear `output_dtype`,
-/// which the builders handle; ONNX's backend tests use these opsets.
+/// adding element types and the attributes Cast/CastLike `round_mode` (FLOAT8E8M0 only:
+/// `cast_e8m0`), QuantizeLinear `precision` and DequantizeLinear `output_dtype`, which the
+/// builders handle; ONNX's backend tests use these opsets.
 pub const MAX_OPSET: i64 = 25;
 
 /// What to import and how.

@@ -51,7 +51,8 @@ pub fn kernel_class(op: &Op) -> KernelClass {
             Fp8Op::QuantizeLinear { .. }
             | Fp8Op::DequantizeLinear { .. }
             | Fp8Op::Quantize { .. }
-            | Fp8Op::Dequantize { .. } => KernelClass::Kernel,
+            | Fp8Op::Dequantize { .. }
+            | Fp8Op::CastE8m0 { .. } => KernelClass::Kernel,
             Fp8Op::__Lifetime(never, _) => match never {},
         },
         OpView::Fused(f) => match f {

@@ -1,6 +1,6 @@
 //! Inference for the fp8 family: ONNX QuantizeLinear / DequantizeLinear (per tensor or per
 //! axis) and fp8c's scaling ops (`amax`, `compute_scale`, `amax_history_update`,
-//! `quantize`, `dequantize`).
+//! `quantize`, `dequantize`), and `cast_e8m0` (Cast to FLOAT8E8M0 with a round mode).
 
 use super::InferInput;
 use super::common::{
@@ -57,6 +57,14 @@ pub(super) fn infer(op: Fp8Op<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorT
             q.expect(q.dtype().is_fp8(), "an FP8 type")?;
             scale_inv.expect_f32_rank(0)?;
             one(TensorType::new(*to, q.ty.shape.clone()))
+        }
+        Fp8Op::CastE8m0 { .. } => {
+            let [x] = args(inputs, ["x"])?;
+            x.expect(
+                is_math_float(x.dtype()) || x.dtype().is_fp8() || x.dtype().is_narrow_float(),
+                "a float type",
+            )?;
+            one(TensorType::new(DType::F8E8M0, x.ty.shape.clone()))
         }
         Fp8Op::__Lifetime(never, _) => match never {},
     })

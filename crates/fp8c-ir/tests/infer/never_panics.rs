@@ -340,13 +340,21 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             largest: flag,
             sorted: !flag,
         },
+        110 => Op::CastE8m0 {
+            round: if flag {
+                fp8c_ir::E8m0Round::Down
+            } else {
+                fp8c_ir::E8m0Round::Nearest
+            },
+            saturate: !flag,
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 110;
+const OP_KINDS: usize = 111;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

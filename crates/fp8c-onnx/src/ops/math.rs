@@ -3,7 +3,7 @@
 use super::NodeCx;
 use crate::OnnxError;
 use crate::tensor::dtype_from_onnx;
-use fp8c_ir::{DType, Op, Value};
+use fp8c_ir::{DType, E8m0Round, Op, Value};
 
 /// One input, one IR op.
 pub(super) fn unary(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
@@ -122,21 +122,29 @@ pub(super) fn cast(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         .and_then(dtype_from_onnx)
         .map_err(|e| cx.err(format!("attribute `to`: {e}")))?;
     let saturate = cx.attr_bool("saturate", true)?;
-    check_round_mode(cx, to)?;
-    unary(cx, Op::Cast { to, saturate })
+    let op = cast_op(cx, to, saturate)?;
+    unary(cx, op)
 }
 
-/// Cast's `round_mode` (opset 24+) says how a cast to FLOAT8E8M0 rounds; fp8c's cast rounds
-/// up (the default). `down` and `nearest` are refused by name rather than ignored
-/// (fp8c-core's `encode_e8m0` has them; the IR's cast carries no mode yet).
-fn check_round_mode(cx: &NodeCx<'_>, to: DType) -> Result<(), OnnxError> {
+/// The IR op of a Cast to `to`. Cast's `round_mode` (opset 24+) says how a cast to
+/// FLOAT8E8M0 rounds: `up` (the default) is the IR's `cast`, `down` and `nearest` are
+/// `cast_e8m0`; other targets ignore it, as ONNX does.
+fn cast_op(cx: &NodeCx<'_>, to: DType, saturate: bool) -> Result<Op, OnnxError> {
     let mode = cx.attr_string("round_mode", "up")?;
-    if mode != "up" && to == DType::F8E8M0 {
-        return Err(cx.err(format!(
-            "attribute `round_mode` = \"{mode}\": casts to FLOAT8E8M0 round up only (the default)"
-        )));
-    }
-    Ok(())
+    let round = match mode.as_str() {
+        "up" => E8m0Round::Up,
+        "down" => E8m0Round::Down,
+        "nearest" => E8m0Round::Nearest,
+        other => {
+            return Err(cx.err(format!(
+                "attribute `round_mode` = \"{other}\": expected \"up\", \"down\" or \"nearest\""
+            )));
+        }
+    };
+    Ok(match (to, round) {
+        (DType::F8E8M0, E8m0Round::Down | E8m0Round::Nearest) => Op::CastE8m0 { round, saturate },
+        _ => Op::Cast { to, saturate },
+    })
 }
 
 /// CastLike: a Cast to the second input's element type.
@@ -144,8 +152,8 @@ pub(super) fn cast_like(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let (x, like) = (cx.input(0)?, cx.input(1)?);
     let to = cx.ty(like).dtype;
     let saturate = cx.attr_bool("saturate", true)?;
-    check_round_mode(cx, to)?;
-    Ok(vec![cx.add(Op::Cast { to, saturate }, &[x])?])
+    let op = cast_op(cx, to, saturate)?;
+    Ok(vec![cx.add(op, &[x])?])
 }
 
 pub(super) fn gemm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {

@@ -13,10 +13,15 @@ use fp8c_ir::{DType, Fp8Op, Support};
 /// Why ONNX's Q/DQ ops do not run on CUDA.
 const ONNX_QDQ: &str = "ONNX QuantizeLinear / DequantizeLinear have no CUDA kernel (fp8c's quantize and dequantize do; a Q/DQ of constants is folded by the CPU reference)";
 
+/// Why `cast_e8m0` does not run on CUDA.
+const CAST_E8M0: &str = "cast_e8m0 (Cast to FLOAT8E8M0 with round_mode down/nearest) has no CUDA \
+     kernel yet: MX scale codes are made on the CPU reference";
+
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: Fp8Op<'_>) -> Support {
     match op {
         Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => Support::No(ONNX_QDQ),
+        Fp8Op::CastE8m0 { .. } => Support::No(CAST_E8M0),
         Fp8Op::Amax
         | Fp8Op::ComputeScale { .. }
         | Fp8Op::AmaxHistoryUpdate
@@ -33,6 +38,7 @@ impl Lowerer<'_> {
             Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => {
                 Err(not_supported(&step.op, ONNX_QDQ))
             }
+            Fp8Op::CastE8m0 { .. } => Err(not_supported(&step.op, CAST_E8M0)),
             Fp8Op::Quantize { to, saturate } => {
                 self.quantize(ins[0], Some(ins[1]), outs[0], None, *to, *saturate)
             }

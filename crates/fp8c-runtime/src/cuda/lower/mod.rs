@@ -468,6 +468,7 @@ mod tests {
         "scatter_nd",
         "quantize_linear",
         "dequantize_linear",
+        "cast_e8m0",
     ];
 
     #[test]
