@@ -2,7 +2,8 @@
 //! (.npz, .npy, ONNX .pb directories), FP8 runs with `--compare`, `--stats` and
 //! `--calibrate`, and bad input — a missing input, a wrong dtype or rank, an .npz key that is
 //! not a graph input, corrupt files — each a clear error naming the input, never a panic.
-//! NaN and Inf inputs are numbers like any other.
+//! NaN and Inf inputs are numbers like any other. A skl2onnx classifier runs and trains
+//! through `--output` (its ai.onnx.ml label branch pruned).
 
 mod support;
 
@@ -492,4 +493,78 @@ fn inference_holds_fp8_weights_once_with_identical_results() {
         frozen_kib + 200.0 < live_kib,
         "resident {frozen_kib} KiB with FP8 weights vs {live_kib} KiB"
     );
+}
+
+/// A scikit-learn classifier exported by skl2onnx (`tests/models/sklearn/`, made by
+/// `scripts/make_sklearn_model.py`; issue #12): its label branch uses ai.onnx.ml ops fp8c
+/// does not have. Without `--output`, `run` names them once; with `--output`, only what the
+/// named values need is imported: the probabilities and the ArgMax index equal onnxruntime's
+/// outputs, and `train --output add_result1` (the logits, an intermediate value) trains.
+#[test]
+fn sklearn_classifier_runs_and_trains_through_output_selection() {
+    let dir = scratch("sklearn_classifier");
+    let root = support::repo_root().join("tests/models/sklearn");
+    let model = root.join("mlp_digits_clf.onnx");
+    let reference = support::read_npz(&root.join("mlp_digits_clf.ref.npz"));
+    let inputs = npz(&dir, "x.npz", &[("X", &reference["X"])]);
+
+    let r = run(&[&"run", &model, &"--inputs", &inputs]);
+    fails_with(
+        &r,
+        &[
+            "unsupported ONNX ops (2)",
+            "ZipMap",
+            "ArrayFeatureExtractor",
+        ],
+    );
+    assert_eq!(r.stderr.matches("unsupported").count(), 1, "{}", r.stderr);
+
+    let out = dir.join("out.npz");
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &inputs,
+        &"--precision",
+        &"f32",
+        &"--output",
+        &"out_activations_result",
+        &"--output",
+        &"argmax_output",
+        &"-o",
+        &out,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let got = support::read_npz(&out);
+    let c =
+        fp8c_runtime::compare(&got["out_activations_result"], &reference["probabilities"]).unwrap();
+    assert!(c.rel_l2 <= 1e-5, "probabilities: rel L2 {:.3e}", c.rel_l2);
+    let index = got["argmax_output"].to_i64_vec().unwrap();
+    assert_eq!(index, reference["label"].to_i64_vec().unwrap());
+
+    let data = npz(
+        &dir,
+        "train.npz",
+        &[("X", &reference["X"]), ("y", &reference["y"])],
+    );
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![
+        &"train",
+        &model,
+        &"--data",
+        &data,
+        &"--labels",
+        &"y",
+        &"--loss",
+        &"ce",
+        &"--steps",
+        &"20",
+        &"--batch",
+        &"16",
+    ];
+    let r = run(&args);
+    fails_with(&r, &["ZipMap"]);
+    args.extend([&"--output" as &dyn AsRef<std::ffi::OsStr>, &"add_result1"]);
+    let r = run(&args);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("output \"add_result1\""), "{}", r.stderr);
 }
