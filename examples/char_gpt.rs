@@ -324,6 +324,7 @@ fn main() -> Res<()> {
             min_lr: a.lr / 10.0,
         },
         decay_vectors: false,
+        clip_grad_norm: None,
     });
 
     let mut finals = Vec::new();

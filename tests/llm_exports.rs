@@ -225,3 +225,60 @@ fn fp8_training_of_a_decoder_export_lowers_the_loss() {
     assert!(loss < 4.5, "final loss {loss}:\n{}", r.stderr);
     assert!(r.stderr.contains("0 skipped steps"), "{}", r.stderr);
 }
+
+/// `fp8c train --text FILE --seq-len T` (issue #14): a file's bytes are the tokens, cut into
+/// windows labelled with the next byte; `--clip-grad-norm` clips by global norm and logs the
+/// unclipped norm. GPT-2-style export, FP8 (HYBRID, delayed scaling).
+#[test]
+fn text_windows_train_a_decoder_with_gradient_clipping() {
+    let root = support::repo_root();
+    let dir = support::scratch("llm_text");
+    let log = dir.join("log.csv");
+    let model = root.join("examples/models/gpt2-tiny.onnx");
+    let text = root.join("ARCHITECTURE.md");
+    let r = support::run_fp8c([
+        "train".as_ref(),
+        model.as_os_str(),
+        "--text".as_ref(),
+        text.as_os_str(),
+        "--seq-len".as_ref(),
+        "32".as_ref(),
+        "--batch".as_ref(),
+        "8".as_ref(),
+        "--steps".as_ref(),
+        "40".as_ref(),
+        "--lr".as_ref(),
+        "0.003".as_ref(),
+        "--clip-grad-norm".as_ref(),
+        "1.0".as_ref(),
+        "--min-fp8-flops".as_ref(),
+        "0".as_ref(),
+        "--recipe".as_ref(),
+        "delayed".as_ref(),
+        "--log".as_ref(),
+        log.as_os_str(),
+        "--quiet".as_ref(),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let bytes = std::fs::metadata(&text).unwrap().len();
+    let windows = (bytes - 1) / 32;
+    assert!(
+        r.stderr.contains(&format!("({windows} samples, batch 8)")),
+        "{}",
+        r.stderr
+    );
+    let csv = std::fs::read_to_string(&log).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("step,loss,lr,applied,accuracy,elapsed_s,grad_norm")
+    );
+    let rows: Vec<Vec<f64>> = lines
+        .map(|l| l.split(',').map(|v| v.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(rows.len(), 40);
+    assert!(rows.iter().all(|r| r[6].is_finite() && r[6] > 0.0));
+    let first = rows[..5].iter().map(|r| r[1]).sum::<f64>() / 5.0;
+    let last = rows[35..].iter().map(|r| r[1]).sum::<f64>() / 5.0;
+    assert!(last < first - 1.0, "loss {first} -> {last}");
+}

@@ -245,7 +245,7 @@ fn sigterm_finishes_the_step_and_leaves_a_checkpoint_that_resumes() {
     // Every logged row is whole (line-buffered), one per step run.
     let text = std::fs::read_to_string(&log).unwrap();
     for line in text.lines().skip(1) {
-        assert_eq!(line.split(',').count(), 6, "torn row: {line}");
+        assert_eq!(line.split(',').count(), 7, "torn row: {line}");
     }
     // And the run continues from it.
     let total = (step + 2).to_string();

@@ -500,6 +500,38 @@ fn sgd_momentum_and_nesterov_match_pytorch_formula() {
     }
 }
 
+/// Clipping by global norm is PyTorch's `clip_grad_norm_`: the gradient (here the constant
+/// c) times `min(max_norm / (‖c‖ + 1e-6), 1)`, and the step outputs the unclipped norm.
+#[test]
+fn gradient_clipping_matches_pytorch_formula() {
+    for max_norm in [0.5f32, 10.0] {
+        let mut opt = OptimizerSpec::sgd(1.0);
+        opt.kind = Optimizer::Sgd {
+            momentum: 0.0,
+            nesterov: false,
+        };
+        opt.clip_grad_norm = Some(max_norm);
+        let (mut s, mut w, c) = linear_problem(opt);
+        let norm = c.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let coef = (f64::from(max_norm) / (norm + 1e-6)).min(1.0);
+        for step in 1..=2 {
+            let out = s.step(&BTreeMap::new());
+            close(Session::scalar(&out, "grad_norm"), norm, "grad_norm");
+            for i in 0..4 {
+                w[i] -= coef * c[i];
+            }
+            let got = s.weights["w"].to_f64_vec().unwrap();
+            for i in 0..4 {
+                close(
+                    got[i],
+                    w[i],
+                    &format!("max_norm={max_norm} step {step} w[{i}]"),
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn warmup_cosine_schedule() {
     let mut opt = OptimizerSpec::sgd(1.0);

@@ -32,7 +32,7 @@ pub fn open_log(path: &Path, start_step: u64) -> Result<std::io::LineWriter<std:
     let f = fp8c_session::files::open_append("--log", path, fresh)?;
     let mut w = std::io::LineWriter::new(f);
     if fresh {
-        writeln!(w, "step,loss,lr,applied,accuracy,elapsed_s")?;
+        writeln!(w, "step,loss,lr,applied,accuracy,elapsed_s,grad_norm")?;
     }
     Ok(w)
 }

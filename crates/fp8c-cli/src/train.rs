@@ -58,14 +58,39 @@ pub struct TrainArgs {
     /// The model: an ONNX file (or IR text, `.fp8ir`).
     pub model: PathBuf,
     /// Training data: a NumPy .npz archive; every array has one sample per row (first dim).
-    #[arg(long, value_name = "FILE.npz")]
-    pub data: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE.npz",
+        required_unless_present = "text",
+        conflicts_with = "text"
+    )]
+    pub data: Option<PathBuf>,
+    /// Language-model data from any file instead of --data: its bytes are the tokens
+    /// (vocabulary 256), cut into windows of --seq-len that feed the model's one input, each
+    /// labelled with the next byte at every position (targets [batch, seq] for logits
+    /// [batch, seq, 256]).
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// Tokens per window of --text.
+    #[arg(
+        long = "seq-len",
+        value_name = "T",
+        default_value_t = 64,
+        requires = "text"
+    )]
+    pub seq_len: u64,
     /// Feed graph input NAME from array KEY (repeatable; default: the array named like the input).
     #[arg(long = "input", value_name = "NAME=KEY")]
     pub input: Vec<String>,
-    /// The array holding the labels (ce: integer class indices) or the target (mse).
-    #[arg(long, value_name = "KEY")]
-    pub labels: String,
+    /// The array holding the labels (ce: integer class indices) or the target (mse); with
+    /// --text the labels are the next bytes.
+    #[arg(
+        long,
+        value_name = "KEY",
+        required_unless_present = "text",
+        conflicts_with = "text"
+    )]
+    pub labels: Option<String>,
     /// The model output the loss reads (default: the model's only output): a graph output or
     /// any intermediate value, by its ONNX name; nodes that feed no other kept value are pruned
     /// before import, so unsupported ops on unused branches (a classifier's label branch) do
@@ -93,6 +118,10 @@ pub struct TrainArgs {
     /// Weight decay [default: 0.01 for adamw, 0 for sgd]; applies to rank ≥ 2 params.
     #[arg(long = "weight-decay", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub weight_decay: Option<f32>,
+    /// Clip the gradients to this global L2 norm before each update, as PyTorch's
+    /// `clip_grad_norm_(max_norm)` (the norm is logged in --log's grad_norm column).
+    #[arg(long = "clip-grad-norm", value_name = "MAX_NORM", value_parser = crate::args::f32_in_range)]
+    pub clip_grad_norm: Option<f32>,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub momentum: f32,
@@ -108,7 +137,8 @@ pub struct TrainArgs {
     /// Parameters (by name glob) that do not train (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub freeze: Vec<String>,
-    /// Write one CSV row per step: step,loss,lr,applied,accuracy,elapsed_s.
+    /// Write one CSV row per step: step,loss,lr,applied,accuracy,elapsed_s,grad_norm (the
+    /// norm before clipping; empty without --clip-grad-norm).
     #[arg(long, value_name = "FILE.csv")]
     pub log: Option<PathBuf>,
     /// Plot the loss curve (.svg, or .png without text).
@@ -163,6 +193,7 @@ impl TrainArgs {
             steps: self.steps,
             min_lr: self.min_lr,
             weight_decay: self.weight_decay,
+            clip_grad_norm: self.clip_grad_norm,
             momentum: self.momentum,
             freeze: self.freeze.clone(),
             poison: !self.poison_step.is_empty(),
@@ -240,7 +271,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let options = a.train_options(&output);
     options.validate()?;
     // Every output target is checked before any step runs: a bad one must not cost the run.
-    let inputs_read = [a.model.as_path(), a.data.as_path()];
+    let data_path = a.data.as_deref().or(a.text.as_deref()).unwrap_or(&a.model);
+    let inputs_read = [a.model.as_path(), data_path];
     if let Some(dst) = &a.save_onnx {
         fp8c_session::files::Output::check("-o", dst, &inputs_read)?;
     }
@@ -252,11 +284,15 @@ pub fn train(a: TrainArgs) -> Result<()> {
     }
     let data_opts = DataOptions {
         inputs: a.input_keys()?,
-        labels: a.labels.clone(),
+        labels: a.labels.clone().unwrap_or_else(|| "labels".into()),
         loss: options.loss,
         batch: a.batch,
     };
-    let data = Dataset::load(&a.data, &model, &data_opts)?;
+    let data = match (&a.data, &a.text) {
+        (Some(d), _) => Dataset::load(d, &model, &data_opts)?,
+        (None, Some(t)) => Dataset::from_text(t, a.seq_len, &model, &data_opts)?,
+        (None, None) => anyhow::bail!("give the training data with --data FILE.npz or --text FILE"),
+    };
     let forward = data.forward_model(&model, a.batch, &output)?;
     let spec = options.spec();
     let started = Instant::now();
@@ -332,10 +368,13 @@ pub fn train(a: TrainArgs) -> Result<()> {
         if let Some(w) = &mut log {
             writeln!(
                 w,
-                "{step},{loss},{lr},{},{},{:.3}",
+                "{step},{loss},{lr},{},{},{:.3},{}",
                 u8::from(applied),
                 acc.map(|v| v.to_string()).unwrap_or_default(),
-                t0.elapsed().as_secs_f64()
+                t0.elapsed().as_secs_f64(),
+                out.get("grad_norm")
+                    .map(|_| scalar("grad_norm").to_string())
+                    .unwrap_or_default()
             )?;
         }
         if !applied {

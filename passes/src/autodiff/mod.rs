@@ -197,7 +197,16 @@ pub fn build_training_graph_with_info(
         // AdamW's bias correction counts applied updates: step − skipped + 1.
         let applied = e.sub("train.applied", step, skipped)?;
         let t = e.add("train.t", applied, one)?;
-        for (name, p, d) in &pairs {
+        let mut grads: Vec<Value> = pairs.iter().map(|(_, _, d)| *d).collect();
+        if let Some(max_norm) = opt.clip_grad_norm {
+            let named: Vec<(String, Value)> =
+                pairs.iter().map(|(n, _, d)| (n.clone(), *d)).collect();
+            let (clipped, norm) = optim::clip_by_global_norm(&mut e, &named, max_norm)?;
+            grads = clipped;
+            e.g.set_output("grad_norm", norm)?;
+            outputs.push("grad_norm".into());
+        }
+        for ((name, p, _), d) in pairs.iter().zip(&grads) {
             for (state, v) in optim::update(&mut e, opt, name, *p, *d, lr, t)? {
                 e.g.set_state_update(&state, v)?;
             }

@@ -88,6 +88,9 @@ pub struct OptimizerSpec {
     pub schedule: LrSchedule,
     /// Also decay rank-0/1 parameters (biases, norm scales).
     pub decay_vectors: bool,
+    /// Clip the gradients to this global L2 norm before the update (PyTorch's
+    /// `clip_grad_norm_(max_norm)`); None: no clipping.
+    pub clip_grad_norm: Option<f32>,
 }
 
 impl OptimizerSpec {
@@ -99,6 +102,7 @@ impl OptimizerSpec {
             weight_decay: 0.01,
             schedule: LrSchedule::Constant,
             decay_vectors: false,
+            clip_grad_norm: None,
         }
     }
 
@@ -110,6 +114,7 @@ impl OptimizerSpec {
             weight_decay: 0.0,
             schedule: LrSchedule::Constant,
             decay_vectors: false,
+            clip_grad_norm: None,
         }
     }
 }
@@ -156,6 +161,53 @@ pub(crate) fn learning_rate(e: &mut Emit<'_>, spec: &OptimizerSpec, step: Value)
             e.mul("train.lr", lr, warm)
         }
     }
+}
+
+/// Gradient clipping by global norm, as PyTorch's `clip_grad_norm_`: `norm = √Σ‖g‖²` over
+/// every gradient (accumulated in f32), `coef = min(max_norm / (norm + 1e-6), 1)`, each
+/// gradient times `coef`. Returns the clipped gradients and the (unclipped) norm.
+pub(crate) fn clip_by_global_norm(
+    e: &mut Emit<'_>,
+    grads: &[(String, Value)],
+    max_norm: f32,
+) -> R<(Vec<Value>, Value)> {
+    let f = DType::F32;
+    let mut total: Option<Value> = None;
+    for (name, g) in grads {
+        let g32 = if e.dtype(*g) == f {
+            *g
+        } else {
+            e.cast(&format!("{name}.clip.f32"), *g, f)?
+        };
+        let sq = e.mul(&format!("{name}.clip.sq"), g32, g32)?;
+        let s = e.reduce_sum(&format!("{name}.clip.sum"), sq, Vec::new(), false)?;
+        total = Some(match total {
+            None => s,
+            Some(t) => e.add(&format!("{name}.clip.total"), t, s)?,
+        });
+    }
+    let total = match total {
+        Some(t) => t,
+        None => e.scalar("train.clip.zero", f, 0.0)?,
+    };
+    let norm = e.op("train.grad_norm", Op::Sqrt, &[total])?;
+    let eps = e.scalar("train.clip.eps", f, 1e-6)?;
+    let denom = e.add("train.clip.denom", norm, eps)?;
+    let max = e.scalar("train.clip.max_norm", f, f64::from(max_norm))?;
+    let raw = e.div("train.clip.coef_raw", max, denom)?;
+    let one = e.scalar("train.clip.one", f, 1.0)?;
+    let coef = e.op("train.clip.coef", Op::Min, &[raw, one])?;
+    let mut out = Vec::with_capacity(grads.len());
+    for (name, g) in grads {
+        let dt = e.dtype(*g);
+        let c = if dt == f {
+            coef
+        } else {
+            e.cast(&format!("{name}.clip.coef"), coef, dt)?
+        };
+        out.push(e.mul(&format!("{name}.clip"), *g, c)?);
+    }
+    Ok((out, norm))
 }
 
 /// One param's update: returns `(state or param name, new value)` pairs to install.

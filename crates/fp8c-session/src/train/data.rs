@@ -68,15 +68,87 @@ impl Dataset {
             bail!("--data {file}: no such file");
         }
         let arrays: BTreeMap<String, Tensor> = npy::read_npz(path)?.into_iter().collect();
+        Dataset::from_arrays(arrays, &format!("--data {file}"), model, opts)
+    }
+
+    /// Byte-level language-model data from any file (`fp8c train --text FILE --seq-len T`):
+    /// the bytes cut into consecutive windows of `seq_len` tokens (token = byte value, a
+    /// vocabulary of 256), each window's labels the same bytes shifted by one (next-token
+    /// targets); a trailing part shorter than a window is dropped. The windows feed the model's
+    /// one input, which must take integer `[batch, seq]` tokens.
+    pub fn from_text(
+        path: &Path,
+        seq_len: u64,
+        model: &Model,
+        opts: &DataOptions,
+    ) -> Result<Dataset> {
+        let file = path.display().to_string();
+        let what = format!("--text {file}");
+        if !path.is_file() {
+            bail!("{what}: no such file");
+        }
+        let bytes = std::fs::read(path).map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
+        let declared = model.inputs();
+        let [input] = declared.as_slice() else {
+            let names: Vec<&str> = declared.iter().map(|i| i.name.as_str()).collect();
+            bail!(
+                "{what}: text windows feed a model with one token input; this one has {} ({})",
+                names.len(),
+                names.join(", ")
+            );
+        };
+        let t = usize::try_from(seq_len).unwrap_or(usize::MAX);
+        if t == 0 || bytes.len() <= t {
+            bail!(
+                "--seq-len {seq_len}: must be at least 1 and shorter than the {} bytes of {file}",
+                bytes.len()
+            );
+        }
+        let n = (bytes.len() - 1) / t;
+        let tokens = |from: usize| -> Vec<i64> {
+            bytes[from..from + n * t]
+                .iter()
+                .map(|&b| i64::from(b))
+                .collect()
+        };
+        let shape = vec![n as u64, seq_len];
+        let x = match input.ty.dtype {
+            DType::I64 => Tensor::from_i64(shape.clone(), &tokens(0)),
+            DType::I32 => {
+                let v: Vec<i32> = tokens(0).into_iter().map(|b| b as i32).collect();
+                Tensor::from_i32(shape.clone(), &v)
+            }
+            other => bail!(
+                "{what}: text windows are integer tokens, but input \"{}\" is {other}",
+                input.name
+            ),
+        };
+        let y = Tensor::from_i64(shape, &tokens(1));
+        let mut arrays = BTreeMap::new();
+        arrays.insert(input.name.clone(), x);
+        arrays.insert(opts.labels.clone(), y);
+        let mut opts = opts.clone();
+        opts.inputs.clear();
+        Dataset::from_arrays(arrays, &what, model, &opts)
+    }
+
+    /// The dataset of `arrays` (`source` names where they came from, in messages).
+    pub fn from_arrays(
+        arrays: BTreeMap<String, Tensor>,
+        source: &str,
+        model: &Model,
+        opts: &DataOptions,
+    ) -> Result<Dataset> {
+        let file = source;
         if arrays.is_empty() {
-            bail!("--data {file}: the archive holds no arrays");
+            bail!("{file}: the archive holds no arrays");
         }
         let keys: Vec<&str> = arrays.keys().map(String::as_str).collect();
         let get = |key: &str, what: &str| -> Result<Tensor> {
             match arrays.get(key) {
                 Some(t) => Ok(t.clone()),
                 None => bail!(
-                    "--data {file}: no array \"{key}\" for {what} (its arrays are: {})",
+                    "{file}: no array \"{key}\" for {what} (its arrays are: {})",
                     keys.join(", ")
                 ),
             }
@@ -101,13 +173,13 @@ impl Dataset {
             )?;
             if t.dtype() != ty.dtype {
                 bail!(
-                    "--data {file}: array \"{key}\" has dtype {}, input \"{name}\" is {ty}",
+                    "{file}: array \"{key}\" has dtype {}, input \"{name}\" is {ty}",
                     t.dtype()
                 );
             }
             if t.shape().len() != ty.rank() {
                 bail!(
-                    "--data {file}: array \"{key}\" has shape {:?}, input \"{name}\" is {ty} (one sample per row of the array)",
+                    "{file}: array \"{key}\" has shape {:?}, input \"{name}\" is {ty} (one sample per row of the array)",
                     t.shape()
                 );
             }
@@ -116,7 +188,7 @@ impl Dataset {
                     && *k != n
                 {
                     bail!(
-                        "--data {file}: array \"{key}\" has shape {:?}, but dim {axis} of input \"{name}\" is fixed to {k} ({ty})",
+                        "{file}: array \"{key}\" has shape {:?}, but dim {axis} of input \"{name}\" is fixed to {k} ({ty})",
                         t.shape()
                     );
                 }
@@ -133,13 +205,13 @@ impl Dataset {
             match t.shape().first() {
                 Some(&n) if n == rows => {}
                 _ => bail!(
-                    "--data {file}: \"{k}\" has shape {:?}, expected {rows} rows like the other arrays",
+                    "{file}: \"{k}\" has shape {:?}, expected {rows} rows like the other arrays",
                     t.shape()
                 ),
             }
         }
         if rows == 0 {
-            bail!("--data {file}: the arrays hold no samples (0 rows)");
+            bail!("{file}: the arrays hold no samples (0 rows)");
         }
         if opts.batch == 0 || opts.batch > rows {
             bail!(

@@ -46,6 +46,8 @@ pub struct TrainOptions {
     pub min_lr: Option<f32>,
     /// Weight decay of rank ≥ 2 parameters (default: the optimizer's).
     pub weight_decay: Option<f32>,
+    /// Clip gradients to this global L2 norm before the update (None: no clipping).
+    pub clip_grad_norm: Option<f32>,
     /// SGD momentum.
     pub momentum: f32,
     /// Parameter-name globs that do not train.
@@ -67,6 +69,7 @@ impl TrainOptions {
             steps: 100,
             min_lr: None,
             weight_decay: None,
+            clip_grad_norm: None,
             momentum: 0.9,
             freeze: Vec::new(),
             poison: false,
@@ -100,6 +103,12 @@ impl TrainOptions {
             }
         }
         finite("--momentum", self.momentum)?;
+        if let Some(c) = self.clip_grad_norm {
+            finite("--clip-grad-norm", c)?;
+            if c <= 0.0 {
+                bail!("--clip-grad-norm {c}: must be > 0");
+            }
+        }
         if !(0.0..1.0).contains(&self.momentum) {
             bail!("--momentum {}: must be in [0, 1)", self.momentum);
         }
@@ -138,6 +147,7 @@ impl TrainOptions {
             }),
             schedule,
             decay_vectors: false,
+            clip_grad_norm: self.clip_grad_norm,
         });
         spec.freeze = self.freeze.clone();
         spec.poison_input = self.poison;
