@@ -170,8 +170,9 @@ fn lm_head_stays_high_by_default_and_force_fp8_overrides() {
 }
 
 /// `fp8c train` on a decoder export (issue #14's starting point): byte-level next-token
-/// training on real text with integer targets `[B,T]` against logits `[B,T,V]`; FP8 (HYBRID,
-/// delayed scaling) brings the loss well below its initial value ln 256 ≈ 5.55.
+/// training on real text with integer targets `[B,T]` against logits `[B,T,V]`, the first
+/// target of each window ignored (−100); FP8 (HYBRID, delayed scaling) brings the loss well
+/// below its initial value ln 256 ≈ 5.55.
 #[test]
 fn fp8_training_of_a_decoder_export_lowers_the_loss() {
     let root = support::repo_root();
@@ -183,7 +184,19 @@ fn fp8_training_of_a_decoder_export_lowers_the_loss() {
     let t = 16usize;
     let n = ((text.len() - 1) / t).min(512);
     let x: Vec<i64> = text[..n * t].iter().map(|&b| i64::from(b)).collect();
-    let y: Vec<i64> = text[1..n * t + 1].iter().map(|&b| i64::from(b)).collect();
+    // The first target of every window is padding (PyTorch's ignore index −100): it must not
+    // count in the loss.
+    let y: Vec<i64> = text[1..n * t + 1]
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if i % t == 0 {
+                fp8c_ir::IGNORE_INDEX
+            } else {
+                i64::from(b)
+            }
+        })
+        .collect();
     let dir = support::scratch("llm_train");
     let data = dir.join("lm.npz");
     let shape = vec![n as u64, t as u64];
@@ -281,4 +294,60 @@ fn text_windows_train_a_decoder_with_gradient_clipping() {
     let first = rows[..5].iter().map(|r| r[1]).sum::<f64>() / 5.0;
     let last = rows[35..].iter().map(|r| r[1]).sum::<f64>() / 5.0;
     assert!(last < first - 1.0, "loss {first} -> {last}");
+}
+
+/// `fp8c train --compare f32,bf16,fp8 --plot FILE` (issue #14's parity report): one run per
+/// precision from the same weights and data order, a Markdown table of final losses and gaps
+/// to the first, one plot with every curve; flags for a single run are refused.
+#[test]
+fn compare_trains_each_precision_and_tabulates_the_gaps() {
+    let root = support::repo_root();
+    let dir = support::scratch("llm_compare");
+    let plot = dir.join("parity.svg");
+    let model = root.join("examples/models/llama-tiny.onnx");
+    let text = root.join("README.md");
+    let args = |extra: &[&std::ffi::OsStr]| {
+        let mut v: Vec<std::ffi::OsString> = [
+            "train",
+            model.to_str().unwrap(),
+            "--text",
+            text.to_str().unwrap(),
+            "--seq-len",
+            "16",
+            "--batch",
+            "8",
+            "--steps",
+            "12",
+            "--min-fp8-flops",
+            "0",
+            "--quiet",
+            "--compare",
+            "f32,bf16,fp8",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_os_string()));
+        v
+    };
+    let r = support::run_fp8c(args(&["--plot".as_ref(), plot.as_os_str()]));
+    assert!(r.ok, "{}", r.stderr);
+    let rows: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 4, "{}", r.stdout);
+    assert!(rows[0].contains("gap to f32"), "{}", r.stdout);
+    assert!(rows[1].starts_with("| f32 |") && rows[1].contains("+0.00%"));
+    assert!(rows[2].starts_with("| bf16 |") && rows[3].starts_with("| fp8 |"));
+    for row in &rows[1..] {
+        let loss: f64 = row.split('|').nth(2).unwrap().trim().parse().unwrap();
+        assert!(loss.is_finite() && loss < 5.6, "{row}");
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.contains("bf16") && svg.contains("fp8"), "plot legend");
+    let log = dir.join("log.csv");
+    let r = support::run_fp8c(args(&["--log".as_ref(), log.as_os_str()]));
+    assert!(
+        !r.ok && r.stderr.contains("--log is for one run"),
+        "{}",
+        r.stderr
+    );
 }

@@ -440,6 +440,59 @@ fn checkpoints_keep_an_exact_integer_step_and_refuse_another_model_or_damage() {
     );
 }
 
+/// A save killed between writing its state and its metadata (the window a kill -9 can hit):
+/// the previous state is still there under the .prev name and the run resumes from it, with
+/// the same losses as a run that was never interrupted.
+#[test]
+fn a_save_killed_between_state_and_metadata_resumes_from_the_previous_state() {
+    let d = scratch("robust-ckpt-window");
+    let data = d.join("d.npz");
+    digits(&data, 64);
+    let ds = data.to_str().unwrap();
+    let (base, ck) = (d.join("base.csv"), d.join("ck"));
+    let (ok, err) = fp8c(&train_args(
+        ds,
+        &["--steps", "6", "--log", base.to_str().unwrap()],
+    ));
+    assert!(ok, "{err}");
+    let cks = ck.to_str().unwrap();
+    let (ok, err) = fp8c(&train_args(ds, &["--steps", "3", "--checkpoint", cks]));
+    assert!(ok, "{err}");
+    // What a save at step 4 killed after its state rename leaves: the step-3 state under the
+    // .prev name, a newer state file, step 3's metadata.
+    let state = ck.join("state.safetensors");
+    std::fs::rename(&state, ck.join("state.prev.safetensors")).unwrap();
+    let mut newer = std::fs::read(ck.join("state.prev.safetensors")).unwrap();
+    let n = newer.len();
+    newer[n - 1] ^= 0x01;
+    std::fs::write(&state, &newer).unwrap();
+    let resumed = d.join("resumed.csv");
+    let (ok, err) = fp8c(&train_args(
+        ds,
+        &[
+            "--steps",
+            "6",
+            "--resume",
+            cks,
+            "--log",
+            resumed.to_str().unwrap(),
+        ],
+    ));
+    assert!(ok, "{err}");
+    assert!(err.contains("write was interrupted"), "{err}");
+    let losses = |p: &std::path::Path| -> Vec<String> {
+        std::fs::read_to_string(p)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(losses(&resumed), losses(&base)[3..].to_vec());
+    // The folder is whole again: the state matches the metadata, no .prev is left.
+    assert!(!ck.join("state.prev.safetensors").exists());
+}
+
 // --------------------------------------------------------------- panics, hangs, memory
 
 #[test]

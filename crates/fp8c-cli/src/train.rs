@@ -53,7 +53,7 @@ pub enum ScheduleArg {
 }
 
 /// `fp8c train`.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
     /// The model: an ONNX file (or IR text, `.fp8ir`).
     pub model: PathBuf,
@@ -161,6 +161,12 @@ pub struct TrainArgs {
         value_name = "FILE.onnx"
     )]
     pub save_onnx: Option<PathBuf>,
+    /// Loss parity: train the same initial weights on the same data order once per precision
+    /// listed (e.g. f32,bf16,fp8), then print a table of the final losses and their gaps to the
+    /// first, and with --plot draw every curve in one figure (the regular BF16/f32 baseline of
+    /// FP8 training). Not with --log, --checkpoint, --resume or -o.
+    #[arg(long, value_delimiter = ',', value_name = "f32,bf16,fp8")]
+    pub compare: Vec<fp8c_session::PrecisionMode>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -254,8 +260,84 @@ fn save_onnx(a: &TrainArgs, dst: &Path, trainer: &Trainer) -> Result<()> {
     Ok(())
 }
 
+/// What one training run ends with (for `--compare`).
+struct Summary {
+    /// `(step, loss)` of every step run.
+    losses: Vec<(f64, f64)>,
+    /// Steps per second of the loop (compilation excluded).
+    steps_per_s: f64,
+}
+
 /// `fp8c train`.
 pub fn train(a: TrainArgs) -> Result<()> {
+    if a.compare.is_empty() {
+        return train_one(a).map(|_| ());
+    }
+    for (flag, set) in [
+        ("--log", a.log.is_some()),
+        ("--checkpoint", a.checkpoint.is_some()),
+        ("--resume", a.resume.is_some()),
+        ("-o", a.save_onnx.is_some()),
+    ] {
+        if set {
+            anyhow::bail!(
+                "--compare trains several runs: {flag} is for one run (train each precision on its own for it)"
+            );
+        }
+    }
+    if let Some(p) = &a.plot {
+        plot::check_target(p).map_err(|e| anyhow!("--plot {e}"))?;
+    }
+    let mut rows = Vec::new();
+    for &mode in &a.compare {
+        let mut one = a.clone();
+        one.compare.clear();
+        one.plot = None;
+        one.fp8.precision = mode;
+        let s = train_one(one)
+            .with_context(|| format!("--compare: the {} run", precision_name(mode)))?;
+        rows.push((mode, s));
+    }
+    let tail = (a.steps as usize / 5).clamp(1, 50);
+    let final_loss = |s: &Summary| {
+        let n = s.losses.len().min(tail).max(1);
+        s.losses[s.losses.len().saturating_sub(n)..]
+            .iter()
+            .map(|p| p.1)
+            .sum::<f64>()
+            / n as f64
+    };
+    let base = final_loss(&rows[0].1);
+    println!(
+        "| precision | final loss (mean of the last {tail} steps) | gap to {} | steps/s |",
+        precision_name(rows[0].0)
+    );
+    println!("|---|---:|---:|---:|");
+    for (mode, s) in &rows {
+        let f = final_loss(s);
+        println!(
+            "| {} | {f:.4} | {:+.2}% | {:.2} |",
+            precision_name(*mode),
+            (f - base) / base * 100.0,
+            s.steps_per_s
+        );
+    }
+    if let Some(p) = &a.plot {
+        let series: Vec<plot::Series> = rows
+            .iter()
+            .map(|(mode, s)| plot::Series {
+                label: precision_name(*mode).into(),
+                points: s.losses.clone(),
+            })
+            .collect();
+        plot::plot(&series, "training loss", 10, p).map_err(|e| anyhow!(e))?;
+        eprintln!("  plot: {}", p.display());
+    }
+    Ok(())
+}
+
+/// One training run (the whole of `fp8c train` without `--compare`).
+fn train_one(a: TrainArgs) -> Result<Summary> {
     let opts = a.fp8.compile_options(|r| r.recipe_for(Purpose::Training))?;
     let mode = opts.policy.mode;
     // The loss's output (and only it) is kept: an unused branch with unsupported ops, such as
@@ -447,5 +529,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if let Some(dst) = &a.save_onnx {
         save_onnx(&a, dst, &trainer)?;
     }
-    Ok(())
+    Ok(Summary {
+        losses,
+        steps_per_s: ran as f64 / secs.max(1e-9),
+    })
 }

@@ -1,5 +1,5 @@
-//! The loss family: `softmax_cross_entropy` (the mean over every label, and the
-//! log-probabilities) and its gradient `softmax_cross_entropy_grad`. Both compute in f64 and
+//! The loss family: `softmax_cross_entropy` (the mean over every label but
+//! `IGNORE_INDEX`, and the log-probabilities) and its gradient `softmax_cross_entropy_grad`. Both compute in f64 and
 //! round once to the logits' type; rows are independent, and the mean sums them in index order.
 
 use crate::args;
@@ -8,7 +8,7 @@ use crate::data::{
     store_f64 as store,
 };
 use crate::error::{KResult, shape_err, value_err};
-use fp8c_ir::{LossOp, Support, Tensor};
+use fp8c_ir::{IGNORE_INDEX, LossOp, Support, Tensor};
 
 /// Evaluates an op of the loss family.
 pub(crate) fn eval(op: LossOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -33,8 +33,12 @@ pub(crate) fn support(op: LossOp<'_>) -> Support {
     }
 }
 
-/// Checks labels against `[.., C]` logits; returns (rows, classes, labels as indices).
-fn ce_labels(logits: &Tensor, labels: &Tensor) -> KResult<(usize, usize, Vec<usize>)> {
+/// Checks labels against `[.., C]` logits; returns (rows, classes, each row's class or None
+/// for [`IGNORE_INDEX`], the number of rows that count).
+fn ce_labels(
+    logits: &Tensor,
+    labels: &Tensor,
+) -> KResult<(usize, usize, Vec<Option<usize>>, usize)> {
     let dims = dims_of(logits);
     let Some((&c, lead)) = dims.split_last() else {
         return shape_err!("logits must have a class axis, got a scalar");
@@ -53,20 +57,25 @@ fn ce_labels(logits: &Tensor, labels: &Tensor) -> KResult<(usize, usize, Vec<usi
     let vals = int_values(labels, "labels")?;
     let mut out = Vec::with_capacity(vals.len());
     for (i, &l) in vals.iter().enumerate() {
+        if l == IGNORE_INDEX {
+            out.push(None);
+            continue;
+        }
         if l < 0 || l >= c as i64 {
             return value_err!(
-                "label {l} (entry {i}) is out of range: the logits have {c} classes (0..{})",
+                "label {l} (entry {i}) is out of range: the logits have {c} classes (0..{}; {IGNORE_INDEX} marks a position to ignore)",
                 c.saturating_sub(1)
             );
         }
-        out.push(l as usize);
+        out.push(Some(l as usize));
     }
-    Ok((rows, c, out))
+    let counted = out.iter().flatten().count();
+    Ok((rows, c, out, counted))
 }
 
 /// Mean softmax cross-entropy and the log-probabilities.
 fn cross_entropy(logits: &Tensor, labels: &Tensor) -> KResult<Vec<Tensor>> {
-    let (rows, c, lab) = ce_labels(logits, labels)?;
+    let (_, c, lab, counted) = ce_labels(logits, labels)?;
     let xv = values_f64(logits, "logits")?;
     let mut lp = vec![0f64; xv.len()];
     rows_mut(&mut lp, c, |r, o| {
@@ -83,7 +92,14 @@ fn cross_entropy(logits: &Tensor, labels: &Tensor) -> KResult<Vec<Tensor>> {
             *y = v - max - ls;
         }
     });
-    let loss = -(0..rows).map(|r| lp[r * c + lab[r]]).sum::<f64>() / rows as f64;
+    // The mean over the rows that count (PyTorch's reduction='mean' with ignore_index: NaN
+    // when every row is ignored).
+    let loss = -lab
+        .iter()
+        .enumerate()
+        .filter_map(|(r, l)| l.map(|l| lp[r * c + l]))
+        .sum::<f64>()
+        / counted as f64;
     Ok(vec![
         store(vec![loss], logits.dtype(), &[])?,
         store(lp, logits.dtype(), logits.shape())?,
@@ -92,13 +108,15 @@ fn cross_entropy(logits: &Tensor, labels: &Tensor) -> KResult<Vec<Tensor>> {
 
 /// `(softmax − onehot) · dloss / N`.
 fn cross_entropy_grad(lp: &Tensor, labels: &Tensor, dloss: &Tensor) -> KResult<Tensor> {
-    let (rows, c, lab) = ce_labels(lp, labels)?;
-    let scale = scalar(dloss, "dloss")? / rows as f64;
+    let (_, c, lab, counted) = ce_labels(lp, labels)?;
+    let scale = scalar(dloss, "dloss")? / counted as f64;
     let lv = values_f64(lp, "log_probs")?;
     let mut out = vec![0f64; lv.len()];
     rows_mut(&mut out, c, |r, o| {
+        // An ignored row gets no gradient.
+        let Some(l) = lab[r] else { return };
         for (j, y) in o.iter_mut().enumerate() {
-            let onehot = if j == lab[r] { 1.0 } else { 0.0 };
+            let onehot = if j == l { 1.0 } else { 0.0 };
             *y = (lv[r * c + j].exp() - onehot) * scale;
         }
     });

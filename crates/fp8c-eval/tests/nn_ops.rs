@@ -642,3 +642,40 @@ fn results_do_not_depend_on_the_thread_count() {
         );
     }
 }
+
+/// Cross-entropy skips labels equal to IGNORE_INDEX (−100, PyTorch's default): the mean is
+/// over the other rows, an ignored row gets no gradient, all-ignored gives NaN, and any other
+/// negative label is still an error.
+#[test]
+fn cross_entropy_skips_the_ignore_index() {
+    let logits = f32s(&[3, 2], &[0.0, 0.0, 1.0, 0.0, 0.0, 3.0]);
+    let labels = Tensor::from_i64(vec![3], &[0, fp8c_ir::IGNORE_INDEX, 1]);
+    let out = eval_op(&Op::SoftmaxCrossEntropy, &[&logits, &labels]).unwrap();
+    let l0 = 2f64.ln();
+    let l2 = (1.0 + (-3f64).exp()).ln();
+    let want = (l0 + l2) / 2.0;
+    let got = out[0].to_f64_vec().unwrap()[0];
+    assert!((got - want).abs() < 1e-6, "{got} vs {want}");
+    let dloss = Tensor::scalar_f32(1.0);
+    let dx = eval_op(&Op::SoftmaxCrossEntropyGrad, &[&out[1], &labels, &dloss]).unwrap()[0]
+        .to_f64_vec()
+        .unwrap();
+    let p2 = 1.0 / (1.0 + 3f64.exp());
+    let want = [
+        (0.5 - 1.0) / 2.0,
+        0.5 / 2.0,
+        0.0,
+        0.0,
+        p2 / 2.0,
+        (1.0 - p2 - 1.0) / 2.0,
+    ];
+    for (g, w) in dx.iter().zip(want) {
+        assert!((g - w).abs() < 1e-6, "{dx:?} vs {want:?}");
+    }
+    let all = Tensor::from_i64(vec![3], &[fp8c_ir::IGNORE_INDEX; 3]);
+    let out = eval_op(&Op::SoftmaxCrossEntropy, &[&logits, &all]).unwrap();
+    assert!(out[0].to_f64_vec().unwrap()[0].is_nan());
+    let bad = Tensor::from_i64(vec![3], &[0, -1, 1]);
+    let err = eval_op(&Op::SoftmaxCrossEntropy, &[&logits, &bad]).unwrap_err();
+    assert!(err.to_string().contains("label -1"), "{err}");
+}

@@ -27,12 +27,12 @@ pub use dtype::DType;
 pub use error::{IrError, Result};
 pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
-pub use op::ScatterReduction;
 pub use op::{
     AmaxSource, AutoPad, ConvOp, E8m0Round, ElementwiseOp, Family, Fp8Op, FusedOp, GeluApprox,
     InterfaceOp, LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp, PadMode, PoolOp,
     Props, ReduceOp, Support,
 };
+pub use op::{IGNORE_INDEX, ScatterReduction};
 pub use shape::{Dim, Shape, TensorType, shape_of};
 pub use storage::Storage;
 pub use tensor::{MAX_ELEMENTS, Tensor, checked_numel};

@@ -443,11 +443,13 @@ define_ops! {
     family Loss(LossOp) {
         /// Mean softmax cross-entropy over the last axis with integer labels: inputs logits
         /// `[.., C]` and labels (i64/i32) `[..]`; outputs the loss (a scalar of the logits' type,
-        /// the mean over every label) and the log-probabilities. A label outside `[0, C)` is an
-        /// evaluation error naming it.
+        /// the mean over the labels that count) and the log-probabilities. A label equal to
+        /// [`IGNORE_INDEX`] (−100, PyTorch's default) does not count (NaN when none does); any
+        /// other label outside `[0, C)` is an evaluation error naming it.
         SoftmaxCrossEntropy => "softmax_cross_entropy" [training],
         /// Gradient of `softmax_cross_entropy` w.r.t. the logits: inputs log_probs, labels and
-        /// dloss (scalar); output `(softmax − onehot(labels)) · dloss / N`.
+        /// dloss (scalar); output `(softmax − onehot(labels)) · dloss / N` over the N labels
+        /// that count, 0 on rows whose label is [`IGNORE_INDEX`].
         SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad" [training],
     }
     /// Optimizer steps on FP32 master weights (the autodiff pass emits them).
@@ -487,6 +489,10 @@ define_ops! {
         BatchedScaleUpdate { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "batched_scale_update" [scaling],
     }
 }
+
+/// The label `softmax_cross_entropy` skips (a padding position): PyTorch's `ignore_index`
+/// default.
+pub const IGNORE_INDEX: i64 = -100;
 
 /// Whether a backend, the evaluator or a pass handles an op; `No` carries the stated reason
 /// (coverage tests walk every op and read it; users see the reason in errors).

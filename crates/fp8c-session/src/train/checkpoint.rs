@@ -3,12 +3,14 @@
 //! counters) and `meta.json` (what made it: format version, the integer step, the model's
 //! digest, the loss, precision, batch, seed, and the state file's SHA-256).
 //!
-//! Both files are written to temporary files, synced and renamed into place, the state first:
-//! a run killed at any moment leaves the previous checkpoint intact (a kill between the two
-//! renames leaves a state whose digest no longer matches the old metadata; [`load`] refuses
-//! it with a message rather than resuming from mixed files). [`load`] checks the format, the
-//! model and loss identity, the run's settings and the digest, then restores the state bit for
-//! bit, so a resumed run continues with identical losses. Python reads the state with
+//! Both files are written to temporary files, synced and renamed into place, the state first,
+//! after the current state file is renamed to `state.prev.safetensors`; once the new metadata
+//! is in place the previous state is deleted. A run killed at any moment therefore leaves a
+//! state file matching `meta.json`: the new pair, or the old metadata with the previous state
+//! (kept under the `.prev` name), which [`load`] then resumes from, saying so. Mixed files are
+//! never resumed. [`load`] checks the format, the model and loss identity, the run's settings
+//! and the digest, then restores the state bit for bit, so a resumed run continues with
+//! identical losses. Python reads the state with
 //! `safetensors.numpy.load_file`, FP8 and bf16 with their own dtypes.
 
 use super::Trainer;
@@ -24,6 +26,9 @@ pub const FORMAT: u32 = 2;
 
 /// The state file's name inside a checkpoint folder.
 pub const STATE_FILE: &str = "state.safetensors";
+
+/// The previous state file while a checkpoint is being replaced.
+const PREV_STATE_FILE: &str = "state.prev.safetensors";
 
 /// What `meta.json` holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,7 +120,23 @@ pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
     header.insert("format".to_string(), "fp8c-checkpoint".to_string());
     header.insert("version".to_string(), FORMAT.to_string());
     header.insert("step".to_string(), trainer.steps().to_string());
-    let out = Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
+    let (current, prev) = (dir.join(STATE_FILE), dir.join(PREV_STATE_FILE));
+    // The current state stays readable under the .prev name until the new metadata is in
+    // place (a kill in between resumes from it). A leftover .prev from an interrupted save
+    // is replaced only when the current pair is whole, i.e. always here: `meta.json` was
+    // written last for whichever state file matches it.
+    if current.is_file() {
+        std::fs::rename(&current, &prev).map_err(|e| {
+            Error::io(
+                format_args!(
+                    "--checkpoint {}: cannot keep the previous state",
+                    dir.display()
+                ),
+                e,
+            )
+        })?;
+    }
+    let out = Output::check("--checkpoint", &current, &[])?;
     let bytes = safetensors_io::write(&out, &state, header)
         .with_context(|| format!("--checkpoint {}", dir.display()))?;
     let meta = Meta {
@@ -127,7 +148,9 @@ pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
         ..meta.clone()
     };
     let text = serde_json::to_string_pretty(&meta).map_err(Error::invalid)? + "\n";
-    Output::check("--checkpoint", &dir.join("meta.json"), &[])?.write_bytes(text.as_bytes())
+    Output::check("--checkpoint", &dir.join("meta.json"), &[])?.write_bytes(text.as_bytes())?;
+    let _ = std::fs::remove_file(&prev);
+    Ok(())
 }
 
 /// Restores the checkpoint in `dir` into `trainer`, after checking that it was made by this
@@ -190,13 +213,34 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
     let have = trainer.state();
     // The file can only be the state the trainer holds plus its header.
     let budget = have.values().map(|t| t.bytes().len() as u64).sum::<u64>() + (16 << 20);
-    let (state, _, bytes) = safetensors_io::read(&dir.join(STATE_FILE), budget)
-        .with_context(|| format!("--resume {d}"))?;
-    if !meta.state_sha256.is_empty() && safetensors_io::sha256_hex(&bytes) != meta.state_sha256 {
-        bail!(
-            "--resume {d}: {STATE_FILE} does not match meta.json (its SHA-256 differs): the checkpoint is damaged or was cut short"
-        );
-    }
+    let matches = |bytes: &[u8]| {
+        meta.state_sha256.is_empty() || safetensors_io::sha256_hex(bytes) == meta.state_sha256
+    };
+    let state = match safetensors_io::read(&dir.join(STATE_FILE), budget) {
+        Ok((state, _, bytes)) if matches(&bytes) => state,
+        current => {
+            // A save killed between its state and its metadata: the previous state, which
+            // the metadata describes, is kept under the .prev name.
+            match safetensors_io::read(&dir.join(PREV_STATE_FILE), budget) {
+                Ok((state, _, bytes)) if !meta.state_sha256.is_empty() && matches(&bytes) => {
+                    tracing::warn!(
+                        "--resume {d}: the last checkpoint write was interrupted; resuming from the one before it (step {})",
+                        meta.step
+                    );
+                    // Make the folder whole again (state and metadata agree), so the next
+                    // save keeps this state as its fallback rather than the orphan.
+                    let _ = std::fs::rename(dir.join(PREV_STATE_FILE), dir.join(STATE_FILE));
+                    state
+                }
+                _ => {
+                    current.with_context(|| format!("--resume {d}"))?;
+                    bail!(
+                        "--resume {d}: {STATE_FILE} does not match meta.json (its SHA-256 differs): the checkpoint is damaged or was cut short"
+                    );
+                }
+            }
+        }
+    };
     for k in have.keys() {
         if !state.contains_key(k) {
             bail!(

@@ -346,11 +346,12 @@ pub fn check_labels(labels: &Tensor, classes: u64, key: &str) -> Result<()> {
     if let Some((i, &l)) = v
         .iter()
         .enumerate()
-        .find(|&(_, &l)| l < 0 || l as u64 >= classes)
+        .find(|&(_, &l)| l != fp8c_ir::IGNORE_INDEX && (l < 0 || l as u64 >= classes))
     {
         bail!(
-            "--labels {key}: label {l} (entry {i}) is out of range: the output has {classes} classes (0..{})",
-            classes.saturating_sub(1)
+            "--labels {key}: label {l} (entry {i}) is out of range: the output has {classes} classes (0..{}; {} marks a position to ignore)",
+            classes.saturating_sub(1),
+            fp8c_ir::IGNORE_INDEX
         );
     }
     Ok(())

@@ -181,13 +181,21 @@ pub fn pick_output(model: &Model, wanted: Option<&str>) -> Result<String> {
     Ok(output)
 }
 
-/// Fraction of rows whose argmax over the last axis equals the label (None when the shapes
-/// do not fit: not a classifier output).
+/// Fraction of rows whose argmax over the last axis equals the label, over the rows whose
+/// label is not `IGNORE_INDEX` (None when the shapes do not fit: not a classifier output, or
+/// when every row is ignored).
 pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f64> {
     let v = logits.to_f64_vec().ok()?;
     let l = labels.to_i64_vec().ok()?;
     let c = *logits.shape().last()? as usize;
     if c == 0 || l.is_empty() || v.len() != l.len() * c {
+        return None;
+    }
+    let counted = l
+        .iter()
+        .filter(|&&lab| lab != fp8c_ir::IGNORE_INDEX)
+        .count();
+    if counted == 0 {
         return None;
     }
     let hits = l
@@ -199,7 +207,7 @@ pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f6
             best as i64 == lab
         })
         .count();
-    Some(hits as f64 / l.len() as f64)
+    Some(hits as f64 / counted as f64)
 }
 
 #[cfg(test)]

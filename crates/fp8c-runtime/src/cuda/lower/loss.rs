@@ -1,5 +1,6 @@
 //! The loss family on CUDA: softmax cross-entropy and its gradient (`losses.cu`). Both check
-//! the labels on the device and raise the step's error flag for one out of range.
+//! the labels on the device and raise the step's error flag for one out of range; labels equal
+//! to `fp8c_ir::IGNORE_INDEX` do not count (the kernels' `FP8C_IGNORE_INDEX`).
 
 use super::{Action, BLOCK, Lowerer, R, index_word, word};
 use crate::cuda::device::KernelArgs;
@@ -57,11 +58,13 @@ impl Lowerer<'_> {
             return Err("cross-entropy over no rows".into());
         }
         let row_loss = self.alloc(rows * 4)?;
+        let row_weight = self.alloc(rows * 4)?;
         let mut a = KernelArgs::new();
         a.ptr(self.ptr(logits))
             .ptr(self.ptr(labels))
             .ptr(self.ptr(logp))
             .ptr(row_loss)
+            .ptr(row_weight)
             .u64(rows)
             .u64(classes)
             .ptr(err);
@@ -72,10 +75,13 @@ impl Lowerer<'_> {
             a,
         )?;
         let mut b = KernelArgs::new();
-        b.ptr(row_loss).u64(rows).ptr(self.ptr(loss));
+        b.ptr(row_loss)
+            .ptr(row_weight)
+            .u64(rows)
+            .ptr(self.ptr(loss));
         let mean = self.launch(
             kernels::LOSSES,
-            &format!("fp8c_mean_{t}"),
+            &format!("fp8c_masked_mean_{t}"),
             1,
             (BLOCK, 1, 1),
             b,
@@ -100,20 +106,45 @@ impl Lowerer<'_> {
         if n == 0 {
             return Ok(vec![]);
         }
+        // The labels that count (not IGNORE_INDEX), then the gradient divided by them.
+        let count = self.alloc(4)?;
+        let mut c = KernelArgs::new();
+        c.ptr(self.ptr(labels)).u64(rows).ptr(count);
+        let counting = self.launch(
+            kernels::LOSSES,
+            &format!("fp8c_xent_count_{lt}"),
+            1,
+            (BLOCK, 1, 1),
+            c,
+        )?;
         let mut a = KernelArgs::new();
         a.ptr(self.ptr(logp))
             .ptr(self.ptr(labels))
             .ptr(self.ptr(dloss))
+            .ptr(count)
             .ptr(self.ptr(dx))
             .u64(rows)
             .u64(classes)
             .ptr(err);
-        Ok(vec![self.launch_1d(
+        let grad = self.launch_1d(
             kernels::LOSSES,
             &format!("fp8c_softmax_xent_grad_{t}_{lt}"),
             n,
             1,
             a,
-        )?])
+        )?;
+        Ok(vec![counting, grad])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels skip the label the IR and the CPU reference skip.
+    #[test]
+    fn kernels_ignore_the_irs_ignore_index() {
+        let want = format!("#define FP8C_IGNORE_INDEX ({})", fp8c_ir::IGNORE_INDEX);
+        assert!(kernels::LOSSES.source.contains(&want), "{want}");
     }
 }
