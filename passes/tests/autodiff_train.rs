@@ -389,6 +389,82 @@ fn fp8_dgrad_and_wgrad_are_exact_fp8_gemms() {
     }
 }
 
+/// `wgrad_high_precision` (torchao's `rowwise_with_gw_hp`): an FP8 GEMM's weight gradient is
+/// the f32 product of its unquantized activation and dY, while dgrad stays an FP8 GEMM.
+#[test]
+fn wgrad_in_high_precision_uses_the_unquantized_activation() {
+    let (b, k, n) = (16u64, 32u64, 16u64);
+    let mut g = Graph::new("one");
+    let x = g
+        .add_input("x", TensorType::fixed(DType::F32, &[b, k]))
+        .unwrap();
+    let wv: Vec<f32> = Rng::new(31)
+        .vec((k * n) as usize, -0.5, 0.5)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let wt = Tensor::from_f32(vec![k, n], &wv);
+    let w = g.add_param("w", wt.ty(), Some(wt)).unwrap();
+    let h = g.add_node("h", Op::Relu, &[x]).unwrap()[0];
+    let y = g.add_node("fc", Op::MatMul, &[h, w]).unwrap()[0];
+    let l = g
+        .add_node(
+            "l",
+            Op::ReduceSum {
+                axes: None,
+                keepdims: false,
+            },
+            &[y],
+        )
+        .unwrap()[0];
+    g.set_output("l", l).unwrap();
+    let xv: Vec<f32> = Rng::new(32)
+        .vec((b * k) as usize, -1.0, 1.0)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let inputs = BTreeMap::from([("x".to_string(), Tensor::from_f32(vec![b, k], &xv))]);
+    let grad = |hp: bool| {
+        let mut spec = TrainSpec::new("l", Loss::Scalar);
+        spec.optimizer = None;
+        spec.expose_grads = true;
+        spec.wgrad_high_precision = hp;
+        let tg = compile(&g, spec, PrecisionMode::Fp8, Recipe::default());
+        let ops: Vec<&str> = tg
+            .node_ids()
+            .into_iter()
+            .map(|id| tg.node(id).op.name())
+            .collect();
+        assert!(ops.contains(&"scaled_matmul"), "the forward GEMM stays FP8");
+        let mut s = Session::new(tg);
+        s.step(&inputs)["grad.w"].to_f64_vec().unwrap()
+    };
+    // dY is all ones (loss = Σ y), so wgrad[j, c] = Σ_i h[i, j] = Σ_i relu(x[i, j]).
+    let want: Vec<f64> = (0..k as usize)
+        .flat_map(|j| {
+            let col: f64 = (0..b as usize)
+                .map(|i| f64::from(xv[i * k as usize + j].max(0.0)))
+                .sum();
+            std::iter::repeat_n(col, n as usize)
+        })
+        .collect();
+    let hp = grad(true);
+    for (i, (g, w)) in hp.iter().zip(&want).enumerate() {
+        assert!(
+            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+            "wgrad[{i}]: {g} vs {w}"
+        );
+    }
+    // From the FP8 copy of h the same sums differ (E4M3 keeps 3 mantissa bits).
+    let fp8 = grad(false);
+    let off = fp8
+        .iter()
+        .zip(&want)
+        .filter(|(g, w)| (*g - *w).abs() > 1e-3)
+        .count();
+    assert!(off > 0, "the FP8 wgrad should differ from the exact one");
+}
+
 // ---------------------------------------------------------------- optimizers and schedules
 
 /// One param w [2, 2] with loss Σ w·c: the gradient is the constant c.

@@ -122,6 +122,10 @@ pub struct TrainArgs {
     /// `clip_grad_norm_(max_norm)` (the norm is logged in --log's grad_norm column).
     #[arg(long = "clip-grad-norm", value_name = "MAX_NORM", value_parser = crate::args::f32_in_range)]
     pub clip_grad_norm: Option<f32>,
+    /// Compute the weight gradient of FP8 GEMMs in f32 from the unquantized activation and
+    /// gradient (torchao's `rowwise_with_gw_hp`); the forward GEMM and dgrad stay FP8.
+    #[arg(long = "wgrad-high-precision")]
+    pub wgrad_high_precision: bool,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9, allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub momentum: f32,
@@ -200,6 +204,7 @@ impl TrainArgs {
             min_lr: self.min_lr,
             weight_decay: self.weight_decay,
             clip_grad_norm: self.clip_grad_norm,
+            wgrad_high_precision: self.wgrad_high_precision,
             momentum: self.momentum,
             freeze: self.freeze.clone(),
             poison: !self.poison_step.is_empty(),

@@ -12,7 +12,9 @@
 //! ```
 //!
 //! reading the very FP8 tensors the forward GEMM read (transposed views of them): no tensor
-//! is quantized twice in a step. A gradient that feeds several FP8 GEMMs is quantized once
+//! is quantized twice in a step. With `wgrad_high_precision` (torchao's `rowwise_with_gw_hp`)
+//! wgrad is instead the f32 `matmul` of the activation before its quantization and the f32
+//! dY. A gradient that feeds several FP8 GEMMs is quantized once
 //! (the first GEMM names its state).
 //!
 //! Quantization is a straight-through estimator: the adjoint of an FP8 value is the adjoint
@@ -37,6 +39,8 @@ pub(crate) struct GradQuantizer {
     cache: HashMap<Value, (Value, Value)>,
     /// Names of the gradient tensors quantized (`{gemm}.dy`), in creation order.
     pub quantized: Vec<String>,
+    /// wgrad in f32 from the unquantized activation and dY (see the module docs).
+    pub wgrad_high_precision: bool,
 }
 
 impl GradQuantizer {
@@ -46,6 +50,7 @@ impl GradQuantizer {
             recipe,
             cache: HashMap::new(),
             quantized: Vec::new(),
+            wgrad_high_precision: false,
         }
     }
 
@@ -106,7 +111,37 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
         let d = e.op(&at.n("dgrad"), f32_out.clone(), &[qdy, bt, sdy, sb])?;
         out[0] = Some(e.sum_to(&at.n("dgrad.sum"), d, &ad)?);
     }
-    if at.want(1) {
+    if at.want(1) && quant.wgrad_high_precision {
+        // The activation as it was before the scaling pass quantized it (else its decoded
+        // FP8 copy), and dY in f32.
+        let x = match &e.g.node(qa.node).op {
+            Op::Quantize { .. } => {
+                let x = e.g.node(qa.node).inputs()[0];
+                e.cast(&at.n("wgrad.x.f32"), x, DType::F32)?
+            }
+            _ => e.op(
+                &at.n("wgrad.x.f32"),
+                Op::Dequantize { to: DType::F32 },
+                &[qa, sa],
+            )?,
+        };
+        let d = if bd.len() == 2 {
+            let mut full_a = batch.clone();
+            full_a.extend([m, k]);
+            if full_a != ad {
+                return Err(at.err("an FP8 GEMM whose activation broadcasts has no gradient rule"));
+            }
+            let xf = e.reshape(&at.n("wgrad.x"), x, &[rows, k])?;
+            let xt = e.transpose(&at.n("wgrad.xt"), xf, vec![1, 0])?;
+            let dyf = e.reshape(&at.n("wgrad.dy"), dy32, &[rows, n])?;
+            e.op(&at.n("wgrad"), Op::MatMul, &[xt, dyf])?
+        } else {
+            let xt = e.swap_last2(&at.n("wgrad.xt"), x)?;
+            let d = e.op(&at.n("wgrad"), Op::MatMul, &[xt, dy32])?;
+            e.sum_to(&at.n("wgrad.sum"), d, &bd)?
+        };
+        out[1] = Some(d);
+    } else if at.want(1) {
         let d = if bd.len() == 2 {
             // Aᵀ [K, rows] · dY [rows, N], every batch row in one GEMM.
             let mut full_a = batch.clone();

@@ -78,6 +78,10 @@ pub struct TrainSpec {
     pub poison_input: bool,
     /// Keep the trained output as a graph output.
     pub keep_output: bool,
+    /// Compute the weight gradient of FP8 GEMMs in high precision (f32 activation and f32
+    /// dY) instead of from their FP8 copies: torchao's `rowwise_with_gw_hp`, for runs whose
+    /// wgrad suffers from FP8 (dgrad stays FP8).
+    pub wgrad_high_precision: bool,
 }
 
 impl TrainSpec {
@@ -100,6 +104,7 @@ impl TrainSpec {
             expose_grads: false,
             poison_input: false,
             keep_output: false,
+            wgrad_high_precision: false,
         }
     }
 }
@@ -173,6 +178,7 @@ pub fn build_training_graph_with_info(
         seed = e.add("loss.seed.poisoned", seed, p)?;
     }
     let mut quant = fp8::GradQuantizer::new(spec.recipe);
+    quant.wgrad_high_precision = spec.wgrad_high_precision;
     let grads = driver::backprop(e.g, loss, seed, &targets, &mut quant)?;
     info.fp8_gradients = quant.quantized.clone();
 

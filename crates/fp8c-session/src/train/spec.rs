@@ -48,6 +48,9 @@ pub struct TrainOptions {
     pub weight_decay: Option<f32>,
     /// Clip gradients to this global L2 norm before the update (None: no clipping).
     pub clip_grad_norm: Option<f32>,
+    /// Weight gradients of FP8 GEMMs in f32 from the unquantized operands (torchao's
+    /// `rowwise_with_gw_hp`); dgrad stays FP8.
+    pub wgrad_high_precision: bool,
     /// SGD momentum.
     pub momentum: f32,
     /// Parameter-name globs that do not train.
@@ -70,6 +73,7 @@ impl TrainOptions {
             min_lr: None,
             weight_decay: None,
             clip_grad_norm: None,
+            wgrad_high_precision: false,
             momentum: 0.9,
             freeze: Vec::new(),
             poison: false,
@@ -152,6 +156,7 @@ impl TrainOptions {
         spec.freeze = self.freeze.clone();
         spec.poison_input = self.poison;
         spec.keep_output = self.loss == Loss::CrossEntropy;
+        spec.wgrad_high_precision = self.wgrad_high_precision;
         spec
     }
 }
