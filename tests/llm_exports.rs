@@ -12,6 +12,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 
 const MODELS: &[&str] = &[
     "llama-tiny",
@@ -239,42 +240,56 @@ fn fp8_training_of_a_decoder_export_lowers_the_loss() {
     assert!(r.stderr.contains("0 skipped steps"), "{}", r.stderr);
 }
 
+/// `fp8c train` on the committed export `model` with byte windows of this repo's file `text`
+/// (`--text`, batch 8, every GEMM eligible for FP8, no progress bar) and `extra` flags.
+fn train_text(model: &str, text: &str, seq: &str, extra: &[&OsStr]) -> support::Run {
+    let root = support::repo_root();
+    let m = root.join(format!("examples/models/{model}.onnx"));
+    let t = root.join(text);
+    let mut args: Vec<&OsStr> = vec![
+        "train".as_ref(),
+        m.as_os_str(),
+        "--text".as_ref(),
+        t.as_os_str(),
+        "--seq-len".as_ref(),
+        seq.as_ref(),
+        "--batch".as_ref(),
+        "8".as_ref(),
+        "--min-fp8-flops".as_ref(),
+        "0".as_ref(),
+        "--quiet".as_ref(),
+    ];
+    args.extend_from_slice(extra);
+    support::run_fp8c(args)
+}
+
 /// `fp8c train --text FILE --seq-len T` (issue #14): a file's bytes are the tokens, cut into
 /// windows labelled with the next byte; `--clip-grad-norm` clips by global norm and logs the
 /// unclipped norm. GPT-2-style export, FP8 (HYBRID, delayed scaling).
 #[test]
 fn text_windows_train_a_decoder_with_gradient_clipping() {
-    let root = support::repo_root();
     let dir = support::scratch("llm_text");
     let log = dir.join("log.csv");
-    let model = root.join("examples/models/gpt2-tiny.onnx");
-    let text = root.join("ARCHITECTURE.md");
-    let r = support::run_fp8c([
-        "train".as_ref(),
-        model.as_os_str(),
-        "--text".as_ref(),
-        text.as_os_str(),
-        "--seq-len".as_ref(),
-        "32".as_ref(),
-        "--batch".as_ref(),
-        "8".as_ref(),
-        "--steps".as_ref(),
-        "40".as_ref(),
-        "--lr".as_ref(),
-        "0.003".as_ref(),
-        "--clip-grad-norm".as_ref(),
-        "1.0".as_ref(),
-        "--min-fp8-flops".as_ref(),
-        "0".as_ref(),
-        "--recipe".as_ref(),
-        "delayed".as_ref(),
-        "--log".as_ref(),
-        log.as_os_str(),
-        "--quiet".as_ref(),
-    ]);
+    let r = train_text(
+        "gpt2-tiny",
+        "ARCHITECTURE.md",
+        "32",
+        &[
+            "--steps".as_ref(),
+            "40".as_ref(),
+            "--lr".as_ref(),
+            "0.003".as_ref(),
+            "--clip-grad-norm".as_ref(),
+            "1.0".as_ref(),
+            "--recipe".as_ref(),
+            "delayed".as_ref(),
+            "--log".as_ref(),
+            log.as_os_str(),
+        ],
+    );
     assert!(r.ok, "{}", r.stderr);
-    let bytes = std::fs::metadata(&text).unwrap().len();
-    let windows = (bytes - 1) / 32;
+    let text = support::repo_root().join("ARCHITECTURE.md");
+    let windows = (std::fs::metadata(&text).unwrap().len() - 1) / 32;
     assert!(
         r.stderr.contains(&format!("({windows} samples, batch 8)")),
         "{}",
@@ -301,36 +316,20 @@ fn text_windows_train_a_decoder_with_gradient_clipping() {
 /// to the first, one plot with every curve; flags for a single run are refused.
 #[test]
 fn compare_trains_each_precision_and_tabulates_the_gaps() {
-    let root = support::repo_root();
     let dir = support::scratch("llm_compare");
     let plot = dir.join("parity.svg");
-    let model = root.join("examples/models/llama-tiny.onnx");
-    let text = root.join("README.md");
-    let args = |extra: &[&std::ffi::OsStr]| {
-        let mut v: Vec<std::ffi::OsString> = [
-            "train",
-            model.to_str().unwrap(),
-            "--text",
-            text.to_str().unwrap(),
-            "--seq-len",
-            "16",
-            "--batch",
-            "8",
-            "--steps",
-            "12",
-            "--min-fp8-flops",
-            "0",
-            "--quiet",
-            "--compare",
-            "f32,bf16,fp8",
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
-        v.extend(extra.iter().map(|s| s.to_os_string()));
-        v
-    };
-    let r = support::run_fp8c(args(&["--plot".as_ref(), plot.as_os_str()]));
+    let compare: [&OsStr; 4] = [
+        "--steps".as_ref(),
+        "12".as_ref(),
+        "--compare".as_ref(),
+        "f32,bf16,fp8".as_ref(),
+    ];
+    let r = train_text(
+        "llama-tiny",
+        "README.md",
+        "16",
+        &[&compare[..], &["--plot".as_ref(), plot.as_os_str()]].concat(),
+    );
     assert!(r.ok, "{}", r.stderr);
     let rows: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("| ")).collect();
     assert_eq!(rows.len(), 4, "{}", r.stdout);
@@ -344,7 +343,12 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.contains("bf16") && svg.contains("fp8"), "plot legend");
     let log = dir.join("log.csv");
-    let r = support::run_fp8c(args(&["--log".as_ref(), log.as_os_str()]));
+    let r = train_text(
+        "llama-tiny",
+        "README.md",
+        "16",
+        &[&compare[..], &["--log".as_ref(), log.as_os_str()]].concat(),
+    );
     assert!(
         !r.ok && r.stderr.contains("--log is for one run"),
         "{}",
@@ -373,30 +377,23 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
     let root = support::repo_root();
     let dir = support::scratch("llm_writeback");
     let model = root.join("examples/models/llama-tiny.onnx");
-    let text = root.join("README.md");
     let trained = dir.join("trained.onnx");
-    let r = support::run_fp8c([
-        "train".as_ref(),
-        model.as_os_str(),
-        "--text".as_ref(),
-        text.as_os_str(),
-        "--seq-len".as_ref(),
-        "16".as_ref(),
-        "--batch".as_ref(),
-        "8".as_ref(),
-        "--steps".as_ref(),
-        "30".as_ref(),
-        "--lr".as_ref(),
-        "0.003".as_ref(),
-        "--min-fp8-flops".as_ref(),
-        "0".as_ref(),
-        "--quiet".as_ref(),
-        "-o".as_ref(),
-        trained.as_os_str(),
-    ]);
+    let r = train_text(
+        "llama-tiny",
+        "README.md",
+        "16",
+        &[
+            "--steps".as_ref(),
+            "30".as_ref(),
+            "--lr".as_ref(),
+            "0.003".as_ref(),
+            "-o".as_ref(),
+            trained.as_os_str(),
+        ],
+    );
     assert!(r.ok, "{}", r.stderr);
     // The first 8 windows of the text and their next-byte labels.
-    let bytes = std::fs::read(&text).unwrap();
+    let bytes = std::fs::read(root.join("README.md")).unwrap();
     let x: Vec<i64> = bytes[..128].iter().map(|&b| i64::from(b)).collect();
     let y: Vec<i64> = bytes[1..129].iter().map(|&b| i64::from(b)).collect();
     let inputs = dir.join("in.npz");
@@ -443,42 +440,21 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
 
 /// Issue #14 on the decoder export: a run stopped at a checkpoint and resumed logs the same
 /// losses, bit for bit, as an uninterrupted one (constant schedule: the cosine schedule ends
-/// at --steps, so a shorter first run would follow another schedule); a non-finite step (injected through the test
-/// hook) is skipped, reported and counted, and training goes on.
+/// at --steps, so a shorter first run would follow another schedule); a non-finite step
+/// (injected through the test hook) is skipped, reported and counted, and training goes on.
 #[test]
 fn decoder_training_resumes_bit_for_bit_and_skips_a_non_finite_step() {
-    let root = support::repo_root();
     let dir = support::scratch("llm_resume");
-    let model = root.join("examples/models/gpt2-tiny.onnx");
-    let text = root.join("README.md");
-    let run = |extra: &[&std::ffi::OsStr]| {
-        let mut args: Vec<&std::ffi::OsStr> = vec![
-            "train".as_ref(),
-            model.as_os_str(),
-            "--text".as_ref(),
-            text.as_os_str(),
-            "--seq-len".as_ref(),
-            "16".as_ref(),
-            "--batch".as_ref(),
-            "8".as_ref(),
-            "--min-fp8-flops".as_ref(),
-            "0".as_ref(),
-            "--recipe".as_ref(),
-            "delayed".as_ref(),
-            "--quiet".as_ref(),
-        ];
-        args.extend_from_slice(extra);
-        let r = support::run_fp8c(args);
+    let run = |extra: &[&OsStr]| {
+        let delayed: [&OsStr; 2] = ["--recipe".as_ref(), "delayed".as_ref()];
+        let r = train_text(
+            "gpt2-tiny",
+            "README.md",
+            "16",
+            &[&delayed[..], extra].concat(),
+        );
         assert!(r.ok, "{}", r.stderr);
         r.stderr
-    };
-    let losses = |p: &std::path::Path| -> Vec<String> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .skip(1)
-            .map(|l| l.split(',').nth(1).unwrap().to_string())
-            .collect()
     };
     let (base, part, ck) = (dir.join("base.csv"), dir.join("part.csv"), dir.join("ck"));
     run(&[
@@ -501,7 +477,10 @@ fn decoder_training_resumes_bit_for_bit_and_skips_a_non_finite_step() {
         "--log".as_ref(),
         part.as_os_str(),
     ]);
-    assert_eq!(losses(&part), losses(&base)[6..].to_vec());
+    assert_eq!(
+        support::csv_column(&part, "loss"),
+        support::csv_column(&base, "loss")[6..].to_vec()
+    );
 
     let err = run(&[
         "--steps".as_ref(),

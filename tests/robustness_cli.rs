@@ -480,15 +480,10 @@ fn a_save_killed_between_state_and_metadata_resumes_from_the_previous_state() {
     ));
     assert!(ok, "{err}");
     assert!(err.contains("write was interrupted"), "{err}");
-    let losses = |p: &std::path::Path| -> Vec<String> {
-        std::fs::read_to_string(p)
-            .unwrap()
-            .lines()
-            .skip(1)
-            .map(|l| l.split(',').nth(1).unwrap().to_string())
-            .collect()
-    };
-    assert_eq!(losses(&resumed), losses(&base)[3..].to_vec());
+    assert_eq!(
+        support::csv_column(&resumed, "loss"),
+        support::csv_column(&base, "loss")[3..].to_vec()
+    );
     // The folder is whole again: the state matches the metadata, no .prev is left.
     assert!(!ck.join("state.prev.safetensors").exists());
 }

@@ -220,3 +220,17 @@ pub fn parse_compare(stdout: &str) -> BTreeMap<String, (f64, f64, f64)> {
     }
     out
 }
+
+/// The column `name` of a CSV file with a header row (a training `--log`), as text.
+pub fn csv_column(path: &Path, name: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or_default();
+    let col = header
+        .split(',')
+        .position(|c| c == name)
+        .unwrap_or_else(|| panic!("{}: no column {name} in `{header}`", path.display()));
+    lines
+        .map(|l| l.split(',').nth(col).unwrap_or_default().to_string())
+        .collect()
+}
