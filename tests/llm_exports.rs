@@ -438,15 +438,21 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
     );
 }
 
-/// Issue #14 on the decoder export: a run stopped at a checkpoint and resumed logs the same
-/// losses, bit for bit, as an uninterrupted one (constant schedule: the cosine schedule ends
+/// Issue #14 on the decoder export, with gradient accumulation (2 micro-batches per step): a
+/// run stopped at a checkpoint and resumed logs the same losses, bit for bit, as an
+/// uninterrupted one (constant schedule: the cosine schedule ends
 /// at --steps, so a shorter first run would follow another schedule); a non-finite step
 /// (injected through the test hook) is skipped, reported and counted, and training goes on.
 #[test]
 fn decoder_training_resumes_bit_for_bit_and_skips_a_non_finite_step() {
     let dir = support::scratch("llm_resume");
     let run = |extra: &[&OsStr]| {
-        let delayed: [&OsStr; 2] = ["--recipe".as_ref(), "delayed".as_ref()];
+        let delayed: [&OsStr; 4] = [
+            "--recipe".as_ref(),
+            "delayed".as_ref(),
+            "--accumulate".as_ref(),
+            "2".as_ref(),
+        ];
         let r = train_text(
             "gpt2-tiny",
             "README.md",

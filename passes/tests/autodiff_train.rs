@@ -9,7 +9,7 @@ use autodiff_common::{Rng, eval};
 use fp8c_core::{CurrentScaling, DelayedScaling, Format, Recipe};
 use fp8c_ir::{DType, Graph, Op, Tensor, TensorType, Value};
 use fp8c_passes::autodiff::{
-    Loss, LrSchedule, Optimizer, OptimizerSpec, SKIPPED_STATE, STEP_STATE, TrainSpec,
+    APPLY_INPUT, Loss, LrSchedule, Optimizer, OptimizerSpec, SKIPPED_STATE, STEP_STATE, TrainSpec,
     build_training_graph,
 };
 use fp8c_passes::precision::PrecisionMode;
@@ -796,6 +796,103 @@ fn mlp_learns_in_every_precision_with_close_losses() {
             final_loss[0],
             rel * 100.0
         );
+    }
+}
+
+/// Gradient accumulation (`accumulate = 2`): two half batches give the weights one step on
+/// the whole batch gives (f32; the mean over micro-batches is the mean over all rows), the
+/// step counter moves once per step, and under FP8 delayed scaling each amax history gets
+/// one entry per step, the max over the step's micro-batches.
+#[test]
+fn gradient_accumulation_matches_the_whole_batch() {
+    let teacher = Rng::new(40).vec(64 * 16, -1.0, 1.0);
+    let mut rng = Rng::new(41);
+    let steps: Vec<(Tensor, Tensor)> = (0..3).map(|_| batch(&mut rng, 16, &teacher)).collect();
+    let half = |t: &Tensor, k: u64| {
+        let rows = t.shape()[0] / 2;
+        let per = t.len() / t.shape()[0] as usize * t.dtype().size();
+        let bytes = t.bytes()[(k * rows) as usize * per..][..rows as usize * per].to_vec();
+        let mut shape = t.shape().to_vec();
+        shape[0] = rows;
+        Tensor::from_bytes(t.dtype(), shape, bytes).unwrap()
+    };
+    let spec = |n: u32| {
+        let mut s = ce_spec();
+        let mut opt = OptimizerSpec::sgd(0.5);
+        opt.kind = Optimizer::Sgd {
+            momentum: 0.0,
+            nesterov: false,
+        };
+        s.optimizer = Some(opt);
+        s.accumulate = n;
+        s
+    };
+    let mut whole = Session::new(compile(
+        &mlp(7, 16),
+        spec(1),
+        PrecisionMode::F32,
+        Recipe::default(),
+    ));
+    let mut micro = Session::new(compile(
+        &mlp(7, 8),
+        spec(2),
+        PrecisionMode::F32,
+        Recipe::default(),
+    ));
+    for (x, y) in &steps {
+        whole.step(&BTreeMap::from([
+            ("x".to_string(), x.clone()),
+            ("labels".to_string(), y.clone()),
+        ]));
+        for k in 0..2u64 {
+            micro.step(&BTreeMap::from([
+                ("x".to_string(), half(x, k)),
+                ("labels".to_string(), half(y, k)),
+                (APPLY_INPUT.to_string(), Tensor::scalar_f32(k as f32)),
+            ]));
+        }
+    }
+    for name in ["fc1.weight", "fc1.bias", "fc2.weight"] {
+        let (a, b) = (
+            whole.weights[name].to_f64_vec().unwrap(),
+            micro.weights[name].to_f64_vec().unwrap(),
+        );
+        for (i, (u, v)) in a.iter().zip(&b).enumerate() {
+            assert!((u - v).abs() <= 1e-5, "{name}[{i}]: {u} vs {v}");
+        }
+    }
+    assert_eq!(micro.state["train.step"].to_f64_vec().unwrap(), [3.0]);
+
+    // FP8, delayed scaling: one history entry per step, the max of its micro-batches' amax.
+    let mut fp8 = Session::new(compile(
+        &mlp(7, 8),
+        spec(2),
+        PrecisionMode::Fp8,
+        Recipe::default(),
+    ));
+    let (x, y) = &steps[0];
+    let amax = |t: &Tensor| {
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .fold(0f64, |m, v| m.max(v.abs()))
+    };
+    for k in 0..2u64 {
+        fp8.step(&BTreeMap::from([
+            ("x".to_string(), half(x, k)),
+            ("labels".to_string(), half(y, k)),
+            (APPLY_INPUT.to_string(), Tensor::scalar_f32(k as f32)),
+        ]));
+        let hist = fp8.state["fc1.x.amax_history"].to_f64_vec().unwrap();
+        if k == 0 {
+            // Recorded in slot 0, not rolled yet.
+            assert_eq!(hist[0], amax(&half(x, 0)) as f32 as f64, "{hist:?}");
+        } else {
+            // Rolled once: the step's entry (max of both halves) moved to the end, slot 0 zeroed.
+            let want = amax(&half(x, 0)).max(amax(&half(x, 1))) as f32 as f64;
+            assert_eq!(hist[0], 0.0, "{hist:?}");
+            assert_eq!(*hist.last().unwrap(), want, "{hist:?}");
+        }
     }
 }
 

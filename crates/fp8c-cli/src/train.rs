@@ -14,7 +14,7 @@ use crate::progress;
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, ValueEnum};
 use fp8c_ir::Tensor;
-use fp8c_passes::autodiff::{Loss, POISON_INPUT};
+use fp8c_passes::autodiff::{APPLY_INPUT, Loss, POISON_INPUT};
 use fp8c_session::train::{
     DataOptions, Dataset, OptimizerKind, ScheduleKind, TrainOptions, accuracy, checkpoint,
     pick_output,
@@ -122,6 +122,12 @@ pub struct TrainArgs {
     /// `clip_grad_norm_(max_norm)` (the norm is logged in --log's grad_norm column).
     #[arg(long = "clip-grad-norm", value_name = "MAX_NORM", value_parser = crate::args::f32_in_range)]
     pub clip_grad_norm: Option<f32>,
+    /// Gradient accumulation: each optimizer step runs N micro-batches of --batch samples and
+    /// applies the mean of their gradients (HF's gradient_accumulation_steps); FP8 amax
+    /// histories get one entry per step, the max over its micro-batches, as TransformerEngine
+    /// records them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub accumulate: u32,
     /// Compute the weight gradient of FP8 GEMMs in f32 from the unquantized activation and
     /// gradient (torchao's `rowwise_with_gw_hp`); the forward GEMM and dgrad stay FP8.
     #[arg(long = "wgrad-high-precision")]
@@ -205,6 +211,7 @@ impl TrainArgs {
             weight_decay: self.weight_decay,
             clip_grad_norm: self.clip_grad_norm,
             wgrad_high_precision: self.wgrad_high_precision,
+            accumulate: self.accumulate,
             momentum: self.momentum,
             freeze: self.freeze.clone(),
             poison: !self.poison_step.is_empty(),
@@ -225,13 +232,15 @@ impl TrainArgs {
 
     /// What a checkpoint of this run records (and a resumed run must match).
     fn checkpoint_meta(&self) -> checkpoint::Meta {
-        checkpoint::Meta::new(
+        let mut meta = checkpoint::Meta::new(
             &self.model.display().to_string(),
             precision_name(self.fp8.precision),
             &format!("{:?}", self.loss).to_lowercase(),
             self.seed,
             self.batch,
-        )
+        );
+        meta.accumulate = self.accumulate;
+        meta
     }
 }
 
@@ -393,10 +402,15 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
         start_step = checkpoint::load(dir, &mut trainer, &meta)?;
     }
     eprintln!(
-        "fp8c train: {} ({} samples, batch {}), output \"{output}\", loss {:?}, {:?} lr {}, precision {}; {} parameters train{}",
+        "fp8c train: {} ({} samples, batch {}{}), output \"{output}\", loss {:?}, {:?} lr {}, precision {}; {} parameters train{}",
         a.model.display(),
         data.rows,
         a.batch,
+        if a.accumulate > 1 {
+            format!(" x {} accumulated micro-batches", a.accumulate)
+        } else {
+            String::new()
+        },
         a.loss,
         a.optimizer,
         a.lr,
@@ -428,27 +442,50 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
     let t0 = Instant::now();
     let mut losses: Vec<(f64, f64)> = Vec::new();
     let mut last_acc = None;
+    let micro = u64::from(a.accumulate.max(1));
     for step in start_step..a.steps {
-        let batch = data.batch(a.batch, a.seed, step);
-        let mut inputs = batch.feed(&spec);
-        if spec.poison_input {
-            let p = if a.poison_step.contains(&step) {
-                f32::NAN
-            } else {
-                0.0
-            };
-            inputs.insert(POISON_INPUT.into(), Tensor::scalar_f32(p));
+        // One optimizer step: `micro` micro-batches (the data order counts micro-batches), the
+        // last one applying the update; the loss is their mean.
+        let mut out = BTreeMap::new();
+        let mut batch = None;
+        let mut micro_loss = 0.0;
+        for m in 0..micro {
+            let b = data.batch(a.batch, a.seed, step * micro + m);
+            let mut inputs = b.feed(&spec);
+            if spec.poison_input {
+                let p = if a.poison_step.contains(&step) {
+                    f32::NAN
+                } else {
+                    0.0
+                };
+                inputs.insert(POISON_INPUT.into(), Tensor::scalar_f32(p));
+            }
+            if micro > 1 {
+                let last = if m + 1 == micro { 1.0 } else { 0.0 };
+                inputs.insert(APPLY_INPUT.into(), Tensor::scalar_f32(last));
+            }
+            out = trainer
+                .step_outputs(&inputs)
+                .with_context(|| format!("step {step}"))?;
+            micro_loss += out
+                .get("loss")
+                .and_then(|t| t.to_f64_vec().ok())
+                .and_then(|v| v.first().copied())
+                .unwrap_or(f64::NAN);
+            batch = Some(b);
         }
-        let out = trainer
-            .step_outputs(&inputs)
-            .with_context(|| format!("step {step}"))?;
+        let batch = batch.expect("at least one micro-batch");
         let scalar = |k: &str| {
             out.get(k)
                 .and_then(|t| t.to_f64_vec().ok())
                 .and_then(|v| v.first().copied())
                 .unwrap_or(f64::NAN)
         };
-        let (loss, lr, applied) = (scalar("loss"), scalar("lr"), scalar("finite") != 0.0);
+        let (loss, lr, applied) = (
+            micro_loss / micro as f64,
+            scalar("lr"),
+            scalar("finite") != 0.0,
+        );
         let acc = out.get(&output).and_then(|l| accuracy(l, &batch.labels));
         last_acc = acc.or(last_acc);
         losses.push((step as f64, loss));

@@ -27,6 +27,7 @@
 //! those exist only once the scaling pass has run; differentiating `scaled_matmul` directly
 //! gives dgrad/wgrad as FP8 GEMMs with no second quantization (ARCHITECTURE.md, "Training").
 
+pub mod accumulate;
 mod driver;
 mod emit;
 mod fp8;
@@ -36,6 +37,7 @@ mod optim;
 mod params;
 mod rules;
 
+pub use accumulate::APPLY_INPUT;
 pub use loss::Loss;
 pub use optim::{LrSchedule, Optimizer, OptimizerSpec};
 pub use rules::differentiability;
@@ -78,6 +80,8 @@ pub struct TrainSpec {
     pub poison_input: bool,
     /// Keep the trained output as a graph output.
     pub keep_output: bool,
+    /// Micro-batches per optimizer step (1: none); see [`accumulate`](self::accumulate).
+    pub accumulate: u32,
     /// Compute the weight gradient of FP8 GEMMs in high precision (f32 activation and f32
     /// dY) instead of from their FP8 copies: torchao's `rowwise_with_gw_hp`, for runs whose
     /// wgrad suffers from FP8 (dgrad stays FP8).
@@ -105,6 +109,7 @@ impl TrainSpec {
             poison_input: false,
             keep_output: false,
             wgrad_high_precision: false,
+            accumulate: 1,
         }
     }
 }
@@ -198,15 +203,30 @@ pub fn build_training_graph_with_info(
     let skipped = e.g.add_state(SKIPPED_STATE, f32s, 0.0)?;
     let one = e.scalar("train.one", DType::F32, 1.0)?;
 
+    let mut grads: Vec<Value> = pairs.iter().map(|(_, _, d)| *d).collect();
+    let mut accumulation = None;
+    if spec.accumulate > 1 {
+        if spec.optimizer.is_none() {
+            return Err(IrError::Other(
+                "gradient accumulation needs an optimizer step to accumulate for".into(),
+            ));
+        }
+        let named: Vec<(String, Value)> = pairs.iter().map(|(n, _, d)| (n.clone(), *d)).collect();
+        let (mean, acc) = accumulate::accumulate(&mut e, &named, spec.accumulate)?;
+        grads = mean;
+        accumulation = Some(acc);
+    }
     if let Some(opt) = &spec.optimizer {
         let lr = optim::learning_rate(&mut e, opt, step)?;
         // AdamW's bias correction counts applied updates: step − skipped + 1.
         let applied = e.sub("train.applied", step, skipped)?;
         let t = e.add("train.t", applied, one)?;
-        let mut grads: Vec<Value> = pairs.iter().map(|(_, _, d)| *d).collect();
         if let Some(max_norm) = opt.clip_grad_norm {
-            let named: Vec<(String, Value)> =
-                pairs.iter().map(|(n, _, d)| (n.clone(), *d)).collect();
+            let named: Vec<(String, Value)> = pairs
+                .iter()
+                .zip(&grads)
+                .map(|((n, _, _), d)| (n.clone(), *d))
+                .collect();
             let (clipped, norm) = optim::clip_by_global_norm(&mut e, &named, max_norm)?;
             grads = clipped;
             e.g.set_output("grad_norm", norm)?;
@@ -222,22 +242,43 @@ pub fn build_training_graph_with_info(
     }
 
     let mut checked = vec![loss];
-    checked.extend(pairs.iter().map(|(_, _, d)| *d));
+    checked.extend(&grads);
     let finite = e.op("train.finite", fp8c_ir::Op::AllFinite, &checked)?;
-    if spec.skip_nonfinite {
-        info.guarded_updates = guard::guard_updates(&mut e, finite, &[STEP_STATE, SKIPPED_STATE])?;
+    let keep = [STEP_STATE, SKIPPED_STATE];
+    match (&accumulation, spec.skip_nonfinite) {
+        (None, true) => info.guarded_updates = guard::guard_updates(&mut e, finite, &keep)?,
+        (None, false) => {}
+        (Some(acc), skip) => {
+            let cond = if skip {
+                e.op(
+                    "train.apply.finite",
+                    fp8c_ir::Op::And,
+                    &[acc.apply_bool, finite],
+                )?
+            } else {
+                acc.apply_bool
+            };
+            info.guarded_updates = guard::guard_updates(&mut e, cond, &keep)?;
+            accumulate::finish(&mut e, acc)?;
+        }
     }
-    let next = e.add("train.step.next", step, one)?;
+    // The step counter moves once per optimizer step (on the last micro-batch).
+    let advance = accumulation.as_ref().map_or(one, |a| a.apply);
+    let next = e.add("train.step.next", step, advance)?;
     e.g.set_state_update(STEP_STATE, next)?;
     let zero = e.scalar("train.zero", DType::F32, 0.0)?;
-    let missed = e.op("train.skipped", fp8c_ir::Op::Where, &[finite, zero, one])?;
+    let missed = e.op(
+        "train.skipped",
+        fp8c_ir::Op::Where,
+        &[finite, zero, advance],
+    )?;
     let skipped_next = e.add("train.skipped_steps.next", skipped, missed)?;
     e.g.set_state_update(SKIPPED_STATE, skipped_next)?;
     e.g.set_output("finite", finite)?;
     outputs.push("finite".into());
 
     if spec.expose_grads {
-        for (name, _, d) in &pairs {
+        for ((name, _, _), d) in pairs.iter().zip(&grads) {
             let o = format!("grad.{name}");
             e.g.set_output(&o, *d)?;
             outputs.push(o);

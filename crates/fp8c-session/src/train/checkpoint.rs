@@ -54,6 +54,9 @@ pub struct Meta {
     pub seed: u64,
     /// Samples per step.
     pub batch: u64,
+    /// Micro-batches per step (gradient accumulation; 1 when absent).
+    #[serde(default = "one")]
+    pub accumulate: u32,
     /// Number of state entries in the state file.
     pub state_entries: usize,
     /// SHA-256 of the state file.
@@ -75,6 +78,7 @@ impl Meta {
             loss: loss.to_string(),
             seed,
             batch,
+            accumulate: 1,
             state_entries: 0,
             state_sha256: String::new(),
         }
@@ -85,6 +89,10 @@ impl Meta {
         self.model_sha256 = safetensors_io::sha256_file(path)?;
         Ok(self)
     }
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// Checks that checkpoints can be written to `dir` (created if needed) before training starts.
@@ -198,16 +206,21 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             expect.loss
         );
     }
-    if meta.precision != expect.precision || meta.batch != expect.batch || meta.seed != expect.seed
+    if meta.precision != expect.precision
+        || meta.batch != expect.batch
+        || meta.seed != expect.seed
+        || meta.accumulate != expect.accumulate
     {
         bail!(
-            "--resume {d}: the checkpoint was made with --precision {} --batch {} --seed {}; this run has --precision {} --batch {} --seed {}",
+            "--resume {d}: the checkpoint was made with --precision {} --batch {} --seed {} --accumulate {}; this run has --precision {} --batch {} --seed {} --accumulate {}",
             meta.precision,
             meta.batch,
             meta.seed,
+            meta.accumulate,
             expect.precision,
             expect.batch,
-            expect.seed
+            expect.seed,
+            expect.accumulate
         );
     }
     let have = trainer.state();

@@ -51,6 +51,9 @@ pub struct TrainOptions {
     /// Weight gradients of FP8 GEMMs in f32 from the unquantized operands (torchao's
     /// `rowwise_with_gw_hp`); dgrad stays FP8.
     pub wgrad_high_precision: bool,
+    /// Micro-batches per optimizer step (gradient accumulation; 1: none). The training step
+    /// then reads the input `fp8c_passes::autodiff::APPLY_INPUT` (1 on the last micro-batch).
+    pub accumulate: u32,
     /// SGD momentum.
     pub momentum: f32,
     /// Parameter-name globs that do not train.
@@ -74,6 +77,7 @@ impl TrainOptions {
             weight_decay: None,
             clip_grad_norm: None,
             wgrad_high_precision: false,
+            accumulate: 1,
             momentum: 0.9,
             freeze: Vec::new(),
             poison: false,
@@ -116,6 +120,9 @@ impl TrainOptions {
         if !(0.0..1.0).contains(&self.momentum) {
             bail!("--momentum {}: must be in [0, 1)", self.momentum);
         }
+        if self.accumulate == 0 {
+            bail!("--accumulate 0: at least one micro-batch per step");
+        }
         if self.steps == 0 {
             bail!("--steps 0: nothing to train");
         }
@@ -157,6 +164,7 @@ impl TrainOptions {
         spec.poison_input = self.poison;
         spec.keep_output = self.loss == Loss::CrossEntropy;
         spec.wgrad_high_precision = self.wgrad_high_precision;
+        spec.accumulate = self.accumulate;
         spec
     }
 }

@@ -130,13 +130,22 @@ impl Trainer {
         })
     }
 
-    /// Runs one step and returns every graph output (loss, lr, finite, and the model output
-    /// or gradients when the spec asked for them).
+    /// Runs one step (with gradient accumulation: one micro-batch, the step counted on the
+    /// last, whose `train.apply` input is 1) and returns every graph output (loss, lr, finite,
+    /// and the model output or gradients when the spec asked for them).
     pub fn step_outputs(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
     ) -> Result<BTreeMap<String, Tensor>> {
         let out = self.exe.run(inputs)?;
+        // With gradient accumulation only the last micro-batch (`train.apply` = 1) ends a step.
+        let ends_step = inputs
+            .get(fp8c_passes::autodiff::APPLY_INPUT)
+            .and_then(|t| t.to_f64_vec().ok())
+            .is_none_or(|v| v.first().is_some_and(|&a| a > 0.5));
+        if !ends_step {
+            return Ok(out);
+        }
         let applied = out
             .get("finite")
             .and_then(|t| t.bytes().first().copied())
