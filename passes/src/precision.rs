@@ -159,6 +159,10 @@ pub enum Rule {
     KeepFirstLast,
     /// Both operands are activations (attention's QKᵀ and PV) and `--fp8-attention` is off.
     Attention,
+    /// A mixture-of-experts router: a GEMM whose logits choose experts (they reach a `top_k`
+    /// through layout ops, softmax, sigmoid or a bias add); kept high, as the
+    /// router is in TransformerEngine and torchao recipes (`--force-fp8 NAME` overrides).
+    Router,
     /// A language model's head: the GEMM producing a graph output (through views) in a model
     /// with a token embedding; kept high as torchao (`filter_fqns=["lm_head"]`) and
     /// TransformerEngine recipes do (`--force-fp8 NAME` overrides).
@@ -407,6 +411,36 @@ fn lm_head(g: &Graph, gemms: &[NodeId]) -> Option<NodeId> {
     }
 }
 
+/// Is GEMM `id` a mixture-of-experts router: do its logits reach a `top_k` within a few steps of layout ops, softmax, sigmoid, casts or a bias add?
+fn is_router(g: &Graph, id: NodeId) -> bool {
+    let mut frontier = vec![fp8c_ir::Value::new(id, 0)];
+    for _ in 0..6 {
+        let mut next = Vec::new();
+        for v in frontier {
+            for (u, _) in g.users(v) {
+                let n = g.node(u);
+                match n.op {
+                    // (arg_max is a classifier head's, not a router's: not counted.)
+                    Op::TopK { .. } => return true,
+                    Op::Softmax { .. }
+                    | Op::LogSoftmax { .. }
+                    | Op::Sigmoid
+                    | Op::Cast { .. }
+                    | Op::Transpose { .. }
+                    | Op::Add => next.push(fp8c_ir::Value::new(u, 0)),
+                    _ if n.op.props().view => next.push(fp8c_ir::Value::new(u, 0)),
+                    _ => {}
+                }
+            }
+        }
+        if next.is_empty() {
+            return false;
+        }
+        frontier = next;
+    }
+    false
+}
+
 /// Decides every GEMM-like node (in topological order).
 pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
     let keep_high = compile_globs("--keep-high", &o.keep_high)?;
@@ -492,6 +526,13 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                 high,
                 Rule::LmHead,
                 "LM head: logits stay high precision, as in practice (--force-fp8 NAME overrides)"
+                    .to_string(),
+            )
+        } else if is_router(g, id) {
+            (
+                high,
+                Rule::Router,
+                "MoE router: routing logits stay high precision, as in practice (--force-fp8 NAME overrides)"
                     .to_string(),
             )
         } else if both_activations && !o.fp8_attention {
@@ -662,4 +703,73 @@ pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8c_ir::{Tensor, TensorType};
+
+    /// A mixture-of-experts block: the gate's logits go through softmax to top_k (the router
+    /// stays high, with its reason); the expert GEMM goes to FP8.
+    #[test]
+    fn the_moe_router_stays_high_and_experts_go_fp8() {
+        let mut g = Graph::new("moe");
+        let x = g
+            .add_input("x", TensorType::fixed(DType::F32, &[64, 64]))
+            .unwrap();
+        let w = |g: &mut Graph, name: &str, n: u64| {
+            let t = Tensor::from_f32(vec![64, n], &vec![0.01; (64 * n) as usize]);
+            g.add_param(name, t.ty(), Some(t)).unwrap()
+        };
+        let (wg, we) = (w(&mut g, "gate.weight", 16), w(&mut g, "expert.weight", 64));
+        let logits = g.add_node("gate", Op::MatMul, &[x, wg]).unwrap()[0];
+        let p = g
+            .add_node("probs", Op::Softmax { axis: -1 }, &[logits])
+            .unwrap()[0];
+        let k = g
+            .add_node(
+                "k",
+                Op::Constant {
+                    value: Tensor::from_i64(vec![1], &[2]),
+                },
+                &[],
+            )
+            .unwrap()[0];
+        let top = g
+            .add_node(
+                "route",
+                Op::TopK {
+                    axis: -1,
+                    largest: true,
+                    sorted: true,
+                },
+                &[p, k],
+            )
+            .unwrap();
+        let y = g.add_node("expert", Op::MatMul, &[x, we]).unwrap()[0];
+        g.set_output("y", y).unwrap();
+        g.set_output("weights", top[0]).unwrap();
+        let o = PolicyOptions {
+            min_fp8_flops: 0,
+            ..PolicyOptions::default()
+        };
+        let d = decide(&g, &o).unwrap();
+        let by = |n: &str| d.iter().find(|r| r.name == n).unwrap();
+        assert_eq!(
+            (by("gate").precision, by("gate").rule),
+            (Precision::F32, Rule::Router)
+        );
+        assert!(
+            by("gate").reason.contains("router"),
+            "{}",
+            by("gate").reason
+        );
+        assert_eq!(by("expert").precision, Precision::Fp8);
+        let forced = PolicyOptions {
+            force_fp8: vec!["gate".into()],
+            ..o
+        };
+        assert_eq!(decide(&g, &forced).unwrap()[0].precision, Precision::Fp8);
+    }
 }

@@ -253,7 +253,11 @@ fn training_resumes_bit_identically_from_a_checkpoint() {
 
     let other = checkpoint::Meta::new("mlp", "fp8", "ce", 8, 16);
     let e = checkpoint::load(dir.path(), &mut new(), &other).unwrap_err();
-    assert!(e.to_string().contains("--seed 7 --accumulate 1; this run has"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("--seed 7 --accumulate 1; this run has"),
+        "{e}"
+    );
 }
 
 #[test]
