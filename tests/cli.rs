@@ -684,6 +684,58 @@ fn recipe_flags_shape_the_scaling_ir() {
     assert!(overridden.contains("f32[4] = 0"));
 }
 
+/// `--fast-accum` and the TOML `[recipe]`'s `fp8_gemm_fprop/dgrad/wgrad` (TE's MMParams)
+/// choose each FP8 GEMM's accumulation; the default is TE's (fast forward).
+#[test]
+fn fast_accumulation_follows_the_flag_and_the_config() {
+    let mlp = "examples/ir/mlp.fp8ir";
+    let gemms = |ir: &str| -> Vec<bool> {
+        ir.lines()
+            .filter(|l| l.contains("= scaled_matmul"))
+            .map(|l| {
+                assert!(l.contains("fast_accum="), "{l}");
+                l.contains("fast_accum=true")
+            })
+            .collect()
+    };
+    let base = ["compile", mlp, "--input-shape", "x=128x256", "--no-fuse"];
+    let default = gemms(&ok(&base));
+    assert_eq!(default, [true, true], "TE's default: fast forward GEMMs");
+    let none = gemms(&ok(&[&base[..], &["--fast-accum", "none"]].concat()));
+    assert_eq!(none, [false, false]);
+    let dgrad_only = gemms(&ok(&[&base[..], &["--fast-accum", "dgrad,wgrad"]].concat()));
+    assert_eq!(dgrad_only, [false, false], "the forward GEMMs follow fprop");
+    let dir = tmp();
+    let cfg = dir.path().join("fp8.toml");
+    std::fs::write(
+        &cfg,
+        "[recipe]\nkind = \"delayed\"\nfp8_gemm_fprop.use_split_accumulator = true\n",
+    )
+    .unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+    let from_cfg = gemms(&ok(&[&base[..], &["--config", cfg_s]].concat()));
+    assert_eq!(from_cfg, [false, false]);
+    let flag_wins = gemms(&ok(&[
+        &base[..],
+        &["--config", cfg_s, "--fast-accum", "fprop"],
+    ]
+    .concat()));
+    assert_eq!(flag_wins, [true, true]);
+    fails(
+        &[&base[..], &["--fast-accum", "fprop,bwd"]].concat(),
+        &["--fast-accum", "bwd", "fprop, dgrad or wgrad"],
+    );
+    std::fs::write(
+        &cfg,
+        "[recipe]\nkind = \"current\"\nfp8_gemm_fprop.use_split_acumulator = true\n",
+    )
+    .unwrap();
+    fails(
+        &[&base[..], &["--config", cfg_s]].concat(),
+        &["fp8.toml", "use_split_acumulator"],
+    );
+}
+
 #[test]
 fn bad_policy_and_recipe_values_are_clear_errors() {
     let mlp = "examples/ir/mlp.fp8ir";

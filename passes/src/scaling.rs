@@ -24,7 +24,7 @@
 
 use crate::precision::{Precision, Rule};
 use crate::{Pass, PassCx};
-use fp8c_core::{AmaxComputeAlgo, Recipe};
+use fp8c_core::{AmaxComputeAlgo, Gemm, Recipe};
 use fp8c_ir::{AmaxSource, DType, Graph, IrError, NodeId, Op, Tensor, TensorType, Value};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -155,7 +155,10 @@ impl Scaler {
             Op::MatMul => {
                 let y = g.add_node(
                     &format!("{nm}.fp8"),
-                    Op::ScaledMatMul { out: out_ty.dtype },
+                    Op::ScaledMatMul {
+                        out: out_ty.dtype,
+                        fast_accum: self.recipe.fast_accum(Gemm::Fprop),
+                    },
                     &[qa, qb, sa, sb],
                 )?[0];
                 crop_result(g, y, crop, nm)?
@@ -177,7 +180,10 @@ impl Scaler {
                 let qb = if *trans_b { t(g, qb, "w")? } else { qb };
                 let y = g.add_node(
                     &format!("{nm}.fp8"),
-                    Op::ScaledMatMul { out: out_ty.dtype },
+                    Op::ScaledMatMul {
+                        out: out_ty.dtype,
+                        fast_accum: self.recipe.fast_accum(Gemm::Fprop),
+                    },
                     &[qa, qb, sa, sb],
                 )?[0];
                 let mut y = crop_result(g, y, crop, nm)?;

@@ -6,7 +6,7 @@
 mod autodiff_common;
 
 use autodiff_common::{Rng, eval};
-use fp8c_core::{CurrentScaling, DelayedScaling, Format, Recipe};
+use fp8c_core::{CurrentScaling, DelayedScaling, Format, Gemm, MMParams, Recipe};
 use fp8c_ir::{DType, Graph, Op, Tensor, TensorType, Value};
 use fp8c_passes::autodiff::{
     APPLY_INPUT, Loss, LrSchedule, Optimizer, OptimizerSpec, SKIPPED_STATE, STEP_STATE, TrainSpec,
@@ -194,6 +194,48 @@ fn fp8_backward_gemms_reuse_forward_copies_and_quantize_dy_once_in_e5m2() {
     assert_eq!(quantized.len(), 6, "quantize nodes: {quantized:?}");
     let distinct: std::collections::HashSet<_> = quantized.iter().collect();
     assert_eq!(distinct.len(), quantized.len());
+}
+
+/// TE's accumulation per GEMM: the recipe's fp8_gemm_fprop / dgrad / wgrad become each
+/// scaled_matmul's fast_accum (fast forward, f32 backward by default).
+#[test]
+fn each_fp8_gemm_accumulates_as_the_recipe_says() {
+    let fast = |g: &Graph, name: &str| match find(g, name).op {
+        Op::ScaledMatMul { fast_accum, .. } => fast_accum,
+        ref other => panic!("{name} is {}", other.name()),
+    };
+    let fwd = mlp(1, 32);
+    let g = compile(&fwd, ce_spec(), PrecisionMode::Fp8, Recipe::default());
+    assert_eq!(
+        [
+            fast(&g, "fc2"),
+            fast(&g, "fc2.dgrad"),
+            fast(&g, "fc2.wgrad")
+        ],
+        [true, false, false]
+    );
+    let mut recipe = Recipe::default();
+    for (gemm, split) in [
+        (Gemm::Fprop, true),
+        (Gemm::Dgrad, false),
+        (Gemm::Wgrad, false),
+    ] {
+        recipe.set_mm_params(
+            gemm,
+            MMParams {
+                use_split_accumulator: split,
+            },
+        );
+    }
+    let g = compile(&fwd, ce_spec(), PrecisionMode::Fp8, recipe);
+    assert_eq!(
+        [
+            fast(&g, "fc2"),
+            fast(&g, "fc2.dgrad"),
+            fast(&g, "fc2.wgrad")
+        ],
+        [false, true, true]
+    );
 }
 
 #[test]

@@ -250,6 +250,7 @@ fn fused_op() -> impl Strategy<Value = Op> {
             },
             4 => Op::ScaledMatMulEpilogue {
                 out: DType::F32,
+                fast_accum: false,
                 expr,
                 to: flag.then_some(to),
                 saturate: flag,

@@ -164,13 +164,15 @@ fn a_dag_of_elementwise_producers_becomes_one_program() {
 fn bias_and_gelu_fuse_into_the_gemm_epilogue() {
     // gelu(scaled_matmul(..) + bias) = scaled_matmul_epilogue[add; gelu](.., bias)
     let out = fuse(
-        &["(gelu {approximate=none} (add (scaled_matmul {out=f32} %qa %qb %sa %sb) %bias))"],
+        &[
+            "(gelu {approximate=none} (add (scaled_matmul {out=f32,fast_accum=true} %qa %qb %sa %sb) %bias))",
+        ],
         &gemm_leaves(),
     );
     assert_eq!(
         out,
         [
-            r#"(scaled_matmul_epilogue {out=f32,expr="add[a0,a1];gelu{approximate=none}[t0]",to=~,saturate=false} %qa %qb %sa %sb %bias)"#
+            r#"(scaled_matmul_epilogue {out=f32,fast_accum=true,expr="add[a0,a1];gelu{approximate=none}[t0]",to=~,saturate=false} %qa %qb %sa %sb %bias)"#
         ]
     );
 }
@@ -178,25 +180,25 @@ fn bias_and_gelu_fuse_into_the_gemm_epilogue() {
 #[test]
 fn a_quantized_gemm_result_uses_the_d_scale_and_amax_of_d() {
     // quantize(epilogue(..), s), amax(epilogue(..)) = the GEMM's FP8 output and amax of D.
-    let d = "(gelu {approximate=none} (add (scaled_matmul {out=f32} %qa %qb %sa %sb) %bias))";
+    let d = "(gelu {approximate=none} (add (scaled_matmul {out=f32,fast_accum=true} %qa %qb %sa %sb) %bias))";
     let out = fuse(
         &[&format!("(quantize {{Q}} {d} %s)"), &format!("(amax {d})")],
         &gemm_leaves(),
     );
-    let e = r#"(scaled_matmul_epilogue {out=f32,expr="add[a0,a1];gelu{approximate=none}[t0]",to=f8e4m3,saturate=true} %qa %qb %sa %sb %bias %s)"#;
+    let e = r#"(scaled_matmul_epilogue {out=f32,fast_accum=true,expr="add[a0,a1];gelu{approximate=none}[t0]",to=f8e4m3,saturate=true} %qa %qb %sa %sb %bias %s)"#;
     assert_eq!(out, [format!("(proj 1 {e})"), format!("(proj 2 {e})")]);
 }
 
 #[test]
 fn a_bare_gemm_feeding_a_quantize_gets_a_d_scale() {
     let out = fuse(
-        &["(quantize {Q} (scaled_matmul {out=f32} %qa %qb %sa %sb) %s)"],
+        &["(quantize {Q} (scaled_matmul {out=f32,fast_accum=true} %qa %qb %sa %sb) %s)"],
         &gemm_leaves(),
     );
     assert_eq!(
         out,
         [
-            r#"(proj 1 (scaled_matmul_epilogue {out=f32,expr="",to=f8e4m3,saturate=true} %qa %qb %sa %sb %s))"#
+            r#"(proj 1 (scaled_matmul_epilogue {out=f32,fast_accum=true,expr="",to=f8e4m3,saturate=true} %qa %qb %sa %sb %s))"#
         ]
     );
 }
@@ -247,6 +249,6 @@ fn an_epilogue_never_broadcasts_the_product() {
     // product to a larger shape stays a separate kernel.
     let mut leaves = gemm_leaves();
     leaves.push(("big", f32s(&[4, 8, 32])));
-    let t = "(add (scaled_matmul {out=f32} %qa %qb %sa %sb) %big)";
+    let t = "(add (scaled_matmul {out=f32,fast_accum=true} %qa %qb %sa %sb) %big)";
     assert_eq!(fuse(&[t], &leaves), [t]);
 }

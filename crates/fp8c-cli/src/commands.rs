@@ -205,10 +205,11 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
             "--emit onnx freezes scales from calibration: use delayed scaling (the default with --calibrate)"
         );
     }
-    opts.recipe = a
-        .fp8
-        .recipe_options()
-        .recipe_for(Purpose::Inference { calibrated: true })?;
+    let mut recipe = a.fp8.recipe_options();
+    // A Q/DQ MatMul accumulates in f32 in ONNX's semantics: calibrate as the exported graph
+    // computes, unless --fast-accum says otherwise.
+    recipe.fast_accum.get_or_insert_with(|| "none".to_string());
+    opts.recipe = recipe.recipe_for(Purpose::Inference { calibrated: true })?;
     let r = fp8c_session::export::fp8_onnx(model, &opts, &data)?;
     target.write_bytes(&r.bytes)?;
     eprintln!(

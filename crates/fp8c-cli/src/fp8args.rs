@@ -36,7 +36,15 @@ pub struct Fp8Args {
     /// Current scaling: round scales down to powers of two.
     #[arg(long = "power-2-scale")]
     pub power_2_scale: bool,
-    /// TOML file with a [recipe] table (same field names as TransformerEngine); flags override it.
+    /// FP8 GEMMs that use Hopper's fast accumulation (about 14 significant bits in the tensor
+    /// cores, modelled by the CPU reference); the others accumulate in f32. A comma list of
+    /// fprop, dgrad, wgrad, or none [default: fprop, as TransformerEngine; none for
+    /// --emit onnx, whose Q/DQ MatMuls accumulate in f32].
+    #[arg(long = "fast-accum", value_name = "GEMMS")]
+    pub fast_accum: Option<String>,
+    /// TOML file with a [recipe] table (TransformerEngine's field names) and, for train, a
+    /// [train] table (the train flags' names, or Hugging Face's: learning_rate,
+    /// gradient_accumulation_steps, max_grad_norm, ...); flags given override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Keep GEMMs whose node name matches GLOB in high precision (repeatable), e.g. 'lm_head*'.
@@ -88,6 +96,7 @@ impl Fp8Args {
             margin: self.margin,
             amax_epsilon: self.amax_epsilon,
             power_2_scale: self.power_2_scale,
+            fast_accum: self.fast_accum.clone(),
             config: self.config.clone(),
         }
     }

@@ -19,6 +19,10 @@
 //! reduce_amax = true        # delayed only
 //! # amax_epsilon = 0.0      # current only
 //! # power_2_scale = false   # current only
+//! # How each GEMM of a linear layer accumulates (TE's MMParams; both kinds):
+//! fp8_gemm_fprop.use_split_accumulator = false  # forward: Hopper's fast accumulation
+//! fp8_gemm_dgrad.use_split_accumulator = true   # input gradient: f32 accumulation
+//! fp8_gemm_wgrad.use_split_accumulator = true   # weight gradient: f32 accumulation
 //! ```
 
 use std::fmt;
@@ -137,6 +141,74 @@ impl FromStr for AmaxComputeAlgo {
     }
 }
 
+/// TE's `MMParams`: how one FP8 GEMM accumulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MMParams {
+    /// Promote partial sums to f32 as the K loop goes (TE's `use_split_accumulator`, cuBLASLt
+    /// without `FAST_ACCUM`); false keeps them in the FP8 tensor cores' narrower accumulator
+    /// (fast accumulation: faster, about 14 significant bits). TE's default: true.
+    pub use_split_accumulator: bool,
+}
+
+impl Default for MMParams {
+    fn default() -> Self {
+        MMParams {
+            use_split_accumulator: true,
+        }
+    }
+}
+
+impl MMParams {
+    /// TE's forward-GEMM setting: fast accumulation.
+    pub const FAST: MMParams = MMParams {
+        use_split_accumulator: false,
+    };
+    /// TE's dgrad and wgrad setting: f32 (split) accumulation.
+    pub const SPLIT: MMParams = MMParams {
+        use_split_accumulator: true,
+    };
+}
+
+/// The three GEMMs of a linear layer in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Gemm {
+    /// The forward product `y = x·W`.
+    Fprop,
+    /// The input gradient `dx = dy·Wᵀ`.
+    Dgrad,
+    /// The weight gradient `dW = xᵀ·dy`.
+    Wgrad,
+}
+
+impl Gemm {
+    /// Every GEMM, in training order.
+    pub const ALL: [Gemm; 3] = [Gemm::Fprop, Gemm::Dgrad, Gemm::Wgrad];
+
+    /// Name used on the command line and in TOML keys (`fprop`, `dgrad`, `wgrad`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Gemm::Fprop => "fprop",
+            Gemm::Dgrad => "dgrad",
+            Gemm::Wgrad => "wgrad",
+        }
+    }
+}
+
+impl FromStr for Gemm {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Gemm::ALL
+            .into_iter()
+            .find(|g| g.name() == s)
+            .ok_or_else(|| format!("unknown GEMM `{s}` (expected fprop, dgrad or wgrad)"))
+    }
+}
+
+/// TE's `fp8_gemm_fprop/dgrad/wgrad` defaults: fast accumulation forward, split backward.
+const DEFAULT_GEMMS: [MMParams; 3] = [MMParams::FAST, MMParams::SPLIT, MMParams::SPLIT];
+
 /// TE's `DelayedScaling`: the scale comes from an amax history of past steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "DelayedScalingFields")]
@@ -152,6 +224,12 @@ pub struct DelayedScaling {
     /// Reduce amaxes across data-parallel ranks before the update; TE default true. Carried
     /// for the runtime: a single-process run has nothing to reduce.
     pub reduce_amax: bool,
+    /// Accumulation of the forward GEMM; TE default fast (`use_split_accumulator = false`).
+    pub fp8_gemm_fprop: MMParams,
+    /// Accumulation of the input-gradient GEMM; TE default split (f32).
+    pub fp8_gemm_dgrad: MMParams,
+    /// Accumulation of the weight-gradient GEMM; TE default split (f32).
+    pub fp8_gemm_wgrad: MMParams,
 }
 
 impl Default for DelayedScaling {
@@ -162,12 +240,15 @@ impl Default for DelayedScaling {
             amax_history_len: 1024,
             amax_compute_algo: AmaxComputeAlgo::Max,
             reduce_amax: true,
+            fp8_gemm_fprop: DEFAULT_GEMMS[0],
+            fp8_gemm_dgrad: DEFAULT_GEMMS[1],
+            fp8_gemm_wgrad: DEFAULT_GEMMS[2],
         }
     }
 }
 
 impl DelayedScaling {
-    /// Builds a validated recipe.
+    /// Builds a validated recipe (GEMM accumulation at TE's defaults).
     pub fn new(
         margin: f32,
         fp8_format: Format,
@@ -181,6 +262,7 @@ impl DelayedScaling {
             amax_history_len,
             amax_compute_algo,
             reduce_amax,
+            ..DelayedScaling::default()
         };
         recipe.validate()?;
         Ok(recipe)
@@ -207,6 +289,9 @@ struct DelayedScalingFields {
     amax_history_len: usize,
     amax_compute_algo: AmaxComputeAlgo,
     reduce_amax: bool,
+    fp8_gemm_fprop: MMParams,
+    fp8_gemm_dgrad: MMParams,
+    fp8_gemm_wgrad: MMParams,
 }
 
 impl Default for DelayedScalingFields {
@@ -218,6 +303,9 @@ impl Default for DelayedScalingFields {
             amax_history_len: d.amax_history_len,
             amax_compute_algo: d.amax_compute_algo,
             reduce_amax: d.reduce_amax,
+            fp8_gemm_fprop: d.fp8_gemm_fprop,
+            fp8_gemm_dgrad: d.fp8_gemm_dgrad,
+            fp8_gemm_wgrad: d.fp8_gemm_wgrad,
         }
     }
 }
@@ -226,13 +314,19 @@ impl TryFrom<DelayedScalingFields> for DelayedScaling {
     type Error = CoreError;
 
     fn try_from(f: DelayedScalingFields) -> Result<Self, Self::Error> {
-        DelayedScaling::new(
-            f.margin,
-            f.fp8_format,
-            f.amax_history_len,
-            f.amax_compute_algo,
-            f.reduce_amax,
-        )
+        let recipe = DelayedScaling {
+            fp8_gemm_fprop: f.fp8_gemm_fprop,
+            fp8_gemm_dgrad: f.fp8_gemm_dgrad,
+            fp8_gemm_wgrad: f.fp8_gemm_wgrad,
+            ..DelayedScaling::new(
+                f.margin,
+                f.fp8_format,
+                f.amax_history_len,
+                f.amax_compute_algo,
+                f.reduce_amax,
+            )?
+        };
+        Ok(recipe)
     }
 }
 
@@ -246,6 +340,12 @@ pub struct CurrentScaling {
     pub amax_epsilon: f32,
     /// Round the scale down to a power of two (TE's `power_2_scale`); default false.
     pub power_2_scale: bool,
+    /// Accumulation of the forward GEMM; TE default fast (`use_split_accumulator = false`).
+    pub fp8_gemm_fprop: MMParams,
+    /// Accumulation of the input-gradient GEMM; TE default split (f32).
+    pub fp8_gemm_dgrad: MMParams,
+    /// Accumulation of the weight-gradient GEMM; TE default split (f32).
+    pub fp8_gemm_wgrad: MMParams,
 }
 
 impl Default for CurrentScaling {
@@ -254,12 +354,15 @@ impl Default for CurrentScaling {
             fp8_format: Format::Hybrid,
             amax_epsilon: 0.0,
             power_2_scale: false,
+            fp8_gemm_fprop: DEFAULT_GEMMS[0],
+            fp8_gemm_dgrad: DEFAULT_GEMMS[1],
+            fp8_gemm_wgrad: DEFAULT_GEMMS[2],
         }
     }
 }
 
 impl CurrentScaling {
-    /// Builds a validated recipe.
+    /// Builds a validated recipe (GEMM accumulation at TE's defaults).
     pub fn new(
         fp8_format: Format,
         amax_epsilon: f32,
@@ -269,6 +372,7 @@ impl CurrentScaling {
             fp8_format,
             amax_epsilon,
             power_2_scale,
+            ..CurrentScaling::default()
         };
         recipe.validate()?;
         Ok(recipe)
@@ -290,6 +394,9 @@ struct CurrentScalingFields {
     fp8_format: Format,
     amax_epsilon: f32,
     power_2_scale: bool,
+    fp8_gemm_fprop: MMParams,
+    fp8_gemm_dgrad: MMParams,
+    fp8_gemm_wgrad: MMParams,
 }
 
 impl Default for CurrentScalingFields {
@@ -299,6 +406,9 @@ impl Default for CurrentScalingFields {
             fp8_format: d.fp8_format,
             amax_epsilon: d.amax_epsilon,
             power_2_scale: d.power_2_scale,
+            fp8_gemm_fprop: d.fp8_gemm_fprop,
+            fp8_gemm_dgrad: d.fp8_gemm_dgrad,
+            fp8_gemm_wgrad: d.fp8_gemm_wgrad,
         }
     }
 }
@@ -307,7 +417,12 @@ impl TryFrom<CurrentScalingFields> for CurrentScaling {
     type Error = CoreError;
 
     fn try_from(f: CurrentScalingFields) -> Result<Self, Self::Error> {
-        CurrentScaling::new(f.fp8_format, f.amax_epsilon, f.power_2_scale)
+        Ok(CurrentScaling {
+            fp8_gemm_fprop: f.fp8_gemm_fprop,
+            fp8_gemm_dgrad: f.fp8_gemm_dgrad,
+            fp8_gemm_wgrad: f.fp8_gemm_wgrad,
+            ..CurrentScaling::new(f.fp8_format, f.amax_epsilon, f.power_2_scale)?
+        })
     }
 }
 
@@ -342,6 +457,45 @@ impl Recipe {
             Recipe::Delayed(r) => r.fp8_format,
             Recipe::Current(r) => r.fp8_format,
         }
+    }
+
+    /// How `gemm` accumulates (TE's `fp8_gemm_fprop/dgrad/wgrad`).
+    pub const fn mm_params(&self, gemm: Gemm) -> MMParams {
+        let (f, d, w) = match self {
+            Recipe::Delayed(r) => (r.fp8_gemm_fprop, r.fp8_gemm_dgrad, r.fp8_gemm_wgrad),
+            Recipe::Current(r) => (r.fp8_gemm_fprop, r.fp8_gemm_dgrad, r.fp8_gemm_wgrad),
+        };
+        match gemm {
+            Gemm::Fprop => f,
+            Gemm::Dgrad => d,
+            Gemm::Wgrad => w,
+        }
+    }
+
+    /// Whether `gemm` uses fast accumulation (the IR's `fast_accum`).
+    pub const fn fast_accum(&self, gemm: Gemm) -> bool {
+        !self.mm_params(gemm).use_split_accumulator
+    }
+
+    /// Sets how `gemm` accumulates.
+    pub fn set_mm_params(&mut self, gemm: Gemm, p: MMParams) {
+        let (f, d, w) = match self {
+            Recipe::Delayed(r) => (
+                &mut r.fp8_gemm_fprop,
+                &mut r.fp8_gemm_dgrad,
+                &mut r.fp8_gemm_wgrad,
+            ),
+            Recipe::Current(r) => (
+                &mut r.fp8_gemm_fprop,
+                &mut r.fp8_gemm_dgrad,
+                &mut r.fp8_gemm_wgrad,
+            ),
+        };
+        *match gemm {
+            Gemm::Fprop => f,
+            Gemm::Dgrad => d,
+            Gemm::Wgrad => w,
+        } = p;
     }
 
     /// Short name of the recipe kind ("delayed", "current").

@@ -1,5 +1,5 @@
 //! CPU reference kernels that matter for speed: the FP8-emulated GEMM (`scaled_matmul`:
-//! decode both operands to f32, f32 GEMM, scale) against the plain f32 GEMM at 512³ and
+//! decode both operands to f32, f32 GEMM or the fast-accumulation model, scale) against the plain f32 GEMM at 512³ and
 //! 1024³, and the quantize + amax pair every FP8 tensor goes through.
 //!
 //! `cargo bench -p fp8c-eval --bench cpu_gemm`; results are recorded in BENCHMARKS.md
@@ -63,10 +63,15 @@ fn gemm(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("f32", n), &n, |bench, _| {
             bench.iter(|| black_box(run(&Op::MatMul, &[&a, &b])))
         });
-        let op = Op::ScaledMatMul { out: DType::F32 };
-        group.bench_with_input(BenchmarkId::new("fp8_e4m3", n), &n, |bench, _| {
-            bench.iter(|| black_box(run(&op, &[&qa, &qb, &sa, &sb])))
-        });
+        for (name, fast_accum) in [("fp8_e4m3", false), ("fp8_e4m3_fast_accum", true)] {
+            let op = Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum,
+            };
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
+                bench.iter(|| black_box(run(&op, &[&qa, &qb, &sa, &sb])))
+            });
+        }
     }
     group.finish();
 }

@@ -51,6 +51,7 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
         }
         FusedOp::ScaledMatMulEpilogue {
             out,
+            fast_accum,
             expr,
             to,
             saturate,
@@ -60,7 +61,7 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
             if inputs.len() != want {
                 return Fail::arity(&want.to_string(), inputs.len());
             }
-            let acc = linalg::scaled_matmul(&inputs[..4], *out)?;
+            let acc = linalg::scaled_matmul(&inputs[..4], *out, *fast_accum)?;
             let mut ew_in = vec![&acc];
             ew_in.extend_from_slice(&inputs[4..4 + extras]);
             let d = run_expr(expr, &ew_in)?;

@@ -40,6 +40,7 @@
 // The op families (`fp8c_ir::Family`), one module each.
 mod conv;
 mod elementwise;
+mod fast_accum;
 mod fp8;
 mod fused;
 mod gather;

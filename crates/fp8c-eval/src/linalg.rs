@@ -2,6 +2,7 @@
 //! kernel the conv family's im2col GEMMs share ([`gemm_into`]).
 //!
 //! Floats (f32, f16, bf16, and decoded FP8) multiply in f32 with f32 accumulation; f64 in f64.
+//! FP8 GEMMs with `fast_accum` use the narrow-accumulator model of `fast_accum.rs`.
 //! Integers accumulate with wrapping arithmetic in i64 and wrap to their type.
 //!
 //! Determinism: the `gemm` crate splits work over threads by output blocks, never along K,
@@ -32,7 +33,7 @@ pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
             trans_a,
             trans_b,
         } => gemm_op(inputs, *alpha, *beta, *trans_a, *trans_b)?,
-        LinalgOp::ScaledMatMul { out } => scaled_matmul(inputs, *out)?,
+        LinalgOp::ScaledMatMul { out, fast_accum } => scaled_matmul(inputs, *out, *fast_accum)?,
         LinalgOp::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -137,17 +138,17 @@ pub(crate) fn gemm_into<T: GemmElem>(
 
 /// The numpy matmul shapes of `a` and `b`: (batch dims, m, k, n, output shape), with 1-D
 /// operands promoted (a: `[k]` → `[1, k]`, b: `[k]` → `[k, 1]`) and the added axes dropped.
-struct MatmulShape {
-    batch: Vec<u64>,
-    a_batch: Vec<u64>,
-    b_batch: Vec<u64>,
-    m: usize,
-    k: usize,
-    n: usize,
-    out: Vec<u64>,
+pub(crate) struct MatmulShape {
+    pub(crate) batch: Vec<u64>,
+    pub(crate) a_batch: Vec<u64>,
+    pub(crate) b_batch: Vec<u64>,
+    pub(crate) m: usize,
+    pub(crate) k: usize,
+    pub(crate) n: usize,
+    pub(crate) out: Vec<u64>,
 }
 
-fn matmul_shape(a: &[u64], b: &[u64]) -> KResult<MatmulShape> {
+pub(crate) fn matmul_shape(a: &[u64], b: &[u64]) -> KResult<MatmulShape> {
     let (a_batch, m, ka, a_vec) = match a {
         [] => return shape_err!("matmul does not take scalars (input 0 has rank 0)"),
         [k] => (&[][..], 1, *k, true),
@@ -182,7 +183,7 @@ fn matmul_shape(a: &[u64], b: &[u64]) -> KResult<MatmulShape> {
 }
 
 /// For each output batch index, the matrix index it reads in an operand with `batch` dims.
-fn batch_map(out_batch: &[u64], batch: &[u64]) -> Vec<usize> {
+pub(crate) fn batch_map(out_batch: &[u64], batch: &[u64]) -> Vec<usize> {
     let total: usize = out_batch.iter().map(|&d| d as usize).product();
     let off = out_batch.len() - batch.len();
     (0..total)
@@ -460,11 +461,12 @@ fn gemm_op(
     }
 }
 
-/// `scaled_matmul { out }(qa, qb, scale_inv_a, scale_inv_b)`: both FP8 operands decoded
-/// exactly to f32, multiplied with f32 accumulation, then `acc · (sa·sb)` with the product of
-/// the two scale_invs rounded to f32 first, as cuBLASLt applies `alpha = sa·sb` to the
+/// `scaled_matmul { out, fast_accum }(qa, qb, scale_inv_a, scale_inv_b)`: both FP8 operands
+/// decoded exactly to f32, multiplied with f32 accumulation (or, with `fast_accum`, the model
+/// of Hopper's narrow accumulator in `fast_accum.rs`), then `acc · (sa·sb)` with the product
+/// of the two scale_invs rounded to f32 first, as cuBLASLt applies `alpha = sa·sb` to the
 /// accumulator in one multiply. Then rounded once to `out`.
-pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType) -> KResult<Tensor> {
+pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType, fast_accum: bool) -> KResult<Tensor> {
     let [a, b, sa, sb] = inputs else {
         return Fail::arity("4", inputs.len());
     };
@@ -483,7 +485,11 @@ pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType) -> KResult<Tensor> {
     };
     let alpha = scalar(sa, "scale_inv_a")? * scalar(sb, "scale_inv_b")?;
     let (x, y) = (fp8::decode(fa, a.bytes()), fp8::decode(fb, b.bytes()));
-    let (acc, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
+    let (acc, shape) = if fast_accum {
+        crate::fast_accum::matmul(&x, a.shape(), &y, b.shape())?
+    } else {
+        matmul_float(&x, a.shape(), &y, b.shape())?
+    };
     let v = acc.into_iter().map(|p| p * alpha).collect();
     fp8::store_f32(v, out, shape)
 }

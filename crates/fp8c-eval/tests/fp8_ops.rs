@@ -263,7 +263,10 @@ fn scaled_matmul_multiplies_by_the_product_of_scale_invs() {
     let qb = fp8(DType::F8E4M3, &[2, 1], &[e4(1.0), e4(1.0)]);
     let (sa, sb) = (f32::from_bits(1_081_301_428), f32::from_bits(1_058_393_974)); // ≈ 3.80235, 0.585197
     let y = vf32(&eval1(
-        Op::ScaledMatMul { out: DType::F32 },
+        Op::ScaledMatMul {
+            out: DType::F32,
+            fast_accum: false,
+        },
         &[&qa, &qb, &scalar_f32(sa), &scalar_f32(sb)],
     ))[0];
     // cuBLASLt's alpha: the scale_invs multiply first, then one multiply of the accumulator.
@@ -280,7 +283,10 @@ fn scaled_matmul_multiplies_by_the_product_of_scale_invs() {
     let qb = fp8(DType::F8E4M3, &[2, 1], &[e4(3.0), e4(0.25)]);
     // [1,2]·[3,0.25] = 3.5; [−4, 0.5]·[3, 0.25] = −11.875 → bf16 (8 bits) −11.875 is exact.
     let y = eval1(
-        Op::ScaledMatMul { out: DType::BF16 },
+        Op::ScaledMatMul {
+            out: DType::BF16,
+            fast_accum: false,
+        },
         &[&qa, &qb, &scalar_f32(1.0), &scalar_f32(1.0)],
     );
     assert_eq!(
@@ -289,7 +295,10 @@ fn scaled_matmul_multiplies_by_the_product_of_scale_invs() {
     );
     assert_eq!(
         fails(
-            Op::ScaledMatMul { out: DType::F32 },
+            Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum: false,
+            },
             &[
                 &qa,
                 &f32s(&[2, 1], &[1.0, 1.0]),
@@ -299,6 +308,53 @@ fn scaled_matmul_multiplies_by_the_product_of_scale_invs() {
         ),
         ErrorKind::DType
     );
+}
+
+/// The fast-accumulation model (fp8c-eval `fast_accum.rs`: blocks of 32 products aligned to
+/// the largest exponent, 14 significant bits, truncation toward zero) against f32
+/// accumulation, on dot products worked out by hand.
+#[test]
+fn scaled_matmul_fast_accumulation_drops_what_a_narrow_accumulator_drops() {
+    let e4 = |v: f32| fp8c_core::encode_f32(Fp8Format::E4M3, v, false);
+    let dot = |a: &[f32], fast_accum: bool| {
+        let k = a.len() as u64;
+        let qa = fp8(
+            DType::F8E4M3,
+            &[1, k],
+            &a.iter().map(|&v| e4(v)).collect::<Vec<_>>(),
+        );
+        let qb = fp8(DType::F8E4M3, &[k, 1], &vec![e4(1.0); a.len()]);
+        let one = scalar_f32(1.0);
+        vf32(&eval1(
+            Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum,
+            },
+            &[&qa, &qb, &one, &one],
+        ))[0]
+    };
+    let with = |head: f32, tail: f32, n: usize| {
+        let mut v = vec![head];
+        v.extend(std::iter::repeat_n(tail, n));
+        v
+    };
+    // One block: 256 = 2^8 sets the quantum to 2^(8-13) = 2^-5, so each 2^-6 truncates to 0.
+    let a = with(256.0, 0.015625, 31);
+    assert_eq!(dot(&a, false), 256.0 + 31.0 / 64.0);
+    assert_eq!(dot(&a, true), 256.0);
+    // Toward zero on negatives: -3·2^-6 / 2^-5 = -1.5 → -1, so each term keeps -2^-5.
+    let a = with(-256.0, -0.046875, 31);
+    assert_eq!(dot(&a, false), -256.0 - 31.0 * 0.046875);
+    assert_eq!(dot(&a, true), -256.0 - 31.0 * 0.03125);
+    // Across blocks: the first block sums to 512 = 2^9, whose quantum 2^-4 then swallows
+    // every 2^-5 of the second block.
+    let mut a = vec![16.0; 32];
+    a.extend([0.03125; 32]);
+    assert_eq!(dot(&a, false), 513.0);
+    assert_eq!(dot(&a, true), 512.0);
+    // Terms of one magnitude lose nothing, and the blocks need not be full.
+    let a = vec![1.5; 70];
+    assert_eq!((dot(&a, false), dot(&a, true)), (105.0, 105.0));
 }
 
 #[test]

@@ -141,10 +141,17 @@ fn scaled_matmul_epilogue_with_and_without_output_quantization() {
     let bias = f32s(&[2], &[0.25, -1.0]);
     // Bias add then relu.
     let expr = EwExpr::parse("add[a0,a1];relu[t0]").unwrap();
-    let acc = eval1(Op::ScaledMatMul { out: DType::F32 }, &[&qa, &qb, &sa, &sb]);
+    let acc = eval1(
+        Op::ScaledMatMul {
+            out: DType::F32,
+            fast_accum: false,
+        },
+        &[&qa, &qb, &sa, &sb],
+    );
     let d = eval1(Op::Relu, &[&eval1(Op::Add, &[&acc, &bias])]);
     let plain = Op::ScaledMatMulEpilogue {
         out: DType::F32,
+        fast_accum: false,
         expr: expr.clone(),
         to: None,
         saturate: true,
@@ -161,6 +168,7 @@ fn scaled_matmul_epilogue_with_and_without_output_quantization() {
     let a = eval1(Op::Amax, &[&d]);
     let with_d = Op::ScaledMatMulEpilogue {
         out: DType::F32,
+        fast_accum: false,
         expr,
         to: Some(DType::F8E4M3),
         saturate: true,

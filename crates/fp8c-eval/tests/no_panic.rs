@@ -299,7 +299,7 @@ fn op() -> impl Strategy<Value = Op> {
             }),
         (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::Quantize { to, saturate }),
         dtype().prop_map(|to| Op::Dequantize { to }),
-        dtype().prop_map(|out| Op::ScaledMatMul { out }),
+        (dtype(), any::<bool>()).prop_map(|(out, fast_accum)| Op::ScaledMatMul { out, fast_accum }),
         tensor().prop_map(|value| Op::Constant { value }),
         (dtype(), any::<bool>()).prop_map(|(to, saturate)| Op::QuantizeAmax { to, saturate }),
         (ints(0..4), any::<bool>()).prop_map(|(perm, saturate)| Op::CastTranspose {
@@ -318,11 +318,14 @@ fn op() -> impl Strategy<Value = Op> {
             to,
             saturate: false
         }),
-        (expr(), prop::option::of(dtype())).prop_map(|(expr, to)| Op::ScaledMatMulEpilogue {
-            out: DType::F32,
-            expr,
-            to,
-            saturate: true
+        (expr(), prop::option::of(dtype()), any::<bool>()).prop_map(|(expr, to, fast_accum)| {
+            Op::ScaledMatMulEpilogue {
+                out: DType::F32,
+                fast_accum,
+                expr,
+                to,
+                saturate: true,
+            }
         }),
         prop::sample::select(vec![AmaxSource::HistoryMax, AmaxSource::Current]).prop_map(
             |source| Op::BatchedScaleUpdate {

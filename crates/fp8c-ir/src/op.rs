@@ -286,9 +286,11 @@ define_ops! {
         MatMul => "matmul" [gemm],
         /// `alpha * op(A) * op(B) + beta * C` with 2 or 3 inputs.
         Gemm { alpha: f32, beta: f32, trans_a: bool, trans_b: bool } => "gemm" [gemm],
-        /// FP8 matmul with f32 accumulation: inputs qa, qb, scale_inv_a, scale_inv_b; numpy
-        /// matmul shape rules; output type `out`.
-        ScaledMatMul { out: DType } => "scaled_matmul" [scaling],
+        /// FP8 matmul: inputs qa, qb, scale_inv_a, scale_inv_b; numpy matmul shape rules;
+        /// output type `out`. `fast_accum`: Hopper's fast accumulation (partial sums kept in
+        /// the tensor cores' narrow accumulator, cuBLASLt `FAST_ACCUM`, TE's forward GEMM);
+        /// false: f32 accumulation (TE's `use_split_accumulator`, its dgrad and wgrad).
+        ScaledMatMul { out: DType, fast_accum: bool } => "scaled_matmul" [scaling],
     }
     /// Convolutions and their gradients (window geometry in `window.rs`).
     family Conv(ConvOp) {
@@ -482,7 +484,7 @@ define_ops! {
         /// `to` is set) the D scale. `expr` reads the product as `a0` and the extras as `a1..`.
         /// Outputs `d = expr(scaled_matmul(..), extras..)`, and with `to`: `quantize(d, d_scale)`
         /// and `amax(d)`.
-        ScaledMatMulEpilogue { out: DType, expr: EwExpr, to: Option<DType>, saturate: bool } => "scaled_matmul_epilogue",
+        ScaledMatMulEpilogue { out: DType, fast_accum: bool, expr: EwExpr, to: Option<DType>, saturate: bool } => "scaled_matmul_epilogue",
         /// Every delayed-scaling update of a step in one kernel: inputs (history, amax, scale) per
         /// tensor; outputs (next history, scale, scale_inv) per tensor, each the result of
         /// `amax_history_update` then `compute_scale` with these attributes.

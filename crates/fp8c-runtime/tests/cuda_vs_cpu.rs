@@ -459,7 +459,10 @@ fn gemms_match_within_tolerance() {
         let y8 = node(
             &mut g,
             "mm8",
-            Op::ScaledMatMul { out: DType::F32 },
+            Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum: false,
+            },
             &[qa, qw, ia, iw],
         )[0];
         g.set_output("fp8", y8).unwrap();
@@ -473,6 +476,7 @@ fn gemms_match_within_tolerance() {
         let dscale = scalar(&mut g, "ds", 2.0);
         let epi = Op::ScaledMatMulEpilogue {
             out: DType::BF16,
+            fast_accum: false,
             expr: EwExpr::parse("add[a0,a1];gelu{approximate=tanh}[t0]").unwrap(),
             to: Some(DType::F8E4M3),
             saturate: true,

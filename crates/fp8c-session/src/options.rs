@@ -6,7 +6,7 @@
 //! pass crate's do; a program with other flag names maps them by field.
 
 use crate::error::{Context, Error, Result, bail};
-use fp8c_core::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Recipe};
+use fp8c_core::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, MMParams, Recipe};
 use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
 use fp8c_passes::{PassManager, PassOptions};
 use serde::Deserialize;
@@ -250,19 +250,25 @@ pub struct RecipeOptions {
     pub amax_epsilon: Option<f32>,
     /// Current scaling: round scales down to powers of two (`--power-2-scale`).
     pub power_2_scale: bool,
+    /// Which FP8 GEMMs use fast accumulation, comma-separated `fprop`, `dgrad`, `wgrad`, or
+    /// `none` (`--fast-accum`; default the recipe's, TE's `fprop`).
+    pub fast_accum: Option<String>,
     /// A TOML file with a `[recipe]` table (`--config`).
     pub config: Option<PathBuf>,
 }
 
+/// The tables a config file may hold: `[recipe]` here, `[train]` read by `fp8c train`
+/// (`train::config`); anything else is an error.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     recipe: Option<Recipe>,
+    #[allow(dead_code)]
+    train: Option<toml::Table>,
 }
 
-/// Reads the `[recipe]` table of a TOML config file; None when the file has none (then the
-/// purpose's default applies, see [`Purpose`]).
-pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
+/// The text of a config file: a regular file of at most 1 MiB.
+pub(crate) fn read_config_text(path: &std::path::Path) -> Result<String> {
     use std::io::Read;
     let f = crate::npy::open_regular(path)?;
     let mut text = String::new();
@@ -271,8 +277,15 @@ pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
         .read_to_string(&mut text)
         .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
     if text.len() == 1 << 20 {
-        bail!("{}: more than 1 MiB; not a recipe config", path.display());
+        bail!("{}: more than 1 MiB; not a config file", path.display());
     }
+    Ok(text)
+}
+
+/// Reads the `[recipe]` table of a TOML config file; None when the file has none (then the
+/// purpose's default applies, see [`Purpose`]).
+pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
+    let text = read_config_text(path)?;
     parse_recipe_config(&text).with_context(|| format!("{}: invalid recipe config", path.display()))
 }
 
@@ -349,8 +362,37 @@ impl RecipeOptions {
             }
             other => bail!("--recipe {other}: expected delayed or current"),
         };
+        let mut recipe = recipe;
+        let fast = match &self.fast_accum {
+            Some(list) => Some(parse_fast_accum(list)?),
+            None => None,
+        };
+        for gemm in Gemm::ALL {
+            let p = match &fast {
+                Some(fast) => MMParams {
+                    use_split_accumulator: !fast.contains(&gemm),
+                },
+                None => base.mm_params(gemm),
+            };
+            recipe.set_mm_params(gemm, p);
+        }
         Ok(recipe)
     }
+}
+
+/// `--fast-accum`'s value: `none`, or GEMM names (`fprop`, `dgrad`, `wgrad`) separated by
+/// commas.
+pub fn parse_fast_accum(list: &str) -> Result<Vec<Gemm>> {
+    if list.trim() == "none" {
+        return Ok(Vec::new());
+    }
+    list.split(',')
+        .map(|g| {
+            g.trim()
+                .parse::<Gemm>()
+                .map_err(|e| Error::invalid(format!("--fast-accum {list}: {e}, or none")))
+        })
+        .collect()
 }
 
 /// A core (recipe) result as a session result, prefixed with `context`.

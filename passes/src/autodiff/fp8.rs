@@ -27,7 +27,7 @@
 
 use super::emit::Emit;
 use super::rules::{At, Grads};
-use fp8c_core::{Fp8Format, Recipe};
+use fp8c_core::{Fp8Format, Gemm, Recipe};
 use fp8c_ir::{DType, Graph, IrError, Op, Value};
 use std::collections::HashMap;
 
@@ -103,12 +103,16 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
     let (m, k, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
     let batch = super::rules::broadcast_batch(&ad[..ad.len() - 2], &bd[..bd.len() - 2])?;
     let rows: u64 = batch.iter().product::<u64>() * m;
-    let f32_out = Op::ScaledMatMul { out: DType::F32 };
+    let recipe = quant.recipe;
+    let gemm = |which| Op::ScaledMatMul {
+        out: DType::F32,
+        fast_accum: recipe.fast_accum(which),
+    };
     let mut out = vec![None; 4];
     if at.want(0) {
         // dY [.., M, N] · Bᵀ [.., N, K]
         let bt = e.swap_last2(&at.n("dgrad.wt"), qb)?;
-        let d = e.op(&at.n("dgrad"), f32_out.clone(), &[qdy, bt, sdy, sb])?;
+        let d = e.op(&at.n("dgrad"), gemm(Gemm::Dgrad), &[qdy, bt, sdy, sb])?;
         out[0] = Some(e.sum_to(&at.n("dgrad.sum"), d, &ad)?);
     }
     if at.want(1) && quant.wgrad_high_precision {
@@ -152,10 +156,10 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
             let af = e.reshape(&at.n("wgrad.x"), qa, &[rows, k])?;
             let at_ = e.transpose(&at.n("wgrad.xt"), af, vec![1, 0])?;
             let dyf = e.reshape(&at.n("wgrad.dy"), qdy, &[rows, n])?;
-            e.op(&at.n("wgrad"), f32_out, &[at_, dyf, sa, sdy])?
+            e.op(&at.n("wgrad"), gemm(Gemm::Wgrad), &[at_, dyf, sa, sdy])?
         } else {
             let at_ = e.swap_last2(&at.n("wgrad.xt"), qa)?;
-            let d = e.op(&at.n("wgrad"), f32_out, &[at_, qdy, sa, sdy])?;
+            let d = e.op(&at.n("wgrad"), gemm(Gemm::Wgrad), &[at_, qdy, sa, sdy])?;
             e.sum_to(&at.n("wgrad.sum"), d, &bd)?
         };
         out[1] = Some(d);

@@ -164,10 +164,17 @@ impl Rebuilder<'_> {
     /// The name of the `scaled_matmul` an epilogue node of class `c` extends.
     fn gemm_name(&self, g: &Graph, c: Id) -> Option<String> {
         let node = self.sel.node(self.eg, c);
-        let (Op::ScaledMatMulEpilogue { out, .. }, ins) = node_op(self.eg, node).ok()? else {
+        let (
+            Op::ScaledMatMulEpilogue {
+                out, fast_accum, ..
+            },
+            ins,
+        ) = node_op(self.eg, node).ok()?
+        else {
             return None;
         };
-        let leaf = fp8c_ir::fused::compact_attrs(&Op::ScaledMatMul { out }.attrs()).ok()?;
+        let leaf =
+            fp8c_ir::fused::compact_attrs(&Op::ScaledMatMul { out, fast_accum }.attrs()).ok()?;
         let leaf = self.eg.lookup(Fx::Sym(format!("{{{leaf}}}").into()))?;
         let mut gemm = vec![leaf];
         gemm.extend_from_slice(ins.get(..4)?);

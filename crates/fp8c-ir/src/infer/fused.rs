@@ -53,6 +53,7 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
         }
         FusedOp::ScaledMatMulEpilogue {
             out,
+            fast_accum,
             expr,
             to,
             saturate,
@@ -66,7 +67,13 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
                     inputs.len()
                 ));
             }
-            let acc = single(super::infer(&Op::ScaledMatMul { out: *out }, &inputs[..4])?)?;
+            let acc = single(super::infer(
+                &Op::ScaledMatMul {
+                    out: *out,
+                    fast_accum: *fast_accum,
+                },
+                &inputs[..4],
+            )?)?;
             let mut ew_in = vec![InferInput::new(&acc)];
             ew_in.extend_from_slice(&inputs[4..4 + extras]);
             let d = ew_expr(expr, &ew_in)?;

@@ -16,7 +16,7 @@ pub(super) fn infer(op: LinalgOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
         LinalgOp::Gemm {
             trans_a, trans_b, ..
         } => one(gemm(inputs, *trans_a, *trans_b)?),
-        LinalgOp::ScaledMatMul { out } => {
+        LinalgOp::ScaledMatMul { out, .. } => {
             let [a, b, sa, sb] = args(inputs, ["qa", "qb", "scale_inv_a", "scale_inv_b"])?;
             expect_attr(
                 is_math_float(*out),

@@ -147,7 +147,10 @@ fn fp8_ops() {
         .contains("input 0 (q) has type i8[4], expected an FP8 type")
     );
 
-    let smm = |out| Op::ScaledMatMul { out };
+    let smm = |out| Op::ScaledMatMul {
+        out,
+        fast_accum: false,
+    };
     let f = T("f32[]");
     assert_eq!(
         ok(

@@ -202,7 +202,10 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             saturate: flag,
         },
         76 => Op::Dequantize { to: dtype },
-        77 => Op::ScaledMatMul { out: dtype },
+        77 => Op::ScaledMatMul {
+            out: dtype,
+            fast_accum: false,
+        },
         // ---- training ops ----
         78 => Op::GatherGrad {
             axis: i(0),
@@ -294,6 +297,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
         },
         95 => Op::ScaledMatMulEpilogue {
             out: dtype,
+            fast_accum: false,
             expr: fused_expr(!flag),
             to: flag.then_some(DType::F8E4M3),
             saturate: flag,

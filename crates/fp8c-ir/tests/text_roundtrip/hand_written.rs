@@ -21,7 +21,13 @@ fn mlp_text_prints_back_identically() {
     );
     assert_eq!(g.state_updates().len(), 4);
     let fc1 = g.find_node("fc1").unwrap();
-    assert_eq!(g.node(fc1).op, Op::ScaledMatMul { out: DType::F32 });
+    assert_eq!(
+        g.node(fc1).op,
+        Op::ScaledMatMul {
+            out: DType::F32,
+            fast_accum: true
+        }
+    );
     assert_eq!(g.node(fc1).inputs()[2].slot, 1);
     let scale = g.find_node("fc1.x.scale").unwrap();
     assert_eq!(

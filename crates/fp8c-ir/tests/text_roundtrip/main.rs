@@ -37,7 +37,7 @@ const MLP: &str = r#"graph @mlp(
   %5: (f32[16], f32[16]) = amax_history_update %w1.h, %4  # fc1.w.hist
   %6: (f32[], f32[]) = compute_scale %5, %w1.s fmt=f8e4m3 margin=0.0 source=history_max epsilon=0.0 power_2=false  # fc1.w.scale
   %7: f8e4m3[256,512] = quantize %w1, %6 to=f8e4m3 saturate=true  # fc1.w.q
-  %8: f32[batch,512] = scaled_matmul %3, %7, %2#1, %6#1 out=f32  # fc1
+  %8: f32[batch,512] = scaled_matmul %3, %7, %2#1, %6#1 out=f32 fast_accum=true  # fc1
   %9: f32[batch,512] = gelu %8 approximate=none  # fc1.act
   %10: f32[] = constant value=dense<f32[]>[0.5]  # half
   %11: f32[batch,512] = mul %9, %10  # fc1.scaled

@@ -37,6 +37,7 @@ pub fn rules() -> Vec<Rule> {
 struct Source {
     gemm: [Id; 4],
     out: DType,
+    fast_accum: bool,
     expr: EwExpr,
     extras: Vec<Id>,
     product: Id,
@@ -50,12 +51,13 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
     for n in &eg[c].nodes {
         match n {
             Fx::ScaledMatMul([_, qa, qb, sa, sb]) => {
-                let Ok((Op::ScaledMatMul { out: o }, _)) = node_op(eg, n) else {
+                let Ok((Op::ScaledMatMul { out: o, fast_accum }, _)) = node_op(eg, n) else {
                     continue;
                 };
                 out.push(Source {
                     gemm: [*qa, *qb, *sa, *sb].map(|i| eg.find(i)),
                     out: o,
+                    fast_accum,
                     expr: EwExpr::default(),
                     extras: Vec::new(),
                     product: c,
@@ -66,6 +68,7 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
                 let Ok((
                     Op::ScaledMatMulEpilogue {
                         out: o,
+                        fast_accum,
                         expr,
                         to: None,
                         ..
@@ -76,7 +79,7 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
                     continue;
                 };
                 let gemm = [ins[0], ins[1], ins[2], ins[3]];
-                let Some(product) = bare_product(eg, o, gemm) else {
+                let Some(product) = bare_product(eg, o, fast_accum, gemm) else {
                     continue;
                 };
                 let mut prog_in = vec![product];
@@ -87,6 +90,7 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
                 out.push(Source {
                     gemm,
                     out: o,
+                    fast_accum,
                     expr,
                     extras: ins[4..].to_vec(),
                     product,
@@ -100,8 +104,9 @@ fn sources(eg: &FxGraph, c: Id) -> Vec<Source> {
 }
 
 /// The class of `scaled_matmul(qa, qb, sa, sb)` (it exists: every epilogue grows from one).
-fn bare_product(eg: &FxGraph, out: DType, gemm: [Id; 4]) -> Option<Id> {
-    let s = crate::fusion::lang::attr_leaf_symbol(&Op::ScaledMatMul { out }.attrs()).ok()??;
+fn bare_product(eg: &FxGraph, out: DType, fast_accum: bool, gemm: [Id; 4]) -> Option<Id> {
+    let s = crate::fusion::lang::attr_leaf_symbol(&Op::ScaledMatMul { out, fast_accum }.attrs())
+        .ok()??;
     let leaf = eg.lookup(Fx::Sym(s))?;
     let node = Fx::from_op(
         "scaled_matmul",
@@ -133,6 +138,7 @@ fn epilogue(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             };
             let op = Op::ScaledMatMulEpilogue {
                 out: src.out,
+                fast_accum: src.fast_accum,
                 expr: p.expr,
                 to: None,
                 saturate: false,
@@ -163,6 +169,7 @@ fn d_scale(eg: &mut FxGraph, class: Id) -> Vec<Id> {
         for src in sources(eg, d) {
             let op = Op::ScaledMatMulEpilogue {
                 out: src.out,
+                fast_accum: src.fast_accum,
                 expr: src.expr,
                 to: Some(to),
                 saturate,

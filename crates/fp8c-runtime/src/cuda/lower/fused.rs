@@ -110,10 +110,11 @@ impl Lowerer<'_> {
             }
             FusedOp::ScaledMatMulEpilogue {
                 out,
+                fast_accum,
                 expr,
                 to,
                 saturate,
-            } => self.scaled_matmul(ins, outs, *out, expr, *to, *saturate),
+            } => self.scaled_matmul(ins, outs, (*out, *fast_accum), expr, *to, *saturate),
             FusedOp::LayerNormQuantize {
                 axis,
                 epsilon,

@@ -35,9 +35,14 @@ impl Lowerer<'_> {
                 trans_a,
                 trans_b,
             } => self.gemm_op(ins, outs[0], *alpha, *beta, *trans_a, *trans_b),
-            LinalgOp::ScaledMatMul { out } => {
-                self.scaled_matmul(ins, outs, *out, &EwExpr::default(), None, false)
-            }
+            LinalgOp::ScaledMatMul { out, fast_accum } => self.scaled_matmul(
+                ins,
+                outs,
+                (*out, *fast_accum),
+                &EwExpr::default(),
+                None,
+                false,
+            ),
             LinalgOp::__Lifetime(never, _) => match never {},
         }
     }
@@ -233,7 +238,7 @@ impl Lowerer<'_> {
         &self,
         ins: &[BufId],
         outs: &[BufId],
-        out: DType,
+        (out, fast_accum): (DType, bool),
         expr: &EwExpr,
         to: Option<DType>,
         saturate: bool,
@@ -340,7 +345,9 @@ impl Lowerer<'_> {
             spec.trans_b = true;
             spec.a_scale = Some(self.ptr(sa));
             spec.b_scale = Some(self.ptr(sb));
-            spec.fast_accum = ta == DType::F8E4M3 && tb == DType::F8E4M3;
+            // The IR's choice (the recipe's: TE's forward GEMM fast, dgrad and wgrad with the
+            // split accumulator).
+            spec.fast_accum = fast_accum;
             if direct_fp8 && let Some((to, dscale, _, amax)) = &quant {
                 spec.d_type = *to;
                 spec.d_scale = Some(self.ptr(*dscale));

@@ -1,0 +1,257 @@
+//! A model of Hopper's FP8 fast accumulation (cuBLASLt `CUBLASLT_MATMUL_DESC_FAST_ACCUM`, the
+//! accumulation TransformerEngine uses in the forward GEMM), for `scaled_matmul { fast_accum }`.
+//!
+//! With fast accumulation, the FP8 tensor cores keep a GEMM's partial sums in their own
+//! accumulator for the whole K loop instead of promoting them to f32 registers; that
+//! accumulator keeps about 14 significant bits (DeepSeek-V3 measured "around 14 bits" on
+//! H800; Khattak and Mikaitis, "Accurate models of NVIDIA tensor cores", model the H100's FP8
+//! inner products as a fused sum aligned to the largest exponent with truncated addends).
+//!
+//! The model, per output element, K walked in blocks of [`BLOCK`] products (one FP8 `wgmma`
+//! k-step):
+//! 1. every product `a·b` of the block is exact in f32 (FP8 significands have ≤ 4 bits);
+//! 2. the products and the running sum are aligned to the largest exponent `e` among them and
+//!    each is truncated toward zero to a multiple of `2^(e - (BITS - 1))`;
+//! 3. the truncated terms add exactly (they share one quantum and need ≤ 20 bits), and that
+//!    sum is the new running sum.
+//!
+//! So a product more than `BITS` binary orders below the largest term of its block is lost,
+//! the swamping DeepSeek-V3 and issue #15 describe, while the result stays deterministic and
+//! independent of the thread count. It is a model, not the hardware's bits: the block size
+//! and truncation point are stated here and checked against a GPU by `scripts/gpu-check.sh`
+//! when one is lent. A block with a non-finite product adds in plain f32 (so NaN and ±inf
+//! propagate as IEEE arithmetic does).
+
+use crate::error::KResult;
+use crate::linalg::{batch_map, matmul_shape};
+use rayon::prelude::*;
+
+/// Products per aligned block (the K of one FP8 `wgmma` instruction).
+pub const BLOCK: usize = 32;
+
+/// Significant bits the accumulator keeps (the leading bit included).
+pub const BITS: i32 = 14;
+
+/// Batched numpy matmul of decoded FP8 operands with the fast-accumulation model.
+pub(crate) fn matmul(
+    a: &[f32],
+    a_shape: &[u64],
+    b: &[f32],
+    b_shape: &[u64],
+) -> KResult<(Vec<f32>, Vec<u64>)> {
+    let s = matmul_shape(a_shape, b_shape)?;
+    let (m, k, n) = (s.m, s.k, s.n);
+    let a_idx = batch_map(&s.batch, &s.a_batch);
+    let b_idx = batch_map(&s.batch, &s.b_batch);
+    let mut out = vec![0f32; a_idx.len() * m * n];
+    if m * n == 0 {
+        return Ok((out, s.out));
+    }
+    out.par_chunks_mut(n).enumerate().for_each(|(row, o)| {
+        let (bi, i) = (row / m, row % m);
+        let ar = &a[a_idx[bi] * m * k + i * k..][..k];
+        let bm = &b[b_idx[bi] * k * n..][..k * n];
+        for (g, og) in o.chunks_mut(LANES).enumerate() {
+            lanes(ar, bm, n, g * LANES, og);
+        }
+    });
+    Ok((out, s.out))
+}
+
+/// Output columns computed side by side (SIMD lanes): every step below is lane-wise.
+const LANES: usize = 8;
+
+/// `x` truncated toward zero, for finite |x| < 2^22, in plain f32 arithmetic that vectorizes
+/// (Rust's saturating `as i32` and libm's `truncf` do not on baseline x86-64): adding and
+/// subtracting 2^23 rounds |x| to the nearest integer, one less when that rounded up.
+#[inline(always)]
+fn trunc_small(x: f32) -> f32 {
+    const TWO_23: f32 = 8_388_608.0;
+    let a = x.abs();
+    let r = (a + TWO_23) - TWO_23;
+    let r = if r > a { r - 1.0 } else { r };
+    r.copysign(x)
+}
+
+/// The biased exponent field of an f32 (0: zero or subnormal, 255: inf or NaN).
+fn field(x: f32) -> u32 {
+    (x.to_bits() >> 23) & 0xff
+}
+
+/// `out[l] = dot(a_row, column j0 + l of the row-major [k, n] matrix bm)` for the lanes of
+/// `out`, with the same result as [`dot`] lane by lane.
+fn lanes(ar: &[f32], bm: &[f32], n: usize, j0: usize, out: &mut [f32]) {
+    let w = out.len();
+    let mut acc = [0f32; LANES];
+    let mut prods = [[0f32; LANES]; BLOCK];
+    for (kb, chunk) in ar.chunks(BLOCK).enumerate() {
+        // The largest magnitude per lane gives the largest exponent (f32 max and NaN checks
+        // vectorize on plain SSE2; integer max of exponent fields would not).
+        let mut big = acc.map(f32::abs);
+        let mut nan = [false; LANES];
+        for (kk, &x) in chunk.iter().enumerate() {
+            let src = &bm[(kb * BLOCK + kk) * n + j0..];
+            let row: [f32; LANES] = match src.get(..LANES) {
+                Some(full) if w == LANES => full.try_into().unwrap_or([0.0; LANES]),
+                _ => std::array::from_fn(|l| if l < w { src[l] } else { 0.0 }),
+            };
+            let p = &mut prods[kk];
+            for l in 0..LANES {
+                p[l] = x * row[l];
+                big[l] = big[l].max(p[l].abs());
+                nan[l] |= p[l].is_nan();
+            }
+        }
+        let emax: [u32; LANES] = std::array::from_fn(|l| if nan[l] { 255 } else { field(big[l]) });
+        let len = chunk.len();
+        // The f32 path of `block` for every lane at once when every lane's alignment allows
+        // it (fields 13..=254; an all-zero lane, field 0, adds zeros at any quantum).
+        if emax.iter().all(|&e| e == 0 || (13..=254).contains(&e)) {
+            let inv =
+                emax.map(|e| f32::from_bits((127 + 127 + (BITS as u32 - 1) - e.max(13)) << 23));
+            let mut units = [0f32; LANES];
+            for l in 0..LANES {
+                units[l] = trunc_small(acc[l] * inv[l]);
+            }
+            for p in &prods[..len] {
+                for l in 0..LANES {
+                    units[l] += trunc_small(p[l] * inv[l]);
+                }
+            }
+            for l in 0..LANES {
+                acc[l] = units[l] / inv[l];
+            }
+        } else {
+            for l in 0..LANES {
+                let mut col = [0f32; BLOCK];
+                for (c, p) in col.iter_mut().zip(&prods[..len]) {
+                    *c = p[l];
+                }
+                acc[l] = block(acc[l], &col[..len]);
+            }
+        }
+    }
+    out.copy_from_slice(&acc[..w]);
+}
+
+/// One output element: `Σ a[i]·b[i]` accumulated as the module describes, one lane at a
+/// time (the reference [`lanes`] is checked against).
+#[cfg(test)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = 0f32;
+    let mut prods = [0f32; BLOCK];
+    for (ca, cb) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+        let p = &mut prods[..ca.len()];
+        for ((pi, &x), &y) in p.iter_mut().zip(ca).zip(cb) {
+            *pi = x * y;
+        }
+        acc = block(acc, p);
+    }
+    acc
+}
+
+/// The running sum `acc` plus one block of products `p`, aligned and truncated.
+///
+/// Every term is a product of decoded FP8 values or a running sum of such terms truncated to
+/// a quantum of at least 2^-45, so nonzero terms are normal f32 and the largest biased
+/// exponent field gives the block's alignment; scaling by the inverse quantum (a power of two)
+/// and converting to an integer truncates toward zero exactly.
+fn block(acc: f32, p: &[f32]) -> f32 {
+    let emax = p.iter().fold(field(acc), |e, &v| e.max(field(v)));
+    match emax {
+        0 if acc == 0.0 && p.iter().all(|&v| v == 0.0) => return acc,
+        // A non-finite term: IEEE arithmetic decides the result.
+        255 => return p.iter().fold(acc, |s, &v| s + v),
+        _ => {}
+    }
+    // Quantum 2^(e - (BITS - 1)) with e = emax - 127 (a zero field: the subnormal range).
+    let q_exp = emax.max(1) as i32 - 127 - (BITS - 1);
+    if (-127..=126).contains(&q_exp) {
+        // In f32: each term scaled by 1/quantum is below 2^BITS and its truncation exact;
+        // the sum of at most BLOCK + 1 of them stays below 2^21, exact in f32.
+        let inv = f32::from_bits(((127 - q_exp) as u32) << 23);
+        let units = p
+            .iter()
+            .fold(trunc_small(acc * inv), |s, &v| s + trunc_small(v * inv));
+        units / inv
+    } else {
+        let inv = 2f64.powi(-q_exp);
+        let units = p.iter().fold((f64::from(acc) * inv).trunc(), |s, &v| {
+            s + (f64::from(v) * inv).trunc()
+        });
+        (units / inv) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values with 4 significant bits over a wide exponent range (like decoded FP8), signs
+    /// mixed, some zeros, from a fixed LCG.
+    fn fp8_like(len: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed;
+        (0..len)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let r = (x >> 33) as u32;
+                if r.is_multiple_of(11) {
+                    return 0.0;
+                }
+                let mant = 8 + (r % 8) as i32; // 1.000 .. 1.111 in binary
+                let exp = ((r >> 3) % 24) as i32 - 12;
+                let sign = if (r >> 8) & 1 == 1 { -1.0 } else { 1.0 };
+                sign * mant as f32 * 2f32.powi(exp - 3)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn side_by_side_lanes_equal_the_one_lane_model() {
+        let (k, n) = (100, 13);
+        let a = fp8_like(k, 1);
+        let mut b = fp8_like(k * n, 2);
+        b[5 * n + 3] = f32::INFINITY; // one column takes the non-finite path
+        b[7 * n + 4] = 2f32.powi(-60); // one column far below FP8's range: the f64 path
+        let mut out = vec![0f32; n];
+        for (g, o) in out.chunks_mut(LANES).enumerate() {
+            lanes(&a, &b, n, g * LANES, o);
+        }
+        for j in 0..n {
+            let col: Vec<f32> = (0..k).map(|kk| b[kk * n + j]).collect();
+            let want = dot(&a, &col);
+            assert!(
+                out[j].to_bits() == want.to_bits() || (out[j].is_nan() && want.is_nan()),
+                "column {j}: {} vs {want}",
+                out[j]
+            );
+        }
+    }
+
+    #[test]
+    fn small_truncation_rounds_toward_zero() {
+        for (x, t) in [
+            (2.5, 2.0),
+            (-2.5, -2.0),
+            (2.999, 2.0),
+            (-0.75, -0.0),
+            (7.0, 7.0),
+        ] {
+            assert_eq!(trunc_small(x), t);
+        }
+        assert_eq!(trunc_small(4_194_303.5), 4_194_303.0);
+    }
+
+    #[test]
+    fn non_finite_terms_propagate_and_zeros_stay_zero() {
+        assert_eq!(dot(&[0.0; 40], &[1.0; 40]), 0.0);
+        assert_eq!(dot(&[1.0, f32::INFINITY], &[1.0, 1.0]), f32::INFINITY);
+        assert!(dot(&[f32::INFINITY, 1.0], &[0.0, 1.0]).is_nan());
+        assert!(dot(&[f32::NAN; 3], &[1.0; 3]).is_nan());
+        // 2^-30 · 2^-2: a product far below 1 keeps its 14 bits when it is the largest.
+        let tiny = 2f32.powi(-30) * (1.0 + 2f32.powi(-3));
+        assert_eq!(dot(&[tiny, tiny], &[0.25, 0.25]), tiny * 0.5);
+    }
+}
