@@ -198,6 +198,127 @@ fn killed_run_resumes_bit_identically_in_fp8() {
     );
 }
 
+/// An f32 run continued in FP8 from its checkpoint: the checkpoint has no amax histories, so
+/// the resumed run says so and recomputes them from its next batch (TE issue 982's bogus
+/// scales avoided); the checkpoint it then writes holds measured histories.
+#[test]
+fn an_f32_checkpoint_continues_in_fp8_with_recomputed_scales() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck");
+    let ck_s = ck.to_str().unwrap();
+    let data = digits_train();
+    ok(&train_args(
+        &data,
+        4,
+        &["--precision", "f32", "--checkpoint", ck_s],
+    ));
+    let err = ok(&train_args(
+        &data,
+        6,
+        &["--precision", "fp8", "--resume", ck_s, "--checkpoint", ck_s],
+    ));
+    assert!(err.contains("resuming at step 4"), "{err}");
+    assert!(
+        err.contains("made with --precision f32") && err.contains("recomputes them"),
+        "{err}"
+    );
+    assert!(
+        err.contains("recomputed the amax history and scale of 6 FP8 tensor(s)"),
+        "{err}"
+    );
+    let (state, _, _) =
+        fp8c_session::safetensors_io::read(&ck.join("state.safetensors"), 1 << 26).unwrap();
+    let histories: Vec<_> = state
+        .iter()
+        .filter(|(k, _)| k.ends_with(".amax_history"))
+        .collect();
+    assert_eq!(histories.len(), 6);
+    for (k, h) in histories {
+        let h = h.to_f32_vec().unwrap();
+        // The recomputation's amax and steps 4 and 5.
+        assert_eq!(h.iter().filter(|&&v| v > 0.0).count(), 3, "{k}: {h:?}");
+    }
+}
+
+/// `--config` with a `[train]` table: the flags' names or Hugging Face's, flags typed on the
+/// command line winning; unknown keys and bad values are errors naming the file.
+#[test]
+fn a_train_table_in_the_config_sets_the_flags_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("run.toml");
+    let log = dir.path().join("log.csv");
+    let (cfg_s, log_s) = (cfg.to_str().unwrap(), log.to_str().unwrap());
+    std::fs::write(
+        &cfg,
+        "[recipe]\nkind = \"delayed\"\n\n[train]\nlearning_rate = 0.004\nschedule = \"constant\"\n\
+         gradient_accumulation_steps = 2\nmax_grad_norm = 1.0\nsteps = 3\n",
+    )
+    .unwrap();
+    let data = digits_train();
+    let lr_column = || -> Vec<String> {
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(2).unwrap().to_string())
+            .collect()
+    };
+    let base = |extra: &[&str]| {
+        let mut v: Vec<String> = [
+            "train",
+            model().to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "--labels",
+            "y",
+            "--batch",
+            "16",
+            "--quiet",
+            "--config",
+            cfg_s,
+            "--log",
+            log_s,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let err = ok(&base(&[]));
+    assert!(err.contains("x 2 accumulated micro-batches"), "{err}");
+    assert_eq!(
+        lr_column(),
+        ["0.004000000189989805"; 3],
+        "lr and steps from [train]"
+    );
+    let grad_norms = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        grad_norms
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .nth(6)
+            .is_some_and(|c| !c.is_empty()),
+        "max_grad_norm turns clipping on:\n{grad_norms}"
+    );
+    ok(&base(&["--lr", "0.002", "--steps", "2"]));
+    assert_eq!(lr_column(), ["0.0020000000949949026"; 2], "flags win");
+    std::fs::write(&cfg, "[train]\nlearning_rat = 0.1\n").unwrap();
+    let err = fail(&base(&[]));
+    assert!(
+        err.contains("run.toml") && err.contains("learning_rat"),
+        "{err}"
+    );
+    std::fs::write(&cfg, "[train]\nschedule = \"linear\"\n").unwrap();
+    let err = fail(&base(&[]));
+    assert!(
+        err.contains("run.toml") && err.contains("schedule = \"linear\"") && err.contains("cosine"),
+        "{err}"
+    );
+}
+
 #[test]
 fn poisoned_step_is_skipped_and_training_goes_on() {
     let dir = tempfile::tempdir().unwrap();

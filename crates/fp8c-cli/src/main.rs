@@ -9,6 +9,7 @@ mod plot;
 mod progress;
 mod run;
 mod train;
+mod train_config;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -62,10 +63,23 @@ fn main() -> ExitCode {
             "Passes, in pipeline order (for --print-after / --stop-after):\n{passes}"
         ))
     });
-    let cli = match Cli::from_arg_matches(&cmd.get_matches()) {
+    let matches = cmd.get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
+    // The flags typed on the command line (they override a --config file's [train] table).
+    let given: std::collections::HashSet<String> = matches
+        .subcommand()
+        .map(|(_, m)| {
+            m.ids()
+                .filter(|id| {
+                    m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
+                })
+                .map(|id| id.to_string())
+                .collect()
+        })
+        .unwrap_or_default();
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -84,7 +98,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect(a),
         Command::Compile(a) => commands::compile(*a),
         Command::Run(a) => run::run(*a),
-        Command::Train(a) => train::train(*a),
+        Command::Train(a) => train::train(*a, &given),
         Command::Plot(a) => plot::plot_cmd(a),
         Command::Bench(a) => bench::bench(a),
     };

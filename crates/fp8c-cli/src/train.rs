@@ -282,8 +282,9 @@ struct Summary {
     steps_per_s: f64,
 }
 
-/// `fp8c train`.
-pub fn train(a: TrainArgs) -> Result<()> {
+/// `fp8c train`; `given`: the flags typed on the command line (see [`crate::train_config`]).
+pub fn train(mut a: TrainArgs, given: &std::collections::HashSet<String>) -> Result<()> {
+    crate::train_config::apply(&mut a, given)?;
     if a.compare.is_empty() {
         return train_one(a).map(|_| ());
     }

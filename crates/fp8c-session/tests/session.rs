@@ -260,6 +260,107 @@ fn training_resumes_bit_identically_from_a_checkpoint() {
     );
 }
 
+/// A checkpoint without usable delayed-scaling state (an f32 run continued in FP8, a history
+/// of another length) resumes with scales recomputed from the next batch, never scale 1
+/// (TransformerEngine issue 982), and a history of another length keeps its newest entries.
+#[test]
+fn resuming_without_amax_histories_recomputes_them_from_the_next_batch() {
+    let model = mlp();
+    let options = TrainOptions::new("logits");
+    let data = Dataset::load(
+        &repo("examples/data/digits_train.npz"),
+        &model,
+        &DataOptions {
+            inputs: BTreeMap::new(),
+            labels: "y".into(),
+            loss: options.loss,
+            batch: 16,
+        },
+    )
+    .unwrap();
+    let forward = data.forward_model(&model, 16, "logits").unwrap();
+    let spec = options.spec();
+    let trainer = |opts: &CompileOptions| {
+        Trainer::for_model(&forward, &spec, &opts.clone().min_fp8_flops(0), Device::Cpu).unwrap()
+    };
+    let batch = |s: u64| data.batch(16, 7, s).feed(&spec);
+    let dir = tempfile::tempdir().unwrap();
+
+    // Three f32 steps, continued in FP8.
+    let mut f32_run = trainer(&CompileOptions::f32());
+    for s in 0..3 {
+        f32_run.step(&batch(s)).unwrap();
+    }
+    checkpoint::save(
+        dir.path(),
+        &f32_run,
+        &checkpoint::Meta::new("mlp", "f32", "ce", 7, 16),
+    )
+    .unwrap();
+    let f32_loss = f32_run.step(&batch(3)).unwrap().loss;
+    let mut fp8 = trainer(&CompileOptions::fp8_training());
+    let fp8_meta = checkpoint::Meta::new("mlp", "fp8", "ce", 7, 16);
+    assert_eq!(
+        checkpoint::load(dir.path(), &mut fp8, &fp8_meta).unwrap(),
+        3
+    );
+    let tensors = fp8.scaled_tensors();
+    assert_eq!(tensors.len(), 6, "x, w and dy of two GEMMs: {tensors:?}");
+    let loss = fp8.step(&batch(3)).unwrap().loss;
+    assert!(
+        (loss - f32_loss).abs() < 0.05 * f32_loss,
+        "FP8 loss {loss} after resuming vs f32 {f32_loss}"
+    );
+    let state = fp8.state();
+    for t in &tensors {
+        let h = state[&format!("{t}.amax_history")].to_f32_vec().unwrap();
+        let scale = state[&format!("{t}.scale")].to_f32_vec().unwrap()[0];
+        let amax = h.iter().copied().fold(0f32, f32::max);
+        // Two amaxes recorded: the recomputation's (before step 3 quantized anything) and
+        // step 3's own; the scale follows them: fp8_max / amax, E4M3 (x, w) or E5M2 (dy).
+        assert_eq!(h.iter().filter(|&&v| v > 0.0).count(), 2, "{t}: {h:?}");
+        let max = if t.ends_with(".dy") { 57344.0 } else { 448.0 };
+        assert!(
+            ((scale * amax) / max - 1.0).abs() < 1e-5,
+            "{t}: scale {scale}, amax {amax}"
+        );
+    }
+
+    // An FP8 checkpoint read with a shorter history keeps the newest entries and its scales,
+    // recomputes nothing, and trains on.
+    checkpoint::save(dir.path(), &fp8, &fp8_meta).unwrap();
+    let saved = fp8.state();
+    let mut short = trainer(
+        &CompileOptions::fp8().recipe(
+            fp8c_core::DelayedScaling {
+                amax_history_len: 4,
+                ..Default::default()
+            }
+            .into(),
+        ),
+    );
+    assert_eq!(
+        checkpoint::load(dir.path(), &mut short, &fp8_meta).unwrap(),
+        4
+    );
+    let after = short.state();
+    for t in &tensors {
+        let k = format!("{t}.amax_history");
+        let (old, new) = (
+            saved[&k].to_f32_vec().unwrap(),
+            after[&k].to_f32_vec().unwrap(),
+        );
+        assert_eq!(new.len(), 4);
+        assert_eq!(new[0], 0.0);
+        assert_eq!(new[1..], old[old.len() - 3..], "{t}");
+        assert_eq!(
+            after[&format!("{t}.scale")].bytes(),
+            saved[&format!("{t}.scale")].bytes()
+        );
+    }
+    assert!(short.step(&batch(4)).unwrap().loss.is_finite());
+}
+
 #[test]
 fn a_failed_pass_keeps_its_error_and_last_good_ir() {
     let model = mlp().into_graph();

@@ -10,7 +10,15 @@
 //! (kept under the `.prev` name), which [`load`] then resumes from, saying so. Mixed files are
 //! never resumed. [`load`] checks the format, the model and loss identity, the run's settings
 //! and the digest, then restores the state bit for bit, so a resumed run continues with
-//! identical losses. Python reads the state with
+//! identical losses.
+//!
+//! Delayed-scaling state is the exception that is repaired rather than refused: a checkpoint
+//! made with another precision, policy or recipe may lack a tensor's amax history and scale,
+//! or hold a history of another length or a scale that is not a positive finite number. A
+//! history of another length keeps its newest entries; anything else missing or unusable is
+//! recomputed from the next batch before the next step ([`Trainer::rescale_on_next_step`]),
+//! never left at the initial scale of 1 (TransformerEngine issue 982: FP8 metadata lost in a
+//! checkpoint, the resumed model quantized with bogus scales). Python reads the state with
 //! `safetensors.numpy.load_file`, FP8 and bf16 with their own dtypes.
 
 use super::Trainer;
@@ -206,21 +214,27 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             expect.loss
         );
     }
-    if meta.precision != expect.precision
-        || meta.batch != expect.batch
+    if meta.batch != expect.batch
         || meta.seed != expect.seed
         || meta.accumulate != expect.accumulate
     {
         bail!(
-            "--resume {d}: the checkpoint was made with --precision {} --batch {} --seed {} --accumulate {}; this run has --precision {} --batch {} --seed {} --accumulate {}",
-            meta.precision,
+            "--resume {d}: the checkpoint was made with --batch {} --seed {} --accumulate {}; this run has --batch {} --seed {} --accumulate {}",
             meta.batch,
             meta.seed,
             meta.accumulate,
-            expect.precision,
             expect.batch,
             expect.seed,
             expect.accumulate
+        );
+    }
+    if meta.precision != expect.precision {
+        // Weights and optimizer moments carry over (f32 master weights in every mode); the
+        // scaling state is repaired below.
+        tracing::warn!(
+            "--resume {d}: the checkpoint was made with --precision {}; continuing with --precision {}",
+            meta.precision,
+            expect.precision
         );
     }
     let have = trainer.state();
@@ -254,18 +268,87 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             }
         }
     };
+    let (state, rescale) = repair_scaling(state, &have, &trainer.scaled_tensors(), meta.step);
     for k in have.keys() {
         if !state.contains_key(k) {
             bail!(
-                "--resume {d}: the checkpoint has no state entry \"{k}\" (was it made for another model or recipe?)"
+                "--resume {d}: the checkpoint has no state entry \"{k}\" (was it made for another model?)"
             );
         }
     }
+    // Entries of another precision's program (amax histories of an FP8 run resumed in f32)
+    // have no place here.
+    let state: BTreeMap<String, fp8c_ir::Tensor> = state
+        .into_iter()
+        .filter(|(k, _)| have.contains_key(k))
+        .collect();
     trainer
         .set_state(&state)
         .with_context(|| format!("--resume {d}"))?;
     trainer.set_counts(meta.step, meta.skipped_steps);
+    if !rescale.is_empty() {
+        tracing::warn!(
+            "--resume {d}: {} FP8 tensor(s) have no usable amax history or scale in the checkpoint (e.g. {}); the next step recomputes them from its batch",
+            rescale.len(),
+            rescale[0]
+        );
+        trainer.rescale_on_next_step(rescale);
+    }
     Ok(meta.step)
+}
+
+/// The checkpoint's `state` with the delayed-scaling entries of `tensors` made usable by a
+/// trainer whose fresh state is `have`: a history of another length keeps its newest entries
+/// (TE's layout: slot 0 is the step being recorded, the newest finished step last); a tensor
+/// with a missing entry, a scale that is not positive and finite, or a history that recorded
+/// nothing after `step` > 0 steps gets the fresh entries and is returned for recomputation.
+fn repair_scaling(
+    mut state: BTreeMap<String, fp8c_ir::Tensor>,
+    have: &BTreeMap<String, fp8c_ir::Tensor>,
+    tensors: &[String],
+    step: u64,
+) -> (BTreeMap<String, fp8c_ir::Tensor>, Vec<String>) {
+    let mut rescale = Vec::new();
+    for t in tensors {
+        let names = ["amax_history", "scale", "scale_inv"].map(|s| format!("{t}.{s}"));
+        let f32s = |k: &String| {
+            state
+                .get(k)
+                .filter(|v| v.dtype() == fp8c_ir::DType::F32)
+                .and_then(|v| v.to_f32_vec().ok())
+        };
+        let fresh_len = have.get(&names[0]).map_or(0, |h| h.len());
+        let usable = match (f32s(&names[0]), f32s(&names[1]), f32s(&names[2])) {
+            (Some(h), Some(s), Some(si)) => {
+                let scalar_ok = |v: &[f32]| v.len() == 1 && v[0].is_finite() && v[0] > 0.0;
+                let recorded = step == 0 || h.len() == 1 || h.iter().any(|&v| v != 0.0);
+                if scalar_ok(&s) && scalar_ok(&si) && recorded && h.iter().all(|v| v.is_finite()) {
+                    if h.len() != fresh_len && fresh_len > 0 {
+                        let mut next = vec![0f32; fresh_len];
+                        let keep = (h.len() - 1).min(fresh_len - 1);
+                        next[fresh_len - keep..].copy_from_slice(&h[h.len() - keep..]);
+                        state.insert(
+                            names[0].clone(),
+                            fp8c_ir::Tensor::from_f32(vec![fresh_len as u64], &next),
+                        );
+                    }
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        };
+        if !usable {
+            for k in &names {
+                if let Some(v) = have.get(k) {
+                    state.insert(k.clone(), v.clone());
+                }
+            }
+            rescale.push(t.clone());
+        }
+    }
+    (state, rescale)
 }
 
 /// Reads a small text file, refusing anything but a regular file of at most `limit` bytes.

@@ -8,6 +8,10 @@
 //! with `set_state`), next to the optimizer moments, the scaling state and the counters.
 //! [`Trainer::state`] is therefore the whole training state (what a checkpoint saves) and
 //! [`Trainer::set_state`] restores it bit for bit.
+//!
+//! Delayed-scaling state a checkpoint lacked or held stale ([`Trainer::rescale_on_next_step`],
+//! `checkpoint::load`) is recomputed from the next batch before that step runs, rather than
+//! left at the initial scale of 1 (the bogus scales of TransformerEngine issue 982).
 
 use crate::error::Result;
 use crate::model::Model;
@@ -45,6 +49,8 @@ pub struct Trainer {
     frozen: BTreeMap<String, Tensor>,
     /// Names of the trained params (now state entries).
     trained: Vec<String>,
+    /// FP8 tensors (`fc1.x`) whose amax history and scale the next step recomputes first.
+    rescale: Vec<String>,
 }
 
 impl Trainer {
@@ -90,6 +96,7 @@ impl Trainer {
             decisions: cx.decisions,
             counts: (0, 0),
             trained,
+            rescale: Vec::new(),
         })
     }
 
@@ -137,6 +144,9 @@ impl Trainer {
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
     ) -> Result<BTreeMap<String, Tensor>> {
+        if !self.rescale.is_empty() {
+            self.recompute_scaling(inputs)?;
+        }
         let out = self.exe.run(inputs)?;
         // With gradient accumulation only the last micro-batch (`train.apply` = 1) ends a step.
         let ends_step = inputs
@@ -198,6 +208,84 @@ impl Trainer {
     /// with the state).
     pub fn set_counts(&mut self, steps: u64, skipped: u64) {
         self.counts = (steps, skipped);
+    }
+
+    /// The FP8 tensors with delayed-scaling state (`fc1.x` for the entries
+    /// `fc1.x.amax_history`, `fc1.x.scale` and `fc1.x.scale_inv`).
+    pub fn scaled_tensors(&self) -> Vec<String> {
+        self.exe
+            .state()
+            .keys()
+            .filter_map(|k| k.strip_suffix(".amax_history").map(str::to_string))
+            .collect()
+    }
+
+    /// Makes the next step first recompute the amax history and scale of `tensors` (names
+    /// from [`Trainer::scaled_tensors`]) from its own inputs: two measuring runs whose other
+    /// effects are undone, the first with the current scales (its gradient amaxes are those
+    /// of a forward quantized with them), the second with the scales the first gave; the
+    /// history then holds the second's amax as its newest entry and the scale follows it.
+    pub fn rescale_on_next_step(&mut self, tensors: Vec<String>) {
+        self.rescale = tensors;
+    }
+
+    fn recompute_scaling(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<()> {
+        let tensors = std::mem::take(&mut self.rescale);
+        let base = self.exe.state();
+        let mut inputs = inputs.clone();
+        // With gradient accumulation, a measuring run is a whole step (the history rolls).
+        if inputs.contains_key(fp8c_passes::autodiff::APPLY_INPUT) {
+            inputs.insert(
+                fp8c_passes::autodiff::APPLY_INPUT.into(),
+                Tensor::scalar_f32(1.0),
+            );
+        }
+        let names = |t: &String| ["amax_history", "scale", "scale_inv"].map(|s| format!("{t}.{s}"));
+        let mut current = base.clone();
+        for pass in 0..2 {
+            self.set_state(&current)?;
+            self.exe.run(&inputs)?;
+            let after = self.exe.state();
+            current = base.clone();
+            for t in &tensors {
+                let [h, s, si] = names(t);
+                // The first pass passes on its scales only (its history saw scale-1
+                // quantization upstream); the second gives history and scales.
+                let take: &[&String] = if pass == 0 {
+                    &[&s, &si]
+                } else {
+                    &[&h, &s, &si]
+                };
+                for k in take {
+                    if let Some(v) = after.get(*k) {
+                        current.insert((*k).clone(), v.clone());
+                    }
+                }
+            }
+        }
+        self.set_state(&current)?;
+        let unmeasured: Vec<&String> = tensors
+            .iter()
+            .filter(|t| {
+                current
+                    .get(&format!("{t}.amax_history"))
+                    .and_then(|h| h.to_f32_vec().ok())
+                    .is_none_or(|h| h.iter().all(|&v| v == 0.0))
+            })
+            .collect();
+        tracing::warn!(
+            "recomputed the amax history and scale of {} FP8 tensor(s) from this step's batch{}",
+            tensors.len() - unmeasured.len(),
+            if unmeasured.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} measured no amax (a zero or non-finite batch) and keep scale 1",
+                    unmeasured.len()
+                )
+            }
+        );
+        Ok(())
     }
 
     /// The names of the trained parameters.
