@@ -109,9 +109,7 @@ impl Output {
         }
         let name = self.path.display();
         let dir = parent_dir(&self.path);
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".fp8c-")
-            .suffix(".tmp")
+        let mut tmp = ordinary_mode(tempfile::Builder::new().prefix(".fp8c-").suffix(".tmp"))
             .tempfile_in(&dir)
             .map_err(|e| {
                 Error::io(
@@ -141,19 +139,17 @@ impl Output {
             return Ok(());
         }
         let dir = parent_dir(&self.path);
-        let tmp = tempfile::Builder::new()
-            .prefix(".fp8c-")
-            .suffix(&format!(
-                ".tmp.{}",
-                self.path.extension().and_then(|e| e.to_str()).unwrap_or("")
-            ))
-            .tempfile_in(&dir)
-            .map_err(|e| {
-                Error::io(
-                    format_args!("{name}: cannot create a file in {}", dir.display()),
-                    e,
-                )
-            })?;
+        let tmp = ordinary_mode(tempfile::Builder::new().prefix(".fp8c-").suffix(&format!(
+            ".tmp.{}",
+            self.path.extension().and_then(|e| e.to_str()).unwrap_or("")
+        )))
+        .tempfile_in(&dir)
+        .map_err(|e| {
+            Error::io(
+                format_args!("{name}: cannot create a file in {}", dir.display()),
+                e,
+            )
+        })?;
         write(tmp.path())?;
         std::fs::File::open(tmp.path())
             .and_then(|f| f.sync_all())
@@ -249,8 +245,42 @@ pub fn private_dump(stem: &str, suffix: &str, text: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Gives the temporary file the mode of a file a user asked for (`-o`, `--plot`, a
+/// checkpoint): read-write for all less the umask, as a shell redirection or `cp` creates it
+/// (a temporary file is otherwise private to its owner, and the rename would keep that).
+fn ordinary_mode<'x, 'a, 'b>(
+    b: &'x mut tempfile::Builder<'a, 'b>,
+) -> &'x mut tempfile::Builder<'a, 'b> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        b.permissions(std::fs::Permissions::from_mode(0o666))
+    }
+    #[cfg(not(unix))]
+    {
+        b
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[cfg(unix)]
+    #[test]
+    fn written_files_get_an_ordinary_mode_not_the_temporary_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("out.bin");
+        super::Output::check("-o", &p, &[])
+            .unwrap()
+            .write_bytes(b"x")
+            .unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // The mode File::create gives (0o666 less the umask), not the temporary file's 0o600.
+        let reference = d.path().join("ref.bin");
+        std::fs::File::create(&reference).unwrap();
+        assert_eq!(format!("{:o}", mode(&p)), format!("{:o}", mode(&reference)));
+    }
+
     use super::*;
 
     #[test]
