@@ -398,7 +398,7 @@ fn device_conversions_match_fp8c_core_bit_for_bit_when_compiled_for_the_host() {
             "-fno-fast-math",
             "-include",
         ])
-        .arg(here.join("shim.h"))
+        .arg(repo_root().join("kernels/emu/cuda_host.h"))
         .arg("-I")
         .arg(repo_root().join("kernels"))
         .arg(here.join("harness.cpp"))

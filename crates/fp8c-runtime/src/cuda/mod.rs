@@ -26,6 +26,7 @@
 pub mod bench;
 pub mod codegen;
 mod device;
+pub mod emu;
 mod exec;
 pub mod gemm;
 pub mod kernels;

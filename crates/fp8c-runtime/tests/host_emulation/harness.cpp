@@ -1,4 +1,5 @@
-// Runs kernels/common.cuh's conversions on the host (see shim.h): reads f32 bit patterns from
+// Runs kernels/common.cuh's conversions on the host (compiled with kernels/emu/cuda_host.h,
+// the emulated device's CUDA shim): reads f32 bit patterns from
 // argv[1], writes for each: the four FP8 encodings (E4M3 sat / nosat, E5M2 sat / nosat), then
 // bf16 and f16 of it, then the four scaled quantizes `fp8_quantize(x, 0.37)` in the same order; then the decode of all 256 codes of both formats and the f32 of all 65536
 // bf16 and f16 patterns, to argv[2]. Little-endian raw bytes throughout.
