@@ -10,9 +10,11 @@
 //!
 //! FP8 extras (all device pointers, so nothing waits for the host): the scale_inv of A and B
 //! (`A_SCALE_POINTER` / `B_SCALE_POINTER`, swapped with the operands), an FP8 output's scale
-//! (`D_SCALE_POINTER`), amax of D (`AMAX_D_POINTER`), and fast accumulation (TE uses it in the
-//! forward pass: E4M3×E4M3; gradients in E5M2 keep split accumulation). Epilogues: bias, GELU
-//! (cuBLASLt's is the tanh approximation) and both.
+//! (`D_SCALE_POINTER`), amax of D (`AMAX_D_POINTER`), and fast accumulation where the IR's
+//! `scaled_matmul { fast_accum }` asks for it (the recipe's TE-style per-GEMM choice).
+//! Epilogues: bias, GELU (cuBLASLt's is the tanh approximation) and both. Every request is
+//! first checked against cuBLASLt's documented FP8 rules (`gemm_rules.rs`); the lowering
+//! falls back to the unfused route when a fused FP8 output is refused.
 //!
 //! Planning (descriptors, layouts and the heuristic's algorithm) happens in `prepare`, so a
 //! GEMM cuBLASLt cannot do is an error before the first step runs.
@@ -234,12 +236,7 @@ impl Lt {
     /// Plans `s` (module docs); an `Err` says why cuBLASLt cannot run it.
     pub fn plan(&self, s: &GemmSpec) -> Result<GemmCall, String> {
         let fp8 = s.a_type.is_fp8() || s.b_type.is_fp8();
-        if fp8 && (!s.trans_b || s.trans_a) {
-            return Err("FP8 GEMMs need B stored [n, k] and A stored [m, k] (TN)".into());
-        }
-        if fp8 && s.a_type == DType::F8E5M2 && s.b_type == DType::F8E5M2 {
-            return Err("cuBLASLt has no E5M2 × E5M2 GEMM".into());
-        }
+        crate::cuda::gemm_rules::check(s)?;
         let mut call = GemmCall {
             desc: std::ptr::null_mut(),
             layouts: [std::ptr::null_mut(); 4],
@@ -312,12 +309,9 @@ impl Lt {
         let (a_rows, a_cols) = if s.trans_a { (s.m, s.k) } else { (s.k, s.m) };
         call.layouts[0] = layout(s.b_type, b_rows, b_cols, b_rows, s.batch, s.stride_b)?;
         call.layouts[1] = layout(s.a_type, a_rows, a_cols, a_rows, s.batch, s.stride_a)?;
-        // C shares D's memory; an FP8 D takes a bf16 C (never read: β is 0 then).
-        let c_type = if s.d_type.is_fp8() {
-            DType::BF16
-        } else {
-            s.d_type
-        };
+        // C shares D's memory; an FP8 D takes a 16-bit C of the bias's type (never read: β
+        // is 0 then), as cuBLASLt's type table requires.
+        let c_type = crate::cuda::gemm_rules::c_type(s);
         call.layouts[2] = layout(c_type, s.n, s.m, s.n, s.batch, s.stride_d)?;
         call.layouts[3] = layout(s.d_type, s.n, s.m, s.n, s.batch, s.stride_d)?;
         let pref = lt::create_matmul_pref().map_err(st("preference"))?;

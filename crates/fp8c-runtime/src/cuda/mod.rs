@@ -29,6 +29,7 @@ mod device;
 pub mod emu;
 mod exec;
 pub mod gemm;
+pub mod gemm_rules;
 pub mod kernels;
 pub mod libs;
 mod lower;

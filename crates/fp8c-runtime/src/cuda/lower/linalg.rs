@@ -321,7 +321,7 @@ impl Lowerer<'_> {
             spec.bias = bias.map(|b| (self.ptr(b), out));
         }
         // An FP8 result nobody needs in high precision comes straight out of the GEMM.
-        let direct_fp8 = fused.is_some() && !d_needed && fp8_ok;
+        let mut direct_fp8 = fused.is_some() && !d_needed && fp8_ok;
         spec.d = match (product, direct_fp8, &quant) {
             (Some(p), _, _) => p,
             (None, true, Some((_, _, q, _))) => self.ptr(*q),
@@ -377,7 +377,24 @@ impl Lowerer<'_> {
             spec.b_type = DType::BF16;
             spec.alpha_ptr = Some(alpha);
         }
-        actions.push(self.gemm(&spec)?);
+        let gemm = match self.gemm(&spec) {
+            Ok(g) => g,
+            // A fused FP8 output cuBLASLt refuses (its type table, alignment): the unfused
+            // route, a high-precision D then the quantize kernel, computes the same bytes.
+            Err(why) if direct_fp8 => {
+                tracing::info!(
+                    "FP8 GEMM {m}x{n}x{k}: cuBLASLt refuses the fused FP8 output ({why}); running it unfused"
+                );
+                direct_fp8 = false;
+                spec.d = self.ptr(d);
+                spec.d_type = out;
+                spec.d_scale = None;
+                spec.amax_d = None;
+                self.gemm(&spec)?
+            }
+            Err(e) => return Err(e),
+        };
+        actions.push(gemm);
         match (product, &quant) {
             (Some(p), q) => {
                 // Generic epilogue: d = expr(product, extras..) (+ q, amax) in one kernel. The

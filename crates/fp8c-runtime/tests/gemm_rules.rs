@@ -1,0 +1,178 @@
+//! cuBLASLt's FP8 request rules (`cuda/gemm_rules.rs`), checked before planning and by the
+//! emulated device: the type table, the bias type, TN, alignment, and the C type fp8c picks.
+//! Pure checks on `GemmSpec`s, no GPU.
+
+use fp8c_ir::DType;
+use fp8c_runtime::cuda::gemm::{Epilogue, GemmSpec};
+use fp8c_runtime::cuda::gemm_rules::{c_type, check};
+
+/// A valid forward FP8 GEMM: E4M3 × E4M3 → f32, TN, 64×64×64, 256-byte aligned pointers.
+fn spec() -> GemmSpec {
+    GemmSpec {
+        m: 64,
+        n: 64,
+        k: 64,
+        batch: 1,
+        a: 0x1000,
+        b: 0x2000,
+        d: 0x3000,
+        a_type: DType::F8E4M3,
+        b_type: DType::F8E4M3,
+        d_type: DType::F32,
+        trans_a: false,
+        trans_b: true,
+        stride_a: 0,
+        stride_b: 0,
+        stride_d: 0,
+        alpha: 1.0,
+        beta: 0.0,
+        alpha_ptr: None,
+        a_scale: Some(0x4000),
+        b_scale: Some(0x4004),
+        d_scale: None,
+        amax_d: None,
+        bias: None,
+        epilogue: Epilogue::None,
+        fast_accum: true,
+    }
+}
+
+fn refused(s: &GemmSpec, needle: &str) {
+    let e = check(s).expect_err("refused");
+    assert!(e.contains(needle), "{e}");
+}
+
+#[test]
+fn the_fp8_type_table() {
+    check(&spec()).unwrap();
+    // FP8 D with its D scale and amax of D: E4M3 from anything, E5M2 only with an E5M2 operand.
+    let fp8_out = |a, b, d| GemmSpec {
+        a_type: a,
+        b_type: b,
+        d_type: d,
+        d_scale: Some(0x5000),
+        amax_d: Some(0x5004),
+        ..spec()
+    };
+    check(&fp8_out(DType::F8E4M3, DType::F8E4M3, DType::F8E4M3)).unwrap();
+    check(&fp8_out(DType::F8E5M2, DType::F8E4M3, DType::F8E5M2)).unwrap();
+    check(&fp8_out(DType::F8E4M3, DType::F8E5M2, DType::F8E4M3)).unwrap();
+    refused(
+        &fp8_out(DType::F8E4M3, DType::F8E4M3, DType::F8E5M2),
+        "an E5M2 D needs an E5M2 operand",
+    );
+    refused(
+        &fp8_out(DType::F8E5M2, DType::F8E5M2, DType::F8E4M3),
+        "E5M2 × E5M2",
+    );
+    refused(
+        &GemmSpec {
+            b_type: DType::BF16,
+            ..spec()
+        },
+        "both operands in FP8",
+    );
+    refused(
+        &GemmSpec {
+            d_scale: Some(0x5000),
+            ..spec()
+        },
+        "for an FP8 D",
+    );
+    refused(
+        &GemmSpec {
+            trans_b: false,
+            ..spec()
+        },
+        "TN",
+    );
+}
+
+/// Issue #15: C was BF16 for every FP8 D while an f16 bias was accepted; the table wants the
+/// bias in C's type, so fp8c now picks C from the bias, and the check refuses a mismatch.
+#[test]
+fn the_bias_has_cs_type_and_c_follows_the_bias() {
+    let with_bias = |d, t| GemmSpec {
+        d_type: d,
+        d_scale: d.is_fp8().then_some(0x5000),
+        bias: Some((0x6000, t)),
+        epilogue: Epilogue::Bias,
+        ..spec()
+    };
+    let s = with_bias(DType::F8E4M3, DType::F16);
+    assert_eq!(c_type(&s), DType::F16);
+    check(&s).unwrap();
+    assert_eq!(c_type(&with_bias(DType::F8E4M3, DType::BF16)), DType::BF16);
+    check(&with_bias(DType::F8E4M3, DType::BF16)).unwrap();
+    // f32 C takes a BF16 bias, not f32; BF16 C takes BF16; F16 C takes F16.
+    check(&with_bias(DType::F32, DType::BF16)).unwrap();
+    refused(&with_bias(DType::F32, DType::F32), "takes a bf16 bias");
+    refused(&with_bias(DType::BF16, DType::F16), "takes a bf16 bias");
+    check(&with_bias(DType::F16, DType::F16)).unwrap();
+    refused(
+        &GemmSpec {
+            bias: None,
+            epilogue: Epilogue::GeluBias,
+            ..spec()
+        },
+        "needs a bias",
+    );
+}
+
+/// Issue #15: per-image conv pointers can be 2-byte aligned, which faults in an FP8 kernel;
+/// the check names the operand instead.
+#[test]
+fn pointers_and_leading_dimensions_are_16_byte_aligned() {
+    refused(
+        &GemmSpec {
+            a: 0x1002,
+            ..spec()
+        },
+        "operand A at 0x1002 is not 16-byte aligned",
+    );
+    refused(
+        &GemmSpec {
+            d: 0x3008,
+            ..spec()
+        },
+        "operand D",
+    );
+    refused(&GemmSpec { k: 40, ..spec() }, "K = 40");
+    refused(
+        &GemmSpec {
+            n: 4 + 64,
+            d_type: DType::BF16,
+            ..spec()
+        },
+        "not a multiple of 16 bytes",
+    );
+    // f32 D rows of 4 columns are 16 bytes: fine.
+    check(&GemmSpec { n: 4, ..spec() }).unwrap();
+    refused(
+        &GemmSpec {
+            batch: 2,
+            stride_a: 64 * 64 + 8,
+            ..spec()
+        },
+        "A's batch stride",
+    );
+    refused(
+        &GemmSpec {
+            a_scale: Some(0x4002),
+            ..spec()
+        },
+        "A's scale",
+    );
+    // Non-FP8 GEMMs have no such rules here (cuBLASLt handles any alignment for them).
+    check(&GemmSpec {
+        a_type: DType::BF16,
+        b_type: DType::BF16,
+        a: 0x1002,
+        k: 40,
+        trans_b: false,
+        a_scale: None,
+        b_scale: None,
+        ..spec()
+    })
+    .unwrap();
+}
