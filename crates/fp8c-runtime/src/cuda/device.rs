@@ -44,6 +44,48 @@ impl DeviceInfo {
     pub fn has_fp8(&self) -> bool {
         self.compute_capability >= (8, 9)
     }
+
+    /// Whether fp8c's kernels can run here: compute capability 8.0 or newer (the kernels use
+    /// sm_80 instructions such as `__reduce_max_sync`) and a driver for CUDA 13.0 or newer
+    /// (the CUDA 13.0 bindings fp8c is built with; see [`MIN_DRIVER_VERSION`]).
+    pub fn check_supported(&self) -> Result<(), String> {
+        check_driver_version(self.driver_version)?;
+        if self.compute_capability < MIN_COMPUTE_CAPABILITY {
+            return Err(format!(
+                "device {} ({}) has compute capability {}.{}; fp8c's kernels need {}.{} or newer (8.9+ for FP8 GEMMs)",
+                self.ordinal,
+                self.name,
+                self.compute_capability.0,
+                self.compute_capability.1,
+                MIN_COMPUTE_CAPABILITY.0,
+                MIN_COMPUTE_CAPABILITY.1
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The oldest compute capability fp8c's kernels compile for (sm_80 instructions).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+
+/// The oldest driver fp8c's CUDA bindings work with, as `cuDriverGetVersion` reports it:
+/// CUDA 13.0 (driver 580). cudarc's `cuda-13000` bindings call entry points older drivers
+/// lack, which its loader reports by panicking, so the version is checked first.
+pub const MIN_DRIVER_VERSION: i32 = 13000;
+
+/// `Err` naming both versions when `version` (`cuDriverGetVersion`'s 1000·major + 10·minor)
+/// is older than [`MIN_DRIVER_VERSION`].
+pub fn check_driver_version(version: i32) -> Result<(), String> {
+    if version >= MIN_DRIVER_VERSION {
+        return Ok(());
+    }
+    Err(format!(
+        "the NVIDIA driver supports CUDA {}.{}; fp8c needs CUDA {}.{} (driver 580 or newer)",
+        version / 1000,
+        version % 1000 / 10,
+        MIN_DRIVER_VERSION / 1000,
+        MIN_DRIVER_VERSION % 1000 / 10
+    ))
 }
 
 /// A driver call's error as a runtime error naming the call.

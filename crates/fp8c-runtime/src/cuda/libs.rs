@@ -113,6 +113,10 @@ pub fn presence() -> Presence {
 /// `Ok` when the CUDA driver library can be opened.
 pub fn require_driver() -> Result<(), RuntimeError> {
     if presence().driver {
+        // The version before any cudarc call: its CUDA 13 bindings panic on an older driver.
+        if let Some(v) = driver_version() {
+            super::device::check_driver_version(v).map_err(super::unavailable)?;
+        }
         return Ok(());
     }
     Err(super::unavailable(
@@ -143,4 +147,19 @@ pub fn require_cublaslt() -> Result<(), RuntimeError> {
          nvidia-cublas wheel or the CUDA toolkit and point {LIB_DIRS_ENV} or LD_LIBRARY_PATH at \
          its lib folder"
     )))
+}
+
+/// `cuDriverGetVersion` through the driver library itself, without cudarc (whose loader
+/// panics on a driver older than its bindings). None when the library or symbol is missing.
+pub fn driver_version() -> Option<i32> {
+    type GetVersion = unsafe extern "C" fn(*mut i32) -> i32;
+    // SAFETY: loading the system's CUDA driver library; it stays loaded (cudarc opens it too).
+    let lib = unsafe { libloading::Library::new("libcuda.so.1") }.ok()?;
+    // SAFETY: cuDriverGetVersion(int*) -> CUresult, a stable driver entry point since CUDA 2.2.
+    let f = unsafe { lib.get::<GetVersion>(b"cuDriverGetVersion\0") }.ok()?;
+    let mut v = 0;
+    // SAFETY: a valid out-pointer; 0 is CUDA_SUCCESS.
+    let ok = unsafe { f(&mut v) } == 0;
+    std::mem::forget(lib);
+    ok.then_some(v)
 }

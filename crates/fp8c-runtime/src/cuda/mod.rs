@@ -35,7 +35,7 @@ pub mod libs;
 mod lower;
 pub mod nvrtc;
 
-pub use device::DeviceInfo;
+pub use device::{DeviceInfo, MIN_COMPUTE_CAPABILITY, MIN_DRIVER_VERSION, check_driver_version};
 pub use exec::CudaExecutable;
 pub use lower::support;
 
@@ -88,15 +88,7 @@ impl Backend for CudaBackend {
         libs::require_driver()?;
         let info = device::probe_device(self.options.device)?;
         libs::require_nvrtc()?;
-        if info.compute_capability < (7, 0) {
-            return Err(unavailable(format!(
-                "device {} ({}) has compute capability {}.{}; fp8c needs 7.0 or newer (8.9+ for FP8 GEMMs)",
-                self.options.device,
-                info.name,
-                info.compute_capability.0,
-                info.compute_capability.1
-            )));
-        }
+        info.check_supported().map_err(unavailable)?;
         Ok(())
     }
 
