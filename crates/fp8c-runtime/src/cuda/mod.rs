@@ -27,6 +27,7 @@ pub mod bench;
 pub mod codegen;
 mod device;
 pub mod emu;
+pub mod emu_gemm;
 mod exec;
 pub mod gemm;
 pub mod gemm_rules;
