@@ -34,6 +34,20 @@ fn addr<T>(v: &[T]) -> u64 {
     v.as_ptr() as u64
 }
 
+/// An E4M3 × E4M3 GEMM of the buffers, D of type `out` (layout fields set by the caller).
+fn tn(m: usize, n: usize, k: usize, a: &[u128], b: &[u128], d: &[u128], out: DType) -> GemmSpec {
+    GemmSpec::plain(
+        m as u64,
+        n as u64,
+        k as u64,
+        addr(a),
+        addr(b),
+        addr(d),
+        DType::F8E4M3,
+        out,
+    )
+}
+
 /// `A [m,k] · B [k,n]` from A stored `[m,k]` and B stored `[n,k]` (TN), in f64.
 fn naive_tn(a: &[f32], bt: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> {
     let mut d = vec![0f64; m * n];
@@ -76,31 +90,13 @@ fn fp8_gemm_with_scales_and_bias_equals_the_naive_product() {
     let mut d = buf(4 * m * n);
     for fast_accum in [false, true] {
         let s = GemmSpec {
-            m: m as u64,
-            n: n as u64,
-            k: k as u64,
-            batch: 1,
-            a: addr(&qa),
-            b: addr(&qb),
-            d: addr(&d),
-            a_type: DType::F8E4M3,
-            b_type: DType::F8E4M3,
-            d_type: DType::F32,
-            trans_a: false,
             trans_b: true,
-            stride_a: 0,
-            stride_b: 0,
-            stride_d: 0,
-            alpha: 1.0,
-            beta: 0.0,
-            alpha_ptr: None,
             a_scale: Some(addr(&sa_v)),
             b_scale: Some(addr(&sb_v)),
-            d_scale: None,
-            amax_d: None,
             bias: Some((addr(&bias_buf), DType::BF16)),
             epilogue: Epilogue::Bias,
             fast_accum,
+            ..tn(m, n, k, &qa, &qb, &d, DType::F32)
         };
         // SAFETY: every pointer is a live host buffer of the spec's sizes.
         unsafe { emu_gemm::run(&s) }.unwrap();
@@ -137,31 +133,12 @@ fn an_fp8_d_reports_amax_before_its_scale_and_refused_requests_write_nothing() {
     let mut d = buf(m * n);
     let (one, dscale, mut amax) = ([1f32], [0.25f32], [0f32]);
     let s = GemmSpec {
-        m: m as u64,
-        n: n as u64,
-        k: k as u64,
-        batch: 1,
-        a: addr(&qa),
-        b: addr(&qb),
-        d: addr(&d),
-        a_type: DType::F8E4M3,
-        b_type: DType::F8E4M3,
-        d_type: DType::F8E4M3,
-        trans_a: false,
         trans_b: true,
-        stride_a: 0,
-        stride_b: 0,
-        stride_d: 0,
-        alpha: 1.0,
-        beta: 0.0,
-        alpha_ptr: None,
         a_scale: Some(addr(&one)),
         b_scale: Some(addr(&one)),
         d_scale: Some(addr(&dscale)),
         amax_d: Some(amax.as_mut_ptr() as u64),
-        bias: None,
-        epilogue: Epilogue::None,
-        fast_accum: false,
+        ..tn(m, n, k, &qa, &qb, &d, DType::F8E4M3)
     };
     // SAFETY: live host buffers of the spec's sizes.
     unsafe { emu_gemm::run(&s) }.unwrap();
@@ -205,31 +182,22 @@ fn batched_bf16_gemm_walks_the_strides_and_accumulates_with_beta() {
     let (qa, qb) = (to_bf16(&a), to_bf16(&bm));
     let mut d = to_bf16(&vec![1.0; batch * m * n]);
     let s = GemmSpec {
-        m: m as u64,
-        n: n as u64,
-        k: k as u64,
         batch: batch as u64,
-        a: addr(&qa),
-        b: addr(&qb),
-        d: addr(&d),
-        a_type: DType::BF16,
-        b_type: DType::BF16,
-        d_type: DType::BF16,
-        trans_a: false,
-        trans_b: false,
         stride_a: (m * k) as u64,
         stride_b: (k * n) as u64,
         stride_d: (m * n) as u64,
         alpha: 2.0,
         beta: 1.0,
-        alpha_ptr: None,
-        a_scale: None,
-        b_scale: None,
-        d_scale: None,
-        amax_d: None,
-        bias: None,
-        epilogue: Epilogue::None,
-        fast_accum: false,
+        ..GemmSpec::plain(
+            m as u64,
+            n as u64,
+            k as u64,
+            addr(&qa),
+            addr(&qb),
+            addr(&d),
+            DType::BF16,
+            DType::BF16,
+        )
     };
     // SAFETY: live host buffers of the spec's sizes.
     unsafe { emu_gemm::run(&s) }.unwrap();

@@ -9,31 +9,20 @@ use fp8c_runtime::cuda::gemm_rules::{c_type, check};
 /// A valid forward FP8 GEMM: E4M3 × E4M3 → f32, TN, 64×64×64, 256-byte aligned pointers.
 fn spec() -> GemmSpec {
     GemmSpec {
-        m: 64,
-        n: 64,
-        k: 64,
-        batch: 1,
-        a: 0x1000,
-        b: 0x2000,
-        d: 0x3000,
-        a_type: DType::F8E4M3,
-        b_type: DType::F8E4M3,
-        d_type: DType::F32,
-        trans_a: false,
         trans_b: true,
-        stride_a: 0,
-        stride_b: 0,
-        stride_d: 0,
-        alpha: 1.0,
-        beta: 0.0,
-        alpha_ptr: None,
         a_scale: Some(0x4000),
         b_scale: Some(0x4004),
-        d_scale: None,
-        amax_d: None,
-        bias: None,
-        epilogue: Epilogue::None,
         fast_accum: true,
+        ..GemmSpec::plain(
+            64,
+            64,
+            64,
+            0x1000,
+            0x2000,
+            0x3000,
+            DType::F8E4M3,
+            DType::F32,
+        )
     }
 }
 

@@ -207,8 +207,9 @@ fn calibration_fills_every_fp8_tensor_from_the_f32_path() {
     );
 }
 
-#[test]
-fn training_resumes_bit_identically_from_a_checkpoint() {
+/// The digits MLP's training data, its forward model bound to batch 16, and the default
+/// cross-entropy spec on its logits.
+fn digits_mlp() -> (Dataset, Model, fp8c_passes::autodiff::TrainSpec) {
     let model = mlp();
     let options = TrainOptions::new("logits");
     let data = Dataset::load(
@@ -223,7 +224,12 @@ fn training_resumes_bit_identically_from_a_checkpoint() {
     )
     .unwrap();
     let forward = data.forward_model(&model, 16, "logits").unwrap();
-    let spec = options.spec();
+    (data, forward, options.spec())
+}
+
+#[test]
+fn training_resumes_bit_identically_from_a_checkpoint() {
+    let (data, forward, spec) = digits_mlp();
     let opts = CompileOptions::fp8().min_fp8_flops(0);
     let new = || Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
     let steps = |t: &mut Trainer, range: std::ops::Range<u64>| -> Vec<u64> {
@@ -265,21 +271,7 @@ fn training_resumes_bit_identically_from_a_checkpoint() {
 /// (TransformerEngine issue 982), and a history of another length keeps its newest entries.
 #[test]
 fn resuming_without_amax_histories_recomputes_them_from_the_next_batch() {
-    let model = mlp();
-    let options = TrainOptions::new("logits");
-    let data = Dataset::load(
-        &repo("examples/data/digits_train.npz"),
-        &model,
-        &DataOptions {
-            inputs: BTreeMap::new(),
-            labels: "y".into(),
-            loss: options.loss,
-            batch: 16,
-        },
-    )
-    .unwrap();
-    let forward = data.forward_model(&model, 16, "logits").unwrap();
-    let spec = options.spec();
+    let (data, forward, spec) = digits_mlp();
     let trainer = |opts: &CompileOptions| {
         Trainer::for_model(&forward, &spec, &opts.clone().min_fp8_flops(0), Device::Cpu).unwrap()
     };

@@ -130,6 +130,42 @@ pub struct GemmSpec {
     pub fast_accum: bool,
 }
 
+impl GemmSpec {
+    /// `D [m, n] = A [m, k] · B [k, n]` at device addresses `a`, `b`, `d`, operands of type
+    /// `t` and D of type `out`, row-major, not batched, α = 1, β = 0, no scales, no epilogue;
+    /// callers change the fields they need.
+    #[allow(clippy::too_many_arguments)]
+    pub fn plain(m: u64, n: u64, k: u64, a: u64, b: u64, d: u64, t: DType, out: DType) -> Self {
+        GemmSpec {
+            m,
+            n,
+            k,
+            batch: 1,
+            a,
+            b,
+            d,
+            a_type: t,
+            b_type: t,
+            d_type: out,
+            trans_a: false,
+            trans_b: false,
+            stride_a: 0,
+            stride_b: 0,
+            stride_d: 0,
+            alpha: 1.0,
+            beta: 0.0,
+            alpha_ptr: None,
+            a_scale: None,
+            b_scale: None,
+            d_scale: None,
+            amax_d: None,
+            bias: None,
+            epilogue: Epilogue::None,
+            fast_accum: false,
+        }
+    }
+}
+
 fn data_type(d: DType) -> Result<sys::cudaDataType, String> {
     Ok(match d {
         DType::F32 => sys::cudaDataType::CUDA_R_32F,

@@ -4,6 +4,7 @@
 use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
 use crate::cuda::device::KernelArgs;
+use crate::cuda::gemm::GemmSpec;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
 use fp8c_ir::window::WindowAttrs;
@@ -160,7 +161,7 @@ impl Lowerer<'_> {
                 col
             };
             // Y_g [mg, spatial] = W_g [mg, kg] · col_g [kg, spatial], for each group.
-            let mut spec = Self::plain_spec(
+            let mut spec = GemmSpec::plain(
                 mg,
                 spatial,
                 kg,

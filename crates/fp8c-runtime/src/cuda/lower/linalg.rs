@@ -51,46 +51,6 @@ impl Lowerer<'_> {
         Ok(Action::Gemm(Box::new(self.lt()?.plan(s)?)))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn plain_spec(
-        m: u64,
-        n: u64,
-        k: u64,
-        a: u64,
-        b: u64,
-        d: u64,
-        t: DType,
-        out: DType,
-    ) -> GemmSpec {
-        GemmSpec {
-            m,
-            n,
-            k,
-            batch: 1,
-            a,
-            b,
-            d,
-            a_type: t,
-            b_type: t,
-            d_type: out,
-            trans_a: false,
-            trans_b: false,
-            stride_a: 0,
-            stride_b: 0,
-            stride_d: 0,
-            alpha: 1.0,
-            beta: 0.0,
-            alpha_ptr: None,
-            a_scale: None,
-            b_scale: None,
-            d_scale: None,
-            amax_d: None,
-            bias: None,
-            epilogue: Epilogue::None,
-            fast_accum: false,
-        }
-    }
-
     /// numpy matmul of f32 / bf16 / f16 operands: batch dims folded into M when B is one
     /// matrix, strided batches when both carry the same batch, A broadcast with stride 0.
     fn matmul(&self, a: BufId, b: BufId, y: BufId) -> R<Vec<Action>> {
@@ -125,7 +85,7 @@ impl Lowerer<'_> {
                 bytes: self.buf(y).bytes,
             }]);
         }
-        let mut s = Self::plain_spec(
+        let mut s = GemmSpec::plain(
             m,
             n,
             k,
@@ -180,7 +140,7 @@ impl Lowerer<'_> {
         let (m, n) = (yd[0], yd[1]);
         let k = if trans_a { ad[0] } else { ad[1] };
         let mut actions = Vec::new();
-        let mut s = Self::plain_spec(
+        let mut s = GemmSpec::plain(
             m,
             n,
             k,
@@ -314,7 +274,7 @@ impl Lowerer<'_> {
         } else {
             Some(self.alloc(m * n * out.size() as u64)?)
         };
-        let mut spec = Self::plain_spec(m, n, k, self.ptr(qa), self.ptr(qb), 0, ta, out);
+        let mut spec = GemmSpec::plain(m, n, k, self.ptr(qa), self.ptr(qb), 0, ta, out);
         spec.b_type = tb;
         if let Some((epi, bias)) = fused {
             spec.epilogue = epi;
