@@ -1,7 +1,8 @@
 //! The CUDA side of the CLI on a machine without a GPU (CI's): `fp8c run --device cuda` and
 //! `fp8c bench` fail with the backend's one clear message and exit code 1, never a panic. On a
 //! machine with a GPU the failure cannot happen, so those checks print why they are skipped
-//! (scripts/gpu-check.sh exercises the success path there).
+//! (scripts/gpu-check.sh exercises the success path there). The success path without a GPU:
+//! `--device cuda-emulated` runs the same CUDA backend on the emulated device.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -97,5 +98,115 @@ fn bench_help_lists_its_options() {
         "--device",
     ] {
         assert!(out.contains(opt), "{opt} missing from:\n{out}");
+    }
+}
+
+/// `fp8c run --device cuda-emulated`: the CUDA backend (lowering, kernels, cuBLASLt requests)
+/// on the emulated device gives the CPU reference's outputs for the digits MLP (bit for bit)
+/// and the Llama-style decoder export (FP8 GEMMs, RoPE, attention; transcendental kernels
+/// use the host's math library, so within 1e-5).
+#[test]
+fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let llama_inputs = dir.path().join("llama_in.npz");
+    let ids: Vec<i64> = (0..32).map(|i| (i * 37 % 256) as i64).collect();
+    fp8c_session::npy::write_npz(
+        &llama_inputs,
+        &[("input_ids", &fp8c_ir::Tensor::from_i64(vec![2, 16], &ids))],
+    )
+    .unwrap();
+    let cases = [
+        (
+            "examples/models/mlp_digits.onnx",
+            root().join("examples/data/digits_test.npz"),
+            0.0,
+        ),
+        ("examples/models/llama-tiny.onnx", llama_inputs, 1e-5),
+    ];
+    for (model, inputs, tol) in cases {
+        let out = |dev: &str| {
+            let path = dir.path().join(format!("out_{dev}.npz"));
+            let o = fp8c(&[
+                "run",
+                model,
+                "--inputs",
+                inputs.to_str().unwrap(),
+                "--device",
+                dev,
+                "--min-fp8-flops",
+                "0",
+                "-o",
+                path.to_str().unwrap(),
+            ]);
+            assert!(
+                o.status.success(),
+                "{model} on {dev}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            fp8c_session::npy::read_npz(&path).unwrap()
+        };
+        let (cpu, emu) = (out("cpu"), out("cuda-emulated"));
+        assert_eq!(cpu.len(), emu.len());
+        for ((k, c), (_, e)) in cpu.iter().zip(&emu) {
+            let cmp = fp8c_runtime::compare(e, c).unwrap();
+            println!(
+                "{model} \"{k}\": emulated CUDA vs CPU rel L2 {:.3e}",
+                cmp.rel_l2
+            );
+            if tol == 0.0 {
+                assert_eq!(c.bytes(), e.bytes(), "{model} \"{k}\"");
+            } else {
+                assert!(cmp.rel_l2 <= tol, "{model} \"{k}\": {cmp:?}");
+            }
+        }
+    }
+}
+
+/// `fp8c train --device cuda-emulated`: FP8 training steps of the digits MLP (forward, E5M2
+/// gradients, delayed-scaling updates, AdamW) on the emulated CUDA device log the CPU
+/// reference's losses.
+#[test]
+fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let losses = |dev: &str| -> Vec<f64> {
+        let log = dir.path().join(format!("{dev}.csv"));
+        let o = fp8c(&[
+            "train",
+            "examples/models/mlp_digits.onnx",
+            "--data",
+            "examples/data/digits_train.npz",
+            "--labels",
+            "y",
+            "--batch",
+            "32",
+            "--steps",
+            "3",
+            "--min-fp8-flops",
+            "0",
+            "--device",
+            dev,
+            "--log",
+            log.to_str().unwrap(),
+            "--quiet",
+        ]);
+        assert!(
+            o.status.success(),
+            "train on {dev}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+            .collect()
+    };
+    let (cpu, emu) = (losses("cpu"), losses("cuda-emulated"));
+    assert_eq!(cpu.len(), 3);
+    for (step, (c, e)) in cpu.iter().zip(&emu).enumerate() {
+        assert!(
+            (c - e).abs() <= 1e-5 * c.abs(),
+            "step {step}: CPU loss {c}, emulated CUDA {e}"
+        );
     }
 }

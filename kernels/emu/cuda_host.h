@@ -98,7 +98,6 @@ struct Block {
   uint3 idx;
   dim3 dim, grid;
   std::vector<Thread> threads;
-  std::vector<char> stacks;
   ucontext_t scheduler;
   Thread* current = nullptr;
   Trampoline body = nullptr;
@@ -143,16 +142,19 @@ inline void thread_entry() {
 // Runs one block to completion; false (and g_error) on a barrier that cannot open.
 inline bool run_block(Block& b) {
   const unsigned n = b.dim.x * b.dim.y * b.dim.z;
-  const size_t stack = 256 * 1024;
+  // 64 KiB per fiber (the kernels keep a few small arrays on the stack), allocated once per
+  // OS thread and reused by every block and launch.
+  const size_t stack = 64 * 1024;
+  static thread_local std::vector<char> stacks;
+  if (stacks.size() < n * stack) stacks.resize(n * stack);
   b.threads.assign(n, Thread{});
-  if (b.stacks.size() < n * stack) b.stacks.resize(n * stack);
   for (unsigned i = 0; i < n; ++i) {
     Thread& t = b.threads[i];
     t.linear = i;
     t.idx = {i % b.dim.x, (i / b.dim.x) % b.dim.y, i / (b.dim.x * b.dim.y)};
     t.state = RUNNING;
     getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = b.stacks.data() + i * stack;
+    t.ctx.uc_stack.ss_sp = stacks.data() + i * stack;
     t.ctx.uc_stack.ss_size = stack;
     t.ctx.uc_link = &b.scheduler;
     makecontext(&t.ctx, thread_entry, 0);
@@ -259,15 +261,15 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __double2float_rn(double a) { return (float)a; }
 inline float __ll2float_rn(long long a) { return (float)a; }
+// PTX's cvt.rzi: truncate toward zero, saturate to the destination range, NaN to 0.
 inline long long __float2ll_rz(float a) {
-  // CUDA saturates and maps NaN to 0x8000000000000000.
-  if (a != a) return (long long)0x8000000000000000ull;
+  if (a != a) return 0;
   if (a >= 9.2233720368547758e18f) return 0x7fffffffffffffffll;
   if (a <= -9.2233720368547758e18f) return (long long)0x8000000000000000ull;
   return (long long)a;
 }
 inline int __float2int_rz(float a) {
-  if (a != a) return (int)0x80000000u;
+  if (a != a) return 0;
   if (a >= 2147483648.0f) return 0x7fffffff;
   if (a <= -2147483648.0f) return (int)0x80000000u;
   return (int)a;

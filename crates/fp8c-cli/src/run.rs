@@ -24,6 +24,9 @@ pub enum DeviceArg {
     Cpu,
     /// An NVIDIA GPU.
     Cuda,
+    /// The CUDA backend on the emulated device (kernels compiled for the host; no GPU needed;
+    /// for checking, not speed).
+    CudaEmulated,
 }
 
 /// `fp8c run`.
@@ -81,6 +84,7 @@ impl From<DeviceArg> for fp8c_session::Device {
         match d {
             DeviceArg::Cpu => fp8c_session::Device::Cpu,
             DeviceArg::Cuda => fp8c_session::Device::Cuda,
+            DeviceArg::CudaEmulated => fp8c_session::Device::CudaEmulated,
         }
     }
 }

@@ -177,6 +177,9 @@ pub struct TrainArgs {
     /// FP8 training). Not with --log, --checkpoint, --resume or -o.
     #[arg(long, value_delimiter = ',', value_name = "f32,bf16,fp8")]
     pub compare: Vec<fp8c_session::PrecisionMode>,
+    /// The backend to train on.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: crate::run::DeviceArg,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -393,7 +396,9 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
     let forward = data.forward_model(&model, a.batch, &output)?;
     let spec = options.spec();
     let started = Instant::now();
-    let mut trainer = Trainer::for_model(&forward, &spec, &opts, Device::Cpu)?;
+    let device = Device::from(a.device);
+    device.check()?;
+    let mut trainer = Trainer::for_model(&forward, &spec, &opts, device)?;
     for n in trainer.notes() {
         tracing::info!("{n}");
     }

@@ -18,6 +18,10 @@ pub enum Device {
     Cpu,
     /// An NVIDIA GPU (the CUDA backend; needs the driver at run time).
     Cuda,
+    /// The CUDA backend on the emulated device: kernels compiled for the host, cuBLASLt
+    /// requests checked and computed by the reference (needs a C++ compiler, no GPU). For
+    /// checking the CUDA path where there is no GPU, not for speed.
+    CudaEmulated,
 }
 
 impl Device {
@@ -26,6 +30,7 @@ impl Device {
         match self {
             Device::Cpu => "cpu",
             Device::Cuda => "cuda",
+            Device::CudaEmulated => "cuda-emulated",
         }
     }
 
@@ -34,6 +39,10 @@ impl Device {
         match self {
             Device::Cpu => Box::new(CpuBackend),
             Device::Cuda => Box::new(CudaBackend::default()),
+            Device::CudaEmulated => Box::new(CudaBackend::new(fp8c_runtime::CudaOptions {
+                emulated: true,
+                ..Default::default()
+            })),
         }
     }
 
@@ -56,7 +65,10 @@ impl std::str::FromStr for Device {
         match s {
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda),
-            _ => Err(format!("unknown device `{s}`; expected cpu or cuda")),
+            "cuda-emulated" => Ok(Device::CudaEmulated),
+            _ => Err(format!(
+                "unknown device `{s}`; expected cpu, cuda or cuda-emulated"
+            )),
         }
     }
 }

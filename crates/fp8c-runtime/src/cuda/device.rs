@@ -5,14 +5,22 @@
 //! Every allocation and module is owned by the [`Device`] and released when it drops, after a
 //! final synchronisation. Callers make the context current ([`Device::bind`]) at the top of
 //! every public entry point, since CUDA contexts are per thread.
+//!
+//! The device seam of the emulated device (issue #15, ARCHITECTURE.md): [`Device::emulated`]
+//! is a device whose memory is host memory (256-byte aligned, as `cuMemAlloc`'s), whose
+//! modules are the same kernel sources compiled for the host (`emu.rs`) and whose launches
+//! run there in order; everything above this file (lowering, argument packing, launch
+//! geometry, the run loop) is unchanged.
 
 use crate::backend::RuntimeError;
+use crate::cuda::emu::{self, HostModule};
 use crate::cuda::{kernels, nvrtc, unavailable};
 use cudarc::driver::result::{self as drv, DriverError};
 use cudarc::driver::sys;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
+use std::sync::Arc;
 
 /// What the backend knows about a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,10 +198,31 @@ impl KernelArgs {
     }
 }
 
+/// A loaded module: a cubin on the GPU, or the host build of the emulated device.
+#[derive(Clone, Debug)]
+pub(crate) enum ModuleRef {
+    Cuda(sys::CUmodule),
+    Emu(Arc<HostModule>),
+}
+
+/// A kernel entry point.
+#[derive(Clone, Debug)]
+pub(crate) enum KernelRef {
+    Cuda(sys::CUfunction),
+    Emu(Arc<HostModule>, String),
+}
+
+/// The emulated device's memory and modules.
+#[derive(Default)]
+struct Emulated {
+    allocs: RefCell<Vec<(*mut u8, std::alloc::Layout)>>,
+    modules: RefCell<HashMap<String, Arc<HostModule>>>,
+}
+
 /// A kernel launch, ready to replay.
 #[derive(Clone, Debug)]
 pub(crate) struct Launch {
-    pub func: sys::CUfunction,
+    pub func: KernelRef,
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     pub shared: u32,
@@ -208,6 +237,7 @@ pub(crate) struct Device {
     pub stream: sys::CUstream,
     allocs: RefCell<Vec<sys::CUdeviceptr>>,
     modules: RefCell<HashMap<String, sys::CUmodule>>,
+    emu: Option<Emulated>,
 }
 
 impl Device {
@@ -229,11 +259,41 @@ impl Device {
             stream,
             allocs: RefCell::new(Vec::new()),
             modules: RefCell::new(HashMap::new()),
+            emu: None,
         })
+    }
+
+    /// The emulated device: an H100-like description (compute capability 9.0, CUDA 13.0) with
+    /// 4 multiprocessors, so grid-stride kernels get a few blocks and stay quick on a CPU.
+    pub fn emulated() -> Device {
+        Device {
+            info: DeviceInfo {
+                ordinal: 0,
+                name: "emulated device (host)".into(),
+                compute_capability: (9, 0),
+                total_memory: 16 << 30,
+                sm_count: 4,
+                driver_version: super::device::MIN_DRIVER_VERSION,
+            },
+            dev: 0,
+            ctx: std::ptr::null_mut(),
+            stream: std::ptr::null_mut(),
+            allocs: RefCell::new(Vec::new()),
+            modules: RefCell::new(HashMap::new()),
+            emu: Some(Emulated::default()),
+        }
+    }
+
+    /// Whether this is the emulated device.
+    pub fn is_emulated(&self) -> bool {
+        self.emu.is_some()
     }
 
     /// Makes the device's context current on this thread.
     pub fn bind(&self) -> Result<(), RuntimeError> {
+        if self.emu.is_some() {
+            return Ok(());
+        }
         // SAFETY: the context lives as long as `self`.
         unsafe { drv::ctx::set_current(self.ctx) }.map_err(drv_err("cuCtxSetCurrent"))
     }
@@ -242,6 +302,20 @@ impl Device {
     /// with the device.
     pub fn alloc(&self, bytes: u64) -> Result<u64, RuntimeError> {
         let size = bytes.max(256) as usize;
+        if let Some(e) = &self.emu {
+            let layout = std::alloc::Layout::from_size_align(size, 256).map_err(|err| {
+                RuntimeError::Other(format!("cannot allocate {bytes} bytes: {err}"))
+            })?;
+            // SAFETY: a non-zero size; freed with the device.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            if p.is_null() {
+                return Err(RuntimeError::Other(format!(
+                    "cannot allocate {bytes} bytes on the emulated device"
+                )));
+            }
+            e.allocs.borrow_mut().push((p, layout));
+            return Ok(p as u64);
+        }
         // SAFETY: a current context; the allocation is freed in Drop.
         let p = unsafe { drv::malloc_sync(size) }.map_err(|e| {
             RuntimeError::Other(format!(
@@ -258,6 +332,11 @@ impl Device {
         if src.is_empty() {
             return Ok(());
         }
+        if self.emu.is_some() {
+            // SAFETY: `dst` is an emulated allocation of at least src.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
+            return Ok(());
+        }
         // SAFETY: `dst` holds at least src.len() bytes (buffers are sized from the plan);
         // pageable host memory is staged by the driver before this returns.
         unsafe { drv::memcpy_htod_async(dst, src, self.stream) }
@@ -267,6 +346,11 @@ impl Device {
     /// Copies device bytes to the host and waits for them.
     pub fn download(&self, dst: &mut [u8], src: u64) -> Result<(), RuntimeError> {
         if dst.is_empty() {
+            return Ok(());
+        }
+        if self.emu.is_some() {
+            // SAFETY: `src` is an emulated allocation of at least dst.len() bytes.
+            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
             return Ok(());
         }
         // SAFETY: `src` holds at least dst.len() bytes; we synchronise before `dst` is read.
@@ -280,6 +364,11 @@ impl Device {
         if bytes == 0 || dst == src {
             return Ok(());
         }
+        if self.emu.is_some() {
+            // SAFETY: both ranges lie in live emulated allocations.
+            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes as usize) };
+            return Ok(());
+        }
         // SAFETY: both ranges lie in live allocations.
         unsafe { drv::memcpy_dtod_async(dst, src, bytes as usize, self.stream) }
             .map_err(drv_err("cuMemcpyDtoDAsync"))
@@ -288,6 +377,11 @@ impl Device {
     /// Sets `bytes` bytes to `value` (stream-ordered).
     pub fn memset8(&self, dst: u64, value: u8, bytes: u64) -> Result<(), RuntimeError> {
         if bytes == 0 {
+            return Ok(());
+        }
+        if self.emu.is_some() {
+            // SAFETY: the range lies in a live emulated allocation.
+            unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes as usize) };
             return Ok(());
         }
         // SAFETY: the range lies in a live allocation.
@@ -300,6 +394,13 @@ impl Device {
         if count == 0 {
             return Ok(());
         }
+        if self.emu.is_some() {
+            for i in 0..count {
+                // SAFETY: the range lies in a live emulated allocation.
+                unsafe { std::ptr::write_unaligned((dst + 4 * i) as *mut u32, value) };
+            }
+            return Ok(());
+        }
         // SAFETY: the range lies in a live allocation.
         unsafe { sys::cuMemsetD32Async(dst, value, count as usize, self.stream) }
             .result()
@@ -308,6 +409,9 @@ impl Device {
 
     /// Waits for the stream.
     pub fn sync(&self) -> Result<(), RuntimeError> {
+        if self.emu.is_some() {
+            return Ok(());
+        }
         // SAFETY: a live stream.
         unsafe { drv::stream::synchronize(self.stream) }.map_err(|e| {
             RuntimeError::Other(format!(
@@ -324,7 +428,7 @@ impl Device {
         file: &str,
         source: &str,
         headers: &[(&str, &str)],
-    ) -> Result<sys::CUmodule, RuntimeError> {
+    ) -> Result<ModuleRef, RuntimeError> {
         let arch = self.info.arch();
         let mut parts: Vec<&[u8]> = vec![source.as_bytes()];
         for (n, t) in headers {
@@ -332,8 +436,20 @@ impl Device {
             parts.push(t.as_bytes());
         }
         let key = format!("{file}:{:016x}", nvrtc::stable_hash(&parts));
+        if let Some(e) = &self.emu {
+            if let Some(m) = e.modules.borrow().get(&key) {
+                return Ok(ModuleRef::Emu(m.clone()));
+            }
+            let m = Arc::new(emu::compile(file, source, headers).map_err(|err| {
+                RuntimeError::Other(format!(
+                    "cannot compile {file} for the emulated device: {err}"
+                ))
+            })?);
+            e.modules.borrow_mut().insert(key, m.clone());
+            return Ok(ModuleRef::Emu(m));
+        }
         if let Some(m) = self.modules.borrow().get(&key) {
-            return Ok(*m);
+            return Ok(ModuleRef::Cuda(*m));
         }
         let cubin = nvrtc::compile_cached(file, source, headers, &arch)?;
         // SAFETY: a complete cubin image for this device's architecture; unloaded in Drop.
@@ -342,40 +458,65 @@ impl Device {
                 RuntimeError::Other(format!("cannot load the kernels of {file} for {arch}: {e}"))
             })?;
         self.modules.borrow_mut().insert(key, m);
-        Ok(m)
+        Ok(ModuleRef::Cuda(m))
     }
 
     /// A kernel of a fixed `kernels/` file.
-    pub fn kernel(
-        &self,
-        file: kernels::KernelFile,
-        name: &str,
-    ) -> Result<sys::CUfunction, RuntimeError> {
+    pub fn kernel(&self, file: kernels::KernelFile, name: &str) -> Result<KernelRef, RuntimeError> {
         let m = self.module(file.name, file.source, &kernels::fixed_headers())?;
-        self.function(m, file.name, name)
+        self.function(&m, file.name, name)
     }
 
     /// The entry point `name` of a loaded module.
     pub fn function(
         &self,
-        m: sys::CUmodule,
+        m: &ModuleRef,
         file: &str,
         name: &str,
-    ) -> Result<sys::CUfunction, RuntimeError> {
+    ) -> Result<KernelRef, RuntimeError> {
+        let m = match m {
+            ModuleRef::Cuda(m) => *m,
+            ModuleRef::Emu(h) => {
+                if !h.names().iter().any(|n| n == name) {
+                    return Err(RuntimeError::Other(format!(
+                        "kernel {name} is not in {file}"
+                    )));
+                }
+                return Ok(KernelRef::Emu(h.clone(), name.to_string()));
+            }
+        };
         let cname = CString::new(name)
             .map_err(|_| RuntimeError::Other(format!("bad kernel name {name:?}")))?;
         // SAFETY: a loaded module and a NUL-terminated name.
         unsafe { drv::module::get_function(m, cname) }
+            .map(KernelRef::Cuda)
             .map_err(|e| RuntimeError::Other(format!("kernel {name} is not in {file} ({e})")))
     }
 
     /// Launches `l` on the stream.
     pub fn launch(&self, l: &mut Launch) -> Result<(), RuntimeError> {
         let mut params = l.args.pointers();
+        let func = match &l.func {
+            KernelRef::Cuda(f) => *f,
+            KernelRef::Emu(m, name) => {
+                if l.shared != 0 {
+                    return Err(RuntimeError::Other(format!(
+                        "{name}: dynamic shared memory is not emulated"
+                    )));
+                }
+                let (g, b) = (l.grid, l.block);
+                // SAFETY: as for cuLaunchKernel below: the arguments match the kernel's
+                // signature and every pointer is a live emulated allocation.
+                return unsafe { m.launch(name, [g.0, g.1, g.2], [b.0, b.1, b.2], &mut params) }
+                    .map_err(|e| {
+                        RuntimeError::Other(format!("kernel {name} on the emulated device: {e}"))
+                    });
+            }
+        };
         // SAFETY: `func` comes from a loaded module, and the argument list matches its
         // signature (built by the op family's lowering in lower/, next to the kernel's name);
         // device pointers in it point into live allocations.
-        unsafe { drv::launch_kernel(l.func, l.grid, l.block, l.shared, self.stream, &mut params) }
+        unsafe { drv::launch_kernel(func, l.grid, l.block, l.shared, self.stream, &mut params) }
             .map_err(drv_err("cuLaunchKernel"))
     }
 
@@ -391,6 +532,13 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Some(e) = &self.emu {
+            for (p, layout) in e.allocs.borrow_mut().drain(..) {
+                // SAFETY: allocated in `alloc` with this layout, freed once.
+                unsafe { std::alloc::dealloc(p, layout) };
+            }
+            return;
+        }
         // Errors are ignored: there is nobody to report them to, and the process keeps going.
         // SAFETY: everything below was created by this Device and is released once.
         unsafe {

@@ -77,10 +77,16 @@ impl CudaExecutable {
         weights: &BTreeMap<String, Tensor>,
         options: &CudaOptions,
     ) -> Result<Self, RuntimeError> {
-        let dev = Device::open(options.device)?;
+        let dev = if options.emulated {
+            Device::emulated()
+        } else {
+            Device::open(options.device)?
+        };
         dev.bind()?;
         let lt = if p.steps().iter().any(|s| needs_gemm(&s.op)) {
-            libs::require_cublaslt()?;
+            if !dev.is_emulated() {
+                libs::require_cublaslt()?;
+            }
             Some(Lt::new(&dev)?)
         } else {
             None
@@ -325,7 +331,8 @@ impl Executable for CudaExecutable {
         self.upload_inputs(inputs)?;
         // The first run goes eagerly (it also warms cuBLASLt); with --cuda-graph the second is
         // captured and every run from then on is one graph launch.
-        if self.cuda_graph && self.runs >= 1 && self.graph.is_none() {
+        // The emulated device has no graphs: every run is eager (a blind spot, ARCHITECTURE.md).
+        if self.cuda_graph && !self.dev.is_emulated() && self.runs >= 1 && self.graph.is_none() {
             self.graph = Some(self.capture()?);
         }
         match &self.graph {

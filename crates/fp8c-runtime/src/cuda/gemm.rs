@@ -31,6 +31,7 @@ pub const WORKSPACE_BYTES: u64 = 32 << 20;
 
 /// cuBLASLt's handle and workspace for one device.
 pub(crate) struct Lt {
+    /// Null on the emulated device, whose GEMMs `emu_gemm.rs` computes.
     handle: sys::cublasLtHandle_t,
     workspace: u64,
     /// A device f32 zero, β for device-pointer-mode GEMMs.
@@ -40,6 +41,13 @@ pub(crate) struct Lt {
 impl Lt {
     /// Opens cuBLASLt on `dev` (the library must be present: `libs::require_cublaslt`).
     pub fn new(dev: &Device) -> Result<Lt, RuntimeError> {
+        if dev.is_emulated() {
+            return Ok(Lt {
+                handle: std::ptr::null_mut(),
+                workspace: 0,
+                zero: 0,
+            });
+        }
         let handle = lt::create_handle()
             .map_err(|e| RuntimeError::Other(format!("cublasLtCreate failed: {e}")))?;
         let workspace = dev.alloc(WORKSPACE_BYTES)?;
@@ -55,6 +63,9 @@ impl Lt {
 
 impl Drop for Lt {
     fn drop(&mut self) {
+        if self.handle.is_null() {
+            return;
+        }
         // SAFETY: created in `new`, destroyed once.
         unsafe {
             let _ = lt::destroy_handle(self.handle);
@@ -187,6 +198,8 @@ pub(crate) struct GemmCall {
     beta: f32,
     alpha_ptr: Option<u64>,
     workspace_bytes: usize,
+    /// On the emulated device: the checked request, computed by `emu_gemm`.
+    emulated: Option<Box<GemmSpec>>,
 }
 
 impl Drop for GemmCall {
@@ -273,6 +286,21 @@ impl Lt {
     pub fn plan(&self, s: &GemmSpec) -> Result<GemmCall, String> {
         let fp8 = s.a_type.is_fp8() || s.b_type.is_fp8();
         crate::cuda::gemm_rules::check(s)?;
+        if self.handle.is_null() {
+            return Ok(GemmCall {
+                desc: std::ptr::null_mut(),
+                layouts: [std::ptr::null_mut(); 4],
+                // SAFETY: an all-zero algo is a valid placeholder; the emulated call never
+                // reads it.
+                algo: unsafe { std::mem::zeroed() },
+                ptrs: [s.b, s.a, s.d],
+                alpha: s.alpha,
+                beta: s.beta,
+                alpha_ptr: s.alpha_ptr,
+                workspace_bytes: 0,
+                emulated: Some(Box::new(s.clone())),
+            });
+        }
         let mut call = GemmCall {
             desc: std::ptr::null_mut(),
             layouts: [std::ptr::null_mut(); 4],
@@ -283,6 +311,7 @@ impl Lt {
             beta: s.beta,
             alpha_ptr: s.alpha_ptr,
             workspace_bytes: WORKSPACE_BYTES as usize,
+            emulated: None,
         };
         call.desc = lt::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
@@ -393,6 +422,11 @@ impl Lt {
         c: &GemmCall,
         stream: cudarc::driver::sys::CUstream,
     ) -> Result<(), RuntimeError> {
+        if let Some(s) = &c.emulated {
+            // SAFETY: the spec's pointers are emulated allocations sized from the plan.
+            return unsafe { crate::cuda::emu_gemm::run(s) }
+                .map_err(|e| RuntimeError::Other(format!("emulated cuBLASLt: {e}")));
+        }
         let (alpha, beta): (*const c_void, *const c_void) = match c.alpha_ptr {
             Some(p) => (p as *const c_void, self.zero as *const c_void),
             None => (

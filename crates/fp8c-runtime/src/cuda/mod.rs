@@ -56,6 +56,10 @@ pub struct CudaOptions {
     /// Capture a whole run as a CUDA graph on the second run and replay it from then on (for
     /// training loops: one launch per step instead of one per kernel).
     pub cuda_graph: bool,
+    /// Run on the emulated device (issue #15; ARCHITECTURE.md): the same lowering and run
+    /// loop, kernels compiled for the host by its C++ compiler, cuBLASLt requests checked and
+    /// computed by the reference. Needs no GPU and no CUDA library; CI's CUDA tests use it.
+    pub emulated: bool,
 }
 
 /// The CUDA backend.
@@ -86,6 +90,9 @@ impl Backend for CudaBackend {
     }
 
     fn check(&self) -> Result<(), RuntimeError> {
+        if self.options.emulated {
+            return Ok(());
+        }
         libs::require_driver()?;
         let info = device::probe_device(self.options.device)?;
         libs::require_nvrtc()?;

@@ -231,7 +231,7 @@ impl Lowerer<'_> {
             .map_err(|e| e.to_string())?;
         let func = self
             .dev
-            .function(m, kernels::ELEMENTWISE.name, "fp8c_elementwise")
+            .function(&m, kernels::ELEMENTWISE.name, "fp8c_elementwise")
             .map_err(|e| e.to_string())?;
         let mut a = KernelArgs::new();
         a.push(p);
