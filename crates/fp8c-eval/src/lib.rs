@@ -44,6 +44,7 @@ mod fast_accum;
 mod fp8;
 mod fused;
 mod gather;
+pub mod golden;
 mod interface;
 mod linalg;
 mod loss;

@@ -276,6 +276,13 @@ pub fn program_of(expr: &EwExpr) -> Vec<EwInst> {
 }
 
 fn kind_name(d: DType) -> Result<&'static str, String> {
+    // KIND_U8 holds bools here (0 / 1): u8 arithmetic would be read as bool logic, the wrong
+    // result found when the golden cases first ran on the emulated device (add of u8 gave 1).
+    if d == DType::U8 {
+        return Err(
+            "u8 operands are not supported by the CUDA elementwise kernel (f32, bf16, f16 and bool are)".into(),
+        );
+    }
     match kind_code(d) {
         Some(0) => Ok("KIND_F32"),
         Some(1) => Ok("KIND_BF16"),

@@ -254,7 +254,15 @@ impl Lowerer<'_> {
     fn transpose(&self, x: BufId, y: BufId, perm: &[i64]) -> R<Vec<Action>> {
         let xd = self.buf(x).dims.clone();
         let r = xd.len();
-        let perm: Vec<usize> = perm.iter().map(|&p| norm_axis(p, r)).collect::<R<_>>()?;
+        // An empty perm reverses the axes (ONNX's default, as the evaluator reads it).
+        let perm: Vec<usize> = if perm.is_empty() {
+            (0..r).rev().collect()
+        } else {
+            perm.iter().map(|&p| norm_axis(p, r)).collect::<R<_>>()?
+        };
+        if perm.len() != r {
+            return Err(format!("perm {perm:?} does not permute {r} axes"));
+        }
         let es = self.buf(x).ty.dtype.size();
         let n = numel(self.buf(x));
         if n == 0 {

@@ -1,0 +1,121 @@
+//! The evaluator's golden op cases (`fp8c_eval::golden`: onnxruntime, onnx's reference
+//! evaluator and ml_dtypes outputs) on the CUDA backend, written once for every backend: each
+//! case becomes a one-node program (its inputs as graph inputs) that runs on the GPU when there
+//! is one, else on the emulated device (issue #15). Ops the CUDA backend does not support are
+//! counted with their stated reason, not failed; every supported case must match the
+//! reference within the case's own tolerance, as the CPU does (`fp8c-eval/tests/golden.rs`).
+
+use fp8c_eval::golden::{self, mismatch};
+use fp8c_ir::Graph;
+use fp8c_ir::Support;
+use fp8c_runtime::{Backend, CudaBackend, CudaOptions, lower};
+use std::collections::BTreeMap;
+
+fn cuda() -> (CudaBackend, &'static str) {
+    let real = CudaBackend::new(CudaOptions::default());
+    if real.check().is_ok() {
+        return (real, "the GPU");
+    }
+    assert!(
+        std::env::var_os("FP8C_REQUIRE_GPU").is_none(),
+        "FP8C_REQUIRE_GPU is set but the CUDA backend cannot run"
+    );
+    let emulated = CudaBackend::new(CudaOptions {
+        emulated: true,
+        ..Default::default()
+    });
+    (emulated, "the emulated device")
+}
+
+#[test]
+fn golden_op_cases_on_the_cuda_backend() {
+    let (backend, place) = cuda();
+    let cases = golden::cases(golden::CASES_JSON).unwrap();
+    let (mut ran, mut failures) = (0usize, Vec::new());
+    let mut unsupported: BTreeMap<String, usize> = BTreeMap::new();
+    for case in &cases {
+        let op = case.op().unwrap();
+        if let Support::No(why) = fp8c_runtime::cuda::support(&op) {
+            *unsupported
+                .entry(format!("{}: {why}", op.name()))
+                .or_default() += 1;
+            continue;
+        }
+        let inputs = case.inputs();
+        let mut g = Graph::new(&case.name);
+        let mut vals = Vec::new();
+        let mut feed = BTreeMap::new();
+        for (i, t) in inputs.iter().enumerate() {
+            let name = format!("in{i}");
+            // Integer inputs (shapes, axes, indices) are constants, as an import folds them,
+            // so shape-taking ops have static shapes; float data is a graph input.
+            if t.dtype().is_float() {
+                vals.push(g.add_input(&name, t.ty()).unwrap());
+                feed.insert(name, t.clone());
+            } else {
+                let c = fp8c_ir::Op::Constant { value: t.clone() };
+                vals.push(g.add_node(&name, c, &[]).unwrap()[0]);
+            }
+        }
+        let outs = match g.add_node("op", op.clone(), &vals) {
+            Ok(o) => o,
+            Err(e) => {
+                failures.push(format!("{}: {e}", case.name));
+                continue;
+            }
+        };
+        for (k, v) in outs.iter().enumerate() {
+            g.set_output(&format!("out{k}"), *v).unwrap();
+        }
+        // Lowering and preparing say which ops or operand types the backend does not take
+        // (with the reason); anything failing later is a failure.
+        let prepared = lower(&g)
+            .map_err(|e| e.to_string())
+            .and_then(|p| backend.prepare(&p, g.weights()).map_err(|e| e.to_string()));
+        let mut exe = match prepared {
+            Ok(exe) => exe,
+            Err(e) => {
+                let why = e.rsplit(": ").next().unwrap_or(&e).to_string();
+                *unsupported
+                    .entry(format!("{} ({why})", op.name()))
+                    .or_default() += 1;
+                continue;
+            }
+        };
+        let got = match exe.run(&feed) {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("{}: {e}", case.name));
+                continue;
+            }
+        };
+        ran += 1;
+        for (k, want) in case.outputs().iter().enumerate() {
+            let Some(got) = got.get(&format!("out{k}")) else {
+                failures.push(format!("{}: no output {k}", case.name));
+                continue;
+            };
+            if let Some(why) = mismatch(got, want, case.atol, case.rtol) {
+                failures.push(format!(
+                    "{} (output {k}, from {}): {why}",
+                    case.name, case.source
+                ));
+            }
+        }
+    }
+    let skipped: usize = unsupported.values().sum();
+    println!(
+        "{ran} of {} golden cases ran on {place}; {skipped} use ops or operand types the CUDA backend does not support (refused when the program is prepared):",
+        cases.len()
+    );
+    for (why, n) in &unsupported {
+        println!("  {n} x {why}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} golden cases differ on {place}:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(ran >= 100, "only {ran} cases ran");
+}
