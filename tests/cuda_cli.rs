@@ -162,25 +162,17 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
     }
 }
 
-/// `fp8c train --device cuda-emulated`: FP8 training steps of the digits MLP (forward, E5M2
-/// gradients, delayed-scaling updates, AdamW) on the emulated CUDA device log the CPU
-/// reference's losses.
+/// `fp8c train --device cuda-emulated`: FP8 training steps (forward, E5M2 gradients,
+/// delayed-scaling updates, AdamW) of the digits MLP and of the Llama-style decoder export on
+/// the emulated CUDA device log the CPU reference's losses.
 #[test]
 fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
-    let losses = |dev: &str| -> Vec<f64> {
-        let log = dir.path().join(format!("{dev}.csv"));
-        let o = fp8c(&[
-            "train",
-            "examples/models/mlp_digits.onnx",
-            "--data",
-            "examples/data/digits_train.npz",
-            "--labels",
-            "y",
-            "--batch",
-            "32",
-            "--steps",
-            "3",
+    let losses = |name: &str, args: &[&str], dev: &str| -> Vec<f64> {
+        let log = dir.path().join(format!("{name}_{dev}.csv"));
+        let mut all: Vec<&str> = vec!["train"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
             "--min-fp8-flops",
             "0",
             "--device",
@@ -189,9 +181,10 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
             log.to_str().unwrap(),
             "--quiet",
         ]);
+        let o = fp8c(&all);
         assert!(
             o.status.success(),
-            "train on {dev}: {}",
+            "train {name} on {dev}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
         std::fs::read_to_string(&log)
@@ -201,12 +194,39 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
             .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
             .collect()
     };
-    let (cpu, emu) = (losses("cpu"), losses("cuda-emulated"));
-    assert_eq!(cpu.len(), 3);
-    for (step, (c, e)) in cpu.iter().zip(&emu).enumerate() {
-        assert!(
-            (c - e).abs() <= 1e-5 * c.abs(),
-            "step {step}: CPU loss {c}, emulated CUDA {e}"
+    let mlp: &[&str] = &[
+        "examples/models/mlp_digits.onnx",
+        "--data",
+        "examples/data/digits_train.npz",
+        "--labels",
+        "y",
+        "--batch",
+        "32",
+        "--steps",
+        "3",
+    ];
+    let llama: &[&str] = &[
+        "examples/models/llama-tiny.onnx",
+        "--text",
+        "README.md",
+        "--seq-len",
+        "16",
+        "--batch",
+        "4",
+        "--steps",
+        "2",
+    ];
+    for (name, args, steps) in [("mlp", mlp, 3), ("llama", llama, 2)] {
+        let (cpu, emu) = (
+            losses(name, args, "cpu"),
+            losses(name, args, "cuda-emulated"),
         );
+        assert_eq!(cpu.len(), steps, "{name}");
+        for (step, (c, e)) in cpu.iter().zip(&emu).enumerate() {
+            assert!(
+                (c - e).abs() <= 1e-5 * c.abs(),
+                "{name} step {step}: CPU loss {c}, emulated CUDA {e}"
+            );
+        }
     }
 }
