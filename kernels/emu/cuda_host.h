@@ -8,9 +8,10 @@
 // when every thread of the block that has not exited waits at it; a warp exchange when every
 // live lane of the warp waits at it (warps of 32 consecutive linear thread ids, as CUDA
 // forms them). A barrier that can never open (a __syncthreads() some threads skip) is
-// reported as a divergence error instead of hanging. __shared__ variables are static
-// storage, one instance per declaration, which is CUDA's per-block semantics because only
-// one block runs at a time. Atomics are plain read-modify-writes for the same reason.
+// reported as a divergence error instead of hanging. __shared__ variables are thread-local
+// static storage, one instance per declaration and OS thread, which is CUDA's per-block
+// semantics because a thread runs one block at a time (and launches on other threads get
+// their own). Atomics are plain read-modify-writes for the same reason.
 //
 // Arithmetic. Compiled with -ffp-contract=off (the runtime gives NVRTC --fmad=false), so a
 // float `a * b + c` rounds twice as on the device; the _rn intrinsics are the IEEE operations
@@ -41,7 +42,9 @@
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
-#define __shared__ static
+// Per OS thread: a block's fibers share it; two launches on two threads (parallel tests)
+// do not.
+#define __shared__ static thread_local
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

@@ -124,8 +124,15 @@ pub trait Executable {
         obs: &mut Observer<'_>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError>;
 
-    /// The current value of every state entry, by name.
+    /// The current value of every state entry, by name (an entry that cannot be read is left
+    /// out; see [`Executable::try_state`]).
     fn state(&self) -> BTreeMap<String, Tensor>;
+
+    /// Every state entry, or the error that kept one from being read (a failed device
+    /// download): what a checkpoint must use, so that it is never silently incomplete.
+    fn try_state(&self) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        Ok(self.state())
+    }
 
     /// Replaces a state entry's value (same dtype and shape as declared).
     fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError>;

@@ -4,7 +4,7 @@
 
 use fp8c_ir::DType;
 use fp8c_runtime::cuda::gemm::{Epilogue, GemmSpec};
-use fp8c_runtime::cuda::gemm_rules::{c_type, check};
+use fp8c_runtime::cuda::gemm_rules::{c_type, check, min_alignments};
 
 /// A valid forward FP8 GEMM: E4M3 × E4M3 → f32, TN, 64×64×64, 256-byte aligned pointers.
 fn spec() -> GemmSpec {
@@ -164,4 +164,22 @@ fn pointers_and_leading_dimensions_are_16_byte_aligned() {
         ..spec()
     })
     .unwrap();
+}
+
+/// Issue #15: cuBLASLt was never told the real pointer alignment, so its heuristic could pick
+/// a kernel assuming 16 bytes for a 2-byte aligned per-image pointer. The preferences now carry
+/// each operand's alignment (cuBLAS's A is our B), batch strides included.
+#[test]
+fn the_heuristic_is_told_each_operands_real_alignment() {
+    let s = GemmSpec::plain(8, 8, 8, 0x1002, 0x2000, 0x3010, DType::BF16, DType::BF16);
+    assert_eq!(min_alignments(&s), [256, 2, 16, 16]);
+    // Batched: entry i sits at base + i·stride bytes, so the stride limits the alignment.
+    let batched = GemmSpec {
+        batch: 4,
+        stride_a: 64 * 3, // 384 bytes of bf16: 128-byte aligned entries
+        stride_b: 5,      // 10 bytes: 2-byte aligned entries
+        stride_d: 64,
+        ..GemmSpec::plain(8, 8, 8, 0x1000, 0x2000, 0x3000, DType::BF16, DType::BF16)
+    };
+    assert_eq!(min_alignments(&batched), [2, 128, 128, 128]);
 }

@@ -44,6 +44,9 @@ pub struct CudaExecutable {
     state_copies: Vec<(u64, u64, u64)>,
     runs: u64,
     cuda_graph: bool,
+    /// Why capturing the run as a graph failed, once it has: runs stay eager from then on
+    /// instead of retrying (and failing) the capture every run.
+    graph_failed: Option<String>,
     dev: Device,
 }
 
@@ -201,6 +204,7 @@ impl CudaExecutable {
             state_copies,
             runs: 0,
             cuda_graph: options.cuda_graph,
+            graph_failed: None,
             dev,
         })
     }
@@ -332,8 +336,19 @@ impl Executable for CudaExecutable {
         // The first run goes eagerly (it also warms cuBLASLt); with --cuda-graph the second is
         // captured and every run from then on is one graph launch.
         // The emulated device has no graphs: every run is eager (a blind spot, ARCHITECTURE.md).
-        if self.cuda_graph && !self.dev.is_emulated() && self.runs >= 1 && self.graph.is_none() {
-            self.graph = Some(self.capture()?);
+        if self.cuda_graph
+            && !self.dev.is_emulated()
+            && self.runs >= 1
+            && self.graph.is_none()
+            && self.graph_failed.is_none()
+        {
+            match self.capture() {
+                Ok(g) => self.graph = Some(g),
+                Err(e) => {
+                    tracing::warn!("--cuda-graph: capturing the run failed ({e}); running eagerly");
+                    self.graph_failed = Some(e.to_string());
+                }
+            }
         }
         match &self.graph {
             // SAFETY: an instantiated graph over this executable's live buffers.
@@ -382,13 +397,21 @@ impl Executable for CudaExecutable {
     }
 
     fn state(&self) -> BTreeMap<String, Tensor> {
-        if self.dev.bind().is_err() {
-            return BTreeMap::new();
-        }
+        self.try_state().unwrap_or_default()
+    }
+
+    fn try_state(&self) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        self.dev.bind()?;
         self.program
             .state()
             .iter()
-            .filter_map(|s| Some((s.name.clone(), self.download(s.buf).ok()?)))
+            .map(|s| {
+                let t = self.download(s.buf).map_err(|e| RuntimeError::State {
+                    name: s.name.clone(),
+                    message: format!("cannot read it from the device: {e}"),
+                })?;
+                Ok((s.name.clone(), t))
+            })
             .collect()
     }
 

@@ -391,6 +391,28 @@ impl Lt {
             )
             .map_err(st("workspace preference"))
             .and_then(|()| {
+                use sys::cublasLtMatmulPreferenceAttributes_t::*;
+                let attrs = [
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                ];
+                for (attr, align) in attrs
+                    .into_iter()
+                    .zip(crate::cuda::gemm_rules::min_alignments(s))
+                {
+                    lt::set_matmul_pref_attribute(
+                        pref,
+                        attr,
+                        (&align as *const u32).cast::<c_void>(),
+                        4,
+                    )
+                    .map_err(st("alignment preference"))?;
+                }
+                Ok(())
+            })
+            .and_then(|()| {
                 lt::get_matmul_algo_heuristic(
                     self.handle,
                     call.desc,

@@ -30,6 +30,32 @@ pub fn c_type(s: &GemmSpec) -> DType {
     }
 }
 
+/// The largest power of two (at most 256) dividing every address a batched operand takes:
+/// its base and, with several batch entries, its stride in bytes.
+fn alignment(base: u64, stride_bytes: u64, batch: u64) -> u32 {
+    let mut a = base;
+    if batch > 1 && stride_bytes != 0 {
+        a |= stride_bytes;
+    }
+    if a == 0 {
+        return 256;
+    }
+    (1u64 << a.trailing_zeros().min(8)) as u32
+}
+
+/// The byte alignment of cuBLAS's A (our B), B (our A), C and D (both our D) for the
+/// heuristic's `MIN_ALIGNMENT_*_BYTES` preferences, so it only offers kernels that can read
+/// these pointers: per-image convolution pointers can be 2-byte aligned, and a kernel that
+/// assumes 16 faults with a misaligned address that poisons the context (TE and PyTorch hit
+/// it).
+pub fn min_alignments(s: &GemmSpec) -> [u32; 4] {
+    let es = |t: DType| t.size() as u64;
+    let a = alignment(s.a, s.stride_a * es(s.a_type), s.batch);
+    let b = alignment(s.b, s.stride_b * es(s.b_type), s.batch);
+    let d = alignment(s.d, s.stride_d * es(s.d_type), s.batch);
+    [b, a, d, d]
+}
+
 /// Checks `s` against the rules above; the error names the rule broken.
 pub fn check(s: &GemmSpec) -> Result<(), String> {
     let uses_bias = matches!(s.epilogue, Epilogue::Bias | Epilogue::GeluBias);

@@ -131,7 +131,7 @@ pub fn check_dir(dir: &Path) -> Result<()> {
 /// count and state digest taken from the trainer and the written file).
 pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
     check_dir(dir)?;
-    let state = trainer.state();
+    let state = trainer.try_state()?;
     let mut header = BTreeMap::new();
     header.insert("format".to_string(), "fp8c-checkpoint".to_string());
     header.insert("version".to_string(), FORMAT.to_string());

@@ -173,6 +173,12 @@ impl Trainer {
         self.exe.state()
     }
 
+    /// The whole training state, or the error that kept an entry from being read (checkpoints
+    /// use this, so a failed device download is an error, not a missing entry).
+    pub fn try_state(&self) -> Result<BTreeMap<String, Tensor>> {
+        Ok(self.exe.try_state()?)
+    }
+
     /// Restores state entries (a checkpoint); every name must exist with its declared type.
     pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<()> {
         for (k, t) in state {
