@@ -7,7 +7,7 @@
 
 use crate::backend::RuntimeError;
 use crate::cuda::device::{Device, KernelArgs, Launch, drv_err};
-use crate::cuda::gemm::{Epilogue, GemmSpec, Lt};
+use crate::cuda::gemm::{GemmSpec, Lt};
 use crate::cuda::{DeviceInfo, kernels, libs};
 use cudarc::driver::result as drv;
 use cudarc::driver::sys;
@@ -164,31 +164,11 @@ impl Bench {
             self.random(b, input, k * n, 2 + 2 * set as u64)?;
             let fp8 = input.is_fp8();
             let spec = GemmSpec {
-                m,
-                n,
-                k,
-                batch: 1,
-                a,
-                b,
-                d,
-                a_type: input,
-                b_type: input,
-                d_type: DType::BF16,
-                trans_a: false,
                 trans_b: fp8,
-                stride_a: 0,
-                stride_b: 0,
-                stride_d: 0,
-                alpha: 1.0,
-                beta: 0.0,
-                alpha_ptr: None,
                 a_scale: fp8.then_some(one),
                 b_scale: fp8.then_some(one),
-                d_scale: None,
-                amax_d: None,
-                bias: None,
-                epilogue: Epilogue::None,
                 fast_accum: fp8,
+                ..GemmSpec::plain(m, n, k, a, b, d, input, DType::BF16)
             };
             calls.push(lt.plan(&spec).map_err(RuntimeError::Other)?);
         }
@@ -319,32 +299,13 @@ impl Bench {
         self.dev.upload(one, &1f32.to_le_bytes())?;
         let fp8 = ta.is_fp8();
         let spec = GemmSpec {
-            m,
-            n,
-            k,
-            batch: 1,
-            a,
-            b,
-            d,
-            a_type: ta,
             b_type: tb,
-            d_type: DType::BF16,
-            trans_a: false,
             trans_b: fp8,
-            stride_a: 0,
-            stride_b: 0,
-            stride_d: 0,
-            alpha: 1.0,
-            beta: 0.0,
-            alpha_ptr: None,
             a_scale: fp8.then_some(one),
             b_scale: fp8.then_some(one),
-            d_scale: None,
-            amax_d: None,
-            bias: None,
-            epilogue: Epilogue::None,
             // TE: fast accumulation in the forward GEMM (E4M3 × E4M3) only.
             fast_accum: ta == DType::F8E4M3 && tb == DType::F8E4M3,
+            ..GemmSpec::plain(m, n, k, a, b, d, ta, DType::BF16)
         };
         Ok(Work::Gemm(lt.plan(&spec).map_err(RuntimeError::Other)?))
     }
