@@ -102,9 +102,10 @@ fn bench_help_lists_its_options() {
 }
 
 /// `fp8c run --device cuda-emulated`: the CUDA backend (lowering, kernels, cuBLASLt requests)
-/// on the emulated device gives the CPU reference's outputs for the digits MLP (bit for bit)
-/// and the Llama-style decoder export (FP8 GEMMs, RoPE, attention; transcendental kernels
-/// use the host's math library, so within 1e-5).
+/// on the emulated device gives the CPU reference's outputs for the digits MLP (bit for bit),
+/// the Llama-style decoder export (FP8 GEMMs, RoPE, attention) and the BERT-style encoder
+/// export (gather_nd on its mask); transcendental kernels use the host's math library, so
+/// those two within 1e-5.
 #[test]
 fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,6 +116,17 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
         &[("input_ids", &fp8c_ir::Tensor::from_i64(vec![2, 16], &ids))],
     )
     .unwrap();
+    // The BERT-style encoder's integer inputs (ids and the attention mask, which its export
+    // feeds through gather_nd) from its reference file.
+    let bert_inputs = dir.path().join("bert_in.npz");
+    let reference =
+        fp8c_session::npy::read_npz(&root().join("examples/models/bert-tiny-enc.ref.npz")).unwrap();
+    let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
+        .iter()
+        .filter(|(_, t)| !t.dtype().is_float())
+        .map(|(k, t)| (k.as_str(), t))
+        .collect();
+    fp8c_session::npy::write_npz(&bert_inputs, &ints).unwrap();
     let cases = [
         (
             "examples/models/mlp_digits.onnx",
@@ -122,6 +134,7 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
             0.0,
         ),
         ("examples/models/llama-tiny.onnx", llama_inputs, 1e-5),
+        ("examples/models/bert-tiny-enc.onnx", bert_inputs, 1e-5),
     ];
     for (model, inputs, tol) in cases {
         let out = |dev: &str| {

@@ -691,3 +691,32 @@ fn cuda_graph_replay_matches_eager_runs() {
     // Five steps: eager, captured, then three replays; state must evolve as on the CPU.
     check(cuda.as_ref(), &g, &one("x", xs), &|_| Tol::Exact, 5);
 }
+
+/// ONNX GatherND on data and indices that are not constants (as BERT-style exports apply it
+/// to the attention mask): tuples of 1 and 2 indices, batch_dims 0 and 1, negative indices.
+#[test]
+fn gather_nd_matches_the_cpu() {
+    let cuda = cuda(false);
+    for (dims, idx_dims, idx, batch_dims) in [
+        (vec![4u64, 3, 5], vec![2u64, 2], vec![0i64, 1, -1, 2], 0i64),
+        (vec![4, 3, 5], vec![3, 1], vec![3, -4, 1], 0),
+        (vec![2, 3, 4], vec![2, 2, 1], vec![0, 2, -1, 1], 1),
+    ] {
+        let mut g = Graph::new("gather_nd");
+        let x = g.add_input("x", f32t(&dims)).unwrap();
+        let i = g
+            .add_input("i", TensorType::fixed(DType::I64, &idx_dims))
+            .unwrap();
+        let y = node(&mut g, "gnd", Op::GatherNd { batch_dims }, &[x, i])[0];
+        g.set_output("y", y).unwrap();
+        let n: u64 = dims.iter().product();
+        let inputs = BTreeMap::from([
+            (
+                "x".to_string(),
+                Tensor::from_f32(dims.clone(), &data(n as usize, 3.0, 11, false)),
+            ),
+            ("i".to_string(), Tensor::from_i64(idx_dims.clone(), &idx)),
+        ]);
+        check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+    }
+}

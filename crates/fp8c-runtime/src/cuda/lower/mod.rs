@@ -459,7 +459,6 @@ mod tests {
         "arg_max",
         "arg_min",
         "top_k",
-        "gather_nd",
         "range",
         "tile",
         "trilu",

@@ -1,6 +1,6 @@
 //! The movement family on CUDA: views are copies, the rest are strided copies, fills,
 //! tiled transposes and gathers (`movement.cu`, `gather.cu`). Slice bounds and pads must be
-//! constants. `range`, `tile`, `gather_nd`, the element-indexed gathers and scatters and
+//! constants. `range`, `tile`, the element-indexed gathers and scatters and
 //! `trilu` have no kernel.
 
 use super::{
@@ -18,9 +18,6 @@ const RANGE: &str =
 /// Why `tile` does not run on CUDA.
 const TILE: &str =
     "tile has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
-/// Why `gather_nd` does not run on CUDA.
-const GATHER_ND: &str = "gather_nd has no CUDA kernel yet (exports use it on mask data, which \
-     is folded by the CPU reference when its inputs are constant)";
 /// Why the element-indexed gathers and scatters do not run on CUDA.
 const INDEXED: &str = "gather_elements, scatter_elements and scatter_nd have no CUDA kernel yet \
      (with constant inputs they are folded by the CPU reference)";
@@ -42,7 +39,7 @@ fn pad_mode(mode: PadMode) -> Support {
 pub(crate) fn support(op: MovementOp<'_>) -> Support {
     match op {
         MovementOp::Range => Support::No(RANGE),
-        MovementOp::GatherNd { .. } => Support::No(GATHER_ND),
+        MovementOp::GatherNd { .. } => Support::Yes,
         MovementOp::Tile => Support::No(TILE),
         MovementOp::GatherElements { .. }
         | MovementOp::ScatterElements { .. }
@@ -67,6 +64,15 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
 }
 
 /// `movement.cu`'s StridedView, field for field.
+/// `GatherNdGeom` of `kernels/gather.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct GatherNdGeom {
+    k: u64,
+    dims: [u64; 8],
+    strides: [u64; 8],
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct StridedView {
@@ -193,7 +199,11 @@ impl Lowerer<'_> {
                 }])
             }
             MovementOp::Range => Err(not_supported(&step.op, RANGE)),
-            MovementOp::GatherNd { .. } => Err(not_supported(&step.op, GATHER_ND)),
+            MovementOp::GatherNd { batch_dims } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.gather_nd(ins[0], ins[1], outs[0], *batch_dims, f)
+            }
             MovementOp::Tile => Err(not_supported(&step.op, TILE)),
             MovementOp::GatherElements { .. }
             | MovementOp::ScatterElements { .. }
@@ -413,6 +423,67 @@ impl Lowerer<'_> {
         Ok(vec![self.launch_1d(
             kernels::GATHER,
             &format!("fp8c_gather_{es}_{it}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+
+    /// ONNX GatherND (`kernels/gather.cu`): int64 index tuples over the dims after
+    /// `batch_dims`, whole trailing slices copied.
+    fn gather_nd(
+        &self,
+        data: BufId,
+        idx: BufId,
+        y: BufId,
+        batch_dims: i64,
+        err: u64,
+    ) -> R<Vec<Action>> {
+        let (dd, id) = (self.buf(data).dims.clone(), self.buf(idx).dims.clone());
+        if self.buf(idx).ty.dtype != DType::I64 {
+            return Err("gather_nd takes int64 indices".into());
+        }
+        let b = usize::try_from(batch_dims).map_err(|_| "negative batch_dims".to_string())?;
+        let Some(&k) = id.last() else {
+            return Err("gather_nd indices need a last (tuple) axis".into());
+        };
+        let k = k as usize;
+        if k == 0 || k > 8 || b + k > dd.len() || b >= id.len() || dd[..b] != id[..b] {
+            return Err(format!(
+                "gather_nd: indices {id:?} with batch_dims {b} do not index data {dd:?} (tuples of 1 to 8)"
+            ));
+        }
+        let nbatch: u64 = dd[..b].iter().product();
+        let nidx: u64 = id[b..id.len() - 1].iter().product();
+        let inner: u64 = dd[b + k..].iter().product();
+        let batch_stride: u64 = dd[b..].iter().product();
+        let mut g = GatherNdGeom {
+            k: k as u64,
+            dims: [1; 8],
+            strides: [0; 8],
+        };
+        for c in 0..k {
+            g.dims[c] = dd[b + c];
+            g.strides[c] = dd[b + c + 1..].iter().product();
+        }
+        let n = nbatch * nidx * inner;
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let es = self.buf(data).ty.dtype.size();
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(data))
+            .ptr(self.ptr(idx))
+            .ptr(self.ptr(y))
+            .u64(nbatch)
+            .u64(nidx)
+            .u64(inner)
+            .u64(batch_stride)
+            .push(g)
+            .ptr(err);
+        Ok(vec![self.launch_1d(
+            kernels::GATHER,
+            &format!("fp8c_gather_nd_{es}"),
             n,
             1,
             a,
