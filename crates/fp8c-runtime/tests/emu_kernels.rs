@@ -9,6 +9,17 @@ use fp8c_runtime::cuda::emu;
 use fp8c_runtime::cuda::kernels;
 use std::ffi::c_void;
 
+#[test]
+fn name_patterns_match_like_format_strings() {
+    assert!(matches("fp8c_gather_{es}_{it}", "fp8c_gather_4_i64"));
+    assert!(matches("fp8c_transpose2d_1", "fp8c_transpose2d_1"));
+    assert!(!matches("fp8c_gather_{es}_{it}", "fp8c_gather_4"));
+    assert!(!matches(
+        "fp8c_quantize_{}_e4m3_sat",
+        "fp8c_quantize_f32_e5m2_sat"
+    ));
+}
+
 /// A pointer to `v` as one `kernelParams` entry.
 fn arg<T>(v: &mut T) -> *mut c_void {
     (v as *mut T).cast()
@@ -158,10 +169,35 @@ fn shuffles_votes_shared_memory_and_barriers_follow_cuda() {
     assert!(e.contains("fp8c_no_such"), "{e}");
 }
 
+/// Whether `name` matches `pattern`, where each `{..}` of the pattern (a `format!` argument)
+/// stands for one or more of `[a-z0-9]`.
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.find('{') {
+        None => pattern == name,
+        Some(open) => {
+            let Some(close) = pattern[open..].find('}') else {
+                return false;
+            };
+            let (head, rest) = (&pattern[..open], &pattern[open + close + 1..]);
+            let Some(tail) = name.strip_prefix(head) else {
+                return false;
+            };
+            (1..=tail.len())
+                .take_while(|&i| tail[..i].bytes().all(|b| b.is_ascii_alphanumeric()))
+                .any(|i| matches(rest, &tail[i..]))
+        }
+    }
+}
+
 /// Every fixed kernel file compiles for the host and defines entry points (the elementwise
-/// file needs a generated program header and is compiled per program, as by NVRTC).
+/// file needs a generated program header and is compiled per program, as by NVRTC); and every
+/// kernel name the CUDA backend writes (the `"fp8c_..."` literals and `format!` patterns of
+/// `src/cuda/`, the emulator's own files aside) names at least one entry point that exists, so a renamed or misspelt kernel
+/// fails here rather than at `prepare` on a GPU.
 #[test]
 fn every_fixed_kernel_file_compiles_for_the_emulated_device() {
+    let mut names: Vec<String> = vec!["fp8c_elementwise".into()];
+    assert!(kernels::ELEMENTWISE.source.contains("fp8c_elementwise("));
     let mut total = 0;
     for f in kernels::FILES {
         if f.name == kernels::ELEMENTWISE.name {
@@ -176,6 +212,40 @@ fn every_fixed_kernel_file_compiles_for_the_emulated_device() {
             m.names()
         );
         total += m.names().len();
+        names.extend(m.names().iter().cloned());
     }
     println!("{total} kernel entry points compiled for the emulated device");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cuda");
+    let mut files: Vec<std::path::PathBuf> = Vec::new();
+    for dir in [src.clone(), src.join("lower")] {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            // The emulator's own files name its entry symbol, not kernels.
+            let emulator = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("emu"));
+            if p.extension().is_some_and(|x| x == "rs") && !emulator {
+                files.push(p);
+            }
+        }
+    }
+    let mut patterns = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for part in text.split("\"fp8c_").skip(1) {
+            let Some(end) = part.find('"') else { continue };
+            let pattern = format!("fp8c_{}", &part[..end]);
+            if pattern == "fp8c_" || pattern.contains(' ') {
+                continue;
+            }
+            patterns += 1;
+            assert!(
+                names.iter().any(|n| matches(&pattern, n)),
+                "{}: the lowering asks for `{pattern}`, which no kernel module defines",
+                f.display()
+            );
+        }
+    }
+    assert!(patterns >= 30, "found only {patterns} kernel-name patterns");
+    println!("{patterns} kernel names and patterns of the lowering resolve to entry points");
 }
