@@ -164,7 +164,10 @@ fn check(
             compared += 1;
         }
     }
-    println!(
+    // Straight to stderr, past the test harness's capture: CI's log shows the count.
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
         "{compared} CUDA-vs-CPU comparisons on {}, 0 skipped",
         if cuda.options.emulated {
             "the emulated device"
