@@ -64,7 +64,8 @@ fn small_data(path: &Path, n: usize, label: impl Fn(usize) -> i64) {
     );
 }
 
-fn train_args(data: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
+/// `fp8c train` of the digits MLP on `data`, batch 16, quiet, then `extra`.
+fn mlp_args(data: &Path, extra: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = [
         "train",
         model().to_str().unwrap(),
@@ -74,8 +75,20 @@ fn train_args(data: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
         "y",
         "--batch",
         "16",
+        "--quiet",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn train_args(data: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
+    let steps = steps.to_string();
+    let mut args = vec![
         "--steps",
-        &steps.to_string(),
+        &steps,
         "--lr",
         "2e-3",
         "--schedule",
@@ -84,13 +97,9 @@ fn train_args(data: &Path, steps: u64, extra: &[&str]) -> Vec<String> {
         "3",
         "--min-fp8-flops",
         "0",
-        "--quiet",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
+    ];
+    args.extend_from_slice(extra);
+    mlp_args(data, &args)
 }
 
 fn run(args: &[String]) -> Output {
@@ -264,26 +273,9 @@ fn a_train_table_in_the_config_sets_the_flags_it_names() {
             .collect()
     };
     let base = |extra: &[&str]| {
-        let mut v: Vec<String> = [
-            "train",
-            model().to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-            "--labels",
-            "y",
-            "--batch",
-            "16",
-            "--quiet",
-            "--config",
-            cfg_s,
-            "--log",
-            log_s,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        v.extend(extra.iter().map(|s| s.to_string()));
-        v
+        let mut args = vec!["--config", cfg_s, "--log", log_s];
+        args.extend_from_slice(extra);
+        mlp_args(&data, &args)
     };
     let err = ok(&base(&[]));
     assert!(err.contains("x 2 accumulated micro-batches"), "{err}");

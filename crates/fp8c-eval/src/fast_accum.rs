@@ -23,7 +23,7 @@
 //! propagate as IEEE arithmetic does).
 
 use crate::error::KResult;
-use crate::linalg::{batch_map, matmul_shape};
+use crate::linalg::batched_shape;
 use rayon::prelude::*;
 
 /// Products per aligned block (the K of one FP8 `wgmma` instruction).
@@ -39,10 +39,8 @@ pub(crate) fn matmul(
     b: &[f32],
     b_shape: &[u64],
 ) -> KResult<(Vec<f32>, Vec<u64>)> {
-    let s = matmul_shape(a_shape, b_shape)?;
+    let (s, a_idx, b_idx) = batched_shape(a_shape, b_shape)?;
     let (m, k, n) = (s.m, s.k, s.n);
-    let a_idx = batch_map(&s.batch, &s.a_batch);
-    let b_idx = batch_map(&s.batch, &s.b_batch);
     let mut out = vec![0f32; a_idx.len() * m * n];
     if m * n == 0 {
         return Ok((out, s.out));

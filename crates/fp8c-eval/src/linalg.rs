@@ -183,6 +183,19 @@ pub(crate) fn matmul_shape(a: &[u64], b: &[u64]) -> KResult<MatmulShape> {
 }
 
 /// For each output batch index, the matrix index it reads in an operand with `batch` dims.
+/// [`matmul_shape`] with each output batch entry's A and B matrix index ([`batch_map`]).
+pub(crate) fn batched_shape(
+    a_shape: &[u64],
+    b_shape: &[u64],
+) -> KResult<(MatmulShape, Vec<usize>, Vec<usize>)> {
+    let s = matmul_shape(a_shape, b_shape)?;
+    let (a_idx, b_idx) = (
+        batch_map(&s.batch, &s.a_batch),
+        batch_map(&s.batch, &s.b_batch),
+    );
+    Ok((s, a_idx, b_idx))
+}
+
 pub(crate) fn batch_map(out_batch: &[u64], batch: &[u64]) -> Vec<usize> {
     let total: usize = out_batch.iter().map(|&d| d as usize).product();
     let off = out_batch.len() - batch.len();
@@ -212,10 +225,8 @@ fn matmul_float<T: GemmElem>(
     b: &[T],
     b_shape: &[u64],
 ) -> KResult<(Vec<T>, Vec<u64>)> {
-    let s = matmul_shape(a_shape, b_shape)?;
+    let (s, a_idx, b_idx) = batched_shape(a_shape, b_shape)?;
     let (m, k, n) = (s.m, s.k, s.n);
-    let a_idx = batch_map(&s.batch, &s.a_batch);
-    let b_idx = batch_map(&s.batch, &s.b_batch);
     let mut out = vec![T::ZERO; a_idx.len() * m * n];
     if m * n == 0 {
         return Ok((out, s.out));
@@ -254,10 +265,8 @@ fn matmul_int(
     b: &[i64],
     b_shape: &[u64],
 ) -> KResult<(Vec<i64>, Vec<u64>)> {
-    let s = matmul_shape(a_shape, b_shape)?;
+    let (s, a_idx, b_idx) = batched_shape(a_shape, b_shape)?;
     let (m, k, n) = (s.m, s.k, s.n);
-    let a_idx = batch_map(&s.batch, &s.a_batch);
-    let b_idx = batch_map(&s.batch, &s.b_batch);
     let mut out = vec![0i64; a_idx.len() * m * n];
     if m * n == 0 {
         return Ok((out, s.out));

@@ -286,33 +286,27 @@ impl Lt {
     pub fn plan(&self, s: &GemmSpec) -> Result<GemmCall, String> {
         let fp8 = s.a_type.is_fp8() || s.b_type.is_fp8();
         crate::cuda::gemm_rules::check(s)?;
-        if self.handle.is_null() {
-            return Ok(GemmCall {
-                desc: std::ptr::null_mut(),
-                layouts: [std::ptr::null_mut(); 4],
-                // SAFETY: an all-zero algo is a valid placeholder; the emulated call never
-                // reads it.
-                algo: unsafe { std::mem::zeroed() },
-                ptrs: [s.b, s.a, s.d],
-                alpha: s.alpha,
-                beta: s.beta,
-                alpha_ptr: s.alpha_ptr,
-                workspace_bytes: 0,
-                emulated: Some(Box::new(s.clone())),
-            });
-        }
+        let emulated = self.handle.is_null();
         let mut call = GemmCall {
             desc: std::ptr::null_mut(),
             layouts: [std::ptr::null_mut(); 4],
-            // SAFETY: an all-zero algo is a valid placeholder (overwritten by the heuristic).
+            // SAFETY: an all-zero algo is a valid placeholder (overwritten by the heuristic;
+            // never read by an emulated call).
             algo: unsafe { std::mem::zeroed() },
             ptrs: [s.b, s.a, s.d],
             alpha: s.alpha,
             beta: s.beta,
             alpha_ptr: s.alpha_ptr,
-            workspace_bytes: WORKSPACE_BYTES as usize,
-            emulated: None,
+            workspace_bytes: if emulated {
+                0
+            } else {
+                WORKSPACE_BYTES as usize
+            },
+            emulated: emulated.then(|| Box::new(s.clone())),
         };
+        if emulated {
+            return Ok(call);
+        }
         call.desc = lt::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cudaDataType::CUDA_R_32F,
