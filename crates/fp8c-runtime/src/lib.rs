@@ -15,7 +15,7 @@ mod stats;
 
 pub use backend::{Backend, Executable, Observer, RuntimeError};
 pub use cpu_backend::{CpuBackend, CpuExecutable};
-pub use cuda::{CudaBackend, CudaOptions};
+pub use cuda::{CudaBackend, CudaOptions, EmuFaults};
 pub use lower::lower;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,

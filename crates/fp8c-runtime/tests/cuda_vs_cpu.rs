@@ -28,6 +28,7 @@ fn cuda(graph: bool) -> Option<CudaBackend> {
         device: 0,
         cuda_graph: graph,
         emulated: false,
+        ..Default::default()
     });
     match b.check() {
         Ok(()) => Some(b),
@@ -41,6 +42,7 @@ fn cuda(graph: bool) -> Option<CudaBackend> {
                 device: 0,
                 cuda_graph: graph,
                 emulated: true,
+                ..Default::default()
             }))
         }
     }

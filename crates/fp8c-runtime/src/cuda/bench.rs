@@ -175,7 +175,7 @@ impl Bench {
         let mut i = 0usize;
         let t = self.time(3, 10, 7, || {
             i += 1;
-            lt.run(&calls[i % SETS], self.dev.stream)
+            lt.run(&calls[i % SETS], &self.dev)
         })?;
         let tflops = 2.0 * (m * n * k) as f64 / (t.ms * 1e-3) / 1e12;
         Ok((t, tflops))
@@ -398,7 +398,7 @@ impl Bench {
         let t = self.time(2, 5, 7, || {
             for w in &mut work {
                 match w {
-                    Work::Gemm(c) => lt.run(c, self.dev.stream)?,
+                    Work::Gemm(c) => lt.run(c, &self.dev)?,
                     Work::Kernel(l, amax) => {
                         if let Some(m) = amax {
                             self.dev.memset8(*m, 0, 4)?;

@@ -10,7 +10,12 @@
 //! is a device whose memory is host memory (256-byte aligned, as `cuMemAlloc`'s), whose
 //! modules are the same kernel sources compiled for the host (`emu.rs`) and whose launches
 //! run there in order; everything above this file (lowering, argument packing, launch
-//! geometry, the run loop) is unchanged.
+//! geometry, the run loop) is unchanged. Stream capture is emulated as CUDA does it: while a
+//! capture is open, stream work is recorded (kernel arguments copied at enqueue time), not
+//! run; synchronous calls (allocation, pageable copies, synchronisation) are refused and
+//! invalidate the capture; a graph launch replays the record. [`EmuFaults`] makes the
+//! emulated device fail on request (a capture, device-to-host copies), so the backend's
+//! failure paths have tests.
 
 use crate::backend::RuntimeError;
 use crate::cuda::emu::{self, HostModule};
@@ -21,6 +26,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// What the backend knows about a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,11 +218,100 @@ pub(crate) enum KernelRef {
     Emu(Arc<HostModule>, String),
 }
 
-/// The emulated device's memory and modules.
+/// Faults the emulated device injects when asked, so tests reach the backend's failure paths
+/// (a capture the driver rejects, a device-to-host copy that fails) without a GPU. A clone
+/// shares its switches: a test keeps one and flips it while the executable runs. It also
+/// counts the stream captures begun. No effect on a real GPU.
+#[derive(Clone, Debug, Default)]
+pub struct EmuFaults(Arc<FaultState>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    fail_captures: AtomicBool,
+    fail_downloads: AtomicBool,
+    captures: AtomicU64,
+}
+
+impl EmuFaults {
+    /// From now on, ending a stream capture fails (as `cuStreamEndCapture` does when the
+    /// capture was invalidated).
+    pub fn fail_captures(&self, on: bool) {
+        self.0.fail_captures.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, every device-to-host copy fails (as after a sticky device error).
+    pub fn fail_downloads(&self, on: bool) {
+        self.0.fail_downloads.store(on, Ordering::SeqCst);
+    }
+
+    /// How many stream captures were begun on devices with these faults.
+    pub fn captures(&self) -> u64 {
+        self.0.captures.load(Ordering::SeqCst)
+    }
+}
+
+/// Recorded stream work of the emulated device.
+type EmuOp = Box<dyn Fn() -> Result<(), String>>;
+
+/// The emulated device's memory, modules, open capture and faults.
 #[derive(Default)]
 struct Emulated {
     allocs: RefCell<Vec<(*mut u8, std::alloc::Layout)>>,
     modules: RefCell<HashMap<String, Arc<HostModule>>>,
+    /// The work recorded by the open stream capture, or why the capture was invalidated.
+    capture: RefCell<Option<Result<Vec<EmuOp>, String>>>,
+    faults: EmuFaults,
+}
+
+impl Emulated {
+    /// Runs stream work now, or records it while a capture is open.
+    fn enqueue(&self, op: EmuOp) -> Result<(), RuntimeError> {
+        match &mut *self.capture.borrow_mut() {
+            Some(Ok(ops)) => {
+                ops.push(op);
+                Ok(())
+            }
+            Some(Err(_)) => Err(RuntimeError::Other(
+                "the stream capture was invalidated by an earlier call".into(),
+            )),
+            None => op().map_err(RuntimeError::Other),
+        }
+    }
+
+    /// Refuses a call CUDA does not allow while the stream is captured (and invalidates the
+    /// capture, as CUDA does).
+    fn not_while_capturing(&self, call: &str) -> Result<(), RuntimeError> {
+        let mut c = self.capture.borrow_mut();
+        if c.is_none() {
+            return Ok(());
+        }
+        let m = format!(
+            "{call} while the stream is being captured (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)"
+        );
+        *c = Some(Err(m.clone()));
+        Err(RuntimeError::Other(m))
+    }
+}
+
+/// A captured and instantiated CUDA graph of stream work, or the emulated device's record.
+pub(crate) enum DeviceGraph {
+    Cuda {
+        graph: sys::CUgraph,
+        exec: sys::CUgraphExec,
+    },
+    Emu(Vec<EmuOp>),
+}
+
+impl Drop for DeviceGraph {
+    fn drop(&mut self) {
+        if let DeviceGraph::Cuda { graph, exec } = self {
+            // SAFETY: created by end_capture / instantiate, destroyed once.
+            unsafe {
+                let _ = drv::graph::exec_destroy(*exec);
+                let _ = drv::graph::destroy(*graph);
+            }
+        }
+    }
 }
 
 /// A kernel launch, ready to replay.
@@ -265,7 +360,7 @@ impl Device {
 
     /// The emulated device: an H100-like description (compute capability 9.0, CUDA 13.0) with
     /// 4 multiprocessors, so grid-stride kernels get a few blocks and stay quick on a CPU.
-    pub fn emulated() -> Device {
+    pub fn emulated(faults: EmuFaults) -> Device {
         Device {
             info: DeviceInfo {
                 ordinal: 0,
@@ -280,7 +375,10 @@ impl Device {
             stream: std::ptr::null_mut(),
             allocs: RefCell::new(Vec::new()),
             modules: RefCell::new(HashMap::new()),
-            emu: Some(Emulated::default()),
+            emu: Some(Emulated {
+                faults,
+                ..Emulated::default()
+            }),
         }
     }
 
@@ -303,6 +401,7 @@ impl Device {
     pub fn alloc(&self, bytes: u64) -> Result<u64, RuntimeError> {
         let size = bytes.max(256) as usize;
         if let Some(e) = &self.emu {
+            e.not_while_capturing("cuMemAlloc")?;
             let layout = std::alloc::Layout::from_size_align(size, 256).map_err(|err| {
                 RuntimeError::Other(format!("cannot allocate {bytes} bytes: {err}"))
             })?;
@@ -332,7 +431,8 @@ impl Device {
         if src.is_empty() {
             return Ok(());
         }
-        if self.emu.is_some() {
+        if let Some(e) = &self.emu {
+            e.not_while_capturing("cuMemcpyHtoDAsync from pageable memory")?;
             // SAFETY: `dst` is an emulated allocation of at least src.len() bytes.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) };
             return Ok(());
@@ -348,7 +448,13 @@ impl Device {
         if dst.is_empty() {
             return Ok(());
         }
-        if self.emu.is_some() {
+        if let Some(e) = &self.emu {
+            e.not_while_capturing("cuMemcpyDtoHAsync")?;
+            if e.faults.0.fail_downloads.load(Ordering::SeqCst) {
+                return Err(RuntimeError::Other(
+                    "CUDA cuMemcpyDtoHAsync failed: an illegal memory access was encountered (fault injected on the emulated device)".into(),
+                ));
+            }
             // SAFETY: `src` is an emulated allocation of at least dst.len() bytes.
             unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) };
             return Ok(());
@@ -364,10 +470,13 @@ impl Device {
         if bytes == 0 || dst == src {
             return Ok(());
         }
-        if self.emu.is_some() {
-            // SAFETY: both ranges lie in live emulated allocations.
-            unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes as usize) };
-            return Ok(());
+        if let Some(e) = &self.emu {
+            return e.enqueue(Box::new(move || {
+                // SAFETY: both ranges lie in live emulated allocations (a recorded copy runs
+                // while the executable that owns them lives).
+                unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, bytes as usize) };
+                Ok(())
+            }));
         }
         // SAFETY: both ranges lie in live allocations.
         unsafe { drv::memcpy_dtod_async(dst, src, bytes as usize, self.stream) }
@@ -379,10 +488,12 @@ impl Device {
         if bytes == 0 {
             return Ok(());
         }
-        if self.emu.is_some() {
-            // SAFETY: the range lies in a live emulated allocation.
-            unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes as usize) };
-            return Ok(());
+        if let Some(e) = &self.emu {
+            return e.enqueue(Box::new(move || {
+                // SAFETY: the range lies in a live emulated allocation.
+                unsafe { std::ptr::write_bytes(dst as *mut u8, value, bytes as usize) };
+                Ok(())
+            }));
         }
         // SAFETY: the range lies in a live allocation.
         unsafe { drv::memset_d8_async(dst, value, bytes as usize, self.stream) }
@@ -394,12 +505,14 @@ impl Device {
         if count == 0 {
             return Ok(());
         }
-        if self.emu.is_some() {
-            for i in 0..count {
-                // SAFETY: the range lies in a live emulated allocation.
-                unsafe { std::ptr::write_unaligned((dst + 4 * i) as *mut u32, value) };
-            }
-            return Ok(());
+        if let Some(e) = &self.emu {
+            return e.enqueue(Box::new(move || {
+                for i in 0..count {
+                    // SAFETY: the range lies in a live emulated allocation.
+                    unsafe { std::ptr::write_unaligned((dst + 4 * i) as *mut u32, value) };
+                }
+                Ok(())
+            }));
         }
         // SAFETY: the range lies in a live allocation.
         unsafe { sys::cuMemsetD32Async(dst, value, count as usize, self.stream) }
@@ -409,8 +522,8 @@ impl Device {
 
     /// Waits for the stream.
     pub fn sync(&self) -> Result<(), RuntimeError> {
-        if self.emu.is_some() {
-            return Ok(());
+        if let Some(e) = &self.emu {
+            return e.not_while_capturing("cuStreamSynchronize");
         }
         // SAFETY: a live stream.
         unsafe { drv::stream::synchronize(self.stream) }.map_err(|e| {
@@ -505,12 +618,20 @@ impl Device {
                     )));
                 }
                 let (g, b) = (l.grid, l.block);
-                // SAFETY: as for cuLaunchKernel below: the arguments match the kernel's
-                // signature and every pointer is a live emulated allocation.
-                return unsafe { m.launch(name, [g.0, g.1, g.2], [b.0, b.1, b.2], &mut params) }
-                    .map_err(|e| {
-                        RuntimeError::Other(format!("kernel {name} on the emulated device: {e}"))
-                    });
+                let emu = self
+                    .emu
+                    .as_ref()
+                    .expect("an emulated kernel on the emulated device");
+                // The arguments are copied now, as cuLaunchKernel copies `kernelParams`.
+                let (m, name, args) = (m.clone(), name.clone(), l.args.clone());
+                return emu.enqueue(Box::new(move || {
+                    let mut args = args.clone();
+                    let mut params = args.pointers();
+                    // SAFETY: as for cuLaunchKernel below: the arguments match the kernel's
+                    // signature and every pointer is a live emulated allocation.
+                    unsafe { m.launch(&name, [g.0, g.1, g.2], [b.0, b.1, b.2], &mut params) }
+                        .map_err(|e| format!("kernel {name} on the emulated device: {e}"))
+                }));
             }
         };
         // SAFETY: `func` comes from a loaded module, and the argument list matches its
@@ -518,6 +639,96 @@ impl Device {
         // device pointers in it point into live allocations.
         unsafe { drv::launch_kernel(func, l.grid, l.block, l.shared, self.stream, &mut params) }
             .map_err(drv_err("cuLaunchKernel"))
+    }
+
+    /// Enqueues work of the emulated device (a cuBLASLt call computed on the host): run now,
+    /// or recorded by an open capture.
+    pub fn emu_enqueue(
+        &self,
+        op: impl Fn() -> Result<(), String> + 'static,
+    ) -> Result<(), RuntimeError> {
+        match &self.emu {
+            Some(e) => e.enqueue(Box::new(op)),
+            None => Err(RuntimeError::Other(
+                "internal: emulated work on a real device".into(),
+            )),
+        }
+    }
+
+    /// Starts capturing the stream's work into a graph (thread-local mode).
+    pub fn begin_capture(&self) -> Result<(), RuntimeError> {
+        if let Some(e) = &self.emu {
+            e.faults.0.captures.fetch_add(1, Ordering::SeqCst);
+            let mut c = e.capture.borrow_mut();
+            if c.is_some() {
+                return Err(RuntimeError::Other(
+                    "CUDA cuStreamBeginCapture failed: the stream is already being captured".into(),
+                ));
+            }
+            *c = Some(Ok(Vec::new()));
+            return Ok(());
+        }
+        // SAFETY: a live stream not already capturing.
+        unsafe {
+            drv::stream::begin_capture(
+                self.stream,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        }
+        .map_err(drv_err("cuStreamBeginCapture"))
+    }
+
+    /// Ends the capture (always needed once begun, even after a failure) and instantiates
+    /// the graph.
+    pub fn end_capture(&self) -> Result<DeviceGraph, RuntimeError> {
+        if let Some(e) = &self.emu {
+            let ops = e.capture.borrow_mut().take().ok_or_else(|| {
+                RuntimeError::Other("CUDA cuStreamEndCapture failed: no capture is open".into())
+            })?;
+            let ops = ops.map_err(|m| {
+                RuntimeError::Other(format!(
+                    "CUDA cuStreamEndCapture failed: the capture was invalidated ({m})"
+                ))
+            })?;
+            if e.faults.0.fail_captures.load(Ordering::SeqCst) {
+                return Err(RuntimeError::Other(
+                    "CUDA cuStreamEndCapture failed: operation not permitted when stream is capturing (fault injected on the emulated device)".into(),
+                ));
+            }
+            return Ok(DeviceGraph::Emu(ops));
+        }
+        // SAFETY: the stream is capturing.
+        let graph = unsafe { drv::stream::end_capture(self.stream) }
+            .map_err(drv_err("cuStreamEndCapture"))?;
+        // SAFETY: a complete graph from the capture.
+        match unsafe { drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(DeviceGraph::Cuda { graph, exec }),
+            Err(e) => {
+                // SAFETY: destroying the graph we own.
+                unsafe {
+                    let _ = drv::graph::destroy(graph);
+                }
+                Err(drv_err("cuGraphInstantiate")(e))
+            }
+        }
+    }
+
+    /// Launches a graph from [`Device::end_capture`] on the stream.
+    pub fn launch_graph(&self, g: &DeviceGraph) -> Result<(), RuntimeError> {
+        match g {
+            // SAFETY: an instantiated graph over live buffers.
+            DeviceGraph::Cuda { exec, .. } => {
+                unsafe { drv::graph::launch(*exec, self.stream) }.map_err(drv_err("cuGraphLaunch"))
+            }
+            DeviceGraph::Emu(ops) => {
+                let e = self.emu.as_ref().ok_or_else(|| {
+                    RuntimeError::Other("internal: an emulated graph on a real device".into())
+                })?;
+                e.not_while_capturing("cuGraphLaunch of an emulated graph")?;
+                ops.iter()
+                    .try_for_each(|op| op().map_err(RuntimeError::Other))
+            }
+        }
     }
 
     /// Blocks for a grid-stride kernel over `work` items of `per_thread` items per thread:

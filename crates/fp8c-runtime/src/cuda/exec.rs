@@ -2,36 +2,19 @@
 //! the loop that replays them (eagerly, or as a captured CUDA graph).
 
 use crate::backend::{Executable, Observer, RuntimeError};
-use crate::cuda::device::{Device, drv_err};
+use crate::cuda::device::{Device, DeviceGraph};
 use crate::cuda::gemm::Lt;
 use crate::cuda::lower::{Action, Lowered, Lowerer, step_error};
 use crate::cuda::{CudaOptions, libs};
 use crate::program::{BufId, Buffer, BufferKind, Program};
-use cudarc::driver::result as drv;
-use cudarc::driver::sys;
 use fp8c_ir::{Op, Tensor};
 use std::collections::BTreeMap;
-
-/// A captured CUDA graph of one whole run.
-struct Graph {
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: created by end_capture / instantiate, destroyed once.
-        unsafe {
-            let _ = drv::graph::exec_destroy(self.exec);
-            let _ = drv::graph::destroy(self.graph);
-        }
-    }
-}
 
 /// A program prepared for a CUDA device. Fields drop in declaration order: the graph and the
 /// planned GEMMs before cuBLASLt, cuBLASLt before the device (which frees the memory).
 pub struct CudaExecutable {
-    graph: Option<Graph>,
+    /// The captured run (`cuda_graph`), replayed by every later run.
+    graph: Option<DeviceGraph>,
     steps: Vec<Lowered>,
     lt: Option<Lt>,
     program: Program,
@@ -81,7 +64,7 @@ impl CudaExecutable {
         options: &CudaOptions,
     ) -> Result<Self, RuntimeError> {
         let dev = if options.emulated {
-            Device::emulated()
+            Device::emulated(options.emulated_faults.clone())
         } else {
             Device::open(options.device)?
         };
@@ -240,7 +223,7 @@ impl CudaExecutable {
                 .lt
                 .as_ref()
                 .ok_or_else(|| RuntimeError::Other("internal: a GEMM without cuBLASLt".into()))?
-                .run(call, self.dev.stream),
+                .run(call, &self.dev),
         }
     }
 
@@ -266,34 +249,13 @@ impl CudaExecutable {
     }
 
     /// Captures `enqueue_run` as a CUDA graph.
-    fn capture(&self) -> Result<Graph, RuntimeError> {
-        let s = self.dev.stream;
-        // SAFETY: a live stream not already capturing.
-        unsafe {
-            drv::stream::begin_capture(
-                s,
-                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            )
-        }
-        .map_err(drv_err("cuStreamBeginCapture"))?;
+    fn capture(&self) -> Result<DeviceGraph, RuntimeError> {
+        self.dev.begin_capture()?;
         let body = self.enqueue_run();
-        // SAFETY: the stream is capturing; ending it is required even after a failure.
-        let graph = unsafe { drv::stream::end_capture(s) };
+        // Ending the capture is required even after a failure.
+        let graph = self.dev.end_capture();
         body?;
-        let graph = graph.map_err(drv_err("cuStreamEndCapture"))?;
-        // SAFETY: a complete graph from the capture.
-        let exec = match unsafe { drv::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) }
-        {
-            Ok(e) => e,
-            Err(e) => {
-                // SAFETY: destroying the graph we own.
-                unsafe {
-                    let _ = drv::graph::destroy(graph);
-                }
-                return Err(drv_err("cuGraphInstantiate")(e));
-            }
-        };
-        Ok(Graph { graph, exec })
+        graph
     }
 
     fn download(&self, b: BufId) -> Result<Tensor, RuntimeError> {
@@ -335,12 +297,7 @@ impl Executable for CudaExecutable {
         self.upload_inputs(inputs)?;
         // The first run goes eagerly (it also warms cuBLASLt); with --cuda-graph the second is
         // captured and every run from then on is one graph launch.
-        // The emulated device has no graphs: every run is eager (a blind spot, ARCHITECTURE.md).
-        if self.cuda_graph
-            && !self.dev.is_emulated()
-            && self.runs >= 1
-            && self.graph.is_none()
-            && self.graph_failed.is_none()
+        if self.cuda_graph && self.runs >= 1 && self.graph.is_none() && self.graph_failed.is_none()
         {
             match self.capture() {
                 Ok(g) => self.graph = Some(g),
@@ -351,9 +308,7 @@ impl Executable for CudaExecutable {
             }
         }
         match &self.graph {
-            // SAFETY: an instantiated graph over this executable's live buffers.
-            Some(g) => unsafe { drv::graph::launch(g.exec, self.dev.stream) }
-                .map_err(drv_err("cuGraphLaunch"))?,
+            Some(g) => self.dev.launch_graph(g)?,
             None => self.enqueue_run()?,
         }
         self.runs += 1;

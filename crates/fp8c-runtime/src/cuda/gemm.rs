@@ -432,17 +432,18 @@ impl Lt {
         Ok(call)
     }
 
-    /// Enqueues a planned GEMM on `stream`.
-    pub fn run(
-        &self,
-        c: &GemmCall,
-        stream: cudarc::driver::sys::CUstream,
-    ) -> Result<(), RuntimeError> {
+    /// Enqueues a planned GEMM on `dev`'s stream.
+    pub(crate) fn run(&self, c: &GemmCall, dev: &Device) -> Result<(), RuntimeError> {
         if let Some(s) = &c.emulated {
-            // SAFETY: the spec's pointers are emulated allocations sized from the plan.
-            return unsafe { crate::cuda::emu_gemm::run(s) }
-                .map_err(|e| RuntimeError::Other(format!("emulated cuBLASLt: {e}")));
+            let s = s.clone();
+            return dev.emu_enqueue(move || {
+                // SAFETY: the spec's pointers are emulated allocations sized from the plan,
+                // alive while the executable that recorded this call is.
+                unsafe { crate::cuda::emu_gemm::run(&s) }
+                    .map_err(|e| format!("emulated cuBLASLt: {e}"))
+            });
         }
+        let stream = dev.stream;
         let (alpha, beta): (*const c_void, *const c_void) = match c.alpha_ptr {
             Some(p) => (p as *const c_void, self.zero as *const c_void),
             None => (

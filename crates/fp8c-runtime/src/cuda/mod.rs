@@ -36,7 +36,9 @@ pub mod libs;
 mod lower;
 pub mod nvrtc;
 
-pub use device::{DeviceInfo, MIN_COMPUTE_CAPABILITY, MIN_DRIVER_VERSION, check_driver_version};
+pub use device::{
+    DeviceInfo, EmuFaults, MIN_COMPUTE_CAPABILITY, MIN_DRIVER_VERSION, check_driver_version,
+};
 pub use exec::CudaExecutable;
 pub use lower::support;
 
@@ -60,6 +62,9 @@ pub struct CudaOptions {
     /// loop, kernels compiled for the host by its C++ compiler, cuBLASLt requests checked and
     /// computed by the reference. Needs no GPU and no CUDA library; CI's CUDA tests use it.
     pub emulated: bool,
+    /// Faults the emulated device injects on request (tests of the failure paths); ignored on
+    /// a real GPU.
+    pub emulated_faults: EmuFaults,
 }
 
 /// The CUDA backend.
