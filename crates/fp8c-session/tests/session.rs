@@ -393,3 +393,110 @@ fn a_failed_pass_keeps_its_error_and_last_good_ir() {
         "{e}"
     );
 }
+
+/// The first step of a fresh delayed-scaling run quantizes with scales measured from its own
+/// batch, not TransformerEngine's initial scale of 1. Fine-tuning a trained model is where
+/// scale 1 hurts: its gradients are small, at scale 1 its E5M2 gradients fall among the
+/// subnormals and the first weight gradients are mostly noise (cosine ≈ 0.2–0.6 to f32's on
+/// the GPT-2-style export after 100 f32 steps), which Adam's first, learning-rate-sized update
+/// spreads over every weight. One SGD step with lr 1 (the weight change is the gradient) from
+/// such weights must point where f32's does.
+#[test]
+fn the_first_fp8_step_measures_its_scales_before_quantizing() {
+    let model = Model::load(repo("examples/models/gpt2-tiny.onnx")).unwrap();
+    let output = model.outputs()[0].clone();
+    let data_opts = DataOptions {
+        inputs: BTreeMap::new(),
+        labels: "labels".into(),
+        loss: TrainOptions::new(&output).loss,
+        batch: 16,
+    };
+    let data = Dataset::from_text(&repo("ARCHITECTURE.md"), 16, &model, &data_opts).unwrap();
+    let forward = data.forward_model(&model, 16, &output).unwrap();
+    let trainer = |options: &TrainOptions, opts: CompileOptions| {
+        let spec = options.spec();
+        let t = Trainer::for_model(&forward, &spec, &opts.min_fp8_flops(0), Device::Cpu);
+        (t.unwrap(), spec)
+    };
+
+    // The pretrained weights: 100 f32 AdamW steps.
+    let mut adam = TrainOptions::new(&output);
+    adam.lr = 3e-3;
+    let (mut pre, spec) = trainer(&adam, CompileOptions::f32());
+    for s in 0..100 {
+        pre.step(&data.batch(16, 0, s).feed(&spec)).unwrap();
+    }
+    let mut w0 = pre.weights();
+    w0.retain(|k, _| pre.trained().contains(k));
+
+    let mut sgd = TrainOptions::new(&output);
+    sgd.optimizer = fp8c_session::train::OptimizerKind::Sgd;
+    sgd.momentum = 0.0;
+    sgd.lr = 1.0;
+    sgd.weight_decay = Some(0.0);
+    let step = |opts: CompileOptions| {
+        let (mut t, spec) = trainer(&sgd, opts);
+        t.set_state(&w0).unwrap();
+        t.step(&data.batch(16, 7, 0).feed(&spec)).unwrap();
+        t.weights()
+    };
+    let f32_w = step(CompileOptions::f32());
+    let fp8_w = step(CompileOptions::fp8_training());
+    let mut checked = 0;
+    for (name, w) in &w0 {
+        if w.shape().len() != 2 || !name.contains(".h.") {
+            continue;
+        }
+        let w = w.to_f64_vec().unwrap();
+        let delta = |t: &BTreeMap<String, Tensor>| -> Vec<f64> {
+            let v = t[name].to_f64_vec().unwrap();
+            w.iter().zip(&v).map(|(a, b)| a - b).collect()
+        };
+        let (a, b) = (delta(&f32_w), delta(&fp8_w));
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let norm = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let cos = dot / (norm(&a) * norm(&b));
+        assert!(
+            cos > 0.98,
+            "{name}: first-step FP8 gradient has cosine {cos} to f32's"
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 8,
+        "two layers of c_attn, attn.c_proj, c_fc, mlp.c_proj"
+    );
+}
+
+/// On the CUDA backend (the emulated device, with a fault injected) a checkpoint whose state
+/// cannot be read from the device is an error, and the previous checkpoint stays whole and
+/// loadable: `save` reads the state with `try_state`, so a failed download never becomes a
+/// checkpoint with entries missing.
+#[test]
+fn a_checkpoint_the_device_cannot_deliver_is_an_error_and_keeps_the_last_one() {
+    let (data, forward, spec) = digits_mlp();
+    let faults = fp8c_runtime::EmuFaults::default();
+    let backend = fp8c_runtime::CudaBackend::new(fp8c_runtime::CudaOptions {
+        emulated: true,
+        emulated_faults: faults.clone(),
+        ..Default::default()
+    });
+    let opts = CompileOptions::fp8().min_fp8_flops(0);
+    let mut t = Trainer::new(forward.graph(), &spec, opts.pass_options(), &backend).unwrap();
+    let meta = checkpoint::Meta::new("mlp", "fp8", "ce", 7, 16);
+    let dir = tempfile::tempdir().unwrap();
+    t.step(&data.batch(16, 7, 0).feed(&spec)).unwrap();
+    checkpoint::save(dir.path(), &t, &meta).unwrap();
+    t.step(&data.batch(16, 7, 1).feed(&spec)).unwrap();
+    faults.fail_downloads(true);
+    let e = checkpoint::save(dir.path(), &t, &meta)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot read it from the device"), "{e}");
+    faults.fail_downloads(false);
+    let mut resumed = Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
+    assert_eq!(
+        checkpoint::load(dir.path(), &mut resumed, &meta).unwrap(),
+        1
+    );
+}

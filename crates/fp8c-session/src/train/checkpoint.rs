@@ -292,8 +292,8 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             rescale.len(),
             rescale[0]
         );
-        trainer.rescale_on_next_step(rescale);
     }
+    trainer.rescale_on_next_step(rescale);
     Ok(meta.step)
 }
 

@@ -9,9 +9,18 @@
 //! [`Trainer::state`] is therefore the whole training state (what a checkpoint saves) and
 //! [`Trainer::set_state`] restores it bit for bit.
 //!
-//! Delayed-scaling state a checkpoint lacked or held stale ([`Trainer::rescale_on_next_step`],
-//! `checkpoint::load`) is recomputed from the next batch before that step runs, rather than
-//! left at the initial scale of 1 (the bogus scales of TransformerEngine issue 982).
+//! Delayed scaling needs an amax history before its first quantization. TransformerEngine
+//! starts every history at zero and every scale at 1, so its first step quantizes with scale
+//! 1: gradients of 1e-4 land among E5M2's subnormals, and that step's weight gradients are
+//! mostly noise (on the GPT-2-style export, cosine 0.2–0.3 to the f32 gradient of the same
+//! step, against 0.99 once the histories hold an entry). Under Adam, whose first update has
+//! the size of the learning rate on every element whatever the gradient's size, that one step
+//! moves every weight in a random direction and the run never returns to the f32 trajectory.
+//! A fresh trainer therefore measures the histories from its first batch before that step
+//! runs (torchao's `enable_amax_init`, on by default there too), and so does a resumed one
+//! whose checkpoint lacked or held stale scaling state ([`Trainer::rescale_on_next_step`],
+//! `checkpoint::load`: the bogus scales of TransformerEngine issue 982). State restored
+//! with [`Trainer::set_state`] is used as given.
 
 use crate::error::Result;
 use crate::model::Model;
@@ -51,6 +60,8 @@ pub struct Trainer {
     trained: Vec<String>,
     /// FP8 tensors (`fc1.x`) whose amax history and scale the next step recomputes first.
     rescale: Vec<String>,
+    /// True until the first step ran: `rescale` is then the initial measurement, not a repair.
+    initial: bool,
 }
 
 impl Trainer {
@@ -82,6 +93,12 @@ impl Trainer {
         for (name, t) in initial {
             exe.set_state(&name, t)?;
         }
+        // Every delayed-scaling history starts empty: the first step measures them first.
+        let rescale = exe
+            .state()
+            .keys()
+            .filter_map(|k| k.strip_suffix(".amax_history").map(str::to_string))
+            .collect();
         let info = cx.train.take().unwrap_or_else(|| TrainInfo {
             trained: trained.clone(),
             ..Default::default()
@@ -96,7 +113,8 @@ impl Trainer {
             decisions: cx.decisions,
             counts: (0, 0),
             trained,
-            rescale: Vec::new(),
+            rescale,
+            initial: true,
         })
     }
 
@@ -147,6 +165,7 @@ impl Trainer {
         if !self.rescale.is_empty() {
             self.recompute_scaling(inputs)?;
         }
+        self.initial = false;
         let out = self.exe.run(inputs)?;
         // With gradient accumulation only the last micro-batch (`train.apply` = 1) ends a step.
         let ends_step = inputs
@@ -180,10 +199,13 @@ impl Trainer {
     }
 
     /// Restores state entries (a checkpoint); every name must exist with its declared type.
+    /// An amax history given here is used as it is: the next step does not measure it again.
     pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<()> {
         for (k, t) in state {
             self.exe.set_state(k, t.clone())?;
         }
+        self.rescale
+            .retain(|t| !state.contains_key(&format!("{t}.amax_history")));
         Ok(())
     }
 
@@ -233,6 +255,7 @@ impl Trainer {
     /// history then holds the second's amax as its newest entry and the scale follows it.
     pub fn rescale_on_next_step(&mut self, tensors: Vec<String>) {
         self.rescale = tensors;
+        self.initial = false;
     }
 
     fn recompute_scaling(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<()> {
@@ -279,18 +302,24 @@ impl Trainer {
                     .is_none_or(|h| h.iter().all(|&v| v == 0.0))
             })
             .collect();
-        tracing::warn!(
-            "recomputed the amax history and scale of {} FP8 tensor(s) from this step's batch{}",
-            tensors.len() - unmeasured.len(),
-            if unmeasured.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; {} measured no amax (a zero or non-finite batch) and keep scale 1",
-                    unmeasured.len()
-                )
-            }
-        );
+        let rest = if unmeasured.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} measured no amax (a zero or non-finite batch) and keep scale 1",
+                unmeasured.len()
+            )
+        };
+        let measured = tensors.len() - unmeasured.len();
+        if self.initial {
+            tracing::info!(
+                "initialised the amax history and scale of {measured} FP8 tensor(s) from the first batch{rest}"
+            );
+        } else {
+            tracing::warn!(
+                "recomputed the amax history and scale of {measured} FP8 tensor(s) from this step's batch{rest}"
+            );
+        }
         Ok(())
     }
 
