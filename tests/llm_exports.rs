@@ -7,9 +7,14 @@
 //! onnxruntime's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
 //! relative L2, and FP8 (every weight GEMM, `--min-fp8-flops 0`: the models are tiny) must
 //! keep a cosine of at least 0.99 against f32 (`--compare`). The causal mask (CumSum,
-//! GatherND), rotary embeddings, grouped-query attention and SwiGLU all run.
+//! GatherND), rotary embeddings, grouped-query attention and SwiGLU all run. Each model runs on
+//! every backend (`test_backends!`): the CPU reference, the CUDA backend on the emulated device,
+//! and on a real GPU when there is one.
 
+#[macro_use]
 mod support;
+
+use support::TestDevice;
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -26,14 +31,14 @@ const MODELS: &[&str] = &[
 /// The graph outputs the exports have; every other tensor of a `.ref.npz` is an input.
 const OUTPUTS: &[&str] = &["logits", "last_hidden_state"];
 
-fn check(name: &str) {
+fn check(name: &str, dev: TestDevice) {
     let root = support::repo_root().join("examples/models");
     let model = root.join(format!("{name}.onnx"));
     let reference = support::read_npz(&root.join(format!("{name}.ref.npz")));
     let (outputs, inputs): (BTreeMap<_, _>, BTreeMap<_, _>) = reference
         .into_iter()
         .partition(|(k, _)| OUTPUTS.contains(&k.as_str()));
-    let dir = support::scratch(&format!("llm_{name}"));
+    let dir = support::scratch(&format!("llm_{name}_{}", dev.flag()));
     let in_path = dir.join("inputs.npz");
     let list: Vec<(&str, &fp8c_ir::Tensor)> = inputs.iter().map(|(k, v)| (k.as_str(), v)).collect();
     fp8c_session::npy::write_npz(&in_path, &list).unwrap();
@@ -46,18 +51,23 @@ fn check(name: &str) {
         in_path.as_os_str(),
         "--precision".as_ref(),
         "f32".as_ref(),
+        "--device".as_ref(),
+        dev.flag().as_ref(),
         "-o".as_ref(),
         out.as_os_str(),
     ]);
     assert!(
         r.ok,
-        "{name}: fp8c run --precision f32 failed:\n{}",
+        "{name} on {dev:?}: fp8c run --precision f32 failed:\n{}",
         r.stderr
     );
     let got = support::read_npz(&out);
     for (k, want) in &outputs {
         let c = fp8c_runtime::compare(&got[k], want).unwrap();
-        eprintln!("{name} \"{k}\": f32 vs onnxruntime rel_l2={:.3e}", c.rel_l2);
+        eprintln!(
+            "{name} \"{k}\" on {dev:?}: f32 vs onnxruntime rel_l2={:.3e}",
+            c.rel_l2
+        );
         assert!(c.rel_l2 <= 1e-4, "{name} \"{k}\": rel L2 {:.3e}", c.rel_l2);
     }
 
@@ -69,6 +79,8 @@ fn check(name: &str) {
         "--min-fp8-flops".as_ref(),
         "0".as_ref(),
         "--compare".as_ref(),
+        "--device".as_ref(),
+        dev.flag().as_ref(),
         "-o".as_ref(),
         dir.join("fp8.npz").as_os_str(),
     ]);
@@ -90,39 +102,47 @@ fn check(name: &str) {
         let (_, _, cosine) = cmp
             .get(k)
             .unwrap_or_else(|| panic!("{name}: no --compare line for {k}:\n{}", r.stdout));
-        eprintln!("{name} \"{k}\": FP8 vs f32 cosine={cosine:.6} ({fp8_tensors} FP8 tensors)");
+        eprintln!(
+            "{name} \"{k}\" on {dev:?}: FP8 vs f32 cosine={cosine:.6} ({fp8_tensors} FP8 tensors)"
+        );
         assert!(*cosine >= 0.99, "{name} \"{k}\": cosine {cosine}");
     }
 }
 
-#[test]
-fn llama_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[0]);
+test_backends! {
+    fn llama_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[0], dev);
+    }
 }
 
-#[test]
-fn gpt2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[1]);
+test_backends! {
+    fn gpt2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[1], dev);
+    }
 }
 
-#[test]
-fn qwen2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[2]);
+test_backends! {
+    fn qwen2_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[2], dev);
+    }
 }
 
-#[test]
-fn bert_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[3]);
+test_backends! {
+    fn bert_encoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[3], dev);
+    }
 }
 
-#[test]
-fn mistral_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[4]);
+test_backends! {
+    fn mistral_style_decoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[4], dev);
+    }
 }
 
-#[test]
-fn vit_encoder_matches_onnxruntime_and_keeps_fp8_cosine() {
-    check(MODELS[5]);
+test_backends! {
+    fn vit_encoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
+        check(MODELS[5], dev);
+    }
 }
 
 /// The policy's LLM default (issue #12): the LM head stays high precision with its reason;

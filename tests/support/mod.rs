@@ -234,3 +234,86 @@ pub fn csv_column(path: &Path, name: &str) -> Vec<String> {
         .map(|l| l.split(',').nth(col).unwrap_or_default().to_string())
         .collect()
 }
+
+/// A device a [`test_backends!`] test runs on: its `--device` value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestDevice {
+    /// The CPU reference.
+    Cpu,
+    /// The CUDA backend on the emulated device (no GPU needed; what CI checks).
+    CudaEmulated,
+    /// The CUDA backend on a real GPU.
+    Cuda,
+}
+
+impl TestDevice {
+    /// The `--device` value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            TestDevice::Cpu => "cpu",
+            TestDevice::CudaEmulated => "cuda-emulated",
+            TestDevice::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this device can run here: `Err(reason)` only for a real GPU that is absent.
+    /// With `FP8C_REQUIRE_GPU` set (`scripts/gpu-check.sh`) an absent GPU is a failure.
+    pub fn available(self) -> Result<(), String> {
+        if self != TestDevice::Cuda {
+            return Ok(());
+        }
+        match fp8c_session::Device::Cuda.check() {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                assert!(
+                    std::env::var_os("FP8C_REQUIRE_GPU").is_none(),
+                    "FP8C_REQUIRE_GPU is set but the CUDA backend cannot run: {e}"
+                );
+                Err(e.to_string())
+            }
+        }
+    }
+}
+
+/// Writes a test once for every backend: `test_backends!(fn name(dev) { body })` makes a module
+/// `name` with the tests `cpu`, `cuda_emulated` and `cuda`, each running `body` with `dev` the
+/// [`TestDevice`]. The `cuda` one needs a GPU: without one it prints why and passes (CI has no
+/// GPU; `scripts/gpu-check.sh` sets `FP8C_REQUIRE_GPU`, which turns that into a failure).
+#[macro_export]
+macro_rules! test_backends {
+    ($(#[$meta:meta])* fn $name:ident($dev:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn body($dev: $crate::support::TestDevice) $body
+
+            #[test]
+            fn cpu() {
+                body($crate::support::TestDevice::Cpu);
+            }
+
+            #[test]
+            fn cuda_emulated() {
+                body($crate::support::TestDevice::CudaEmulated);
+            }
+
+            #[test]
+            fn cuda() {
+                let dev = $crate::support::TestDevice::Cuda;
+                match dev.available() {
+                    Ok(()) => body(dev),
+                    Err(why) => {
+                        use std::io::Write;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "{}::cuda skipped: no GPU here ({why}); the cuda_emulated test ran the CUDA backend",
+                            stringify!($name)
+                        );
+                    }
+                }
+            }
+        }
+    };
+}
