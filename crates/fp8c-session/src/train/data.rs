@@ -385,10 +385,18 @@ pub fn batch_rows(rows: u64, batch: u64, seed: u64, step: u64) -> Vec<u64> {
     out
 }
 
-/// A Fisher–Yates shuffle of `0..n` from an xorshift seeded by (seed, epoch).
+/// SplitMix64's finaliser: every input bit affects every output bit.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A Fisher–Yates shuffle of `0..n` from an xorshift seeded by (seed, epoch) through SplitMix64
+/// (a plain `seed ^ constant | 1` gave seeds 2k and 2k+1 the same order).
 pub fn permutation(n: u64, seed: u64, epoch: u64) -> Vec<u64> {
-    let mut s =
-        (seed ^ 0x9E37_79B9_7F4A_7C15).wrapping_add(epoch.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1;
+    let mut s = splitmix64(splitmix64(seed).wrapping_add(epoch)) | 1;
     let mut next = || {
         s ^= s << 13;
         s ^= s >> 7;
@@ -420,6 +428,19 @@ mod tests {
         assert_eq!(batch_rows(rows, batch, 7, 3), batch_rows(rows, batch, 7, 3));
         assert_ne!(permutation(rows, 7, 0), permutation(rows, 8, 0));
         assert_ne!(permutation(rows, 7, 0), permutation(rows, 7, 1));
+    }
+
+    #[test]
+    fn every_seed_and_epoch_gives_its_own_order() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..32 {
+            for epoch in 0..4 {
+                assert!(
+                    seen.insert(permutation(50, seed, epoch)),
+                    "seed {seed}, epoch {epoch} repeats an earlier order"
+                );
+            }
+        }
     }
 
     #[test]
