@@ -1,8 +1,9 @@
 // movement.cu — data movement without arithmetic: strided copies, fills and tiled transposes.
 //
-// IR ops: transpose (any perm), slice, expand, concat (one copy per input into its slab of
-// the output), pad (constant mode: fill, then copy into the interior), and the copies behind
-// reshape / squeeze / unsqueeze / flatten / identity when they are not plain memcpys.
+// IR ops: transpose (any perm), slice, expand, tile, concat (one copy per input into its slab
+// of the output), pad (constant mode: fill, then copy into the interior), the copies behind
+// reshape / squeeze / unsqueeze / flatten / identity when they are not plain memcpys, range
+// and trilu.
 //
 // `fp8c_strided_copy_<bytes>` walks the iteration dims of a StridedView and moves one element
 // per index: general but one element at a time. `fp8c_transpose2d_<bytes>` is the fast path
@@ -87,3 +88,40 @@ TRANSPOSE2D(1, u8)
 TRANSPOSE2D(2, u16)
 TRANSPOSE2D(4, u32)
 TRANSPOSE2D(8, u64)
+
+// fp8c_range_<type>(start, delta, y, n): y[i] = start + i·delta, the CPU reference's formula
+// (f32: i converted to f32, one product and one sum, each rounded; integers wrap).
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_range_f32(const float* start, const float* delta, float* y, u64 n) {
+  const float s = *start, d = *delta;
+  for (u64 i = gtid(); i < n; i += gstride()) y[i] = __fadd_rn(s, __fmul_rn((float)i, d));
+}
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_range_i64(const i64* start, const i64* delta, i64* y, u64 n) {
+  const u64 s = (u64)*start, d = (u64)*delta;
+  for (u64 i = gtid(); i < n; i += gstride()) y[i] = (i64)(s + i * d);
+}
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_range_i32(const int* start, const int* delta, int* y, u64 n) {
+  const u64 s = (u64)(i64)*start, d = (u64)(i64)*delta;
+  for (u64 i = gtid(); i < n; i += gstride()) y[i] = (int)(u32)(s + i * d);
+}
+
+// fp8c_trilu_<bytes>(x, y, k, rows, cols, upper, n): ONNX Trilu over the last two dims: keeps
+// x where column − row ≥ k (upper) or ≤ k (lower), zero elsewhere; k is an i64 on the device
+// (null: 0).
+#define TRILU(BYTES, T)                                                                           \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                        \
+      fp8c_trilu_##BYTES(const T* x, T* y, const i64* k, u64 rows, u64 cols, int upper, u64 n) { \
+    const i64 kk = k ? *k : 0;                                                                    \
+    for (u64 e = gtid(); e < n; e += gstride()) {                                                 \
+      const i64 i = (i64)((e / cols) % rows), j = (i64)(e % cols);                                \
+      const i64 d = j - i;                                                                        \
+      const bool keep = upper ? d >= kk : d <= kk;                                                \
+      y[e] = keep ? x[e] : (T)0;                                                                  \
+    }                                                                                             \
+  }
+TRILU(1, u8)
+TRILU(2, u16)
+TRILU(4, u32)
+TRILU(8, u64)

@@ -725,3 +725,83 @@ fn gather_nd_matches_the_cpu() {
         check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
     }
 }
+
+/// Range (start and delta read on the device: f32, i64, i32), Tile (constant repeats, rank 3,
+/// one dim tiled and one repeated once) and Trilu (upper and lower, k from an input and
+/// absent) give the CPU's bytes.
+#[test]
+fn range_tile_and_trilu_match_the_cpu() {
+    let cuda = cuda(false);
+    let konst =
+        |g: &mut Graph, name: &str, t: Tensor| node(g, name, Op::Constant { value: t }, &[])[0];
+    // Range with inputs, so nothing folds; the output length is fixed by the graph's type.
+    for (dtype, start, delta, n) in [
+        (
+            DType::F32,
+            Tensor::scalar_f32(-1.25),
+            Tensor::scalar_f32(0.1),
+            37u64,
+        ),
+        (
+            DType::I64,
+            Tensor::from_i64(vec![], &[5]),
+            Tensor::from_i64(vec![], &[-3]),
+            20,
+        ),
+        (
+            DType::I32,
+            Tensor::from_i32(vec![], &[7]),
+            Tensor::from_i32(vec![], &[4]),
+            11,
+        ),
+    ] {
+        let mut g = Graph::new("range");
+        let s = g.add_input("s", TensorType::fixed(dtype, &[])).unwrap();
+        let d = g.add_input("d", TensorType::fixed(dtype, &[])).unwrap();
+        let limit = match dtype {
+            DType::F32 => Tensor::scalar_f32(-1.25 + 0.1 * n as f32 - 0.05),
+            DType::I64 => Tensor::from_i64(vec![], &[5 - 3 * n as i64]),
+            _ => Tensor::from_i32(vec![], &[7 + 4 * n as i32]),
+        };
+        let l = konst(&mut g, "limit", limit);
+        // Typed by hand: inference cannot know the length of a range of run-time inputs.
+        let y = g
+            .add_node_typed(
+                "range",
+                Op::Range,
+                &[s, l, d],
+                vec![TensorType::fixed(dtype, &[n])],
+            )
+            .unwrap()[0];
+        g.set_output("y", y).unwrap();
+        let inputs = BTreeMap::from([("s".to_string(), start), ("d".to_string(), delta)]);
+        check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+    }
+
+    let x = Tensor::from_f32(vec![2, 3, 5], &data(30, 4.0, 3, true));
+    let mut g = Graph::new("tile");
+    let xi = g.add_input("x", f32t(&[2, 3, 5])).unwrap();
+    let reps = konst(&mut g, "reps", Tensor::from_i64(vec![3], &[3, 1, 2]));
+    let y = node(&mut g, "tile", Op::Tile, &[xi, reps])[0];
+    g.set_output("y", y).unwrap();
+    check(cuda.as_ref(), &g, &one("x", x.clone()), &|_| Tol::Exact, 1);
+
+    for upper in [true, false] {
+        for k in [None, Some(-1i64), Some(2)] {
+            let mut g = Graph::new("trilu");
+            let xi = g.add_input("x", f32t(&[2, 3, 5])).unwrap();
+            let mut ins = vec![xi];
+            let mut inputs = one("x", x.clone());
+            if let Some(k) = k {
+                ins.push(
+                    g.add_input("k", TensorType::fixed(DType::I64, &[]))
+                        .unwrap(),
+                );
+                inputs.insert("k".into(), Tensor::from_i64(vec![], &[k]));
+            }
+            let y = node(&mut g, "trilu", Op::Trilu { upper }, &ins)[0];
+            g.set_output("y", y).unwrap();
+            check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+        }
+    }
+}

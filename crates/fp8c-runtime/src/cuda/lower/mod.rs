@@ -84,7 +84,8 @@ const BLOCK: u32 = 256;
 /// use fp8c_runtime::cuda::support;
 ///
 /// assert_eq!(support(&Op::MatMul), Support::Yes);
-/// assert!(matches!(support(&Op::Range), Support::No(why) if !why.is_empty()));
+/// assert_eq!(support(&Op::Range), Support::Yes);
+/// assert!(matches!(support(&Op::GatherElements { axis: 0 }), Support::No(why) if !why.is_empty()));
 /// assert!(matches!(support(&Op::Pad { mode: PadMode::Reflect }), Support::No(_)));
 /// ```
 pub fn support(op: &Op) -> Support {

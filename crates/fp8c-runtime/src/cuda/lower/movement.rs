@@ -1,7 +1,7 @@
 //! The movement family on CUDA: views are copies, the rest are strided copies, fills,
-//! tiled transposes and gathers (`movement.cu`, `gather.cu`). Slice bounds and pads must be
-//! constants. `range`, `tile`, the element-indexed gathers and scatters and
-//! `trilu` have no kernel.
+//! tiled transposes and gathers (`movement.cu`, `gather.cu`), `range` and `trilu` kernels.
+//! Slice bounds, pads and tile repeats must be constants. The element-indexed gathers and
+//! scatters have no kernel.
 
 use super::{
     Action, Lowerer, R, contiguous_strides, index_word, norm_axis, not_supported, numel, split3,
@@ -12,18 +12,9 @@ use crate::cuda::kernels;
 use crate::program::{BufId, Step};
 use fp8c_ir::{DType, MovementOp, PadMode, Support, Tensor};
 
-/// Why `range` does not run on CUDA.
-const RANGE: &str =
-    "range has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
-/// Why `tile` does not run on CUDA.
-const TILE: &str =
-    "tile has no CUDA kernel (with constant inputs it is folded by the CPU reference)";
 /// Why the element-indexed gathers and scatters do not run on CUDA.
 const INDEXED: &str = "gather_elements, scatter_elements and scatter_nd have no CUDA kernel yet \
      (with constant inputs they are folded by the CPU reference)";
-/// Why `trilu` does not run on CUDA.
-const TRILU: &str = "trilu has no CUDA kernel yet (causal masks built from constants are \
-     folded by the CPU reference)";
 /// Why `pad` modes other than constant do not run on CUDA.
 const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
 
@@ -38,13 +29,11 @@ fn pad_mode(mode: PadMode) -> Support {
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: MovementOp<'_>) -> Support {
     match op {
-        MovementOp::Range => Support::No(RANGE),
+        MovementOp::Range | MovementOp::Tile | MovementOp::Trilu { .. } => Support::Yes,
         MovementOp::GatherNd { .. } => Support::Yes,
-        MovementOp::Tile => Support::No(TILE),
         MovementOp::GatherElements { .. }
         | MovementOp::ScatterElements { .. }
         | MovementOp::ScatterNd { .. } => Support::No(INDEXED),
-        MovementOp::Trilu { .. } => Support::No(TRILU),
         MovementOp::Pad { mode } => pad_mode(*mode),
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -198,17 +187,17 @@ impl Lowerer<'_> {
                     bytes: t.bytes().len() as u64,
                 }])
             }
-            MovementOp::Range => Err(not_supported(&step.op, RANGE)),
+            MovementOp::Range => self.range(ins, outs[0]),
             MovementOp::GatherNd { batch_dims } => {
                 let (i, f) = self.next_flag();
                 *flag = Some(i);
                 self.gather_nd(ins[0], ins[1], outs[0], *batch_dims, f)
             }
-            MovementOp::Tile => Err(not_supported(&step.op, TILE)),
+            MovementOp::Tile => self.tile(ins, outs[0]),
             MovementOp::GatherElements { .. }
             | MovementOp::ScatterElements { .. }
             | MovementOp::ScatterNd { .. } => Err(not_supported(&step.op, INDEXED)),
-            MovementOp::Trilu { .. } => Err(not_supported(&step.op, TRILU)),
+            MovementOp::Trilu { upper } => self.trilu(ins, outs[0], *upper),
             MovementOp::__Lifetime(never, _) => match never {},
         }
     }
@@ -398,6 +387,89 @@ impl Lowerer<'_> {
         let offset: i64 = (0..r).map(|k| pads[k] * ys[k]).sum();
         actions.extend(self.strided_copy(x, y, &xd, &contiguous_strides(&xd), 0, &ys, offset)?);
         Ok(actions)
+    }
+
+    /// ONNX Tile as one strided copy: each dim `d` repeated `r` times becomes the pair
+    /// `[r, d]` of the iteration space, the repeat read with stride 0 (dims repeated once stay
+    /// single, so up to 8 iteration dims cover any rank with at most 8 − rank tiled dims).
+    fn tile(&self, ins: &[BufId], y: BufId) -> R<Vec<Action>> {
+        let x = ins[0];
+        let reps = self.int_list(ins[1], "repeats")?;
+        let xd = self.buf(x).dims.clone();
+        if reps.len() != xd.len() || reps.iter().any(|&r| r < 0) {
+            return Err("repeats must be rank non-negative constants on CUDA".into());
+        }
+        let (xs, ys) = (
+            contiguous_strides(&xd),
+            contiguous_strides(&self.buf(y).dims),
+        );
+        let (mut dims, mut ins_s, mut outs_s) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..xd.len() {
+            let r = reps[k] as u64;
+            if r != 1 {
+                dims.push(r);
+                ins_s.push(0);
+                outs_s.push(xd[k] as i64 * ys[k]);
+            }
+            dims.push(xd[k]);
+            ins_s.push(xs[k]);
+            outs_s.push(ys[k]);
+        }
+        self.strided_copy(x, y, &dims, &ins_s, 0, &outs_s, 0)
+    }
+
+    /// ONNX Range into its (static) output: start and delta are read on the device.
+    fn range(&self, ins: &[BufId], y: BufId) -> R<Vec<Action>> {
+        let name = match self.buf(y).ty.dtype {
+            DType::F32 => "fp8c_range_f32",
+            DType::I64 => "fp8c_range_i64",
+            DType::I32 => "fp8c_range_i32",
+            other => return Err(format!("range of {other} is not supported on CUDA yet")),
+        };
+        let n = numel(self.buf(y));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(ins[0]))
+            .ptr(self.ptr(ins[2]))
+            .ptr(self.ptr(y))
+            .u64(n);
+        Ok(vec![self.launch_1d(kernels::MOVEMENT, name, n, 1, a)?])
+    }
+
+    /// ONNX Trilu over the last two dims; the optional k is read on the device.
+    fn trilu(&self, ins: &[BufId], y: BufId, upper: bool) -> R<Vec<Action>> {
+        let x = ins[0];
+        let xd = self.buf(x).dims.clone();
+        if xd.len() < 2 {
+            return Err("trilu needs rank ≥ 2".into());
+        }
+        let k = match ins.get(1) {
+            Some(&b) if self.buf(b).ty.dtype == DType::I64 => self.ptr(b),
+            Some(_) => return Err("trilu's k must be an i64 scalar".into()),
+            None => 0,
+        };
+        let n = numel(self.buf(x));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let es = self.buf(x).ty.dtype.size();
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(y))
+            .ptr(k)
+            .u64(xd[xd.len() - 2])
+            .u64(xd[xd.len() - 1])
+            .i32(i32::from(upper))
+            .u64(n);
+        Ok(vec![self.launch_1d(
+            kernels::MOVEMENT,
+            &format!("fp8c_trilu_{es}"),
+            n,
+            1,
+            a,
+        )?])
     }
 
     fn gather(&self, data: BufId, idx: BufId, y: BufId, axis: i64, err: u64) -> R<Vec<Action>> {
