@@ -125,3 +125,63 @@ TRILU(1, u8)
 TRILU(2, u16)
 TRILU(4, u32)
 TRILU(8, u64)
+
+// Pad of any mode and sign: every output element reads its source element (constant mode
+// outside the source: `value`). Source coordinate j = o − begin outside [0, d): edge clamps,
+// wrap takes j mod d, reflect mirrors without repeating the edge (period 2(d − 1)), as the CPU
+// reference computes them.
+struct PadView {
+  u32 rank;
+  u32 mode; // 0 constant, 1 edge, 2 wrap, 3 reflect
+  u64 out_dims[FP8C_MAX_DIMS];
+  i64 in_dims[FP8C_MAX_DIMS];
+  i64 begin[FP8C_MAX_DIMS];
+  i64 in_strides[FP8C_MAX_DIMS];
+  u64 value; // constant mode: the pad value's bytes
+};
+
+template <typename T>
+__device__ __forceinline__ void pad_impl(const T* __restrict__ src, T* __restrict__ dst, const PadView& v,
+                                         const T* __restrict__ value, u64 n) {
+  const T fill_value = value ? *value : (T)v.value;
+  for (u64 i = gtid(); i < n; i += gstride()) {
+    u64 rest = i;
+    i64 so = 0;
+    bool fill = false;
+    for (int k = (int)v.rank - 1; k >= 0; --k) {
+      const i64 o = (i64)(rest % v.out_dims[k]);
+      rest /= v.out_dims[k];
+      const i64 d = v.in_dims[k];
+      i64 j = o - v.begin[k];
+      if (j < 0 || j >= d) {
+        if (v.mode == 0) {
+          fill = true;
+          j = 0;
+        } else if (v.mode == 1) {
+          j = j < 0 ? 0 : d - 1;
+        } else if (v.mode == 2) {
+          j = ((j % d) + d) % d;
+        } else if (d == 1) {
+          j = 0;
+        } else {
+          const i64 p = 2 * (d - 1), m = ((j % p) + p) % p;
+          j = m < d ? m : p - m;
+        }
+      }
+      so += j * v.in_strides[k];
+    }
+    dst[i] = fill ? fill_value : src[so];
+  }
+}
+
+// fp8c_pad_<bytes>(src, dst, view, value, n): n = product of view.out_dims; `value` (may be
+// null: view.value) is a constant-mode pad value computed on the device.
+#define PAD(BYTES, T)                                                                              \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                         \
+      fp8c_pad_##BYTES(const T* src, T* dst, PadView view, const T* value, u64 n) {                \
+    pad_impl<T>(src, dst, view, value, n);                                                         \
+  }
+PAD(1, u8)
+PAD(2, u16)
+PAD(4, u32)
+PAD(8, u64)

@@ -805,3 +805,52 @@ fn range_tile_and_trilu_match_the_cpu() {
         }
     }
 }
+
+/// Pad in every mode, with pads that grow one axis past the source's size on both sides
+/// (reflect and wrap fold more than once) and crop another (negative pads), gives the CPU's
+/// bytes; so does a constant pad whose value is a run-time input.
+#[test]
+fn pad_modes_match_the_cpu() {
+    let cuda = cuda(false);
+    let x = Tensor::from_f32(vec![2, 3, 4], &data(24, 4.0, 5, true));
+    for mode in [
+        fp8c_ir::PadMode::Constant,
+        fp8c_ir::PadMode::Edge,
+        fp8c_ir::PadMode::Wrap,
+        fp8c_ir::PadMode::Reflect,
+    ] {
+        for pads in [[0i64, 4, -1, 1, 5, 2], [1, 0, 2, 0, 1, 0]] {
+            let mut g = Graph::new("pad");
+            let xi = g.add_input("x", f32t(&[2, 3, 4])).unwrap();
+            let p = node(
+                &mut g,
+                "pads",
+                Op::Constant {
+                    value: Tensor::from_i64(vec![6], &pads),
+                },
+                &[],
+            )[0];
+            let v = scalar(&mut g, "value", -2.5);
+            let y = node(&mut g, "pad", Op::Pad { mode }, &[xi, p, v])[0];
+            g.set_output("y", y).unwrap();
+            check(cuda.as_ref(), &g, &one("x", x.clone()), &|_| Tol::Exact, 1);
+        }
+    }
+    let mut g = Graph::new("pad_value_input");
+    let xi = g.add_input("x", f32t(&[2, 3, 4])).unwrap();
+    let v = g.add_input("v", f32t(&[])).unwrap();
+    let p = node(
+        &mut g,
+        "pads",
+        Op::Constant {
+            value: Tensor::from_i64(vec![6], &[1, 0, 2, 0, 1, 0]),
+        },
+        &[],
+    )[0];
+    let mode = fp8c_ir::PadMode::Constant;
+    let y = node(&mut g, "pad", Op::Pad { mode }, &[xi, p, v])[0];
+    g.set_output("y", y).unwrap();
+    let mut inputs = one("x", x);
+    inputs.insert("v".into(), Tensor::scalar_f32(7.25));
+    check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+}

@@ -15,15 +15,17 @@ use fp8c_ir::{DType, MovementOp, PadMode, Support, Tensor};
 /// Why the element-indexed gathers and scatters do not run on CUDA.
 const INDEXED: &str = "gather_elements, scatter_elements and scatter_nd have no CUDA kernel yet \
      (with constant inputs they are folded by the CPU reference)";
-/// Why `pad` modes other than constant do not run on CUDA.
-const PAD_MODE: &str = "only pad mode `constant` has a CUDA kernel (reflect, edge and wrap do not)";
-
-/// Whether a pad mode runs on CUDA.
-fn pad_mode(mode: PadMode) -> Support {
-    match mode {
-        PadMode::Constant => Support::Yes,
-        PadMode::Reflect | PadMode::Edge | PadMode::Wrap => Support::No(PAD_MODE),
-    }
+/// `movement.cu`'s `PadView` (the field order and types must match).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PadView {
+    rank: u32,
+    mode: u32,
+    out_dims: [u64; 8],
+    in_dims: [i64; 8],
+    begin: [i64; 8],
+    in_strides: [i64; 8],
+    value: u64,
 }
 
 /// Whether CUDA runs `op` (see [`super::support`]).
@@ -34,7 +36,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::GatherElements { .. }
         | MovementOp::ScatterElements { .. }
         | MovementOp::ScatterNd { .. } => Support::No(INDEXED),
-        MovementOp::Pad { mode } => pad_mode(*mode),
+        MovementOp::Pad { .. } => Support::Yes,
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
         | MovementOp::Transpose { .. }
@@ -164,10 +166,7 @@ impl Lowerer<'_> {
                 *flag = Some(i);
                 self.gather_grad(ins[0], ins[1], outs[0], *axis, f)
             }
-            MovementOp::Pad { mode } => match pad_mode(*mode) {
-                Support::Yes => self.pad(ins, outs[0]),
-                Support::No(why) => Err(not_supported(&step.op, why)),
-            },
+            MovementOp::Pad { mode } => self.pad(ins, outs[0], *mode),
             MovementOp::ConstantOfShape { value } => {
                 let y = outs[0];
                 self.fill(y, value.bytes())
@@ -217,6 +216,25 @@ impl Lowerer<'_> {
         if es != self.buf(dst).ty.dtype.size() {
             return Err("internal: strided copy between element sizes".into());
         }
+        self.strided_copy_ptr(
+            (self.ptr(src), self.ptr(dst)),
+            es,
+            dims,
+            (in_strides, in_offset),
+            (out_strides, out_offset),
+        )
+    }
+
+    /// [`Self::strided_copy`] between raw device pointers (scratch memory) of `es`-byte
+    /// elements.
+    pub(super) fn strided_copy_ptr(
+        &self,
+        (src, dst): (u64, u64),
+        es: usize,
+        dims: &[u64],
+        (in_strides, in_offset): (&[i64], i64),
+        (out_strides, out_offset): (&[i64], i64),
+    ) -> R<Vec<Action>> {
         if dims.len() > 8 {
             return Err(format!(
                 "rank {} is above the 8 dims CUDA copies handle",
@@ -240,7 +258,7 @@ impl Lowerer<'_> {
         v.in_strides[..dims.len()].copy_from_slice(in_strides);
         v.out_strides[..dims.len()].copy_from_slice(out_strides);
         let mut a = KernelArgs::new();
-        a.ptr(self.ptr(src)).ptr(self.ptr(dst)).push(v).u64(n);
+        a.ptr(src).ptr(dst).push(v).u64(n);
         Ok(vec![self.launch_1d(
             kernels::MOVEMENT,
             &format!("fp8c_strided_copy_{es}"),
@@ -364,29 +382,88 @@ impl Lowerer<'_> {
     }
 
     /// Constant padding (the mode is checked by the caller, see [`pad_mode`]).
-    fn pad(&self, ins: &[BufId], y: BufId) -> R<Vec<Action>> {
+    /// ONNX Pad: non-negative constant pads are a fill and a copy into the interior; other
+    /// modes and negative pads (crops) one `fp8c_pad` kernel. Pads must be constants.
+    fn pad(&self, ins: &[BufId], y: BufId, mode: PadMode) -> R<Vec<Action>> {
         let x = ins[0];
         let pads = self.int_list(ins[1], "pads")?;
         let xd = self.buf(x).dims.clone();
         let r = xd.len();
-        if pads.len() != 2 * r || pads.iter().any(|&p| p < 0) {
-            return Err("pads must be 2·rank non-negative constants on CUDA".into());
+        if pads.len() != 2 * r {
+            return Err("pads must be 2·rank constants on CUDA".into());
         }
         let es = self.buf(y).ty.dtype.size();
-        let value = match ins.get(2) {
-            Some(&b) => self
-                .constant(b)
-                .ok_or("the pad value must be a constant on CUDA")?
-                .bytes()
-                .to_vec(),
-            None => vec![0u8; es],
+        // A constant-mode value computed at run time is read on the device by the kernel.
+        let (value, value_ptr) = match ins.get(2) {
+            Some(&b) if mode == PadMode::Constant => match self.constant(b) {
+                Some(t) => (t.bytes().to_vec(), 0),
+                None => (vec![0u8; es], self.ptr(b)),
+            },
+            _ => (vec![0u8; es], 0),
         };
-        let mut actions = self.fill(y, &value)?;
         let yd = self.buf(y).dims.clone();
         let ys = contiguous_strides(&yd);
-        let offset: i64 = (0..r).map(|k| pads[k] * ys[k]).sum();
-        actions.extend(self.strided_copy(x, y, &xd, &contiguous_strides(&xd), 0, &ys, offset)?);
-        Ok(actions)
+        if mode == PadMode::Constant && value_ptr == 0 && pads.iter().all(|&p| p >= 0) {
+            let mut actions = self.fill(y, &value)?;
+            let offset: i64 = (0..r).map(|k| pads[k] * ys[k]).sum();
+            actions.extend(self.strided_copy(
+                x,
+                y,
+                &xd,
+                &contiguous_strides(&xd),
+                0,
+                &ys,
+                offset,
+            )?);
+            return Ok(actions);
+        }
+        if r > 8 {
+            return Err(format!("rank {r} is above the 8 dims CUDA pads handle"));
+        }
+        if mode != PadMode::Constant && xd.contains(&0) && yd.iter().product::<u64>() > 0 {
+            return Err(format!("cannot {mode:?}-pad an axis of size 0"));
+        }
+        let n: u64 = yd.iter().product();
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let mut v = PadView {
+            rank: r as u32,
+            mode: match mode {
+                PadMode::Constant => 0,
+                PadMode::Edge => 1,
+                PadMode::Wrap => 2,
+                PadMode::Reflect => 3,
+            },
+            out_dims: [1; 8],
+            in_dims: [1; 8],
+            begin: [0; 8],
+            in_strides: [0; 8],
+            value: 0,
+        };
+        let xs = contiguous_strides(&xd);
+        for k in 0..r {
+            v.out_dims[k] = yd[k];
+            v.in_dims[k] = xd[k] as i64;
+            v.begin[k] = pads[k];
+            v.in_strides[k] = xs[k];
+        }
+        let mut word = [0u8; 8];
+        word[..value.len().min(8)].copy_from_slice(&value[..value.len().min(8)]);
+        v.value = u64::from_le_bytes(word);
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(y))
+            .push(v)
+            .ptr(value_ptr)
+            .u64(n);
+        Ok(vec![self.launch_1d(
+            kernels::MOVEMENT,
+            &format!("fp8c_pad_{es}"),
+            n,
+            1,
+            a,
+        )?])
     }
 
     /// ONNX Tile as one strided copy: each dim `d` repeated `r` times becomes the pair

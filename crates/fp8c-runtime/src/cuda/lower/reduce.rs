@@ -90,12 +90,34 @@ impl Lowerer<'_> {
         };
         ax.sort_unstable();
         ax.dedup();
-        if ax.windows(2).any(|w| w[1] != w[0] + 1) {
-            return Err(format!(
-                "reducing over non-adjacent axes {ax:?} is not supported on CUDA yet"
-            ));
-        }
         let t = float_word(self.buf(x).ty.dtype)?;
+        let mut actions = Vec::new();
+        let mut src = self.ptr(x);
+        let mut dims = dims;
+        if ax.windows(2).any(|w| w[1] != w[0] + 1) {
+            // Non-adjacent axes: permute a copy so the kept axes come first (in order) and the
+            // reduced ones last, then reduce the trailing block. The output's element order is
+            // the kept axes' order either way.
+            let perm: Vec<usize> = (0..r)
+                .filter(|k| !ax.contains(k))
+                .chain(ax.iter().copied())
+                .collect();
+            let es = self.buf(x).ty.dtype.size();
+            let xs = super::contiguous_strides(&dims);
+            let pd: Vec<u64> = perm.iter().map(|&k| dims[k]).collect();
+            let ps: Vec<i64> = perm.iter().map(|&k| xs[k]).collect();
+            let scratch = self.alloc(numel(self.buf(x)) * es as u64)?;
+            actions.extend(self.strided_copy_ptr(
+                (src, scratch),
+                es,
+                &pd,
+                (&ps, 0),
+                (&super::contiguous_strides(&pd), 0),
+            )?);
+            src = scratch;
+            ax = (r - ax.len()..r).collect();
+            dims = pd;
+        }
         let (lo, hi) = (
             ax.first().copied().unwrap_or(0),
             ax.last().map_or(0, |&a| a + 1),
@@ -105,17 +127,18 @@ impl Lowerer<'_> {
             return Ok(vec![]);
         }
         let mut a = KernelArgs::new();
-        a.ptr(self.ptr(x))
+        a.ptr(src)
             .ptr(self.ptr(y))
             .u64(outer)
             .u64(red)
             .u64(inner)
             .i32(kind);
         let name = format!("fp8c_reduce_{t}");
-        Ok(vec![if inner == 1 {
+        actions.push(if inner == 1 {
             self.launch_rows(kernels::REDUCE, &name, outer, a)?
         } else {
             self.launch_1d(kernels::REDUCE, &name, outer * inner, 1, a)?
-        }])
+        });
+        Ok(actions)
     }
 }
