@@ -215,3 +215,86 @@ CAST_INT_KERNEL(f16, KIND_F16, i64, KIND_I64)
 CAST_INT_KERNEL(f16, KIND_F16, i32, KIND_I32)
 CAST_INT_KERNEL(bool, KIND_U8, i64, KIND_I64)
 CAST_INT_KERNEL(bool, KIND_U8, i32, KIND_I32)
+
+// ---------------------------------------------------------------- ONNX QuantizeLinear / DequantizeLinear
+//
+// f32 x and f32 scales, per tensor, per axis or blocked along one axis, as the CPU reference
+// computes them. Element i sits at (outer o, axis a, inner r) around the quantization axis
+// (axis_len A, inner R; per tensor: A = R = 1); its scale (and zero point) is number a (per
+// axis, block 0) or ((o·ceil(A/block) + a/block)·R + r) (blocked), or 0 when A = 1.
+__device__ __forceinline__ u64 qdq_channel(u64 i, u64 axis_len, u64 inner, u64 block) {
+  if (axis_len == 1 && inner == 1) return 0;
+  const u64 a = (i / inner) % axis_len;
+  if (block == 0) return a;
+  const u64 o = i / (inner * axis_len), r = i % inner, nb = (axis_len + block - 1) / block;
+  return (o * nb + a / block) * inner + r;
+}
+
+// Integer outputs: q = clamp(rint(f32(x / s)) + zp, LO, HI), NaN → LO.
+template <typename T, int LO, int HI>
+__device__ __forceinline__ void quantize_linear_int(const float* __restrict__ x, const float* __restrict__ s,
+                                                    const T* __restrict__ zp, T* __restrict__ y, u64 n,
+                                                    u64 axis_len, u64 inner, u64 block) {
+  for (u64 i = gtid(); i < n; i += gstride()) {
+    const u64 c = qdq_channel(i, axis_len, inner, block);
+    const float z = zp ? (float)zp[c] : 0.0f;
+    const float r = __fadd_rn(rintf(__fdiv_rn(x[i], s[c])), z);
+    y[i] = fp8c_isnan(r) ? (T)LO : (T)(r < (float)LO ? (float)LO : (r > (float)HI ? (float)HI : r));
+  }
+}
+
+#define QLINEAR_INT(NAME, T, LO, HI)                                                                  \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                             \
+      fp8c_quantize_linear_##NAME(const float* x, const float* s, const T* zp, T* y, u64 n, u64 axis_len, \
+                                  u64 inner, u64 block, int saturate) {                               \
+    (void)saturate;                                                                                    \
+    quantize_linear_int<T, LO, HI>(x, s, zp, y, n, axis_len, inner, block);                          \
+  }
+QLINEAR_INT(i8, signed char, -128, 127)
+QLINEAR_INT(u8, u8, 0, 255)
+QLINEAR_INT(i16, short, -32768, 32767)
+QLINEAR_INT(u16, u16, 0, 65535)
+
+// FP8 outputs: the Cast table's encode of f32(x / s) (the zero point, if any, is 0).
+#define QLINEAR_FP8(NAME, FMT)                                                                        \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                             \
+      fp8c_quantize_linear_##NAME(const float* x, const float* s, const u8* zp, u8* y, u64 n,          \
+                                  u64 axis_len, u64 inner, u64 block, int saturate) {                 \
+    (void)zp;                                                                                          \
+    for (u64 i = gtid(); i < n; i += gstride()) {                                                      \
+      const float q = __fdiv_rn(x[i], s[qdq_channel(i, axis_len, inner, block)]);                     \
+      y[i] = (u8)fp8_encode_rt(FMT, saturate != 0, q);                                                 \
+    }                                                                                                  \
+  }
+QLINEAR_FP8(e4m3, FMT_E4M3)
+QLINEAR_FP8(e5m2, FMT_E5M2)
+
+// y = f32((x − zp) · s), computed in double as the CPU reference does (exact for i32 x).
+#define DQLINEAR_INT(NAME, T)                                                                         \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                             \
+      fp8c_dequantize_linear_##NAME(const T* x, const float* s, const T* zp, float* y, u64 n,         \
+                                    u64 axis_len, u64 inner, u64 block) {                             \
+    for (u64 i = gtid(); i < n; i += gstride()) {                                                      \
+      const u64 c = qdq_channel(i, axis_len, inner, block);                                            \
+      const double z = zp ? (double)zp[c] : 0.0;                                                       \
+      y[i] = __double2float_rn(((double)x[i] - z) * (double)s[c]);                                     \
+    }                                                                                                  \
+  }
+DQLINEAR_INT(i8, signed char)
+DQLINEAR_INT(u8, u8)
+DQLINEAR_INT(i16, short)
+DQLINEAR_INT(u16, u16)
+DQLINEAR_INT(i32, int)
+
+#define DQLINEAR_FP8(NAME, FMT)                                                                       \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                             \
+      fp8c_dequantize_linear_##NAME(const u8* x, const float* s, const u8* zp, float* y, u64 n,       \
+                                    u64 axis_len, u64 inner, u64 block) {                             \
+    (void)zp;                                                                                          \
+    for (u64 i = gtid(); i < n; i += gstride()) {                                                      \
+      const double v = (double)fp8_decode<FMT>(x[i]);                                                  \
+      y[i] = __double2float_rn(v * (double)s[qdq_channel(i, axis_len, inner, block)]);                \
+    }                                                                                                  \
+  }
+DQLINEAR_FP8(e4m3, FMT_E4M3)
+DQLINEAR_FP8(e5m2, FMT_E5M2)

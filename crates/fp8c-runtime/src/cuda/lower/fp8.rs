@@ -1,5 +1,6 @@
 //! The FP8 family on CUDA: quantize, dequantize, amax and the delayed-scaling updates
-//! (`quantize.cu`, `scale_update.cu`). ONNX's QuantizeLinear / DequantizeLinear have no kernel.
+//! (`quantize.cu`, `scale_update.cu`), and ONNX's QuantizeLinear / DequantizeLinear (f32 data
+//! and scales; per tensor, per axis or blocked; integer and FP8 quantized types).
 
 use super::{
     Action, BLOCK, Lowerer, R, float_word, fp8_word, not_supported, numel, sat_word, scale_params,
@@ -10,9 +11,6 @@ use crate::cuda::kernels::{self, is_kernel_float};
 use crate::program::{BufId, Step};
 use fp8c_ir::{DType, Fp8Op, Support};
 
-/// Why ONNX's Q/DQ ops do not run on CUDA.
-const ONNX_QDQ: &str = "ONNX QuantizeLinear / DequantizeLinear have no CUDA kernel (fp8c's quantize and dequantize do; a Q/DQ of constants is folded by the CPU reference)";
-
 /// Why `cast_e8m0` does not run on CUDA.
 const CAST_E8M0: &str = "cast_e8m0 (Cast to FLOAT8E8M0 with round_mode down/nearest) has no CUDA \
      kernel yet: MX scale codes are made on the CPU reference";
@@ -20,7 +18,7 @@ const CAST_E8M0: &str = "cast_e8m0 (Cast to FLOAT8E8M0 with round_mode down/near
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: Fp8Op<'_>) -> Support {
     match op {
-        Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => Support::No(ONNX_QDQ),
+        Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => Support::Yes,
         Fp8Op::CastE8m0 { .. } => Support::No(CAST_E8M0),
         Fp8Op::Amax
         | Fp8Op::ComputeScale { .. }
@@ -35,8 +33,14 @@ impl Lowerer<'_> {
     pub(super) fn lower_fp8(&self, f: Fp8Op<'_>, step: &Step) -> R<Vec<Action>> {
         let (ins, outs) = (&step.inputs, &step.outputs);
         match f {
-            Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => {
-                Err(not_supported(&step.op, ONNX_QDQ))
+            Fp8Op::QuantizeLinear {
+                axis,
+                saturate,
+                to,
+                block_size,
+            } => self.qdq_linear(ins, outs[0], *axis, *block_size, Some((*to, *saturate))),
+            Fp8Op::DequantizeLinear { axis, block_size } => {
+                self.qdq_linear(ins, outs[0], *axis, *block_size, None)
             }
             Fp8Op::CastE8m0 { .. } => Err(not_supported(&step.op, CAST_E8M0)),
             Fp8Op::Quantize { to, saturate } => {
@@ -122,6 +126,75 @@ impl Lowerer<'_> {
             .u64(n);
         actions.push(self.launch_1d(kernels::QUANTIZE, &name, n, 16, a)?);
         Ok(actions)
+    }
+
+    /// ONNX QuantizeLinear (`quantize`: the quantized type and saturation) or
+    /// DequantizeLinear (`None`) of `ins` = x, scale[, zero point] into `y`.
+    fn qdq_linear(
+        &self,
+        ins: &[BufId],
+        y: BufId,
+        axis: i64,
+        block_size: i64,
+        quantize: Option<(DType, bool)>,
+    ) -> R<Vec<Action>> {
+        let (x, scale) = (ins[0], ins[1]);
+        let zp = ins.get(2).copied();
+        let qword = |d: DType| -> R<&'static str> {
+            Ok(match d {
+                DType::I8 => "i8",
+                DType::U8 => "u8",
+                DType::I16 => "i16",
+                DType::U16 => "u16",
+                DType::F8E4M3 => "e4m3",
+                DType::F8E5M2 => "e5m2",
+                DType::I32 if quantize.is_none() => "i32",
+                other => return Err(format!("{other} Q/DQ is not supported on CUDA yet")),
+            })
+        };
+        if self.buf(scale).ty.dtype != DType::F32 {
+            return Err(format!(
+                "Q/DQ with {} scales is not supported on CUDA yet (f32 is)",
+                self.buf(scale).ty.dtype
+            ));
+        }
+        let name = match quantize {
+            Some((to, _)) => {
+                if self.buf(x).ty.dtype != DType::F32 {
+                    return Err(format!(
+                        "QuantizeLinear of {} is not supported on CUDA yet (f32 is)",
+                        self.buf(x).ty.dtype
+                    ));
+                }
+                format!("fp8c_quantize_linear_{}", qword(to)?)
+            }
+            None => format!("fp8c_dequantize_linear_{}", qword(self.buf(x).ty.dtype)?),
+        };
+        let dims = self.buf(x).dims.clone();
+        let (axis_len, inner, block) = if numel(self.buf(scale)) == 1 && block_size == 0 {
+            (1, 1, 0)
+        } else {
+            let ax = super::norm_axis(axis, dims.len())?;
+            let inner: u64 = dims[ax + 1..].iter().product();
+            (dims[ax], inner, u64::try_from(block_size).unwrap_or(0))
+        };
+        let n = numel(self.buf(x));
+        if n == 0 || axis_len == 0 || inner == 0 {
+            return Ok(vec![]);
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(scale))
+            .ptr(zp.map_or(0, |z| self.ptr(z)))
+            .ptr(self.ptr(y))
+            .u64(n)
+            .u64(axis_len)
+            .u64(inner)
+            .u64(block);
+        if let Some((_, saturate)) = quantize {
+            a.i32(i32::from(saturate));
+        }
+        Ok(vec![self.launch_1d(kernels::QUANTIZE, &name, n, 1, a)?])
     }
 
     pub(super) fn dequantize(
