@@ -117,3 +117,147 @@ GATHER_ND(1, u8)
 GATHER_ND(2, u16)
 GATHER_ND(4, u32)
 GATHER_ND(8, u64)
+
+// ---------------------------------------------------------------- gather_elements, scatter_elements, scatter_nd
+// ONNX GatherElements / ScatterElements: indices (i64 or i32) have data's rank; element e of
+// indices addresses data at e's own coordinates with the axis coordinate replaced by its value
+// (negative counts from the end). ScatterND: i64 tuples of k indices, each receiving a slice of
+// `slice` elements. Scatters start from a copy of data (made by the runtime) and apply the
+// updates in row-major order, as the CPU reference does: scatter_elements in one thread (two
+// updates may address one element from anywhere), scatter_nd with each thread owning the same
+// elements of every slice, so the updates of one element are applied in order either way.
+// Reductions: 0 none (last update wins), 1 add, 2 mul, 3 max, 4 min (floats propagate NaN,
+// integers wrap). An out-of-range index sets *err and is skipped (gathers write 0).
+struct ElemGeom {
+  u32 rank;
+  u32 axis;
+  u64 dims[8];    // data's dims
+  u64 idims[8];   // indices' dims
+  u64 strides[8]; // data's element strides
+};
+
+__device__ __forceinline__ bool elem_offset(const ElemGeom& g, u64 e, i64 v, u64* off) {
+  const i64 d = (i64)g.dims[g.axis];
+  if (v < 0) v += d;
+  if (v < 0 || v >= d) return false;
+  u64 rest = e, o = 0;
+  for (int k = (int)g.rank - 1; k >= 0; --k) {
+    const u64 c = rest % g.idims[k];
+    rest /= g.idims[k];
+    o += (k == (int)g.axis ? (u64)v : c) * g.strides[k];
+  }
+  *off = o;
+  return true;
+}
+
+template <typename T>
+__device__ __forceinline__ T scatter_combine(T a, T b, int red) {
+  switch (red) {
+    case 1: return (T)(a + b);
+    case 2: return (T)(a * b);
+    case 3: return a > b ? a : b;
+    case 4: return a < b ? a : b;
+    default: return b;
+  }
+}
+template <>
+__device__ __forceinline__ float scatter_combine<float>(float a, float b, int red) {
+  switch (red) {
+    case 1: return __fadd_rn(a, b);
+    case 2: return __fmul_rn(a, b);
+    case 3: return (fp8c_isnan(a) || fp8c_isnan(b)) ? fp8c_nan() : (a > b ? a : b);
+    case 4: return (fp8c_isnan(a) || fp8c_isnan(b)) ? fp8c_nan() : (a < b ? a : b);
+    default: return b;
+  }
+}
+// Integer add / mul wrap: computed on the unsigned type.
+template <>
+__device__ __forceinline__ i64 scatter_combine<i64>(i64 a, i64 b, int red) {
+  if (red == 1) return (i64)((u64)a + (u64)b);
+  if (red == 2) return (i64)((u64)a * (u64)b);
+  return red == 3 ? (a > b ? a : b) : red == 4 ? (a < b ? a : b) : b;
+}
+template <>
+__device__ __forceinline__ int scatter_combine<int>(int a, int b, int red) {
+  if (red == 1) return (int)((u32)a + (u32)b);
+  if (red == 2) return (int)((u32)a * (u32)b);
+  return red == 3 ? (a > b ? a : b) : red == 4 ? (a < b ? a : b) : b;
+}
+
+#define GATHER_ELEMENTS(BYTES, T, INAME, I)                                                            \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_gather_elements_##BYTES##_##INAME(     \
+      const T* data, const I* idx, T* out, ElemGeom g, u64 n, int* err) {                               \
+    for (u64 e = gtid(); e < n; e += gstride()) {                                                       \
+      u64 off;                                                                                          \
+      if (elem_offset(g, e, (i64)idx[e], &off)) {                                                       \
+        out[e] = data[off];                                                                             \
+      } else {                                                                                          \
+        out[e] = (T)0;                                                                                  \
+        *err = 1;                                                                                       \
+      }                                                                                                 \
+    }                                                                                                   \
+  }
+GATHER_ELEMENTS(1, u8, i64, i64)
+GATHER_ELEMENTS(2, u16, i64, i64)
+GATHER_ELEMENTS(4, u32, i64, i64)
+GATHER_ELEMENTS(8, u64, i64, i64)
+GATHER_ELEMENTS(1, u8, i32, int)
+GATHER_ELEMENTS(2, u16, i32, int)
+GATHER_ELEMENTS(4, u32, i32, int)
+GATHER_ELEMENTS(8, u64, i32, int)
+
+// fp8c_scatter_elements_<word>_<i64|i32>(y, idx, updates, geom, n, reduction, err): word is an
+// element size (b1..b8, reduction none only) or a type (f32, i64, i32).
+#define SCATTER_ELEMENTS(WORD, T, INAME, I)                                                             \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_scatter_elements_##WORD##_##INAME(      \
+      T* y, const I* idx, const T* upd, ElemGeom g, u64 n, int red, int* err) {                         \
+    if (gtid() != 0) return;                                                                            \
+    for (u64 e = 0; e < n; ++e) {                                                                       \
+      u64 off;                                                                                          \
+      if (!elem_offset(g, e, (i64)idx[e], &off)) {                                                      \
+        *err = 1;                                                                                       \
+        continue;                                                                                       \
+      }                                                                                                 \
+      y[off] = scatter_combine<T>(y[off], upd[e], red);                                                 \
+    }                                                                                                   \
+  }
+#define SCATTER_ELEMENTS_ALL(INAME, I)       \
+  SCATTER_ELEMENTS(b1, u8, INAME, I)         \
+  SCATTER_ELEMENTS(b2, u16, INAME, I)        \
+  SCATTER_ELEMENTS(b4, u32, INAME, I)        \
+  SCATTER_ELEMENTS(b8, u64, INAME, I)        \
+  SCATTER_ELEMENTS(f32, float, INAME, I)     \
+  SCATTER_ELEMENTS(i64, i64, INAME, I)       \
+  SCATTER_ELEMENTS(i32, int, INAME, I)
+SCATTER_ELEMENTS_ALL(i64, i64)
+SCATTER_ELEMENTS_ALL(i32, int)
+
+// fp8c_scatter_nd_<word>(y, idx, updates, geom, tuples, slice, reduction, err): geom.rank = k,
+// geom.dims the indexed dims, geom.strides their strides in slices.
+#define SCATTER_ND(WORD, T)                                                                             \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_scatter_nd_##WORD(                      \
+      T* y, const i64* idx, const T* upd, ElemGeom g, u64 tuples, u64 slice, int red, int* err) {       \
+    for (u64 t = 0; t < tuples; ++t) {                                                                  \
+      u64 off = 0;                                                                                      \
+      bool ok = true;                                                                                   \
+      for (u32 c = 0; c < g.rank; ++c) {                                                                \
+        i64 v = idx[t * g.rank + c];                                                                    \
+        if (v < 0) v += (i64)g.dims[c];                                                                 \
+        if (v < 0 || v >= (i64)g.dims[c]) ok = false;                                                   \
+        else off += (u64)v * g.strides[c];                                                              \
+      }                                                                                                 \
+      if (!ok) {                                                                                        \
+        if (gtid() == 0) *err = 1;                                                                      \
+        continue;                                                                                       \
+      }                                                                                                 \
+      for (u64 s = gtid(); s < slice; s += gstride())                                                   \
+        y[off * slice + s] = scatter_combine<T>(y[off * slice + s], upd[t * slice + s], red);          \
+    }                                                                                                   \
+  }
+SCATTER_ND(b1, u8)
+SCATTER_ND(b2, u16)
+SCATTER_ND(b4, u32)
+SCATTER_ND(b8, u64)
+SCATTER_ND(f32, float)
+SCATTER_ND(i64, i64)
+SCATTER_ND(i32, int)

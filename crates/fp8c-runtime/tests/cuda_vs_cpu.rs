@@ -854,3 +854,85 @@ fn pad_modes_match_the_cpu() {
     inputs.insert("v".into(), Tensor::scalar_f32(7.25));
     check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
 }
+
+/// GatherElements and ScatterElements (i64 and i32 indices, negative ones, repeated targets
+/// with reduction none, add and max, NaN among the values) and ScatterND (tuples of one and two
+/// indices, none and add over repeated tuples) on run-time inputs give the CPU's bytes: the
+/// scatters apply their updates in the CPU's order.
+#[test]
+fn element_indexed_gathers_and_scatters_match_the_cpu() {
+    use fp8c_ir::ScatterReduction as Red;
+    let cuda = cuda(false);
+    let x = Tensor::from_f32(vec![3, 4], &data(12, 3.0, 11, true));
+    let upd = Tensor::from_f32(vec![2, 4], &data(8, 2.0, 12, true));
+    for idt in [DType::I64, DType::I32] {
+        let vals = [0i64, -1, 2, 0, 2, 2, -3, 1];
+        let idx = match idt {
+            DType::I64 => Tensor::from_i64(vec![2, 4], &vals),
+            _ => Tensor::from_i32(vec![2, 4], &vals.map(|v| v as i32)),
+        };
+        let inputs = BTreeMap::from([
+            ("x".to_string(), x.clone()),
+            ("i".to_string(), idx),
+            ("u".to_string(), upd.clone()),
+        ]);
+        let ops = [
+            Op::GatherElements { axis: 0 },
+            Op::ScatterElements {
+                axis: 0,
+                reduction: Red::None,
+            },
+            Op::ScatterElements {
+                axis: 0,
+                reduction: Red::Add,
+            },
+            Op::ScatterElements {
+                axis: -2,
+                reduction: Red::Max,
+            },
+        ];
+        for op in ops {
+            let mut g = Graph::new("indexed");
+            let xi = g.add_input("x", f32t(&[3, 4])).unwrap();
+            let ii = g.add_input("i", TensorType::fixed(idt, &[2, 4])).unwrap();
+            let mut ins = vec![xi, ii];
+            if !matches!(op, Op::GatherElements { .. }) {
+                ins.push(g.add_input("u", f32t(&[2, 4])).unwrap());
+            }
+            let mut inputs = inputs.clone();
+            if matches!(op, Op::GatherElements { .. }) {
+                inputs.remove("u");
+            }
+            let y = node(&mut g, "op", op, &ins)[0];
+            g.set_output("y", y).unwrap();
+            check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+        }
+    }
+    // ScatterND into [3, 4, 2]: tuples of one index (slices of 8) and of two (slices of 2).
+    let x = Tensor::from_f32(vec![3, 4, 2], &data(24, 3.0, 13, false));
+    for (idims, vals, udims) in [
+        (vec![3u64, 1], vec![2i64, -3, 2], vec![3u64, 4, 2]),
+        (vec![2, 2, 2], vec![0, 1, 2, -1, 0, 1, 1, 3], vec![2, 2, 2]),
+    ] {
+        for reduction in [Red::None, Red::Add] {
+            let n: u64 = udims.iter().product();
+            let mut g = Graph::new("scatter_nd");
+            let xi = g.add_input("x", f32t(&[3, 4, 2])).unwrap();
+            let ii = g
+                .add_input("i", TensorType::fixed(DType::I64, &idims))
+                .unwrap();
+            let ui = g.add_input("u", f32t(&udims)).unwrap();
+            let y = node(&mut g, "snd", Op::ScatterNd { reduction }, &[xi, ii, ui])[0];
+            g.set_output("y", y).unwrap();
+            let inputs = BTreeMap::from([
+                ("x".to_string(), x.clone()),
+                ("i".to_string(), Tensor::from_i64(idims.clone(), &vals)),
+                (
+                    "u".to_string(),
+                    Tensor::from_f32(udims.clone(), &data(n as usize, 1.0, 14, false)),
+                ),
+            ]);
+            check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+        }
+    }
+}

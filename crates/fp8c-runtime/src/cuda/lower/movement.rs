@@ -1,20 +1,16 @@
 //! The movement family on CUDA: views are copies, the rest are strided copies, fills,
-//! tiled transposes and gathers (`movement.cu`, `gather.cu`), `range` and `trilu` kernels.
-//! Slice bounds, pads and tile repeats must be constants. The element-indexed gathers and
-//! scatters have no kernel.
+//! tiled transposes, gathers and scatters (`movement.cu`, `gather.cu`), `range` and `trilu`
+//! kernels. Slice bounds, pads and tile repeats must be constants. Scatters apply their
+//! updates in the CPU reference's order (`gather.cu`): scatter_elements in one device thread,
+//! correct but slow on large updates.
 
-use super::{
-    Action, Lowerer, R, contiguous_strides, index_word, norm_axis, not_supported, numel, split3,
-};
+use super::{Action, Lowerer, R, contiguous_strides, index_word, norm_axis, numel, split3};
 use crate::cuda::codegen::{Access, broadcast_strides};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
-use fp8c_ir::{DType, MovementOp, PadMode, Support, Tensor};
+use fp8c_ir::{DType, MovementOp, PadMode, ScatterReduction, Support, Tensor};
 
-/// Why the element-indexed gathers and scatters do not run on CUDA.
-const INDEXED: &str = "gather_elements, scatter_elements and scatter_nd have no CUDA kernel yet \
-     (with constant inputs they are folded by the CPU reference)";
 /// `movement.cu`'s `PadView` (the field order and types must match).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -35,7 +31,7 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::GatherNd { .. } => Support::Yes,
         MovementOp::GatherElements { .. }
         | MovementOp::ScatterElements { .. }
-        | MovementOp::ScatterNd { .. } => Support::No(INDEXED),
+        | MovementOp::ScatterNd { .. } => Support::Yes,
         MovementOp::Pad { .. } => Support::Yes,
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -56,6 +52,28 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
 
 /// `movement.cu`'s StridedView, field for field.
 /// `GatherNdGeom` of `kernels/gather.cu`.
+/// `ElemGeom` of `kernels/gather.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct ElemGeom {
+    rank: u32,
+    axis: u32,
+    dims: [u64; 8],
+    idims: [u64; 8],
+    strides: [u64; 8],
+}
+
+/// `gather.cu`'s code of a scatter reduction.
+fn reduction_code(r: ScatterReduction) -> i32 {
+    match r {
+        ScatterReduction::None => 0,
+        ScatterReduction::Add => 1,
+        ScatterReduction::Mul => 2,
+        ScatterReduction::Max => 3,
+        ScatterReduction::Min => 4,
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 struct GatherNdGeom {
@@ -193,9 +211,21 @@ impl Lowerer<'_> {
                 self.gather_nd(ins[0], ins[1], outs[0], *batch_dims, f)
             }
             MovementOp::Tile => self.tile(ins, outs[0]),
-            MovementOp::GatherElements { .. }
-            | MovementOp::ScatterElements { .. }
-            | MovementOp::ScatterNd { .. } => Err(not_supported(&step.op, INDEXED)),
+            MovementOp::GatherElements { axis } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.gather_elements(ins, outs[0], *axis, f)
+            }
+            MovementOp::ScatterElements { axis, reduction } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.scatter(ins, outs[0], Some(*axis), *reduction, f)
+            }
+            MovementOp::ScatterNd { reduction } => {
+                let (i, f) = self.next_flag();
+                *flag = Some(i);
+                self.scatter(ins, outs[0], None, *reduction, f)
+            }
             MovementOp::Trilu { upper } => self.trilu(ins, outs[0], *upper),
             MovementOp::__Lifetime(never, _) => match never {},
         }
@@ -547,6 +577,153 @@ impl Lowerer<'_> {
             1,
             a,
         )?])
+    }
+
+    /// The element geometry of data `x` indexed by `idx` along `axis` (data's rank ≤ 8).
+    fn elem_geom(&self, x: BufId, idx: BufId, axis: i64) -> R<ElemGeom> {
+        let (dd, id) = (self.buf(x).dims.clone(), self.buf(idx).dims.clone());
+        let r = dd.len();
+        if r == 0 || r > 8 || id.len() != r {
+            return Err(format!(
+                "indices {id:?} must have the rank (1 to 8) of data {dd:?}"
+            ));
+        }
+        let ax = norm_axis(axis, r)?;
+        let strides = contiguous_strides(&dd);
+        let mut g = ElemGeom {
+            rank: r as u32,
+            axis: ax as u32,
+            dims: [1; 8],
+            idims: [1; 8],
+            strides: [0; 8],
+        };
+        for k in 0..r {
+            g.dims[k] = dd[k];
+            g.idims[k] = id[k];
+            g.strides[k] = strides[k] as u64;
+        }
+        Ok(g)
+    }
+
+    /// ONNX GatherElements.
+    fn gather_elements(&self, ins: &[BufId], y: BufId, axis: i64, err: u64) -> R<Vec<Action>> {
+        let (x, idx) = (ins[0], ins[1]);
+        let it = index_word(self.buf(idx).ty.dtype, "gather_elements indices")?;
+        let g = self.elem_geom(x, idx, axis)?;
+        let n = numel(self.buf(idx));
+        if n == 0 {
+            return Ok(vec![]);
+        }
+        let es = self.buf(x).ty.dtype.size();
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(idx))
+            .ptr(self.ptr(y))
+            .push(g)
+            .u64(n)
+            .ptr(err);
+        Ok(vec![self.launch_1d(
+            kernels::GATHER,
+            &format!("fp8c_gather_elements_{es}_{it}"),
+            n,
+            1,
+            a,
+        )?])
+    }
+
+    /// ONNX ScatterElements (`axis` given) or ScatterND: a copy of data, then the updates in
+    /// order on the device.
+    fn scatter(
+        &self,
+        ins: &[BufId],
+        y: BufId,
+        axis: Option<i64>,
+        reduction: ScatterReduction,
+        err: u64,
+    ) -> R<Vec<Action>> {
+        let (x, idx, upd) = (ins[0], ins[1], ins[2]);
+        let dtype = self.buf(x).ty.dtype;
+        let word = match (reduction, dtype) {
+            (ScatterReduction::None, d) => match d.size() {
+                1 => "b1",
+                2 => "b2",
+                4 => "b4",
+                _ => "b8",
+            },
+            (_, DType::F32) => "f32",
+            (_, DType::I64) => "i64",
+            (_, DType::I32) => "i32",
+            (r, d) => {
+                return Err(format!(
+                    "scatter with reduction={} of {d} is not supported on CUDA yet (f32, i64 and i32 are)",
+                    r.word()
+                ));
+            }
+        };
+        let mut actions = vec![Action::Copy {
+            dst: self.ptr(y),
+            src: self.ptr(x),
+            bytes: self.buf(y).bytes,
+        }];
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(y)).ptr(self.ptr(idx)).ptr(self.ptr(upd));
+        let red = reduction_code(reduction);
+        match axis {
+            Some(axis) => {
+                let it = index_word(self.buf(idx).ty.dtype, "scatter_elements indices")?;
+                let g = self.elem_geom(x, idx, axis)?;
+                let n = numel(self.buf(idx));
+                if n == 0 {
+                    return Ok(actions);
+                }
+                a.push(g).u64(n).i32(red).ptr(err);
+                actions.push(self.launch(
+                    kernels::GATHER,
+                    &format!("fp8c_scatter_elements_{word}_{it}"),
+                    1,
+                    (1, 1, 1),
+                    a,
+                )?);
+            }
+            None => {
+                let (dd, id) = (self.buf(x).dims.clone(), self.buf(idx).dims.clone());
+                if self.buf(idx).ty.dtype != DType::I64 {
+                    return Err("scatter_nd takes int64 indices".into());
+                }
+                let k = id.last().copied().unwrap_or(0) as usize;
+                if k == 0 || k > 8 || k > dd.len() {
+                    return Err(format!(
+                        "scatter_nd: indices {id:?} do not index data {dd:?} (tuples of 1 to 8)"
+                    ));
+                }
+                let tuples: u64 = id[..id.len() - 1].iter().product();
+                let slice: u64 = dd[k..].iter().product();
+                if tuples == 0 || slice == 0 {
+                    return Ok(actions);
+                }
+                let strides = contiguous_strides(&dd[..k]);
+                let mut g = ElemGeom {
+                    rank: k as u32,
+                    axis: 0,
+                    dims: [1; 8],
+                    idims: [1; 8],
+                    strides: [0; 8],
+                };
+                for c in 0..k {
+                    g.dims[c] = dd[c];
+                    g.strides[c] = strides[c] as u64;
+                }
+                a.push(g).u64(tuples).u64(slice).i32(red).ptr(err);
+                actions.push(self.launch_1d(
+                    kernels::GATHER,
+                    &format!("fp8c_scatter_nd_{word}"),
+                    slice,
+                    1,
+                    a,
+                )?);
+            }
+        }
+        Ok(actions)
     }
 
     fn gather(&self, data: BufId, idx: BufId, y: BufId, axis: i64, err: u64) -> R<Vec<Action>> {
