@@ -936,3 +936,60 @@ fn element_indexed_gathers_and_scatters_match_the_cpu() {
         }
     }
 }
+
+/// 1-D convolution (stride, padding, dilation, groups, bias) and 1-D pooling (max with
+/// ceil_mode, average without counting the padding) run as 2-D ones over a unit height and
+/// give the CPU's results.
+#[test]
+fn one_d_convolution_and_pooling_match_the_cpu() {
+    let cuda = cuda(false);
+    let mut g = Graph::new("conv1d");
+    let x = g.add_input("x", f32t(&[2, 4, 19])).unwrap();
+    let w = g
+        .add_param(
+            "w",
+            f32t(&[6, 2, 3]),
+            Some(Tensor::from_f32(vec![6, 2, 3], &data(36, 1.0, 21, false))),
+        )
+        .unwrap();
+    let b = g
+        .add_param(
+            "b",
+            f32t(&[6]),
+            Some(Tensor::from_f32(vec![6], &data(6, 1.0, 22, false))),
+        )
+        .unwrap();
+    let conv = Op::Conv {
+        kernel_shape: vec![3],
+        strides: vec![2],
+        pads: vec![1, 2],
+        dilations: vec![2],
+        group: 2,
+        auto_pad: fp8c_ir::AutoPad::NotSet,
+    };
+    let y = node(&mut g, "conv", conv, &[x, w, b])[0];
+    let mp = Op::MaxPool {
+        kernel_shape: vec![3],
+        strides: vec![2],
+        pads: vec![1, 0],
+        dilations: vec![],
+        ceil_mode: true,
+        auto_pad: fp8c_ir::AutoPad::NotSet,
+    };
+    let m = node(&mut g, "max_pool", mp, &[y])[0];
+    let ap = Op::AveragePool {
+        kernel_shape: vec![2],
+        strides: vec![1],
+        pads: vec![1, 1],
+        dilations: vec![],
+        ceil_mode: false,
+        count_include_pad: false,
+        auto_pad: fp8c_ir::AutoPad::NotSet,
+    };
+    let a = node(&mut g, "avg_pool", ap, &[y])[0];
+    g.set_output("y", y).unwrap();
+    g.set_output("m", m).unwrap();
+    g.set_output("a", a).unwrap();
+    let xs = Tensor::from_f32(vec![2, 4, 19], &data(152, 2.0, 23, false));
+    check(cuda.as_ref(), &g, &one("x", xs), &|_| Tol::Rel(1e-6), 1);
+}

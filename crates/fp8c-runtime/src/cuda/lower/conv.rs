@@ -70,8 +70,9 @@ impl Lowerer<'_> {
         }
     }
 
-    /// 2-D convolution: per image, im2col (skipped for 1×1 stride-1 unpadded kernels) and one
-    /// GEMM batched over the groups; then the bias, broadcast over channels, in place.
+    /// 2-D convolution (1-D as 2-D over a unit height): per image, im2col (skipped for 1×1
+    /// stride-1 unpadded kernels) and one GEMM batched over the groups; then the bias,
+    /// broadcast over channels, in place.
     fn conv(
         &self,
         ins: &[BufId],
@@ -81,11 +82,18 @@ impl Lowerer<'_> {
         group: i64,
     ) -> R<Vec<Action>> {
         let (x, w) = (ins[0], ins[1]);
-        let xd = self.buf(x).dims.clone();
-        let wd = self.buf(w).dims.clone();
-        let yd = self.buf(y).dims.clone();
+        let one_d = self.buf(x).dims.len() == 3 && self.buf(w).dims.len() == 3;
+        let lifted = super::Lifted1d::new(
+            one_d,
+            &[&self.buf(x).dims, &self.buf(w).dims, &self.buf(y).dims],
+            kernel,
+            window,
+        );
+        let window = &lifted.window(window);
+        let kernel = lifted.kernel.as_slice();
+        let [xd, wd, yd] = [&lifted.dims[0], &lifted.dims[1], &lifted.dims[2]].map(|d| d.clone());
         if xd.len() != 4 || wd.len() != 4 {
-            return Err("only 2-D convolutions are supported on CUDA yet".into());
+            return Err("only 1-D and 2-D convolutions are supported on CUDA yet".into());
         }
         let t = self.buf(x).ty.dtype;
         let tw = float_word(t)?;

@@ -247,6 +247,70 @@ fn window_2d(spatial: [u64; 2], kernel: [i64; 2], w: &WindowAttrs<'_>) -> R<[Win
     Ok([resolved(&axes[0]), resolved(&axes[1])])
 }
 
+/// A 1-D window op ([N, C, L]) as the 2-D one over [N, C, 1, L] the kernels run: the dims
+/// with a unit height, and the attributes with a unit kernel, stride and dilation and no
+/// padding along it. Other ranks come back unchanged.
+pub(super) struct Lifted1d {
+    pub dims: Vec<Vec<u64>>,
+    pub kernel: Vec<i64>,
+    strides: Vec<i64>,
+    pads: Vec<i64>,
+    dilations: Vec<i64>,
+}
+
+impl Lifted1d {
+    /// Lifts `dims` (x, w or y; each of rank 3 gets a unit dim at 2) and the window `w`
+    /// with kernel `kernel` when `one_d`.
+    pub fn new(one_d: bool, dims: &[&[u64]], kernel: &[i64], w: &WindowAttrs<'_>) -> Lifted1d {
+        if !one_d {
+            return Lifted1d {
+                dims: dims.iter().map(|d| d.to_vec()).collect(),
+                kernel: kernel.to_vec(),
+                strides: w.strides.to_vec(),
+                pads: w.pads.to_vec(),
+                dilations: w.dilations.to_vec(),
+            };
+        }
+        let unit = |v: &[i64]| -> Vec<i64> {
+            if v.is_empty() {
+                vec![]
+            } else {
+                std::iter::once(1).chain(v.iter().copied()).collect()
+            }
+        };
+        Lifted1d {
+            dims: dims
+                .iter()
+                .map(|d| {
+                    let mut d = d.to_vec();
+                    if d.len() == 3 {
+                        d.insert(2, 1);
+                    }
+                    d
+                })
+                .collect(),
+            kernel: unit(kernel),
+            strides: unit(w.strides),
+            pads: match w.pads {
+                [b, e] => vec![0, *b, 0, *e],
+                other => other.to_vec(),
+            },
+            dilations: unit(w.dilations),
+        }
+    }
+
+    /// The (lifted) window attributes.
+    pub fn window(&self, w: &WindowAttrs<'_>) -> WindowAttrs<'_> {
+        WindowAttrs {
+            strides: &self.strides,
+            pads: &self.pads,
+            dilations: &self.dilations,
+            auto_pad: w.auto_pad,
+            ceil_mode: w.ceil_mode,
+        }
+    }
+}
+
 /// Converts a lowering failure of `step` into the runtime's error.
 pub(crate) fn step_error(step: &Step, message: String) -> RuntimeError {
     RuntimeError::node(&step.node, step.op.name(), message)

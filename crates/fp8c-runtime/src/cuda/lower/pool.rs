@@ -111,7 +111,7 @@ impl Lowerer<'_> {
         self.reduce(x, y, Some(&axes), kind)
     }
 
-    /// 2-D max or average pooling.
+    /// 2-D max or average pooling (1-D as 2-D over a unit height).
     fn pool(
         &self,
         x: BufId,
@@ -121,10 +121,18 @@ impl Lowerer<'_> {
         is_max: bool,
         count_include_pad: bool,
     ) -> R<Vec<Action>> {
-        let xd = self.buf(x).dims.clone();
-        let yd = self.buf(y).dims.clone();
+        let one_d = self.buf(x).dims.len() == 3 && kernel.len() == 1;
+        let lifted = super::Lifted1d::new(
+            one_d,
+            &[&self.buf(x).dims, &self.buf(y).dims],
+            kernel,
+            window,
+        );
+        let window = &lifted.window(window);
+        let kernel = lifted.kernel.as_slice();
+        let (xd, yd) = (lifted.dims[0].clone(), lifted.dims[1].clone());
         if xd.len() != 4 || kernel.len() != 2 {
-            return Err("only 2-D pooling is supported on CUDA".into());
+            return Err("only 1-D and 2-D pooling is supported on CUDA".into());
         }
         let t = float_word(self.buf(x).ty.dtype)?;
         let [ax_h, ax_w] = window_2d([xd[2], xd[3]], [kernel[0], kernel[1]], window)?;
