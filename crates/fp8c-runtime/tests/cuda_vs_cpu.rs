@@ -993,3 +993,26 @@ fn one_d_convolution_and_pooling_match_the_cpu() {
     let xs = Tensor::from_f32(vec![2, 4, 19], &data(152, 2.0, 23, false));
     check(cuda.as_ref(), &g, &one("x", xs), &|_| Tol::Rel(1e-6), 1);
 }
+
+/// numpy matmul whose batch dims broadcast against each other ([2, 1, 3] against [4, 1]
+/// leading dims) runs as one batched GEMM over expanded copies and gives the CPU's result.
+#[test]
+fn matmul_with_mutually_broadcast_batch_dims_matches_the_cpu() {
+    let cuda = cuda(false);
+    let mut g = Graph::new("bmm");
+    let a = g.add_input("a", f32t(&[2, 1, 3, 5, 4])).unwrap();
+    let b = g.add_input("b", f32t(&[4, 1, 4, 6])).unwrap();
+    let y = node(&mut g, "mm", Op::MatMul, &[a, b])[0];
+    g.set_output("y", y).unwrap();
+    let inputs = BTreeMap::from([
+        (
+            "a".to_string(),
+            Tensor::from_f32(vec![2, 1, 3, 5, 4], &data(120, 2.0, 31, false)),
+        ),
+        (
+            "b".to_string(),
+            Tensor::from_f32(vec![4, 1, 4, 6], &data(96, 2.0, 32, false)),
+        ),
+    ]);
+    check(cuda.as_ref(), &g, &inputs, &|_| Tol::Rel(1e-6), 1);
+}

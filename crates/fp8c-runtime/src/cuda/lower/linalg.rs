@@ -108,9 +108,35 @@ impl Lowerer<'_> {
             let r = la.len().max(lb.len());
             let same = pad(&la, r) == pad(&lb, r);
             if !(same || a_batch == 1) {
-                return Err(format!(
-                    "matmul broadcasting batch dims {la:?} against {lb:?} is not supported on CUDA yet"
-                ));
+                // Batch dims that broadcast against each other: both operands expanded to the
+                // output's batch dims in scratch, then one strided batched GEMM.
+                let out_batch: Vec<u64> =
+                    (0..r).map(|i| pad(&la, r)[i].max(pad(&lb, r)[i])).collect();
+                let batch: u64 = out_batch.iter().product();
+                let es = t.size();
+                let mut actions = Vec::new();
+                let mut expanded = |x: BufId, xd: &[u64], rows: u64, cols: u64| -> R<u64> {
+                    let mut to = out_batch.clone();
+                    to.extend([rows, cols]);
+                    let src = broadcast_strides(xd, &to);
+                    let dst = self.alloc(batch * rows * cols * es as u64)?;
+                    actions.extend(self.strided_copy_ptr(
+                        (self.ptr(x), dst),
+                        es,
+                        &to,
+                        (&src, 0),
+                        (&contiguous_strides(&to), 0),
+                    )?);
+                    Ok(dst)
+                };
+                s.a = expanded(a, &ad, m, k)?;
+                s.b = expanded(b, &bd, k, n)?;
+                s.batch = batch;
+                s.stride_a = m * k;
+                s.stride_b = k * n;
+                s.stride_d = m * n;
+                actions.push(self.gemm(&s)?);
+                return Ok(actions);
             }
             s.batch = b_batch;
             s.stride_a = if a_batch == 1 { 0 } else { m * k };
