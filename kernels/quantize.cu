@@ -216,6 +216,138 @@ CAST_INT_KERNEL(f16, KIND_F16, i32, KIND_I32)
 CAST_INT_KERNEL(bool, KIND_U8, i64, KIND_I64)
 CAST_INT_KERNEL(bool, KIND_U8, i32, KIND_I32)
 
+// ---------------------------------------------------------------- casts with f64 and 8/16-bit integers
+// The CPU reference's rules (fp8c-eval `cast.rs`): float → int truncates toward zero,
+// saturates and maps NaN to 0; int → int wraps; → f16/bf16 rounds once from the exact value
+// (f64 and i64 sources through a round-to-odd f32, which keeps that single rounding exact);
+// → f32 / f64 round to nearest even; → bool is x != 0 (NaN is true). Every source value is
+// read exactly as a double (floats) or an i64 (integers and bool).
+#define KIND_F64 8
+#define KIND_I8 9
+#define KIND_UN8 10 // u8 as a number (KIND_U8 is bool)
+#define KIND_I16 11
+#define KIND_U16 12
+
+template <int K>
+__device__ __forceinline__ constexpr bool kind_is_int() {
+  return K == KIND_I64 || K == KIND_I32 || K == KIND_I8 || K == KIND_UN8 || K == KIND_I16 || K == KIND_U16 ||
+         K == KIND_U8;
+}
+
+template <int K>
+__device__ __forceinline__ i64 load_int(const void* p, u64 i) {
+  if (K == KIND_I64) return static_cast<const i64*>(p)[i];
+  if (K == KIND_I32) return static_cast<const int*>(p)[i];
+  if (K == KIND_I8) return static_cast<const signed char*>(p)[i];
+  if (K == KIND_UN8) return static_cast<const u8*>(p)[i];
+  if (K == KIND_I16) return static_cast<const short*>(p)[i];
+  if (K == KIND_U16) return static_cast<const u16*>(p)[i];
+  return static_cast<const u8*>(p)[i] != 0 ? 1 : 0; // bool
+}
+
+template <int K>
+__device__ __forceinline__ double load_float(const void* p, u64 i) {
+  if (K == KIND_F64) return static_cast<const double*>(p)[i];
+  return (double)load_elem<K>(p, i);
+}
+
+// A float with one rounding to f16 / bf16 still to come: the value rounded to odd in f32.
+__device__ __forceinline__ float odd_f32_of_double(double d) {
+  float f = __double2float_rz(d);
+  if (d == d && (double)f != d) f = __uint_as_float(__float_as_uint(f) | 1u);
+  return d == d ? f : fp8c_nan();
+}
+__device__ __forceinline__ float odd_f32_of_i64(i64 v) {
+  float f = __ll2float_rz(v);
+  if (__float2ll_rz(f) != v) f = __uint_as_float(__float_as_uint(f) | 1u);
+  return f;
+}
+
+template <int K>
+__device__ __forceinline__ void store_int(void* p, u64 i, i64 v) {
+  if (K == KIND_I64) static_cast<i64*>(p)[i] = v;
+  if (K == KIND_I32) static_cast<int*>(p)[i] = (int)(u32)(u64)v;
+  if (K == KIND_I8) static_cast<signed char*>(p)[i] = (signed char)(u8)(u64)v;
+  if (K == KIND_UN8) static_cast<u8*>(p)[i] = (u8)(u64)v;
+  if (K == KIND_I16) static_cast<short*>(p)[i] = (short)(u16)(u64)v;
+  if (K == KIND_U16) static_cast<u16*>(p)[i] = (u16)(u64)v;
+  if (K == KIND_U8) static_cast<u8*>(p)[i] = v != 0 ? 1 : 0;
+}
+
+// float → integer: NaN 0, truncation toward zero, saturation to the target's range.
+template <int K>
+__device__ __forceinline__ i64 saturate_double(double d) {
+  const double lo = K == KIND_I64 ? -9223372036854775808.0 : K == KIND_I32 ? -2147483648.0
+                  : K == KIND_I8 ? -128.0 : K == KIND_I16 ? -32768.0 : 0.0;
+  const double hi = K == KIND_I64 ? 9223372036854775807.0 : K == KIND_I32 ? 2147483647.0
+                  : K == KIND_I8 ? 127.0 : K == KIND_UN8 ? 255.0 : K == KIND_I16 ? 32767.0 : 65535.0;
+  if (d != d) return 0;
+  if (d <= lo) return K == KIND_I64 ? (i64)0x8000000000000000ull : (i64)lo;
+  if (d >= hi) return K == KIND_I64 ? (i64)0x7fffffffffffffffll : (i64)hi;
+  return (i64)d; // truncates toward zero
+}
+
+template <int IN, int OUT>
+__device__ __forceinline__ void cast_wide_impl(const void* __restrict__ x, void* __restrict__ y, u64 n) {
+  for (u64 i = gtid(); i < n; i += gstride()) {
+    if (kind_is_int<IN>()) {
+      const i64 v = load_int<IN>(x, i);
+      if (kind_is_int<OUT>()) store_int<OUT>(y, i, v);
+      else if (OUT == KIND_F64) static_cast<double*>(y)[i] = __ll2double_rn(v);
+      else if (OUT == KIND_F32) static_cast<float*>(y)[i] = __ll2float_rn(v);
+      else store_elem<OUT>(y, i, odd_f32_of_i64(v));
+    } else {
+      const double d = load_float<IN>(x, i);
+      if (OUT == KIND_U8) static_cast<u8*>(y)[i] = d != 0.0 ? 1 : 0; // NaN is true
+      else if (kind_is_int<OUT>()) store_int<OUT>(y, i, saturate_double<OUT>(d));
+      else if (OUT == KIND_F64) static_cast<double*>(y)[i] = d;
+      else if (OUT == KIND_F32) static_cast<float*>(y)[i] = __double2float_rn(d);
+      else store_elem<OUT>(y, i, odd_f32_of_double(d));
+    }
+  }
+}
+
+#define CAST_WIDE(IN_NAME, IN, OUT_NAME, OUT)                                                             \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_cast_##IN_NAME##_##OUT_NAME(const void* x,  \
+                                                                                          void* y, u64 n) { \
+    cast_wide_impl<IN, OUT>(x, y, n);                                                                     \
+  }
+// Every pair with f64, i8, u8, i16 or u16 on one side (the others have kernels above).
+#define CAST_WIDE_FROM(IN_NAME, IN)               \
+  CAST_WIDE(IN_NAME, IN, f32, KIND_F32)           \
+  CAST_WIDE(IN_NAME, IN, bf16, KIND_BF16)         \
+  CAST_WIDE(IN_NAME, IN, f16, KIND_F16)           \
+  CAST_WIDE(IN_NAME, IN, bool, KIND_U8)           \
+  CAST_WIDE(IN_NAME, IN, i64, KIND_I64)           \
+  CAST_WIDE(IN_NAME, IN, i32, KIND_I32)
+#define CAST_WIDE_TO(OUT_NAME, OUT)               \
+  CAST_WIDE(f32, KIND_F32, OUT_NAME, OUT)         \
+  CAST_WIDE(bf16, KIND_BF16, OUT_NAME, OUT)       \
+  CAST_WIDE(f16, KIND_F16, OUT_NAME, OUT)         \
+  CAST_WIDE(bool, KIND_U8, OUT_NAME, OUT)         \
+  CAST_WIDE(i64, KIND_I64, OUT_NAME, OUT)         \
+  CAST_WIDE(i32, KIND_I32, OUT_NAME, OUT)
+CAST_WIDE_FROM(f64, KIND_F64)
+CAST_WIDE_FROM(i8, KIND_I8)
+CAST_WIDE_FROM(u8, KIND_UN8)
+CAST_WIDE_FROM(i16, KIND_I16)
+CAST_WIDE_FROM(u16, KIND_U16)
+CAST_WIDE_TO(f64, KIND_F64)
+CAST_WIDE_TO(i8, KIND_I8)
+CAST_WIDE_TO(u8, KIND_UN8)
+CAST_WIDE_TO(i16, KIND_I16)
+CAST_WIDE_TO(u16, KIND_U16)
+// Among the five themselves.
+#define CAST_WIDE_AMONG(IN_NAME, IN)                                                             \
+  CAST_WIDE(IN_NAME, IN, f64, KIND_F64) CAST_WIDE(IN_NAME, IN, i8, KIND_I8)                    \
+  CAST_WIDE(IN_NAME, IN, u8, KIND_UN8) CAST_WIDE(IN_NAME, IN, i16, KIND_I16)                   \
+  CAST_WIDE(IN_NAME, IN, u16, KIND_U16)
+CAST_WIDE_AMONG(f64, KIND_F64)
+CAST_WIDE_AMONG(i8, KIND_I8)
+CAST_WIDE_AMONG(u8, KIND_UN8)
+CAST_WIDE_AMONG(i16, KIND_I16)
+CAST_WIDE_AMONG(u16, KIND_U16)
+
 // ---------------------------------------------------------------- ONNX QuantizeLinear / DequantizeLinear
 //
 // f32 x and f32 scales, per tensor, per axis or blocked along one axis, as the CPU reference

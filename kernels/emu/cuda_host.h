@@ -264,6 +264,19 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __double2float_rn(double a) { return (float)a; }
 inline float __ll2float_rn(long long a) { return (float)a; }
+inline double __ll2double_rn(long long a) { return (double)a; }
+// Round toward zero: the nearest value, stepped one ulp toward zero when it is farther from
+// zero than the exact one (long double holds every i64 and double exactly on x86-64).
+inline float __double2float_rz(double a) {
+  float f = (float)a;
+  if (a == a && std::fabs((double)f) > std::fabs(a)) f = std::nextafter(f, 0.0f);
+  return f;
+}
+inline float __ll2float_rz(long long a) {
+  float f = (float)a;
+  if (std::fabs((long double)f) > std::fabs((long double)a)) f = std::nextafter(f, 0.0f);
+  return f;
+}
 // PTX's cvt.rzi: truncate toward zero, saturate to the destination range, NaN to 0.
 inline long long __float2ll_rz(float a) {
   if (a != a) return 0;

@@ -1016,3 +1016,89 @@ fn matmul_with_mutually_broadcast_batch_dims_matches_the_cpu() {
     ]);
     check(cuda.as_ref(), &g, &inputs, &|_| Tol::Rel(1e-6), 1);
 }
+
+/// Casts with f64 and the 8/16-bit integers: f64 → f16/bf16 with one rounding (values a hair
+/// off f16 ties, which a nearest f32 step would round twice), NaN, ±inf and out-of-range
+/// values; floats → small integers saturating and NaN → 0; i64 → bf16 of values beyond 2^24;
+/// integers wrapping into narrower ones; everything back. Bit for bit with the CPU.
+#[test]
+fn wide_and_narrow_integer_casts_match_the_cpu() {
+    let cuda = cuda(false);
+    let f64s: Vec<f64> = vec![
+        1.0 + f64::powi(2.0, -11) + f64::powi(2.0, -40), // just above an f16 tie
+        1.0 + f64::powi(2.0, -11) - f64::powi(2.0, -40), // just below it
+        -(1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -35)),
+        f64::NAN,
+        f64::INFINITY,
+        -1e300,
+        65519.9,
+        -0.0,
+        127.9,
+        -128.7,
+        300.0,
+        -1e-320,
+        1e10,
+        2.5,
+        -3.5,
+        0.3,
+    ];
+    let f32s: Vec<f32> = f64s.iter().map(|&v| v as f32).collect();
+    let i64s: Vec<i64> = vec![
+        (1 << 40) + 1,
+        -(1 << 40) - 3,
+        i64::MAX,
+        i64::MIN,
+        300,
+        -129,
+        65537,
+        -1,
+        0,
+        127,
+        128,
+        255,
+        256,
+        (1 << 24) + 1,
+        -(1 << 24) - 1,
+        7,
+    ];
+    let sources = [
+        Tensor::from_f64_as(DType::F64, vec![16], &f64s).unwrap(),
+        Tensor::from_f32(vec![16], &f32s),
+        Tensor::from_i64(vec![16], &i64s),
+    ];
+    let targets = [
+        DType::F64,
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+    ];
+    let mut pairs = 0;
+    for x in &sources {
+        for &to in &targets {
+            if to == x.dtype() {
+                continue;
+            }
+            // There and back: the narrow integer and f64 kernels in both directions.
+            let mut g = Graph::new("cast");
+            let xi = g.add_input("x", x.ty()).unwrap();
+            let y = node(&mut g, "to", Op::Cast { to, saturate: true }, &[xi])[0];
+            let back = Op::Cast {
+                to: x.dtype(),
+                saturate: true,
+            };
+            let z = node(&mut g, "back", back, &[y])[0];
+            g.set_output("y", y).unwrap();
+            g.set_output("z", z).unwrap();
+            check(cuda.as_ref(), &g, &one("x", x.clone()), &|_| Tol::Exact, 1);
+            pairs += 1;
+        }
+    }
+    assert_eq!(pairs, 30);
+}

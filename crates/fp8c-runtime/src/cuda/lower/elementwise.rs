@@ -176,25 +176,41 @@ impl Lowerer<'_> {
         }
         let plain = |d: DType| is_kernel_float(d) || d == DType::Bool;
         let int = |d: DType| matches!(d, DType::I64 | DType::I32);
+        // f64 and the 8/16-bit integers: `quantize.cu`'s cast_wide kernels, to and from all
+        // of these and the plain and int types.
+        let wide_word = |d: DType| match d {
+            DType::F64 => Some("f64"),
+            DType::I8 => Some("i8"),
+            DType::U8 => Some("u8"),
+            DType::I16 => Some("i16"),
+            DType::U16 => Some("u16"),
+            _ => None,
+        };
+        let wide = (wide_word(from).is_some() || wide_word(to).is_some())
+            && [from, to]
+                .iter()
+                .all(|&d| wide_word(d).is_some() || plain(d) || int(d));
         let supported = (plain(from) && plain(to))
             || (int(from) && (plain(to) || int(to)))
-            || (int(to) && plain(from));
+            || (int(to) && plain(from))
+            || wide;
         if !supported {
             return Err(format!(
                 "cast from {from} to {to} is not supported on CUDA yet"
             ));
         }
+        let name_of = |d: DType| wide_word(d).map_or_else(|| word(d), Ok);
         let n = numel(self.buf(x));
         if n == 0 {
             return Ok(vec![]);
         }
         let mut a = KernelArgs::new();
         a.ptr(self.ptr(x)).ptr(self.ptr(y)).u64(n);
-        // Float / bool casts move 8 elements per thread; integer ones one.
-        let per_thread = if int(from) || int(to) { 1 } else { 8 };
+        // Float / bool casts move 8 elements per thread; integer and wide ones one.
+        let per_thread = if int(from) || int(to) || wide { 1 } else { 8 };
         Ok(vec![self.launch_1d(
             kernels::QUANTIZE,
-            &format!("fp8c_cast_{}_{}", word(from)?, word(to)?),
+            &format!("fp8c_cast_{}_{}", name_of(from)?, name_of(to)?),
             n,
             per_thread,
             a,
