@@ -354,14 +354,72 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     let rows: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("| ")).collect();
     assert_eq!(rows.len(), 4, "{}", r.stdout);
     assert!(rows[0].contains("gap to f32"), "{}", r.stdout);
-    assert!(rows[1].starts_with("| f32 |") && rows[1].contains("+0.00%"));
-    assert!(rows[2].starts_with("| bf16 |") && rows[3].starts_with("| fp8 |"));
+    assert!(rows[1].starts_with("| f32 | 0 |") && rows[1].contains("+0.00%"));
+    assert!(rows[2].starts_with("| bf16 | 0 |") && rows[3].starts_with("| fp8 | 0 |"));
     for row in &rows[1..] {
-        let loss: f64 = row.split('|').nth(2).unwrap().trim().parse().unwrap();
+        let loss: f64 = row.split('|').nth(3).unwrap().trim().parse().unwrap();
         assert!(loss.is_finite() && loss < 5.6, "{row}");
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.contains("bf16") && svg.contains("fp8"), "plot legend");
+
+    // Several data orders: a row per precision and order, then each precision's mean with the
+    // gap's standard error, and the first precision's seed-to-seed spread.
+    let r = train_text(
+        "llama-tiny",
+        "README.md",
+        "16",
+        &[
+            "--steps".as_ref(),
+            "6".as_ref(),
+            "--compare".as_ref(),
+            "f32,fp8".as_ref(),
+            "--seeds".as_ref(),
+            "3,4".as_ref(),
+        ],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let rows: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 1 + 4 + 2, "{}", r.stdout);
+    assert!(rows[1].starts_with("| f32 | 3 |") && rows[2].starts_with("| f32 | 4 |"));
+    assert!(rows[3].starts_with("| fp8 | 3 |") && rows[4].starts_with("| fp8 | 4 |"));
+    assert!(rows[5].starts_with("| f32 | mean of 2 |") && rows[5].contains("+0.00% ± 0.00%"));
+    assert!(rows[6].starts_with("| fp8 | mean of 2 |") && rows[6].contains("% ± "));
+    let gaps: Vec<f64> = rows[3..5]
+        .iter()
+        .map(|row| {
+            let g = row.split('|').nth(4).unwrap().trim();
+            g.trim_end_matches('%').parse().unwrap()
+        })
+        .collect();
+    let mean: f64 = rows[6]
+        .split('|')
+        .nth(4)
+        .unwrap()
+        .trim()
+        .split('%')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (mean - (gaps[0] + gaps[1]) / 2.0).abs() < 0.011,
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("f32 seed-to-seed spread"), "{}", r.stdout);
+    let r = train_text(
+        "llama-tiny",
+        "README.md",
+        "16",
+        &[
+            "--steps".as_ref(),
+            "2".as_ref(),
+            "--seeds".as_ref(),
+            "1,2".as_ref(),
+        ],
+    );
+    assert!(!r.ok && r.stderr.contains("--compare"), "{}", r.stderr);
     let log = dir.join("log.csv");
     let r = train_text(
         "llama-tiny",

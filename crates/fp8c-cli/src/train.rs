@@ -177,6 +177,17 @@ pub struct TrainArgs {
     /// FP8 training). Not with --log, --checkpoint, --resume or -o.
     #[arg(long, value_delimiter = ',', value_name = "f32,bf16,fp8")]
     pub compare: Vec<fp8c_session::PrecisionMode>,
+    /// With --compare: train every precision once per data order listed (e.g. 0,1,2,3,4,
+    /// used as --seed) and report, per precision, the mean final loss and the gap's mean and
+    /// standard error over the orders, next to the first precision's own spread across them
+    /// (the noise floor a gap must exceed to mean anything). Default: --seed alone.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "0,1,2",
+        requires = "compare"
+    )]
+    pub seeds: Vec<u64>,
     /// The backend to train on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: crate::run::DeviceArg,
@@ -306,15 +317,26 @@ pub fn train(mut a: TrainArgs, given: &std::collections::HashSet<String>) -> Res
     if let Some(p) = &a.plot {
         plot::check_target(p).map_err(|e| anyhow!("--plot {e}"))?;
     }
-    let mut rows = Vec::new();
-    for &mode in &a.compare {
-        let mut one = a.clone();
-        one.compare.clear();
-        one.plot = None;
-        one.fp8.precision = mode;
-        let s = train_one(one)
-            .with_context(|| format!("--compare: the {} run", precision_name(mode)))?;
-        rows.push((mode, s));
+    let seeds = if a.seeds.is_empty() {
+        vec![a.seed]
+    } else {
+        a.seeds.clone()
+    };
+    // runs[p][s]: precision p trained with data order seeds[s].
+    let mut runs: Vec<Vec<Summary>> = a.compare.iter().map(|_| Vec::new()).collect();
+    for &seed in &seeds {
+        for (p, &mode) in a.compare.iter().enumerate() {
+            let mut one = a.clone();
+            one.compare.clear();
+            one.seeds.clear();
+            one.plot = None;
+            one.seed = seed;
+            one.fp8.precision = mode;
+            let s = train_one(one).with_context(|| {
+                format!("--compare: the {} run (seed {seed})", precision_name(mode))
+            })?;
+            runs[p].push(s);
+        }
     }
     let tail = (a.steps as usize / 5).clamp(1, 50);
     let final_loss = |s: &Summary| {
@@ -325,33 +347,119 @@ pub fn train(mut a: TrainArgs, given: &std::collections::HashSet<String>) -> Res
             .sum::<f64>()
             / n as f64
     };
-    let base = final_loss(&rows[0].1);
-    println!(
-        "| precision | final loss (mean of the last {tail} steps) | gap to {} | steps/s |",
-        precision_name(rows[0].0)
-    );
-    println!("|---|---:|---:|---:|");
-    for (mode, s) in &rows {
-        let f = final_loss(s);
+    let finals: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|r| r.iter().map(final_loss).collect())
+        .collect();
+    let first = precision_name(a.compare[0]);
+    print!("{}", parity_table(&a.compare, &seeds, &finals, tail, &runs));
+    if seeds.len() > 1 {
+        let spread = relative_spread(&finals[0]);
         println!(
-            "| {} | {f:.4} | {:+.2}% | {:.2} |",
-            precision_name(*mode),
-            (f - base) / base * 100.0,
-            s.steps_per_s
+            "\n{first} seed-to-seed spread (std / mean of its final losses): {:.2}%; a gap within about \
+             twice its standard error is not resolved by {} data orders",
+            spread * 100.0,
+            seeds.len()
         );
     }
     if let Some(p) = &a.plot {
-        let series: Vec<plot::Series> = rows
+        // The mean curve of each precision over the data orders.
+        let series: Vec<plot::Series> = a
+            .compare
             .iter()
-            .map(|(mode, s)| plot::Series {
+            .zip(&runs)
+            .map(|(mode, r)| plot::Series {
                 label: precision_name(*mode).into(),
-                points: s.losses.clone(),
+                points: mean_curve(r),
             })
             .collect();
-        plot::plot(&series, "training loss", 10, p).map_err(|e| anyhow!(e))?;
+        let title = if seeds.len() > 1 {
+            format!("training loss (mean of {} data orders)", seeds.len())
+        } else {
+            "training loss".to_string()
+        };
+        plot::plot(&series, &title, 10, p).map_err(|e| anyhow!(e))?;
         eprintln!("  plot: {}", p.display());
     }
     Ok(())
+}
+
+/// The Markdown table of a `--compare` run: one row per precision and data order, and with
+/// several orders one summary row per precision (mean final loss, the gap's mean ± standard
+/// error over the orders).
+fn parity_table(
+    modes: &[fp8c_session::PrecisionMode],
+    seeds: &[u64],
+    finals: &[Vec<f64>],
+    tail: usize,
+    runs: &[Vec<Summary>],
+) -> String {
+    use std::fmt::Write;
+    let first = precision_name(modes[0]);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| precision | seed | final loss (mean of the last {tail} steps) | gap to {first} | steps/s |"
+    );
+    let _ = writeln!(t, "|---|---:|---:|---:|---:|");
+    for (p, mode) in modes.iter().enumerate() {
+        for (s, seed) in seeds.iter().enumerate() {
+            let (f, base) = (finals[p][s], finals[0][s]);
+            let _ = writeln!(
+                t,
+                "| {} | {seed} | {f:.4} | {:+.2}% | {:.2} |",
+                precision_name(*mode),
+                (f - base) / base * 100.0,
+                runs[p][s].steps_per_s
+            );
+        }
+    }
+    if seeds.len() > 1 {
+        for (p, mode) in modes.iter().enumerate() {
+            let gaps: Vec<f64> = finals[p]
+                .iter()
+                .zip(&finals[0])
+                .map(|(f, b)| (f - b) / b * 100.0)
+                .collect();
+            let (mean, se) = mean_and_standard_error(&gaps);
+            let loss = finals[p].iter().sum::<f64>() / finals[p].len() as f64;
+            let _ = writeln!(
+                t,
+                "| {} | mean of {} | {loss:.4} | {mean:+.2}% ± {se:.2}% | |",
+                precision_name(*mode),
+                seeds.len()
+            );
+        }
+    }
+    t
+}
+
+/// Mean and standard error of the mean.
+fn mean_and_standard_error(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    if v.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, (var / n).sqrt())
+}
+
+/// Sample standard deviation over the mean.
+fn relative_spread(v: &[f64]) -> f64 {
+    let (mean, se) = mean_and_standard_error(v);
+    se * (v.len() as f64).sqrt() / mean
+}
+
+/// The step-wise mean of several loss curves (as long as the shortest).
+fn mean_curve(runs: &[Summary]) -> Vec<(f64, f64)> {
+    let n = runs.iter().map(|r| r.losses.len()).min().unwrap_or(0);
+    (0..n)
+        .map(|i| {
+            let l = runs.iter().map(|r| r.losses[i].1).sum::<f64>() / runs.len() as f64;
+            (runs[0].losses[i].0, l)
+        })
+        .collect()
 }
 
 /// One training run (the whole of `fp8c train` without `--compare`).
