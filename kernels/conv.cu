@@ -2,7 +2,9 @@
 // pooling windows and inference batch norm.
 //
 // IR ops: conv (2-D, any group: im2col per image, then one strided-batched GEMM over the
-// groups), max_pool and average_pool (2-D), global pools go to reduce.cu, batch_norm.
+// groups), max_pool and average_pool (2-D), global pools go to reduce.cu, batch_norm, and the
+// training gradients: conv_grad_input (a GEMM into col, then col2im), conv_grad_weight
+// (im2col, then GEMMs accumulating over the images) and the pool gradients.
 //
 // Geometry (pads, strides, dilations, output size) is resolved on the host from the static
 // shapes; kernels take the begin pads and treat everything outside the image as padding.
@@ -125,3 +127,81 @@ __device__ __forceinline__ void batchnorm_impl(const void* __restrict__ x, const
 BATCHNORM(f32, KIND_F32)
 BATCHNORM(bf16, KIND_BF16)
 BATCHNORM(f16, KIND_F16)
+
+// ---------------------------------------------------------------- gradients (f32)
+// col2im for conv_grad_input, one image: dx[ci][iy][ix] = Σ over the kernel taps t = (ky, kx),
+// in ascending order, of col[ci·kh·kw + t][oy·ow + ox] for the output position whose tap t
+// reads (iy, ix), if any: the CPU reference's order of additions (it scatters tap by tap), so
+// the sums match it bit for bit given the same col.
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_col2im_f32(const float* col, float* dx, Conv2d g) {
+  const u64 spatial = g.oh * g.ow, n = g.c * g.h * g.w;
+  for (u64 t = gtid(); t < n; t += gstride()) {
+    const u64 ix = t % g.w, iy = (t / g.w) % g.h, ci = t / (g.w * g.h);
+    float acc = 0.0f;
+    for (u64 ky = 0; ky < g.kh; ++ky) {
+      const i64 ny = (i64)iy + g.ph - (i64)ky * g.dh; // = oy·sh
+      if (ny < 0 || ny % g.sh != 0 || ny / g.sh >= (i64)g.oh) continue;
+      const u64 oy = (u64)(ny / g.sh);
+      for (u64 kx = 0; kx < g.kw; ++kx) {
+        const i64 nx = (i64)ix + g.pw - (i64)kx * g.dw;
+        if (nx < 0 || nx % g.sw != 0 || nx / g.sw >= (i64)g.ow) continue;
+        const u64 ox = (u64)(nx / g.sw);
+        acc = __fadd_rn(acc, col[((ci * g.kh + ky) * g.kw + kx) * spatial + oy * g.ow + ox]);
+      }
+    }
+    dx[t] = acc;
+  }
+}
+
+// Pool gradients, gathered per input element: the output windows that read it, in ascending
+// output order, each adding its dy (max: when this element is the window's winner, the last
+// NaN else the first strict maximum, as the forward's CPU reference picks it; average: dy over
+// the window's count), summed in double and rounded once, as the CPU reference does.
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_pool2d_grad_f32(const float* x, const float* dy, float* dx, Pool2d g, int is_max) {
+  const u64 n = g.planes * g.h * g.w;
+  for (u64 t = gtid(); t < n; t += gstride()) {
+    const u64 ix = t % g.w, iy = (t / g.w) % g.h, pl = t / (g.w * g.h);
+    const float* src = x + pl * g.h * g.w;
+    double acc = 0.0;
+    for (u64 oy = 0; oy < g.oh; ++oy) {
+      const i64 y0 = (i64)oy * g.sh - g.ph;
+      if ((i64)iy < y0 || (i64)iy > y0 + (i64)(g.kh - 1) * g.dh || ((i64)iy - y0) % g.dh != 0) continue;
+      for (u64 ox = 0; ox < g.ow; ++ox) {
+        const i64 x0 = (i64)ox * g.sw - g.pw;
+        if ((i64)ix < x0 || (i64)ix > x0 + (i64)(g.kw - 1) * g.dw || ((i64)ix - x0) % g.dw != 0) continue;
+        const double d = (double)dy[(pl * g.oh + oy) * g.ow + ox];
+        if (is_max) {
+          i64 best = -1;
+          float bv = 0.0f;
+          for (u64 ky = 0; ky < g.kh; ++ky) {
+            const i64 yy = y0 + (i64)ky * g.dh;
+            for (u64 kx = 0; kx < g.kw; ++kx) {
+              const i64 xx = x0 + (i64)kx * g.dw;
+              if (yy < 0 || yy >= (i64)g.h || xx < 0 || xx >= (i64)g.w) continue;
+              const float v = src[(u64)yy * g.w + (u64)xx];
+              if (best < 0 || fp8c_isnan(v) || (!fp8c_isnan(bv) && v > bv)) {
+                best = yy * (i64)g.w + xx;
+                bv = v;
+              }
+            }
+          }
+          if (best == (i64)(iy * g.w + ix)) acc += d;
+        } else {
+          u64 cnt = 0;
+          for (u64 ky = 0; ky < g.kh; ++ky) {
+            const i64 yy = y0 + (i64)ky * g.dh;
+            for (u64 kx = 0; kx < g.kw; ++kx) {
+              const i64 xx = x0 + (i64)kx * g.dw;
+              const bool in = yy >= 0 && yy < (i64)g.h && xx >= 0 && xx < (i64)g.w;
+              const bool pad = yy >= -g.ph && yy < (i64)g.h + g.ph_end && xx >= -g.pw && xx < (i64)g.w + g.pw_end;
+              if (in || (g.count_include_pad != 0 && pad)) ++cnt;
+            }
+          }
+          acc += d / (double)cnt;
+        }
+      }
+    }
+    dx[t] = __double2float_rn(acc);
+  }
+}

@@ -176,8 +176,9 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
 }
 
 /// `fp8c train --device cuda-emulated`: FP8 training steps (forward, E5M2 gradients,
-/// delayed-scaling updates, AdamW) of the digits MLP and of the Llama-style decoder export on
-/// the emulated CUDA device log the CPU reference's losses.
+/// delayed-scaling updates, AdamW) of the digits MLP, of the Llama-style decoder export and of
+/// a small CNN (convolution and pooling gradients) on the emulated CUDA device log the CPU
+/// reference's losses.
 #[test]
 fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -229,7 +230,19 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
         "--steps",
         "2",
     ];
-    for (name, args, steps) in [("mlp", mlp, 3), ("llama", llama, 2)] {
+    // A CNN (scripts/make_cnn_example.py): conv, max and average pooling and their gradients.
+    let cnn: &[&str] = &[
+        "examples/models/cnn_digits.onnx",
+        "--data",
+        "examples/data/digits_train.npz",
+        "--labels",
+        "y",
+        "--batch",
+        "16",
+        "--steps",
+        "3",
+    ];
+    for (name, args, steps) in [("mlp", mlp, 3), ("llama", llama, 2), ("cnn", cnn, 3)] {
         let (cpu, emu) = (
             losses(name, args, "cpu"),
             losses(name, args, "cuda-emulated"),

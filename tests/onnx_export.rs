@@ -340,7 +340,14 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
     for (name, args, bound) in [
         (
             "minilm-l3-paraphrase",
-            &["--dim", "batch=2", "--dim", "sequence=32", "--vocab", "1000"][..],
+            &[
+                "--dim",
+                "batch=2",
+                "--dim",
+                "sequence=32",
+                "--vocab",
+                "1000",
+            ][..],
             1e-3,
         ),
         ("orinet", &["--dim", "batch=2"][..], 3e-3),

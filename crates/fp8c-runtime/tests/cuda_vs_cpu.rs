@@ -1102,3 +1102,174 @@ fn wide_and_narrow_integer_casts_match_the_cpu() {
     }
     assert_eq!(pairs, 30);
 }
+
+/// The convolution and pooling gradients (what training a CNN needs): conv_grad_input and
+/// conv_grad_weight of a strided, padded, dilated, grouped 2-D conv and of a 1-D conv (GEMMs
+/// within a tolerance: cuBLASLt's summation order), max_pool_grad with ties and a NaN and
+/// average_pool_grad with and without counting the padding (bit for bit).
+#[test]
+fn convolution_and_pooling_gradients_match_the_cpu() {
+    let cuda = cuda(false);
+    let auto = fp8c_ir::AutoPad::NotSet;
+    for (xd, wd, strides, pads, dilations, group) in [
+        (
+            vec![2u64, 4, 9, 8],
+            vec![6u64, 2, 3, 3],
+            vec![2i64, 1],
+            vec![1i64, 2, 0, 1],
+            vec![1i64, 2],
+            2i64,
+        ),
+        (
+            vec![2, 3, 17],
+            vec![4, 3, 3],
+            vec![2],
+            vec![1, 1],
+            vec![1],
+            1,
+        ),
+    ] {
+        let kernel: Vec<i64> = wd[2..].iter().map(|&k| k as i64).collect();
+        // The forward's output shape, from a forward conv on the CPU.
+        let mut f = Graph::new("fwd");
+        let x = f.add_input("x", f32t(&xd)).unwrap();
+        let w = f.add_input("w", f32t(&wd)).unwrap();
+        let conv = Op::Conv {
+            kernel_shape: kernel.clone(),
+            strides: strides.clone(),
+            pads: pads.clone(),
+            dilations: dilations.clone(),
+            group,
+            auto_pad: auto,
+        };
+        let y = node(&mut f, "conv", conv, &[x, w])[0];
+        let yd: Vec<u64> = f.value_type(y).known_dims().unwrap();
+        let mut g = Graph::new("conv_grads");
+        let xi = g.add_input("x", f32t(&xd)).unwrap();
+        let wi = g.add_input("w", f32t(&wd)).unwrap();
+        let dyi = g.add_input("dy", f32t(&yd)).unwrap();
+        let gi = Op::ConvGradInput {
+            kernel_shape: kernel.clone(),
+            strides: strides.clone(),
+            pads: pads.clone(),
+            dilations: dilations.clone(),
+            group,
+            auto_pad: auto,
+            input_shape: xd.iter().map(|&d| d as i64).collect(),
+        };
+        let gw = Op::ConvGradWeight {
+            kernel_shape: kernel.clone(),
+            strides: strides.clone(),
+            pads: pads.clone(),
+            dilations: dilations.clone(),
+            group,
+            auto_pad: auto,
+        };
+        let dx = node(&mut g, "dx", gi, &[dyi, wi])[0];
+        let dw = node(&mut g, "dw", gw, &[xi, dyi])[0];
+        g.set_output("dx", dx).unwrap();
+        g.set_output("dw", dw).unwrap();
+        let n = |d: &[u64]| d.iter().product::<u64>() as usize;
+        let inputs = BTreeMap::from([
+            (
+                "x".to_string(),
+                Tensor::from_f32(xd.clone(), &data(n(&xd), 1.0, 41, false)),
+            ),
+            (
+                "w".to_string(),
+                Tensor::from_f32(wd.clone(), &data(n(&wd), 1.0, 42, false)),
+            ),
+            (
+                "dy".to_string(),
+                Tensor::from_f32(yd.clone(), &data(n(&yd), 1.0, 43, false)),
+            ),
+        ]);
+        check(cuda.as_ref(), &g, &inputs, &|_| Tol::Rel(1e-6), 1);
+    }
+
+    // Pools over [2, 3, 7, 6] with a 3×2 window, stride (2, 2), pads (1, 0, 1, 1), ceil_mode.
+    let xd = [2u64, 3, 7, 6];
+    let mut xv = data(252, 2.0, 44, false);
+    xv[10] = xv[11]; // a tie inside one window
+    xv[40] = f32::NAN;
+    let x = Tensor::from_f32(xd.to_vec(), &xv);
+    let (kernel, strides, pads) = (vec![3i64, 2], vec![2i64, 2], vec![1i64, 0, 1, 1]);
+    let pools = [
+        (
+            Op::MaxPool {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: true,
+                auto_pad: auto,
+            },
+            Op::MaxPoolGrad {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: true,
+                auto_pad: auto,
+            },
+        ),
+        (
+            Op::AveragePool {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: true,
+                count_include_pad: true,
+                auto_pad: auto,
+            },
+            Op::AveragePoolGrad {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: true,
+                count_include_pad: true,
+                auto_pad: auto,
+            },
+        ),
+        (
+            Op::AveragePool {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: false,
+                count_include_pad: false,
+                auto_pad: auto,
+            },
+            Op::AveragePoolGrad {
+                kernel_shape: kernel.clone(),
+                strides: strides.clone(),
+                pads: pads.clone(),
+                dilations: vec![],
+                ceil_mode: false,
+                count_include_pad: false,
+                auto_pad: auto,
+            },
+        ),
+    ];
+    for (fwd, grad) in pools {
+        let mut g = Graph::new("pool_grad");
+        let xi = g.add_input("x", f32t(&xd)).unwrap();
+        let y = node(&mut g, "pool", fwd, &[xi])[0];
+        let yd = g.value_type(y).known_dims().unwrap();
+        let dyi = g.add_input("dy", f32t(&yd)).unwrap();
+        let dx = node(&mut g, "grad", grad, &[xi, dyi])[0];
+        g.set_output("dx", dx).unwrap();
+        let ny = yd.iter().product::<u64>() as usize;
+        let inputs = BTreeMap::from([
+            ("x".to_string(), x.clone()),
+            (
+                "dy".to_string(),
+                Tensor::from_f32(yd.clone(), &data(ny, 1.0, 45, false)),
+            ),
+        ]);
+        check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+    }
+}

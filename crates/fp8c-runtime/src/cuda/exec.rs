@@ -40,6 +40,8 @@ fn needs_gemm(op: &Op) -> bool {
         Op::MatMul
             | Op::Gemm { .. }
             | Op::Conv { .. }
+            | Op::ConvGradInput { .. }
+            | Op::ConvGradWeight { .. }
             | Op::ScaledMatMul { .. }
             | Op::ScaledMatMulEpilogue { .. }
     )

@@ -1,7 +1,8 @@
-//! The conv family on CUDA: 2-D convolution as im2col (`conv.cu`) and one cuBLASLt GEMM per
-//! image, batched over the groups. The convolution gradients have no kernel.
+//! The conv family on CUDA: 1-D and 2-D convolution as im2col (`conv.cu`) and one cuBLASLt
+//! GEMM per image, batched over the groups; its gradients as the same GEMMs transposed, with
+//! col2im for the input gradient (f32, as the CPU reference computes them).
 
-use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
+use super::{Action, Lowerer, R, float_word, numel, window_2d};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::gemm::GemmSpec;
@@ -9,10 +10,6 @@ use crate::cuda::kernels;
 use crate::program::{BufId, Step};
 use fp8c_ir::window::WindowAttrs;
 use fp8c_ir::{ConvOp, Op, Support};
-
-/// Why the convolution gradients do not run on CUDA.
-const CONV_GRAD: &str =
-    "the convolution gradients have no CUDA kernel yet (train convolutions on the CPU backend)";
 
 /// `conv.cu`'s Conv2d.
 #[repr(C)]
@@ -36,13 +33,213 @@ struct Conv2d {
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: ConvOp<'_>) -> Support {
     match op {
-        ConvOp::Conv { .. } => Support::Yes,
-        ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => Support::No(CONV_GRAD),
+        ConvOp::Conv { .. } | ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => {
+            Support::Yes
+        }
         ConvOp::__Lifetime(never, _) => match never {},
     }
 }
 
+/// A convolution's geometry, 1-D lifted to 2-D: images, channels, groups and the kernels'
+/// `Conv2d` of one image.
+struct ConvPlan {
+    nimg: u64,
+    /// Output channels.
+    mo: u64,
+    g: u64,
+    geo: Conv2d,
+    pointwise: bool,
+}
+
+impl ConvPlan {
+    fn spatial(&self) -> u64 {
+        self.geo.oh * self.geo.ow
+    }
+    fn plane(&self) -> u64 {
+        self.geo.h * self.geo.w
+    }
+    /// Rows of one group's im2col matrix: C/g · kh · kw.
+    fn rows(&self) -> u64 {
+        self.geo.c / self.g * self.geo.kh * self.geo.kw
+    }
+}
+
 impl Lowerer<'_> {
+    /// The geometry of the convolution of x (`bufs[0]`) by w (`bufs[1]`) into y (`bufs[2]`),
+    /// f32, bf16 or f16, all of one dtype.
+    fn conv_plan(
+        &self,
+        [x, w, y]: [BufId; 3],
+        kernel: &[i64],
+        window: &WindowAttrs<'_>,
+        group: i64,
+    ) -> R<ConvPlan> {
+        let one_d = self.buf(x).dims.len() == 3 && self.buf(w).dims.len() == 3;
+        let lifted = super::Lifted1d::new(
+            one_d,
+            &[&self.buf(x).dims, &self.buf(w).dims, &self.buf(y).dims],
+            kernel,
+            window,
+        );
+        let window = &lifted.window(window);
+        let [xd, wd, yd] = [&lifted.dims[0], &lifted.dims[1], &lifted.dims[2]];
+        if xd.len() != 4 || wd.len() != 4 || yd.len() != 4 {
+            return Err("only 1-D and 2-D convolutions are supported on CUDA yet".into());
+        }
+        let t = self.buf(x).ty.dtype;
+        float_word(t)?;
+        if self.buf(w).ty.dtype != t || self.buf(y).ty.dtype != t {
+            return Err("conv's x, w and y must share a dtype".into());
+        }
+        let g = group.max(1) as u64;
+        let (c, h, wid) = (xd[1], xd[2], xd[3]);
+        let (mo, oh, ow) = (yd[1], yd[2], yd[3]);
+        let (kh, kw) = (wd[2], wd[3]);
+        let kernel = match lifted.kernel.as_slice() {
+            [a, b] => [*a, *b],
+            _ => [kh as i64, kw as i64],
+        };
+        if !c.is_multiple_of(g) || !mo.is_multiple_of(g) {
+            return Err("channels are not divisible by group".into());
+        }
+        let [ax_h, ax_w] = window_2d([h, wid], kernel, window)?;
+        let geo = Conv2d {
+            c,
+            h,
+            w: wid,
+            kh,
+            kw,
+            oh,
+            ow,
+            sh: ax_h.stride,
+            sw: ax_w.stride,
+            ph: ax_h.pad_begin,
+            pw: ax_w.pad_begin,
+            dh: ax_h.dilation,
+            dw: ax_w.dilation,
+        };
+        let pointwise = kh == 1
+            && kw == 1
+            && geo.sh == 1
+            && geo.sw == 1
+            && geo.ph == 0
+            && geo.pw == 0
+            && oh == h
+            && ow == wid;
+        Ok(ConvPlan {
+            nimg: xd[0],
+            mo,
+            g,
+            geo,
+            pointwise,
+        })
+    }
+
+    /// dx = col2im(W_gᵀ · dY_g) per image (f32).
+    fn conv_grad_input(&self, p: &ConvPlan, dy: BufId, w: BufId, dx: BufId) -> R<Vec<Action>> {
+        if self.buf(dx).ty.dtype != fp8c_ir::DType::F32 {
+            return Err("convolution gradients run in f32 on CUDA".into());
+        }
+        if numel(self.buf(dx)) == 0 {
+            return Ok(vec![]);
+        }
+        let (rows, spatial, mg) = (p.rows(), p.spatial(), p.mo / p.g);
+        let col = self.alloc(p.g * rows * spatial * 4)?;
+        let mut actions = Vec::new();
+        for img in 0..p.nimg {
+            // col_g [rows, spatial] = W_gᵀ [rows, mg] · dY_g [mg, spatial]; W_g is stored
+            // [mg, rows].
+            let mut spec = GemmSpec::plain(
+                rows,
+                spatial,
+                mg,
+                self.ptr(w),
+                self.ptr(dy) + img * p.mo * spatial * 4,
+                col,
+                fp8c_ir::DType::F32,
+                fp8c_ir::DType::F32,
+            );
+            spec.trans_a = true;
+            spec.batch = p.g;
+            spec.stride_a = mg * rows;
+            spec.stride_b = mg * spatial;
+            spec.stride_d = rows * spatial;
+            actions.push(self.gemm(&spec)?);
+            let mut a = KernelArgs::new();
+            a.ptr(col)
+                .ptr(self.ptr(dx) + img * p.geo.c * p.plane() * 4)
+                .push(p.geo);
+            actions.push(self.launch_1d(
+                kernels::CONV,
+                "fp8c_col2im_f32",
+                p.geo.c * p.plane(),
+                1,
+                a,
+            )?);
+        }
+        Ok(actions)
+    }
+
+    /// dW_g = Σ over images of dY_g · im2col(x)_gᵀ (f32; β = 1 after the first image).
+    fn conv_grad_weight(&self, p: &ConvPlan, x: BufId, dy: BufId, dw: BufId) -> R<Vec<Action>> {
+        if self.buf(dw).ty.dtype != fp8c_ir::DType::F32 {
+            return Err("convolution gradients run in f32 on CUDA".into());
+        }
+        let (rows, spatial, mg) = (p.rows(), p.spatial(), p.mo / p.g);
+        if numel(self.buf(dw)) == 0 {
+            return Ok(vec![]);
+        }
+        if p.nimg == 0 || spatial == 0 {
+            return Ok(vec![Action::Memset8 {
+                ptr: self.ptr(dw),
+                value: 0,
+                bytes: self.buf(dw).bytes,
+            }]);
+        }
+        let col = if p.pointwise {
+            0
+        } else {
+            self.alloc(p.geo.c * p.geo.kh * p.geo.kw * spatial * 4)?
+        };
+        let mut actions = Vec::new();
+        for img in 0..p.nimg {
+            let x_img = self.ptr(x) + img * p.geo.c * p.plane() * 4;
+            let b_ptr = if p.pointwise {
+                x_img
+            } else {
+                let mut a = KernelArgs::new();
+                a.ptr(x_img).ptr(col).push(p.geo);
+                actions.push(self.launch_1d(
+                    kernels::CONV,
+                    "fp8c_im2col_f32",
+                    p.geo.c * p.geo.kh * p.geo.kw * spatial,
+                    1,
+                    a,
+                )?);
+                col
+            };
+            // dW_g [mg, rows] (+)= dY_g [mg, spatial] · col_gᵀ; col_g is stored [rows, spatial].
+            let mut spec = GemmSpec::plain(
+                mg,
+                rows,
+                spatial,
+                self.ptr(dy) + img * p.mo * spatial * 4,
+                b_ptr,
+                self.ptr(dw),
+                fp8c_ir::DType::F32,
+                fp8c_ir::DType::F32,
+            );
+            spec.trans_b = true;
+            spec.batch = p.g;
+            spec.stride_a = mg * spatial;
+            spec.stride_b = rows * spatial;
+            spec.stride_d = mg * rows;
+            spec.beta = if img == 0 { 0.0 } else { 1.0 };
+            actions.push(self.gemm(&spec)?);
+        }
+        Ok(actions)
+    }
+
     pub(super) fn lower_conv(&self, c: ConvOp<'_>, step: &Step) -> R<Vec<Action>> {
         let (ins, outs) = (&step.inputs, &step.outputs);
         match c {
@@ -63,8 +260,46 @@ impl Lowerer<'_> {
                 };
                 self.conv(ins, outs[0], kernel_shape, &window, *group)
             }
-            ConvOp::ConvGradInput { .. } | ConvOp::ConvGradWeight { .. } => {
-                Err(not_supported(&step.op, CONV_GRAD))
+            ConvOp::ConvGradInput {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+                ..
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: false,
+                };
+                // dy = ins[0], w = ins[1]; dx has the forward's input shape.
+                let plan =
+                    self.conv_plan([outs[0], ins[1], ins[0]], kernel_shape, &window, *group)?;
+                self.conv_grad_input(&plan, ins[0], ins[1], outs[0])
+            }
+            ConvOp::ConvGradWeight {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: false,
+                };
+                // x = ins[0], dy = ins[1]; dw has the forward's weight shape.
+                let plan =
+                    self.conv_plan([ins[0], outs[0], ins[1]], kernel_shape, &window, *group)?;
+                self.conv_grad_weight(&plan, ins[0], ins[1], outs[0])
             }
             ConvOp::__Lifetime(never, _) => match never {},
         }
@@ -82,87 +317,33 @@ impl Lowerer<'_> {
         group: i64,
     ) -> R<Vec<Action>> {
         let (x, w) = (ins[0], ins[1]);
-        let one_d = self.buf(x).dims.len() == 3 && self.buf(w).dims.len() == 3;
-        let lifted = super::Lifted1d::new(
-            one_d,
-            &[&self.buf(x).dims, &self.buf(w).dims, &self.buf(y).dims],
-            kernel,
-            window,
-        );
-        let window = &lifted.window(window);
-        let kernel = lifted.kernel.as_slice();
-        let [xd, wd, yd] = [&lifted.dims[0], &lifted.dims[1], &lifted.dims[2]].map(|d| d.clone());
-        if xd.len() != 4 || wd.len() != 4 {
-            return Err("only 1-D and 2-D convolutions are supported on CUDA yet".into());
-        }
+        let p = self.conv_plan([x, w, y], kernel, window, group)?;
         let t = self.buf(x).ty.dtype;
         let tw = float_word(t)?;
-        if self.buf(w).ty.dtype != t {
-            return Err("conv's x and w must share a dtype".into());
-        }
-        let g = group.max(1) as u64;
-        let (nimg, c, h, wid) = (xd[0], xd[1], xd[2], xd[3]);
-        let (mo, oh, ow) = (yd[1], yd[2], yd[3]);
-        let (kh, kw) = (wd[2], wd[3]);
-        let kernel = if kernel.len() == 2 {
-            kernel.to_vec()
-        } else {
-            vec![kh as i64, kw as i64]
-        };
-        if !c.is_multiple_of(g) || !mo.is_multiple_of(g) {
-            return Err("channels are not divisible by group".into());
-        }
-        let [ax_h, ax_w] = window_2d([h, wid], [kernel[0], kernel[1]], window)?;
-        let (ph, pw) = (ax_h.pad_begin, ax_w.pad_begin);
-        let spatial = oh * ow;
-        let cg = c / g;
-        let kg = cg * kh * kw;
-        let mg = mo / g;
+        let (nimg, c, g, mo) = (p.nimg, p.geo.c, p.g, p.mo);
+        let (spatial, kg, mg) = (p.spatial(), p.rows(), mo / g);
         let es = t.size() as u64;
-        let pointwise = kh == 1
-            && kw == 1
-            && ax_h.stride == 1
-            && ax_w.stride == 1
-            && ph == 0
-            && pw == 0
-            && oh == h
-            && ow == wid;
         let mut actions = Vec::new();
         if numel(self.buf(y)) == 0 {
             return Ok(actions);
         }
-        let col = if pointwise {
+        let col = if p.pointwise {
             0
         } else {
-            self.alloc(c * kh * kw * spatial * es)?
+            self.alloc(c * p.geo.kh * p.geo.kw * spatial * es)?
         };
         for img in 0..nimg {
-            let x_img = self.ptr(x) + img * c * h * wid * es;
+            let x_img = self.ptr(x) + img * c * p.plane() * es;
             let y_img = self.ptr(y) + img * mo * spatial * es;
-            let b_ptr = if pointwise {
+            let b_ptr = if p.pointwise {
                 x_img
             } else {
-                let geo = Conv2d {
-                    c,
-                    h,
-                    w: wid,
-                    kh,
-                    kw,
-                    oh,
-                    ow,
-                    sh: ax_h.stride,
-                    sw: ax_w.stride,
-                    ph,
-                    pw,
-                    dh: ax_h.dilation,
-                    dw: ax_w.dilation,
-                };
                 let mut a = KernelArgs::new();
-                a.ptr(x_img).ptr(col).push(geo);
+                a.ptr(x_img).ptr(col).push(p.geo);
                 actions.push(self.launch_1d(
                     kernels::CONV,
                     &format!("fp8c_im2col_{tw}"),
-                    c * kh * kw * spatial,
+                    c * p.geo.kh * p.geo.kw * spatial,
                     1,
                     a,
                 )?);
@@ -188,6 +369,7 @@ impl Lowerer<'_> {
         if let Some(&b) = ins.get(2) {
             // y += bias[c] over [N, C, H, W], in place.
             let bd = [1, mo, 1, 1];
+            let yd = [nimg, mo, p.geo.oh, p.geo.ow];
             let spec = EwSpec {
                 program: codegen::single_op(&Op::Add, 2),
                 inputs: vec![t, self.buf(b).ty.dtype],
@@ -196,11 +378,11 @@ impl Lowerer<'_> {
                 quant: None,
             };
             let header = codegen::header(&spec)?;
-            let mut p = EwParams::new(&spec.access, &yd)?;
-            p.inputs[0] = self.ptr(y);
-            p.inputs[1] = self.ptr(b);
-            p.y = self.ptr(y);
-            actions.extend(self.ew_launch(&header, p, numel(self.buf(y)))?);
+            let mut ew = EwParams::new(&spec.access, &yd)?;
+            ew.inputs[0] = self.ptr(y);
+            ew.inputs[1] = self.ptr(b);
+            ew.y = self.ptr(y);
+            actions.extend(self.ew_launch(&header, ew, numel(self.buf(y)))?);
         }
         Ok(actions)
     }

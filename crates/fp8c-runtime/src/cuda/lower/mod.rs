@@ -515,10 +515,6 @@ mod tests {
     /// its op out of this list.
     const NOT_ON_CUDA: &[&str] = &[
         "mod",
-        "conv_grad_input",
-        "conv_grad_weight",
-        "max_pool_grad",
-        "average_pool_grad",
         "rms_norm",
         "cum_sum",
         "arg_max",

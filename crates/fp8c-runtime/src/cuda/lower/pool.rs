@@ -1,16 +1,12 @@
-//! The pool family on CUDA: 2-D max and average pooling (`conv.cu`); the global pools are
-//! reductions over the spatial axes. The pooling gradients have no kernel.
+//! The pool family on CUDA: 1-D and 2-D max and average pooling and their gradients
+//! (`conv.cu`); the global pools are reductions over the spatial axes.
 
-use super::{Action, Lowerer, R, float_word, not_supported, numel, window_2d};
+use super::{Action, Lowerer, R, float_word, numel, window_2d};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
 use fp8c_ir::window::WindowAttrs;
 use fp8c_ir::{PoolOp, Support};
-
-/// Why the pooling gradients do not run on CUDA.
-const POOL_GRAD: &str =
-    "the pooling gradients have no CUDA kernel yet (train pooling models on the CPU backend)";
 
 /// `conv.cu`'s Pool2d.
 #[repr(C)]
@@ -40,8 +36,9 @@ pub(crate) fn support(op: PoolOp<'_>) -> Support {
         PoolOp::MaxPool { .. }
         | PoolOp::AveragePool { .. }
         | PoolOp::GlobalAveragePool
-        | PoolOp::GlobalMaxPool => Support::Yes,
-        PoolOp::MaxPoolGrad { .. } | PoolOp::AveragePoolGrad { .. } => Support::No(POOL_GRAD),
+        | PoolOp::GlobalMaxPool
+        | PoolOp::MaxPoolGrad { .. }
+        | PoolOp::AveragePoolGrad { .. } => Support::Yes,
         PoolOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -67,7 +64,7 @@ impl Lowerer<'_> {
                     auto_pad: *auto_pad,
                     ceil_mode: *ceil_mode,
                 };
-                self.pool(ins[0], outs[0], kernel_shape, &window, true, false)
+                self.pool(ins[0], outs[0], kernel_shape, &window, true, false, None)
             }
             PoolOp::AveragePool {
                 kernel_shape,
@@ -92,10 +89,53 @@ impl Lowerer<'_> {
                     &window,
                     false,
                     *count_include_pad,
+                    None,
                 )
             }
-            PoolOp::MaxPoolGrad { .. } | PoolOp::AveragePoolGrad { .. } => {
-                Err(not_supported(&step.op, POOL_GRAD))
+            PoolOp::MaxPoolGrad {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                let (x, dy) = (ins[0], ins[1]);
+                self.pool(x, outs[0], kernel_shape, &window, true, false, Some(dy))
+            }
+            PoolOp::AveragePoolGrad {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                count_include_pad,
+                auto_pad,
+            } => {
+                let window = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                let (x, dy) = (ins[0], ins[1]);
+                self.pool(
+                    x,
+                    outs[0],
+                    kernel_shape,
+                    &window,
+                    false,
+                    *count_include_pad,
+                    Some(dy),
+                )
             }
             PoolOp::__Lifetime(never, _) => match never {},
         }
@@ -111,7 +151,9 @@ impl Lowerer<'_> {
         self.reduce(x, y, Some(&axes), kind)
     }
 
-    /// 2-D max or average pooling (1-D as 2-D over a unit height).
+    /// 2-D max or average pooling (1-D as 2-D over a unit height) of x into y, or with `dy`
+    /// (the pool's output gradient) its gradient into y (f32).
+    #[allow(clippy::too_many_arguments)]
     fn pool(
         &self,
         x: BufId,
@@ -120,11 +162,13 @@ impl Lowerer<'_> {
         window: &WindowAttrs<'_>,
         is_max: bool,
         count_include_pad: bool,
+        dy: Option<BufId>,
     ) -> R<Vec<Action>> {
         let one_d = self.buf(x).dims.len() == 3 && kernel.len() == 1;
+        let out = dy.unwrap_or(y);
         let lifted = super::Lifted1d::new(
             one_d,
-            &[&self.buf(x).dims, &self.buf(y).dims],
+            &[&self.buf(x).dims, &self.buf(out).dims],
             kernel,
             window,
         );
@@ -157,6 +201,24 @@ impl Lowerer<'_> {
         let n = numel(self.buf(y));
         if n == 0 {
             return Ok(vec![]);
+        }
+        if let Some(dy) = dy {
+            if t != "f32" || self.buf(dy).ty.dtype != self.buf(x).ty.dtype {
+                return Err("pooling gradients run in f32 on CUDA".into());
+            }
+            let mut a = KernelArgs::new();
+            a.ptr(self.ptr(x))
+                .ptr(self.ptr(dy))
+                .ptr(self.ptr(y))
+                .push(g)
+                .i32(i32::from(is_max));
+            return Ok(vec![self.launch_1d(
+                kernels::CONV,
+                "fp8c_pool2d_grad_f32",
+                n,
+                1,
+                a,
+            )?]);
         }
         let mut a = KernelArgs::new();
         a.ptr(self.ptr(x))
