@@ -134,19 +134,23 @@ BATCHNORM(f16, KIND_F16)
 // reads (iy, ix), if any: the CPU reference's order of additions (it scatters tap by tap), so
 // the sums match it bit for bit given the same col.
 extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_col2im_f32(const float* col, float* dx, Conv2d g) {
+  // 32-bit geometry (one image's sizes fit): 64-bit division and remainder cost registers.
+  const int kh = (int)g.kh, kw = (int)g.kw, oh = (int)g.oh, ow = (int)g.ow, h = (int)g.h, w = (int)g.w;
+  const int sh = (int)g.sh, sw = (int)g.sw, ph = (int)g.ph, pw = (int)g.pw, dh = (int)g.dh, dw = (int)g.dw;
   const u64 spatial = g.oh * g.ow, n = g.c * g.h * g.w;
   for (u64 t = gtid(); t < n; t += gstride()) {
-    const u64 ix = t % g.w, iy = (t / g.w) % g.h, ci = t / (g.w * g.h);
+    const int ix = (int)(t % (u64)w), iy = (int)((t / (u64)w) % (u64)h);
+    const u64 ci = t / ((u64)w * (u64)h);
+    const float* base = col + ci * (u64)kh * (u64)kw * spatial;
     float acc = 0.0f;
-    for (u64 ky = 0; ky < g.kh; ++ky) {
-      const i64 ny = (i64)iy + g.ph - (i64)ky * g.dh; // = oy·sh
-      if (ny < 0 || ny % g.sh != 0 || ny / g.sh >= (i64)g.oh) continue;
-      const u64 oy = (u64)(ny / g.sh);
-      for (u64 kx = 0; kx < g.kw; ++kx) {
-        const i64 nx = (i64)ix + g.pw - (i64)kx * g.dw;
-        if (nx < 0 || nx % g.sw != 0 || nx / g.sw >= (i64)g.ow) continue;
-        const u64 ox = (u64)(nx / g.sw);
-        acc = __fadd_rn(acc, col[((ci * g.kh + ky) * g.kw + kx) * spatial + oy * g.ow + ox]);
+    for (int ky = 0; ky < kh; ++ky) {
+      const int ny = iy + ph - ky * dh; // = oy·sh
+      if (ny < 0 || ny % sh != 0 || ny / sh >= oh) continue;
+      const int oy = ny / sh;
+      for (int kx = 0; kx < kw; ++kx) {
+        const int nx = ix + pw - kx * dw;
+        if (nx < 0 || nx % sw != 0 || nx / sw >= ow) continue;
+        acc = __fadd_rn(acc, base[(u64)(ky * kw + kx) * spatial + (u64)(oy * ow + nx / sw)]);
       }
     }
     dx[t] = acc;

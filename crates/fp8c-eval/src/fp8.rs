@@ -73,6 +73,26 @@ pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
                 .collect();
             tensor(DType::F8E8M0, x.shape().to_vec(), codes)?
         }
+        Fp8Op::BlockQuantize {
+            to,
+            saturate,
+            rows,
+            cols,
+            scaling,
+            epsilon,
+        } => {
+            return crate::block::block_quantize(
+                inputs,
+                *to,
+                *saturate,
+                (*rows, *cols),
+                *scaling,
+                *epsilon,
+            );
+        }
+        Fp8Op::BlockDequantize { to, rows, cols } => {
+            crate::block::block_dequantize(inputs, *to, (*rows, *cols))?
+        }
         Fp8Op::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -88,7 +108,9 @@ pub(crate) fn support(op: Fp8Op<'_>) -> Support {
         | Fp8Op::AmaxHistoryUpdate
         | Fp8Op::Quantize { .. }
         | Fp8Op::Dequantize { .. }
-        | Fp8Op::CastE8m0 { .. } => Support::Yes,
+        | Fp8Op::CastE8m0 { .. }
+        | Fp8Op::BlockQuantize { .. }
+        | Fp8Op::BlockDequantize { .. } => Support::Yes,
         Fp8Op::__Lifetime(never, _) => match never {},
     }
 }

@@ -38,6 +38,7 @@
 //! interface `input` / `param` / `state`, whose values the caller feeds).
 
 // The op families (`fp8c_ir::Family`), one module each.
+mod block;
 mod conv;
 mod elementwise;
 mod fast_accum;

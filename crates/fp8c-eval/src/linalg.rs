@@ -34,6 +34,12 @@ pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
             trans_b,
         } => gemm_op(inputs, *alpha, *beta, *trans_a, *trans_b)?,
         LinalgOp::ScaledMatMul { out, fast_accum } => scaled_matmul(inputs, *out, *fast_accum)?,
+        LinalgOp::BlockScaledMatMul {
+            out,
+            k_block,
+            a_rows,
+            b_cols,
+        } => crate::block::block_scaled_matmul(inputs, *out, *k_block, *a_rows, *b_cols)?,
         LinalgOp::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -42,7 +48,10 @@ pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>>
 /// Every op of the family is evaluated.
 pub(crate) fn support(op: LinalgOp<'_>) -> Support {
     match op {
-        LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
+        LinalgOp::MatMul
+        | LinalgOp::Gemm { .. }
+        | LinalgOp::ScaledMatMul { .. }
+        | LinalgOp::BlockScaledMatMul { .. } => Support::Yes,
         LinalgOp::__Lifetime(never, _) => match never {},
     }
 }

@@ -28,9 +28,9 @@ pub use error::{IrError, Result};
 pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
 pub use op::{
-    AmaxSource, AutoPad, ConvOp, E8m0Round, ElementwiseOp, Family, Fp8Op, FusedOp, GeluApprox,
-    InterfaceOp, LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp, PadMode, PoolOp,
-    Props, ReduceOp, Support,
+    AmaxSource, AutoPad, BlockScaling, ConvOp, E8m0Round, ElementwiseOp, Family, Fp8Op, FusedOp,
+    GeluApprox, InterfaceOp, LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp,
+    PadMode, PoolOp, Props, ReduceOp, Support,
 };
 pub use op::{IGNORE_INDEX, ScatterReduction};
 pub use shape::{Dim, Shape, TensorType, shape_of};

@@ -41,6 +41,13 @@ word_enum!(
     E8m0Round { Up => "up", Down => "down", Nearest => "nearest" }
 );
 word_enum!(
+    /// How `block_quantize` turns a tile's amax into its scale (issue #16): `fp32`: TE's
+    /// `fmt_max / amax`; `pow2`: that rounded down to a power of two (TE's `power_2_scale`,
+    /// DeepSeek-V3, TE `Float8BlockScaling`); `e8m0`: the OCP MX v1.0 shared exponent
+    /// `floor(log2 amax) − emax_elem`, a scale an E8M0 code holds (TE `MXFP8BlockScaling`).
+    BlockScaling { Fp32 => "fp32", Pow2 => "pow2", E8m0 => "e8m0" }
+);
+word_enum!(
     /// Where `compute_scale` takes its amax from.
     AmaxSource {
         /// Maximum over the whole amax history (delayed scaling, TE `max`).
@@ -291,6 +298,13 @@ define_ops! {
         /// the tensor cores' narrow accumulator, cuBLASLt `FAST_ACCUM`, TE's forward GEMM);
         /// false: f32 accumulation (TE's `use_split_accumulator`, its dgrad and wgrad).
         ScaledMatMul { out: DType, fast_accum: bool } => "scaled_matmul" [scaling],
+        /// Block-scaled FP8 matmul (issue #16; DeepSeek-V3's promotion): inputs qa [M, K], qb
+        /// [K, N] (FP8), scale_inv_a [ceil(M/a_rows), KB] and scale_inv_b [KB, ceil(N/b_cols)]
+        /// with KB = ceil(K/k_block) (0: the whole axis, one block). Each K block's products
+        /// are summed in f32 in order, the partial sum multiplied by A's then B's scale_inv of
+        /// that block, and the blocks summed in order; every step rounded to f32, the result
+        /// to `out`.
+        BlockScaledMatMul { out: DType, k_block: i64, a_rows: i64, b_cols: i64 } => "block_scaled_matmul" [scaling],
     }
     /// Convolutions and their gradients (window geometry in `window.rs`).
     family Conv(ConvOp) {
@@ -440,6 +454,16 @@ define_ops! {
         /// ONNX Cast/CastLike to FLOAT8E8M0 with a `round_mode` (`cast` rounds up, ONNX's
         /// default): input a float tensor, output its e8m0 codes (fp8c-core `encode_e8m0`).
         CastE8m0 { round: E8m0Round, saturate: bool } => "cast_e8m0",
+        /// Current scaling per tile (issue #16): x [..., R, C] (float, rank ≥ 2) cut into tiles
+        /// of `rows` × `cols` (0: the whole axis; edge tiles may be short), each scaled from its
+        /// own amax (`scaling`; `epsilon` floors the amax for `fp32` / `pow2`; amax 0 or
+        /// non-finite gives scale 1) and quantized like `quantize`. Outputs q (x's shape, `to`)
+        /// and scale_inv f32 [..., ceil(R/rows), ceil(C/cols)]. 1×128 / 128×128 tiles are
+        /// DeepSeek-V3's and TE's block recipe, 1×0 rowwise (torchao), 1×32 with `e8m0` MXFP8.
+        BlockQuantize { to: DType, saturate: bool, rows: i64, cols: i64, scaling: BlockScaling, epsilon: f32 } => "block_quantize" [scaling],
+        /// `f32(q) · scale_inv` of each element's tile (`rows` × `cols` as in
+        /// `block_quantize`), rounded once to `to`; inputs q and scale_inv.
+        BlockDequantize { to: DType, rows: i64, cols: i64 } => "block_dequantize" [scaling],
     }
     /// Losses and their gradients (the autodiff pass emits them).
     family Loss(LossOp) {

@@ -52,7 +52,9 @@ pub fn kernel_class(op: &Op) -> KernelClass {
             | Fp8Op::DequantizeLinear { .. }
             | Fp8Op::Quantize { .. }
             | Fp8Op::Dequantize { .. }
-            | Fp8Op::CastE8m0 { .. } => KernelClass::Kernel,
+            | Fp8Op::CastE8m0 { .. }
+            | Fp8Op::BlockQuantize { .. }
+            | Fp8Op::BlockDequantize { .. } => KernelClass::Kernel,
             Fp8Op::__Lifetime(never, _) => match never {},
         },
         OpView::Fused(f) => match f {

@@ -66,8 +66,72 @@ pub(super) fn infer(op: Fp8Op<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorT
             )?;
             one(TensorType::new(DType::F8E8M0, x.ty.shape.clone()))
         }
+        Fp8Op::BlockQuantize { to, rows, cols, .. } => {
+            let [x] = args(inputs, ["x"])?;
+            expect_attr(to.is_fp8(), "to", to, "an FP8 type (f8e4m3 or f8e5m2)")?;
+            x.expect(
+                is_math_float(x.dtype()),
+                "a float type (not FP8: it is already quantized)",
+            )?;
+            let tiles = tile_grid(&x, *rows, *cols)?;
+            vec![
+                TensorType::new(*to, x.ty.shape.clone()),
+                TensorType::new(DType::F32, tiles),
+            ]
+        }
+        Fp8Op::BlockDequantize { to, rows, cols } => {
+            let [q, scale_inv] = args(inputs, ["q", "scale_inv"])?;
+            expect_attr(is_math_float(*to), "to", to, "a float type other than FP8")?;
+            q.expect(q.dtype().is_fp8(), "an FP8 type")?;
+            let tiles = tile_grid(&q, *rows, *cols)?;
+            scale_inv.expect(scale_inv.dtype() == DType::F32, "f32")?;
+            unify_shapes(&scale_inv, &tiles)?;
+            one(TensorType::new(*to, q.ty.shape.clone()))
+        }
         Fp8Op::__Lifetime(never, _) => match never {},
     })
+}
+
+/// The per-tile shape of `x` [..., R, C] cut into `rows` × `cols` tiles (0: the whole axis):
+/// [..., ceil(R/rows), ceil(C/cols)].
+pub(super) fn tile_grid(x: &Arg<'_>, rows: i64, cols: i64) -> Res<Vec<Dim>> {
+    if x.rank() < 2 {
+        return Err(x.shape_err("expected rank ≥ 2 ([..., rows, cols])"));
+    }
+    expect_attr(rows >= 0, "rows", rows, "≥ 0 (0: the whole axis)")?;
+    expect_attr(cols >= 0, "cols", cols, "≥ 0 (0: the whole axis)")?;
+    let shape = x.shape();
+    let r = shape.len();
+    let tiles = |d: &Dim, size: i64| -> Dim {
+        match (d, size) {
+            (_, 0) => Dim::Known(1),
+            (Dim::Known(n), s) => Dim::Known(n.div_ceil(s as u64)),
+            _ => Dim::Unknown,
+        }
+    };
+    let mut out = shape[..r - 2].to_vec();
+    out.push(tiles(&shape[r - 2], rows));
+    out.push(tiles(&shape[r - 1], cols));
+    Ok(out)
+}
+
+/// `arg`'s shape must agree with `want` wherever both are known.
+pub(super) fn unify_shapes(arg: &Arg<'_>, want: &[Dim]) -> Res<()> {
+    let ok = arg.shape().len() == want.len()
+        && arg
+            .shape()
+            .iter()
+            .zip(want)
+            .all(|(a, b)| match (a.known(), b.known()) {
+                (Some(x), Some(y)) => x == y,
+                _ => true,
+            });
+    if ok {
+        Ok(())
+    } else {
+        let w: Vec<String> = want.iter().map(ToString::to_string).collect();
+        Err(arg.shape_err(format!("expected [{}] (one scale per tile)", w.join(", "))))
+    }
 }
 
 /// The scale (and zero point) of ONNX Q/DQ: a scalar (per tensor) or 1-D along `axis`

@@ -6,7 +6,7 @@ use super::common::{
     Arg, NUMERIC, Res, args, args_opt, broadcast_shapes, expect_attr, fmt_shape, is_math_float,
     is_numeric, unify,
 };
-use crate::{Dim, LinalgOp, Shape, TensorType};
+use crate::{DType, Dim, LinalgOp, Shape, TensorType};
 
 /// The output types of a linalg op.
 pub(super) fn infer(op: LinalgOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
@@ -29,6 +29,33 @@ pub(super) fn infer(op: LinalgOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tens
             sa.expect_f32_rank(0)?;
             sb.expect_f32_rank(0)?;
             one(TensorType::new(*out, matmul_shape(&a, &b)?))
+        }
+        LinalgOp::BlockScaledMatMul {
+            out,
+            k_block,
+            a_rows,
+            b_cols,
+        } => {
+            let [a, b, sa, sb] = args(inputs, ["qa", "qb", "scale_inv_a", "scale_inv_b"])?;
+            expect_attr(
+                is_math_float(*out),
+                "out",
+                out,
+                "a float type other than FP8",
+            )?;
+            a.expect(a.dtype().is_fp8(), "an FP8 type")?;
+            b.expect(b.dtype().is_fp8(), "an FP8 type")?;
+            a.expect_rank(2)?;
+            b.expect_rank(2)?;
+            sa.expect(sa.dtype() == DType::F32, "f32")?;
+            sb.expect(sb.dtype() == DType::F32, "f32")?;
+            let shape = matmul_shape(&a, &b)?;
+            // A's tiles are a_rows × k_block of [M, K]; B's k_block × b_cols of [K, N].
+            let ga = super::fp8::tile_grid(&a, *a_rows, *k_block)?;
+            let gb = super::fp8::tile_grid(&b, *k_block, *b_cols)?;
+            super::fp8::unify_shapes(&sa, &ga)?;
+            super::fp8::unify_shapes(&sb, &gb)?;
+            one(TensorType::new(*out, shape))
         }
         LinalgOp::__Lifetime(never, _) => match never {},
     })

@@ -352,13 +352,36 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             },
             saturate: !flag,
         },
+        111 => Op::BlockQuantize {
+            to: dtype,
+            saturate: flag,
+            rows: i(0),
+            cols: i(1),
+            scaling: [
+                fp8c_ir::BlockScaling::Fp32,
+                fp8c_ir::BlockScaling::Pow2,
+                fp8c_ir::BlockScaling::E8m0,
+            ][i(2).rem_euclid(3) as usize],
+            epsilon: i(2) as f32,
+        },
+        112 => Op::BlockDequantize {
+            to: dtype,
+            rows: i(0),
+            cols: i(1),
+        },
+        113 => Op::BlockScaledMatMul {
+            out: dtype,
+            k_block: i(0),
+            a_rows: i(1),
+            b_cols: i(2),
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 111;
+const OP_KINDS: usize = 114;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

@@ -18,6 +18,7 @@ const PRODUCT: BufId = BufId(u32::MAX);
 pub(crate) fn support(op: LinalgOp<'_>) -> Support {
     match op {
         LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
+        LinalgOp::BlockScaledMatMul { .. } => Support::No(super::fp8::BLOCK_SCALING),
         LinalgOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -43,6 +44,9 @@ impl Lowerer<'_> {
                 None,
                 false,
             ),
+            LinalgOp::BlockScaledMatMul { .. } => {
+                Err(super::not_supported(&step.op, super::fp8::BLOCK_SCALING))
+            }
             LinalgOp::__Lifetime(never, _) => match never {},
         }
     }

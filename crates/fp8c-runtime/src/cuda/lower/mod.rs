@@ -515,12 +515,15 @@ mod tests {
     /// its op out of this list.
     const NOT_ON_CUDA: &[&str] = &[
         "mod",
+        "block_scaled_matmul",
         "rms_norm",
         "cum_sum",
         "arg_max",
         "arg_min",
         "top_k",
         "cast_e8m0",
+        "block_quantize",
+        "block_dequantize",
     ];
 
     #[test]
