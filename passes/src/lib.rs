@@ -6,6 +6,7 @@
 //! `--stop-after`, and on failure reports the pass name with the last IR that verified.
 
 pub mod autodiff;
+mod block_scaling;
 pub mod canonicalize;
 pub mod freeze;
 pub mod fusion;

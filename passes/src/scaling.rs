@@ -80,6 +80,7 @@ impl Pass for ScalingPass {
             recipe,
             cache: HashMap::new(),
             stats: ScalingStats::default(),
+            notes: Vec::new(),
         };
         for (name, pad) in &fp8 {
             let id = g
@@ -90,6 +91,7 @@ impl Pass for ScalingPass {
         g.dce();
         let changed = !fp8.is_empty();
         cx.scaling = s.stats;
+        cx.notes.append(&mut s.notes);
         Ok(changed)
     }
 }
@@ -99,6 +101,8 @@ struct Scaler {
     /// Quantized form of each tensor already handled: (q, scale_inv).
     cache: HashMap<Value, (Value, Value)>,
     stats: ScalingStats,
+    /// Why a GEMM kept per-tensor scaling under a per-tile recipe.
+    notes: Vec<String>,
 }
 
 impl Scaler {
@@ -142,6 +146,22 @@ impl Scaler {
         }
         let (a_name, b_name) = operand_names(g, &n.name, ins[0], ins[1]);
         let nm = &n.name;
+        // Per-tile recipes (issue #16): block-scaled GEMMs where the shapes allow them.
+        if let Recipe::Current(r) = self.recipe
+            && let Some(tiling) = r.granularity.tiling()
+        {
+            let names = (a_name.as_str(), b_name.as_str());
+            match crate::block_scaling::rewrite(g, &n, tiling, self.fmt(), &r, names)? {
+                Ok(result) => {
+                    self.stats.quantize += 2;
+                    return finish(g, id, &n, result, &out_ty);
+                }
+                Err(why) => self.notes.push(format!(
+                    "{nm}: per-tensor scaling instead of {}: {why}",
+                    r.granularity
+                )),
+            }
+        }
         // --pad-to-16: zero-pad the GEMM dims before quantizing (zeros change neither the
         // amax nor the products) and crop the result back.
         let (a, b, crop) = if pad {
@@ -186,33 +206,8 @@ impl Scaler {
                     },
                     &[qa, qb, sa, sb],
                 )?[0];
-                let mut y = crop_result(g, y, crop, nm)?;
-                if *alpha != 1.0 {
-                    let c = g.add_node(
-                        &format!("{nm}.alpha"),
-                        Op::Constant {
-                            value: scalar_of(out_ty.dtype, *alpha as f64)?,
-                        },
-                        &[],
-                    )?[0];
-                    y = g.add_node(&format!("{nm}.scaled"), Op::Mul, &[y, c])?[0];
-                }
-                if let Some(&c) = ins.get(2) {
-                    let c = if *beta != 1.0 {
-                        let b = g.add_node(
-                            &format!("{nm}.beta"),
-                            Op::Constant {
-                                value: scalar_of(g.value_type(c).dtype, *beta as f64)?,
-                            },
-                            &[],
-                        )?[0];
-                        g.add_node(&format!("{nm}.bias.scaled"), Op::Mul, &[c, b])?[0]
-                    } else {
-                        c
-                    };
-                    y = g.add_node(&format!("{nm}.bias"), Op::Add, &[y, c])?[0];
-                }
-                y
+                let y = crop_result(g, y, crop, nm)?;
+                gemm_tail(g, nm, y, (*alpha, *beta), ins.get(2).copied())?
             }
             Op::Conv { .. } => {
                 let dx = g.add_node(
@@ -241,22 +236,70 @@ impl Scaler {
                 ));
             }
         };
-        if g.value_type(result) != &out_ty {
-            return Err(IrError::node(
-                n.name.clone(),
-                n.op.name(),
-                format!(
-                    "FP8 rewrite produced {} instead of {out_ty}",
-                    g.value_type(result)
-                ),
-            ));
-        }
-        g.replace_uses(Value::new(id, 0), result)?;
-        g.remove_node(id)?;
-        // The node that now computes the GEMM's result carries the GEMM's name.
-        g.rename_node(result.node, nm);
-        Ok(())
+        finish(g, id, &n, result, &out_ty)
     }
+}
+
+/// Replaces GEMM node `id` (`n`) by `result`, which must have its type `out_ty`; the node that
+/// now computes the result carries the GEMM's name.
+fn finish(
+    g: &mut Graph,
+    id: NodeId,
+    n: &fp8c_ir::Node,
+    result: Value,
+    out_ty: &TensorType,
+) -> Result<(), IrError> {
+    if g.value_type(result) != out_ty {
+        return Err(IrError::node(
+            n.name.clone(),
+            n.op.name(),
+            format!(
+                "FP8 rewrite produced {} instead of {out_ty}",
+                g.value_type(result)
+            ),
+        ));
+    }
+    g.replace_uses(Value::new(id, 0), result)?;
+    g.remove_node(id)?;
+    g.rename_node(result.node, &n.name);
+    Ok(())
+}
+
+/// ONNX Gemm's `alpha · y + beta · C` around an FP8 product `y` (either scaling).
+pub(crate) fn gemm_tail(
+    g: &mut Graph,
+    nm: &str,
+    mut y: Value,
+    (alpha, beta): (f32, f32),
+    c: Option<Value>,
+) -> Result<Value, IrError> {
+    let dt = g.value_type(y).dtype;
+    if alpha != 1.0 {
+        let a = g.add_node(
+            &format!("{nm}.alpha"),
+            Op::Constant {
+                value: scalar_of(dt, alpha as f64)?,
+            },
+            &[],
+        )?[0];
+        y = g.add_node(&format!("{nm}.scaled"), Op::Mul, &[y, a])?[0];
+    }
+    if let Some(c) = c {
+        let c = if beta != 1.0 {
+            let b = g.add_node(
+                &format!("{nm}.beta"),
+                Op::Constant {
+                    value: scalar_of(g.value_type(c).dtype, beta as f64)?,
+                },
+                &[],
+            )?[0];
+            g.add_node(&format!("{nm}.bias.scaled"), Op::Mul, &[c, b])?[0]
+        } else {
+            c
+        };
+        y = g.add_node(&format!("{nm}.bias"), Op::Add, &[y, c])?[0];
+    }
+    Ok(y)
 }
 
 /// Inserts the quantization of tensor `v` named `t` (`fc1.x`, `fc1.dy`) in FP8 type `fmt`

@@ -14,9 +14,13 @@ pub struct Fp8Args {
     #[arg(long, default_value = "fp8", value_name = "f32|bf16|fp8")]
     pub precision: PrecisionMode,
     /// Scaling recipe: current (amax of the tensor itself) or delayed (amax history of past
-    /// steps). [default: current for compile and run; delayed for train, and for run with
-    /// --calibrate or a delayed-only flag]
-    #[arg(long, value_name = "delayed|current")]
+    /// steps), one scale per tensor; or current scaling per tile: rowwise (torchao: per row of
+    /// the activation and column of the weight), block (TE's Float8BlockScaling: 1×128
+    /// activation tiles, 128×128 weight blocks) or mxfp8 (1×32 blocks, E8M0 scales); TE's and
+    /// torchao's names work too (Float8BlockScaling, MXFP8BlockScaling, tensorwise, ...).
+    /// Per-tile recipes run on the CPU reference, for inference. [default: current for compile
+    /// and run; delayed for train, and for run with --calibrate or a delayed-only flag]
+    #[arg(long, value_name = "delayed|current|rowwise|block|mxfp8")]
     pub recipe: Option<String>,
     /// FP8 format: hybrid (E4M3 forward, E5M2 gradients) or e4m3.
     #[arg(long, value_name = "hybrid|e4m3")]

@@ -297,8 +297,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         .iter()
         .filter(|&&id| {
             let n = g.node(id);
-            matches!(n.op, fp8c_ir::Op::Quantize { .. })
-                || (n.op.is_interface() && n.outputs.iter().any(|t| t.dtype.is_fp8()))
+            matches!(
+                n.op,
+                fp8c_ir::Op::Quantize { .. } | fp8c_ir::Op::BlockQuantize { .. }
+            ) || (n.op.is_interface() && n.outputs.iter().any(|t| t.dtype.is_fp8()))
         })
         .count();
     let program = runner.program();
@@ -366,6 +368,16 @@ fn recipe_word(r: &Recipe) -> String {
             d.fp8_format.name(),
             d.amax_history_len,
             d.amax_compute_algo.name()
+        ),
+        Recipe::Current(c) if c.granularity.tiling().is_some() => format!(
+            "current {} per tile ({}{})",
+            c.fp8_format.name(),
+            c.granularity,
+            if c.power_2_scale {
+                ", power-of-two scales"
+            } else {
+                ""
+            }
         ),
         Recipe::Current(c) => format!("current {}", c.fp8_format.name()),
     }

@@ -30,6 +30,11 @@ pub enum CoreError {
     /// An amax algorithm name other than "max" or "most_recent".
     #[error("unknown amax_compute_algo {0:?}, expected \"max\" or \"most_recent\"")]
     UnknownAmaxComputeAlgo(String),
+    /// A granularity name other than tensorwise, rowwise, block or mxfp8.
+    #[error(
+        "unknown granularity {0:?}, expected \"tensorwise\", \"rowwise\", \"block\" (TE's Float8BlockScaling) or \"mxfp8\" (MXFP8BlockScaling)"
+    )]
+    InvalidGranularity(String),
     /// A scaling state whose amax history has no slot to record into or compute from.
     #[error("amax history is empty: a scaling state needs amax_history_len >= 1 slots")]
     EmptyHistory,

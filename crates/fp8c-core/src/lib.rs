@@ -27,7 +27,10 @@ pub use cast::{
 pub use error::CoreError;
 pub use format::Fp8Format;
 pub use narrow::{E8M0Rounding, NarrowFormat};
-pub use recipe::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, MMParams, Recipe};
+pub use recipe::{
+    AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, Granularity, MMParams, Recipe,
+    Tiling,
+};
 pub use scaling::{
     ScalingState, compute_scale, current_scale, delayed_update, history_amax, record_amax,
     roll_history,

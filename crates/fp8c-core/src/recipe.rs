@@ -19,6 +19,7 @@
 //! reduce_amax = true        # delayed only
 //! # amax_epsilon = 0.0      # current only
 //! # power_2_scale = false   # current only
+//! # granularity = "tensorwise"  # current only: or "rowwise", "block", "mxfp8" (issue #16)
 //! # How each GEMM of a linear layer accumulates (TE's MMParams; both kinds):
 //! fp8_gemm_fprop.use_split_accumulator = false  # forward: Hopper's fast accumulation
 //! fp8_gemm_dgrad.use_split_accumulator = true   # input gradient: f32 accumulation
@@ -330,6 +331,101 @@ impl TryFrom<DelayedScalingFields> for DelayedScaling {
     }
 }
 
+/// How finely current scaling scales a GEMM's operands (issue #16): one scale per tensor (TE's
+/// `Float8CurrentScaling`, torchao `tensorwise`), per row of the activation and column of the
+/// weight along K (torchao `rowwise`), per 1×128 activation tile and 128×128 weight block
+/// (TE's `Float8BlockScaling`, DeepSeek-V3), or per 1×32 block along K with E8M0 scales (TE's
+/// `MXFP8BlockScaling`, OCP MX).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "&'static str")]
+pub enum Granularity {
+    /// One scale per tensor.
+    #[default]
+    Tensorwise,
+    /// One scale per activation row and per weight column, over all of K.
+    Rowwise,
+    /// 1×128 activation tiles, 128×128 weight blocks.
+    Block,
+    /// 1×32 blocks along K on both operands, E8M0 (power-of-two) scales.
+    Mxfp8,
+}
+
+/// The tiles of a GEMM `[M, K] · [K, N]` under a [`Granularity`]: A in `a_rows` × `k_block`
+/// tiles, B in `k_block` × `b_cols` tiles (0: the whole axis); `e8m0`: OCP MX scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiling {
+    /// Rows of an A tile.
+    pub a_rows: i64,
+    /// The K block (0: all of K).
+    pub k_block: i64,
+    /// Columns of a B tile.
+    pub b_cols: i64,
+    /// E8M0 scales (MX) instead of FP32 ones.
+    pub e8m0: bool,
+}
+
+impl Granularity {
+    /// The tiling of a GEMM's operands, or `None` for one scale per tensor.
+    pub fn tiling(self) -> Option<Tiling> {
+        let t = |a_rows, k_block, b_cols, e8m0| {
+            Some(Tiling {
+                a_rows,
+                k_block,
+                b_cols,
+                e8m0,
+            })
+        };
+        match self {
+            Granularity::Tensorwise => None,
+            Granularity::Rowwise => t(1, 0, 1, false),
+            Granularity::Block => t(1, 128, 128, false),
+            Granularity::Mxfp8 => t(1, 32, 1, true),
+        }
+    }
+
+    /// The name used in flags and config files.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Granularity::Tensorwise => "tensorwise",
+            Granularity::Rowwise => "rowwise",
+            Granularity::Block => "block",
+            Granularity::Mxfp8 => "mxfp8",
+        }
+    }
+}
+
+impl fmt::Display for Granularity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Granularity {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, CoreError> {
+        match s.to_ascii_lowercase().as_str() {
+            "tensorwise" | "tensor" => Ok(Granularity::Tensorwise),
+            "rowwise" | "row" => Ok(Granularity::Rowwise),
+            "block" | "float8blockscaling" => Ok(Granularity::Block),
+            "mxfp8" | "mx" | "mxfp8blockscaling" => Ok(Granularity::Mxfp8),
+            _ => Err(CoreError::InvalidGranularity(s.to_string())),
+        }
+    }
+}
+
+impl TryFrom<String> for Granularity {
+    type Error = CoreError;
+    fn try_from(s: String) -> Result<Self, CoreError> {
+        s.parse()
+    }
+}
+
+impl From<Granularity> for &'static str {
+    fn from(g: Granularity) -> &'static str {
+        g.name()
+    }
+}
+
 /// TE's `Float8CurrentScaling`: the scale comes from the amax of the tensor being quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "CurrentScalingFields")]
@@ -340,6 +436,8 @@ pub struct CurrentScaling {
     pub amax_epsilon: f32,
     /// Round the scale down to a power of two (TE's `power_2_scale`); default false.
     pub power_2_scale: bool,
+    /// One scale per tensor (default) or per tile ([`Granularity`]).
+    pub granularity: Granularity,
     /// Accumulation of the forward GEMM; TE default fast (`use_split_accumulator = false`).
     pub fp8_gemm_fprop: MMParams,
     /// Accumulation of the input-gradient GEMM; TE default split (f32).
@@ -354,6 +452,7 @@ impl Default for CurrentScaling {
             fp8_format: Format::Hybrid,
             amax_epsilon: 0.0,
             power_2_scale: false,
+            granularity: Granularity::Tensorwise,
             fp8_gemm_fprop: DEFAULT_GEMMS[0],
             fp8_gemm_dgrad: DEFAULT_GEMMS[1],
             fp8_gemm_wgrad: DEFAULT_GEMMS[2],
@@ -362,6 +461,17 @@ impl Default for CurrentScaling {
 }
 
 impl CurrentScaling {
+    /// The per-tile recipe of `granularity` with its library's defaults: power-of-two scales
+    /// (TE's `Float8BlockScaling` and torchao's `rowwise` round scales to powers of two; MX
+    /// scales are powers of two by construction).
+    pub fn tiled(granularity: Granularity) -> CurrentScaling {
+        CurrentScaling {
+            power_2_scale: granularity != Granularity::Tensorwise,
+            granularity,
+            ..CurrentScaling::default()
+        }
+    }
+
     /// Builds a validated recipe (GEMM accumulation at TE's defaults).
     pub fn new(
         fp8_format: Format,
@@ -394,6 +504,7 @@ struct CurrentScalingFields {
     fp8_format: Format,
     amax_epsilon: f32,
     power_2_scale: bool,
+    granularity: Granularity,
     fp8_gemm_fprop: MMParams,
     fp8_gemm_dgrad: MMParams,
     fp8_gemm_wgrad: MMParams,
@@ -406,6 +517,7 @@ impl Default for CurrentScalingFields {
             fp8_format: d.fp8_format,
             amax_epsilon: d.amax_epsilon,
             power_2_scale: d.power_2_scale,
+            granularity: d.granularity,
             fp8_gemm_fprop: d.fp8_gemm_fprop,
             fp8_gemm_dgrad: d.fp8_gemm_dgrad,
             fp8_gemm_wgrad: d.fp8_gemm_wgrad,
@@ -418,6 +530,7 @@ impl TryFrom<CurrentScalingFields> for CurrentScaling {
 
     fn try_from(f: CurrentScalingFields) -> Result<Self, Self::Error> {
         Ok(CurrentScaling {
+            granularity: f.granularity,
             fp8_gemm_fprop: f.fp8_gemm_fprop,
             fp8_gemm_dgrad: f.fp8_gemm_dgrad,
             fp8_gemm_wgrad: f.fp8_gemm_wgrad,

@@ -6,7 +6,9 @@
 //! pass crate's do; a program with other flag names maps them by field.
 
 use crate::error::{Context, Error, Result, bail};
-use fp8c_core::{AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, MMParams, Recipe};
+use fp8c_core::{
+    AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, Granularity, MMParams, Recipe,
+};
 use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
 use fp8c_passes::{PassManager, PassOptions};
 use serde::Deserialize;
@@ -291,7 +293,24 @@ pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
 
 /// Parses the text of a TOML config file; its `[recipe]` table, if any.
 pub fn parse_recipe_config(text: &str) -> Result<Option<Recipe>> {
-    let cfg: ConfigFile = toml::from_str(text).map_err(Error::invalid)?;
+    let mut table: toml::Table = toml::from_str(text).map_err(Error::invalid)?;
+    // `kind` may be any name `--recipe` takes (TE's class names, torchao's recipe names): the
+    // per-tile ones become `current` with their granularity and power-of-two scales, unless
+    // the table sets those fields itself.
+    if let Some(toml::Value::Table(r)) = table.get_mut("recipe")
+        && let Some(toml::Value::String(name)) = r.get("kind").cloned()
+    {
+        let (kind, granularity) =
+            recipe_name(&name).with_context(|| format!("[recipe] kind = \"{name}\""))?;
+        r.insert("kind".into(), toml::Value::String(kind.into()));
+        if let Some(g) = granularity {
+            r.entry("granularity")
+                .or_insert_with(|| toml::Value::String(g.name().into()));
+            r.entry("power_2_scale")
+                .or_insert(toml::Value::Boolean(CurrentScaling::tiled(g).power_2_scale));
+        }
+    }
+    let cfg: ConfigFile = table.try_into().map_err(Error::invalid)?;
     Ok(cfg.recipe)
 }
 
@@ -311,7 +330,8 @@ impl RecipeOptions {
             }
             p => default_recipe(p),
         });
-        let kind = self.kind.as_deref().unwrap_or(base.kind());
+        let named = self.kind.as_deref().map(recipe_name).transpose()?;
+        let kind = named.map_or(base.kind(), |(k, _)| k);
         let format: Format = match &self.format {
             Some(f) => parsed(f.parse(), || format!("--format {f}"))?,
             None => base.fp8_format(),
@@ -341,24 +361,38 @@ impl RecipeOptions {
                 )?)
             }
             "current" => {
-                let c = match base {
+                let mut c = match base {
                     Recipe::Current(c) => c,
                     Recipe::Delayed(_) => CurrentScaling::default(),
                 };
+                // A per-tile recipe named on the command line comes with its library's
+                // defaults (power-of-two scales); one from the config file keeps its fields.
+                if let Some((_, Some(g))) = named
+                    && g != c.granularity
+                {
+                    c = CurrentScaling {
+                        fp8_format: c.fp8_format,
+                        amax_epsilon: c.amax_epsilon,
+                        ..CurrentScaling::tiled(g)
+                    };
+                }
                 if self.amax_history.is_some() || self.amax_algo.is_some() || self.margin.is_some()
                 {
                     bail!(
                         "--amax-history, --amax-algo and --margin apply to --recipe delayed only"
                     );
                 }
-                Recipe::Current(parsed(
-                    CurrentScaling::new(
-                        format,
-                        self.amax_epsilon.unwrap_or(c.amax_epsilon),
-                        self.power_2_scale || c.power_2_scale,
-                    ),
-                    || "invalid current-scaling recipe",
-                )?)
+                Recipe::Current(CurrentScaling {
+                    granularity: c.granularity,
+                    ..parsed(
+                        CurrentScaling::new(
+                            format,
+                            self.amax_epsilon.unwrap_or(c.amax_epsilon),
+                            self.power_2_scale || c.power_2_scale,
+                        ),
+                        || "invalid current-scaling recipe",
+                    )?
+                })
             }
             other => bail!("--recipe {other}: expected delayed or current"),
         };
@@ -378,6 +412,26 @@ impl RecipeOptions {
         }
         Ok(recipe)
     }
+}
+
+/// The recipe names `--recipe` and a config's `kind` accept: fp8c's (`delayed`, `current`),
+/// TransformerEngine's class names and torchao's recipe names. Returns the kind and, for the
+/// current-scaling family, the granularity the name fixes (`None`: `current`, which keeps the
+/// configured one).
+pub fn recipe_name(name: &str) -> Result<(&'static str, Option<Granularity>)> {
+    Ok(match name {
+        "delayed" | "DelayedScaling" => ("delayed", None),
+        "current" => ("current", None),
+        "tensorwise" | "Float8CurrentScaling" => ("current", Some(Granularity::Tensorwise)),
+        "rowwise" => ("current", Some(Granularity::Rowwise)),
+        "block" | "Float8BlockScaling" => ("current", Some(Granularity::Block)),
+        "mxfp8" | "MXFP8BlockScaling" => ("current", Some(Granularity::Mxfp8)),
+        other => bail!(
+            "--recipe {other}: expected delayed or current (per tensor), rowwise, block or mxfp8 \
+             (per tile), or TransformerEngine's / torchao's names: DelayedScaling, \
+             Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, tensorwise"
+        ),
+    })
 }
 
 /// `--fast-accum`'s value: `none`, or GEMM names (`fprop`, `dgrad`, `wgrad`) separated by
