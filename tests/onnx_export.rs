@@ -251,6 +251,66 @@ fn emit_onnx_without_calibration_is_a_clear_error() {
     assert!(r.stderr.contains("-o FILE.onnx"), "{}", r.stderr);
 }
 
+/// What an export comparison yields: onnxruntime's outputs of the FP8 Q/DQ export, `fp8c
+/// run`'s on the same calibration, the checker's summary and the file sizes before and after.
+struct Exported {
+    ort: std::collections::BTreeMap<String, fp8c_ir::Tensor>,
+    ours: std::collections::BTreeMap<String, fp8c_ir::Tensor>,
+    info: Value,
+    bytes: (u64, u64),
+}
+
+/// `fp8c compile MODEL --emit onnx --calibrate INPUTS [extra]`, the export run by onnxruntime,
+/// and `fp8c run MODEL --recipe delayed --calibrate INPUTS --fast-accum none [extra]` (f32
+/// accumulation, as the exported Q/DQ MatMuls state it), in `dir`.
+fn export_and_run(model: &Path, inputs: &Path, dir: &Path, extra: &[&str]) -> Exported {
+    let name = model.display();
+    let exported = dir.join("fp8.onnx");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+        "--calibrate".as_ref(),
+        inputs.as_os_str(),
+        "-o".as_ref(),
+        exported.as_os_str(),
+    ];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let r = support::run_fp8c(&args);
+    assert!(r.ok, "{name}: {}", r.stderr);
+    let info = onnx_check(&exported);
+    let ort_out = dir.join("ort.npz");
+    ort_run(&exported, inputs, &ort_out);
+    let ours = dir.join("fp8c.npz");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+        "--recipe".as_ref(),
+        "delayed".as_ref(),
+        "--calibrate".as_ref(),
+        inputs.as_os_str(),
+        "--fast-accum".as_ref(),
+        "none".as_ref(),
+        "-o".as_ref(),
+        ours.as_os_str(),
+    ];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let r = support::run_fp8c(&args);
+    assert!(r.ok, "{name}: {}", r.stderr);
+    Exported {
+        ort: support::read_npz(&ort_out),
+        ours: support::read_npz(&ours),
+        info,
+        bytes: (
+            std::fs::metadata(model).unwrap().len(),
+            std::fs::metadata(&exported).unwrap().len(),
+        ),
+    }
+}
+
 /// `--emit onnx` on the dynamo exports (a Llama-style decoder and a BERT encoder): the FP8 Q/DQ
 /// model passes ONNX's full checker, onnxruntime runs it, and agrees with `fp8c run` on the same
 /// calibration (the GEMMs' FP8 codes and scales are the same; only f32 summation order and
@@ -269,59 +329,21 @@ fn decoder_and_encoder_exports_run_in_onnxruntime_like_fp8c() {
             .map(|(k, t)| (k.as_str(), t))
             .collect();
         fp8c_session::npy::write_npz(&inputs, &ints).unwrap();
-        let exported = dir.join("fp8.onnx");
-        let r = support::run_fp8c([
-            "compile".as_ref(),
-            model.as_os_str(),
-            "--emit".as_ref(),
-            "onnx".as_ref(),
-            "--calibrate".as_ref(),
-            inputs.as_os_str(),
-            "--min-fp8-flops".as_ref(),
-            "0".as_ref(),
-            "-o".as_ref(),
-            exported.as_os_str(),
-        ]);
-        assert!(r.ok, "{name}: {}", r.stderr);
-        let info = onnx_check(&exported);
+        let e = export_and_run(&model, &inputs, &dir, &["--min-fp8-flops", "0"]);
         assert!(
-            info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 12,
-            "{name}: {info}"
+            e.info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 12,
+            "{name}: {}",
+            e.info
         );
-        let ort_out = dir.join("ort.npz");
-        ort_run(&exported, &inputs, &ort_out);
-        let ours = dir.join("fp8c.npz");
-        let r = support::run_fp8c([
-            "run".as_ref(),
-            model.as_os_str(),
-            "--inputs".as_ref(),
-            inputs.as_os_str(),
-            "--recipe".as_ref(),
-            "delayed".as_ref(),
-            "--calibrate".as_ref(),
-            inputs.as_os_str(),
-            "--min-fp8-flops".as_ref(),
-            "0".as_ref(),
-            // f32 accumulation, as the exported Q/DQ MatMuls state it (see the MLP test).
-            "--fast-accum".as_ref(),
-            "none".as_ref(),
-            "-o".as_ref(),
-            ours.as_os_str(),
-        ]);
-        assert!(r.ok, "{name}: {}", r.stderr);
-        let (ort, ours) = (support::read_npz(&ort_out), support::read_npz(&ours));
-        for (k, o) in &ort {
-            let c = fp8c_runtime::compare(o, &ours[k]).unwrap();
+        for (k, o) in &e.ort {
+            let c = fp8c_runtime::compare(o, &e.ours[k]).unwrap();
             eprintln!(
                 "{name} \"{k}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}",
                 c.rel_l2
             );
             assert!(c.rel_l2 < 1e-5, "{name} \"{k}\": rel L2 {:.3e}", c.rel_l2);
         }
-        let (a, b) = (
-            std::fs::metadata(&model).unwrap().len(),
-            std::fs::metadata(&exported).unwrap().len(),
-        );
+        let (a, b) = e.bytes;
         eprintln!("{name}: {a} -> {b} bytes");
         assert!(b < a, "{name}: {a} -> {b}");
     }
@@ -355,49 +377,19 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
         let model = support::fetched_model(name);
         let (inputs, _) = support::ort_reference(&model, &format!("{name}_export"), args);
         let dir = support::scratch(&format!("onnx_export_{name}"));
-        let exported = dir.join("fp8.onnx");
-        let r = support::run_fp8c([
-            "compile".as_ref(),
-            model.as_os_str(),
-            "--emit".as_ref(),
-            "onnx".as_ref(),
-            "--calibrate".as_ref(),
-            inputs.as_os_str(),
-            "-o".as_ref(),
-            exported.as_os_str(),
-        ]);
-        assert!(r.ok, "{name}: {}", r.stderr);
-        let info = onnx_check(&exported);
+        let e = export_and_run(&model, &inputs, &dir, &[]);
         assert!(
-            info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 7,
-            "{name}: {info}"
+            e.info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 7,
+            "{name}: {}",
+            e.info
         );
-        let ort_out = dir.join("ort.npz");
-        ort_run(&exported, &inputs, &ort_out);
-        let ours = dir.join("fp8c.npz");
-        let r = support::run_fp8c([
-            "run".as_ref(),
-            model.as_os_str(),
-            "--inputs".as_ref(),
-            inputs.as_os_str(),
-            "--recipe".as_ref(),
-            "delayed".as_ref(),
-            "--calibrate".as_ref(),
-            inputs.as_os_str(),
-            "--fast-accum".as_ref(),
-            "none".as_ref(),
-            "-o".as_ref(),
-            ours.as_os_str(),
-        ]);
-        assert!(r.ok, "{name}: {}", r.stderr);
-        let (ort, ours) = (support::read_npz(&ort_out), support::read_npz(&ours));
         let mut float_outputs = 0;
-        for (k, o) in &ort {
+        for (k, o) in &e.ort {
             if !o.dtype().is_float() {
-                assert_eq!(o.bytes(), ours[k].bytes(), "{name} \"{k}\"");
+                assert_eq!(o.bytes(), e.ours[k].bytes(), "{name} \"{k}\"");
                 continue;
             }
-            let c = fp8c_runtime::compare(o, &ours[k]).unwrap();
+            let c = fp8c_runtime::compare(o, &e.ours[k]).unwrap();
             eprintln!(
                 "{name} \"{k}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}",
                 c.rel_l2
@@ -406,11 +398,8 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
             float_outputs += 1;
         }
         assert!(float_outputs > 0, "{name}: no float output compared");
-        let (a, b) = (
-            std::fs::metadata(&model).unwrap().len(),
-            std::fs::metadata(&exported).unwrap().len(),
-        );
         // MiniLM's file is mostly its f32 token embedding (policy: embeddings stay high).
+        let (a, b) = e.bytes;
         eprintln!("{name}: {a} -> {b} bytes");
         assert!(b < a, "{name}: {a} -> {b}");
     }

@@ -268,20 +268,8 @@ impl Lowerer<'_> {
                 group,
                 auto_pad,
                 ..
-            } => {
-                let window = WindowAttrs {
-                    strides,
-                    pads,
-                    dilations,
-                    auto_pad: *auto_pad,
-                    ceil_mode: false,
-                };
-                // dy = ins[0], w = ins[1]; dx has the forward's input shape.
-                let plan =
-                    self.conv_plan([outs[0], ins[1], ins[0]], kernel_shape, &window, *group)?;
-                self.conv_grad_input(&plan, ins[0], ins[1], outs[0])
             }
-            ConvOp::ConvGradWeight {
+            | ConvOp::ConvGradWeight {
                 kernel_shape,
                 strides,
                 pads,
@@ -296,10 +284,17 @@ impl Lowerer<'_> {
                     auto_pad: *auto_pad,
                     ceil_mode: false,
                 };
-                // x = ins[0], dy = ins[1]; dw has the forward's weight shape.
-                let plan =
-                    self.conv_plan([ins[0], outs[0], ins[1]], kernel_shape, &window, *group)?;
-                self.conv_grad_weight(&plan, ins[0], ins[1], outs[0])
+                if matches!(c, ConvOp::ConvGradInput { .. }) {
+                    // dy = ins[0], w = ins[1]; dx has the forward's input shape.
+                    let plan =
+                        self.conv_plan([outs[0], ins[1], ins[0]], kernel_shape, &window, *group)?;
+                    self.conv_grad_input(&plan, ins[0], ins[1], outs[0])
+                } else {
+                    // x = ins[0], dy = ins[1]; dw has the forward's weight shape.
+                    let plan =
+                        self.conv_plan([ins[0], outs[0], ins[1]], kernel_shape, &window, *group)?;
+                    self.conv_grad_weight(&plan, ins[0], ins[1], outs[0])
+                }
             }
             ConvOp::__Lifetime(never, _) => match never {},
         }

@@ -56,6 +56,14 @@ impl Lowerer<'_> {
                 dilations,
                 ceil_mode,
                 auto_pad,
+            }
+            | PoolOp::MaxPoolGrad {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
             } => {
                 let window = WindowAttrs {
                     strides,
@@ -64,7 +72,9 @@ impl Lowerer<'_> {
                     auto_pad: *auto_pad,
                     ceil_mode: *ceil_mode,
                 };
-                self.pool(ins[0], outs[0], kernel_shape, &window, true, false, None)
+                // The gradient reads x and dy and writes dx.
+                let dy = matches!(p, PoolOp::MaxPoolGrad { .. }).then(|| ins[1]);
+                self.pool(ins[0], outs[0], kernel_shape, &window, true, false, dy)
             }
             PoolOp::AveragePool {
                 kernel_shape,
@@ -74,43 +84,8 @@ impl Lowerer<'_> {
                 ceil_mode,
                 count_include_pad,
                 auto_pad,
-            } => {
-                let window = WindowAttrs {
-                    strides,
-                    pads,
-                    dilations,
-                    auto_pad: *auto_pad,
-                    ceil_mode: *ceil_mode,
-                };
-                self.pool(
-                    ins[0],
-                    outs[0],
-                    kernel_shape,
-                    &window,
-                    false,
-                    *count_include_pad,
-                    None,
-                )
             }
-            PoolOp::MaxPoolGrad {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                ceil_mode,
-                auto_pad,
-            } => {
-                let window = WindowAttrs {
-                    strides,
-                    pads,
-                    dilations,
-                    auto_pad: *auto_pad,
-                    ceil_mode: *ceil_mode,
-                };
-                let (x, dy) = (ins[0], ins[1]);
-                self.pool(x, outs[0], kernel_shape, &window, true, false, Some(dy))
-            }
-            PoolOp::AveragePoolGrad {
+            | PoolOp::AveragePoolGrad {
                 kernel_shape,
                 strides,
                 pads,
@@ -126,15 +101,15 @@ impl Lowerer<'_> {
                     auto_pad: *auto_pad,
                     ceil_mode: *ceil_mode,
                 };
-                let (x, dy) = (ins[0], ins[1]);
+                let dy = matches!(p, PoolOp::AveragePoolGrad { .. }).then(|| ins[1]);
                 self.pool(
-                    x,
+                    ins[0],
                     outs[0],
                     kernel_shape,
                     &window,
                     false,
                     *count_include_pad,
-                    Some(dy),
+                    dy,
                 )
             }
             PoolOp::__Lifetime(never, _) => match never {},
