@@ -14,6 +14,11 @@ want=$(sha256sum "$req" | cut -d' ' -f1)
 # others wait on the lock (a half-made venv is never used).
 exec 9>"$root/.venv-export.lock"
 flock 9
+# A venv left without pip (a run killed while `python3 -m venv` was bootstrapping it) is made
+# again rather than used.
+if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+  rm -rf "$venv"
+fi
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" >&2
 fi
