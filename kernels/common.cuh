@@ -77,12 +77,23 @@ __device__ __forceinline__ u32 fp8_encode(float x) {
   return mag | sign;
 }
 
+// A product with the CPU's NaN rule (x86 SSE and AArch64 alike): a NaN operand comes out
+// quieted with its sign and payload, the first operand's when both are NaN. The GPU's own
+// arithmetic returns the canonical 0x7fffffff instead, which drops the sign of -NaN (seen on an
+// H100: quantize(-NaN) gave 0x7f where the CPU gives 0xff, dequantize gave 0x7fffffff for
+// 0xffc00000).
+__device__ __forceinline__ float fp8c_mul_keep_nan(float a, float b) {
+  if (fp8c_isnan(a)) return __uint_as_float(__float_as_uint(a) | 0x00400000u);
+  if (fp8c_isnan(b)) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
+  return __fmul_rn(a, b);
+}
+
 // fp8c-core `quantize`: encode(x * s), the product rounded first; saturation applies to finite
 // values only: an infinite x gives NaN (E4M3) / ±inf (E5M2), so non-finite data never turns
 // into finite codes. (Casts, fp8_encode alone, keep ONNX's table.)
 template <int FMT, bool SAT>
 __device__ __forceinline__ u32 fp8_quantize(float x, float s) {
-  const u32 c = fp8_encode<FMT, SAT>(__fmul_rn(x, s));
+  const u32 c = fp8_encode<FMT, SAT>(fp8c_mul_keep_nan(x, s));
   const u32 inf_code = ((__float_as_uint(x) >> 24) & 0x80u) | (FMT == FMT_E4M3 ? 0x7fu : 0x7cu);
   return fp8c_isinf(x) ? inf_code : c;
 }

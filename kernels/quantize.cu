@@ -76,14 +76,14 @@ __device__ __forceinline__ void dequantize_impl(const u8* __restrict__ q, const 
       load8<FMT_KIND>(q, p * PACK, v);
       load8<FMT_KIND>(q, p * PACK + 8, v + 8);
 #pragma unroll
-      for (int j = 0; j < PACK; ++j) v[j] = __fmul_rn(v[j], s);
+      for (int j = 0; j < PACK; ++j) v[j] = fp8c_mul_keep_nan(v[j], s);
       store8<OUT>(y, p * PACK, v);
       store8<OUT>(y, p * PACK + 8, v + 8);
     }
     done = npack * PACK;
   }
   for (u64 i = done + gtid(); i < n; i += gstride())
-    store_elem<OUT>(y, i, __fmul_rn(load_elem<FMT_KIND>(q, i), s));
+    store_elem<OUT>(y, i, fp8c_mul_keep_nan(load_elem<FMT_KIND>(q, i), s));
 }
 
 #define DEQUANTIZE_KERNEL(FMT_NAME, FMT_KIND, OUT_NAME, OUT)                                                 \
@@ -169,8 +169,8 @@ CAST_KERNEL(bool, KIND_U8, f16, KIND_F16)
 // ---------------------------------------------------------------- casts with integers
 // One element per thread (these casts are rare: masks, index arithmetic). Integer to float
 // rounds to nearest even once (Rust's `as`; bf16 / f16 targets go through f32, exact below
-// 2^24); float to integer truncates toward zero, saturates and maps NaN to 0 (Rust's `as`,
-// which is what PTX's cvt.rzi does); bool is 0 / 1.
+// 2^24); float to integer truncates toward zero, saturates and maps NaN to 0 (Rust's `as`;
+// PTX's cvt.rzi saturates too, but its 64-bit form maps NaN to the minimum); bool is 0 / 1.
 
 #define KIND_I64 6
 #define KIND_I32 7
@@ -185,9 +185,10 @@ __device__ __forceinline__ void cast_int_impl(const void* __restrict__ x, void* 
       else if (OUT == KIND_I32) static_cast<int*>(y)[i] = (int)v; // wraps, as Rust's `as`
       else store_elem<OUT>(y, i, __ll2float_rn(v));
     } else {
+      // NaN to 0 explicitly: __float2ll_rz gives 0x8000000000000000 for NaN (seen on an H100).
       const float v = load_elem<IN>(x, i);
-      if (OUT == KIND_I64) static_cast<i64*>(y)[i] = __float2ll_rz(v);
-      else static_cast<int*>(y)[i] = __float2int_rz(v);
+      if (OUT == KIND_I64) static_cast<i64*>(y)[i] = fp8c_isnan(v) ? 0 : __float2ll_rz(v);
+      else static_cast<int*>(y)[i] = fp8c_isnan(v) ? 0 : __float2int_rz(v);
     }
   }
 }

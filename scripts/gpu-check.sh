@@ -10,23 +10,30 @@
 #      fp8c           cargo build --release -p fp8c
 #      cuda_vs_cpu    the CPU-vs-CUDA backend tests   (cargo test --release -p fp8c-runtime --test cuda_vs_cpu --no-run)
 #      nvrtc_kernels  the NVRTC compile test          (cargo test --release -p fp8c-runtime --test nvrtc_kernels --no-run)
+#      golden_backends  the golden op cases (onnxruntime / onnx reference / ml_dtypes) on CUDA
+#      llm_exports    the PyTorch-export tests (`test_backends!`; their `cuda` variants run there)
 #
 # 2. On the GPU machine (it has no Rust toolchain), from the repository root, e.g. with the
 #    device tool: run(command="scripts/gpu-check.sh", carry=[".gpu-carry"]). It
 #      - finds the driver, NVRTC and cuBLASLt (CUDA toolkit, pip wheels) and exports
 #        FP8C_CUDA_LIB_DIRS / LD_LIBRARY_PATH;
-#      - runs every CPU-vs-CUDA test with FP8C_REQUIRE_GPU=1 (a skip is a failure there): casts,
+#      - runs every CPU-vs-CUDA test, the golden op cases and the export tests' `cuda` variants
+#        with FP8C_REQUIRE_GPU=1 (a skip is a failure there): casts,
 #        quantization, amax and scaling updates bit-exact with the CPU reference; GEMMs, norms,
 #        softmax within the tolerances stated in crates/fp8c-runtime/tests/cuda_vs_cpu.rs;
 #      - runs the NVRTC kernel test with the machine's NVRTC;
 #      - runs `fp8c run --device cuda` on every example model (f32 and fp8) and compares the
 #        outputs with `--device cpu` (relative L2 error printed, 1e-3 / 5e-2 allowed);
-#      - a short `fp8c train --device cuda` when this build has a train subcommand
-#        (arguments from FP8C_TRAIN_ARGS);
-#      - `fp8c bench` (tables) and `fp8c bench --json`.
-#    Everything is written to .gpu-check-logs/; when $OUT is set (the device tool brings back
-#    at most 8 files from it) the script leaves there: summary.txt, environment.txt,
-#    cuda_vs_cpu.log, run_models.log, bench.txt, bench.json and logs.tar.gz (every log).
+#      - FP8 training steps of three example models on `--device cpu` and `--device cuda`, the
+#        losses compared (FP8C_TRAIN_ARGS adds one run of its own);
+#      - `fp8c bench` (tables);
+#      - scripts/fp8_accum_probe.py: cuBLASLt's FP8 accumulation measured through PyTorch.
+#    FP8C_GPU_PARTS (e.g. "models,probe") runs only the parts named: tests nvrtc models train
+#    bench probe. Each step runs under a time limit (FP8C_GPU_STEP_TIMEOUT, 150 s). Everything is written
+#    to .gpu-check-logs/; when $OUT is set (the device tool brings back at most 8 files from
+#    it) the script copies there after every step: summary.txt, cuda_vs_cpu.log, golden.log,
+#    run_models.log, train.log, bench.txt, fp8_accum.npz and logs.tar.gz (every log,
+#    environment.txt, llm_exports.log and probe.log among them).
 #    The last lines are a PASS/FAIL table; the exit code is the number of failed parts.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,8 +45,9 @@ if [ "${1:-}" = "--build" ]; then
   mkdir -p "$carry"
   cargo build --release -p fp8c
   cp target/release/fp8c "$carry/fp8c"
-  for t in cuda_vs_cpu nvrtc_kernels; do
-    exe=$(cargo test --release -p fp8c-runtime --test "$t" --no-run --message-format=json 2>/dev/null |
+  for pt in fp8c-runtime:cuda_vs_cpu fp8c-runtime:nvrtc_kernels fp8c-runtime:golden_backends fp8c:llm_exports; do
+    p=${pt%%:*} t=${pt#*:}
+    exe=$(cargo test --release -p "$p" --test "$t" --no-run --message-format=json 2>/dev/null |
       python3 -c 'import json,sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -62,13 +70,46 @@ failed=0
 record() { # name status
   summary+=("$(printf '%-44s %s' "$1" "$2")")
   if [ "$2" != PASS ] && [ "${2%% *}" != SKIP ]; then failed=$((failed + 1)); fi
+  printf '%s\n' "${summary[@]}" >"$logs/summary.txt"
 }
+# Copies what is there so far to $OUT after every step, so that a call cut off at its time
+# limit still brings back the logs of the steps that finished.
+publish() {
+  [ -n "${OUT:-}" ] || return 0
+  mkdir -p "$OUT"
+  for f in summary.txt cuda_vs_cpu.log golden.log run_models.log train.log bench.txt; do
+    [ -f "$logs/$f" ] && cp "$logs/$f" "$OUT/"
+  done
+  tar -czf "$OUT/logs.tar.gz" -C "$logs" --exclude='*.npz' . 2>/dev/null || true
+}
+# Every step runs under a time limit (FP8C_GPU_STEP_TIMEOUT seconds, 150 by default): a hang
+# in one part must not eat the device lease of the others.
+step_timeout=${FP8C_GPU_STEP_TIMEOUT:-150}
+# FP8C_GPU_PARTS picks parts for a rerun inside one lease (default: all of them):
+# tests nvrtc models train bench probe.
+want() { [ -z "${FP8C_GPU_PARTS:-}" ] || [[ " ${FP8C_GPU_PARTS//,/ } " == *" $1 "* ]]; }
 step() { # name logfile command...
-  local name=$1 log=$2
+  local name=$1 log=$2 t0 rc
   shift 2
   echo "== $name"
-  if "$@" >"$logs/$log" 2>&1; then record "$name" PASS; else record "$name" "FAIL (see $log)"; fi
+  t0=$(date +%s)
+  # `timeout` runs programs, not shell functions: functions go through `bash -c` (exported).
+  if [ "$(type -t "$1")" = function ]; then
+    timeout -k 5 "$step_timeout" bash -c '"$@"' step "$@" >"$logs/$log" 2>&1
+  else
+    timeout -k 5 "$step_timeout" "$@" >"$logs/$log" 2>&1
+  fi
+  rc=$?
+  if [ "$rc" = 0 ]; then
+    record "$name" "PASS"
+  elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    record "$name" "FAIL (timed out after ${step_timeout} s; see $log)"
+  else
+    record "$name" "FAIL (exit $rc; see $log)"
+  fi
+  echo "   $(( $(date +%s) - t0 )) s" >>"$logs/$log"
   tail -n 15 "$logs/$log"
+  publish
 }
 
 [ -x "$carry/fp8c" ] || { echo "gpu-check: $carry/fp8c is missing; run scripts/gpu-check.sh --build on a machine with cargo first" >&2; exit 1; }
@@ -105,8 +146,13 @@ done
 
 # ---------------------------------------------------------------- tests
 export FP8C_REQUIRE_GPU=1 FP8C_REPO_ROOT="$root" FP8C_KERNEL_CACHE="$root/.gpu-check-kernel-cache"
-step "CPU-vs-CUDA backend tests" cuda_vs_cpu.log "$carry/cuda_vs_cpu" --test-threads=1 --nocapture
-if [ -n "$nvrtc_dir" ]; then
+want tests && step "CPU-vs-CUDA backend tests" cuda_vs_cpu.log "$carry/cuda_vs_cpu" --test-threads="${FP8C_GPU_TEST_THREADS:-4}" --nocapture
+want tests && step "Golden op cases on CUDA" golden.log "$carry/golden_backends" --nocapture
+want tests && step "PyTorch exports on CUDA (llm_exports)" llm_exports.log env FP8C_BIN="$fp8c" \
+  "$carry/llm_exports" ::cuda --skip cuda_emulated --test-threads=4 --nocapture
+if ! want nvrtc; then
+  :
+elif [ -n "$nvrtc_dir" ]; then
   step "NVRTC kernel compile test" nvrtc_kernels.log env FP8C_NVRTC_DIR="$nvrtc_dir" "$carry/nvrtc_kernels" --nocapture
 else
   record "NVRTC kernel compile test" "SKIP (no libnvrtc.so.13 found)"
@@ -119,21 +165,36 @@ run_models() {
   for m in examples/models/*.onnx; do
     name=$(basename "$m" .onnx)
     "$fp8c" inspect "$m" --json >"$logs/$name.inspect.json" || { ok=1; continue; }
-    "$py" - "$logs/$name.inspect.json" "$logs/$name.inputs.npz" <<'PY' || { ok=1; continue; }
-import json, sys
+    "$py" - "$logs/$name.inspect.json" "$logs/$name.inputs.npz" "${m%.onnx}.ref.npz" <<'PY' || { ok=1; continue; }
+import json, os, sys
 import numpy as np
 info = json.load(open(sys.argv[1]))
+ref = np.load(sys.argv[3]) if os.path.exists(sys.argv[3]) else None
 rng = np.random.default_rng(0)
 arrays = {}
 for i in info["inputs"]:
-    # Symbolic dims: batch 1, spatial dims as PaddleOCR's classifier expects (48 × 192).
-    dims = [int(d) if d.isdigit() else (1 if k == 0 else (48 if k == 2 else 192)) for k, d in enumerate(i["shape"])]
-    arrays[i["name"]] = rng.standard_normal(dims).astype({"f32": np.float32}.get(i["dtype"], np.float32))
+    if ref is not None and i["name"] in ref.files:  # the export's own inputs
+        arrays[i["name"]] = ref[i["name"]]
+        continue
+    # Symbolic dims: batch 1, sequence 16, spatial dims as PaddleOCR's classifier expects (48 x 192).
+    shape = i["shape"] or []
+    dims = [int(d) if d.isdigit() else (1 if k == 0 else (16 if len(shape) == 2 else (48 if k == 2 else 192)))
+            for k, d in enumerate(shape)]
+    dt = i["dtype"]
+    if "mask" in i["name"]:
+        arrays[i["name"]] = np.ones(dims, dtype=np.int64 if dt.startswith("i") else np.float32)
+    elif dt.startswith("i") or dt.startswith("u"):
+        arrays[i["name"]] = rng.integers(0, 8, dims).astype({"i32": np.int32}.get(dt, np.int64))
+    elif dt == "bool":
+        arrays[i["name"]] = np.ones(dims, dtype=bool)
+    else:
+        arrays[i["name"]] = rng.standard_normal(dims).astype(np.float32)
 np.savez(sys.argv[2], **arrays)
 PY
     for prec in f32 fp8; do
       for dev in cpu cuda; do
-        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "$prec" --device "$dev" \
+        # --min-fp8-flops 0: the example models are small, and every GEMM must run in FP8 here.
+        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "$prec" --device "$dev" --min-fp8-flops 0 \
           --outputs "$logs/$name.$prec.$dev.npz" >"$logs/$name.$prec.$dev.log" 2>&1; then
           echo "$name $prec $dev: FAILED"; tail -n 5 "$logs/$name.$prec.$dev.log"; ok=1
         fi
@@ -155,32 +216,69 @@ PY
   done
   return $ok
 }
-step "fp8c run --device cuda (example models)" run_models.log run_models
+export -f run_models
+export fp8c logs py
+want models && step "fp8c run --device cuda (example models)" run_models.log run_models
 
-# ---------------------------------------------------------------- a short training run
-if "$fp8c" train --help >"$logs/train_help.txt" 2>&1 && grep -q -- "--device" "$logs/train_help.txt"; then
+# ---------------------------------------------------------------- short training runs
+# FP8 training steps of the digits MLP, the Llama-style decoder export and the small CNN, on
+# the CPU and on the GPU: the losses must agree (the GPU's FP8 GEMMs accumulate in another
+# order, so 2e-2 relative rather than the emulated device's 1e-5). FP8C_TRAIN_ARGS, when set,
+# adds one more run of its own.
+train_compare() {
+  local ok=0 name dev
+  local -a mlp=(examples/models/mlp_digits.onnx --data examples/data/digits_train.npz --labels y --batch 32 --steps 5)
+  local -a llama=(examples/models/llama-tiny.onnx --text README.md --seq-len 16 --batch 4 --steps 3)
+  local -a cnn=(examples/models/cnn_digits.onnx --data examples/data/digits_train.npz --labels y --batch 16 --steps 3)
+  for name in mlp llama cnn; do
+    local -n args=$name
+    for dev in cpu cuda; do
+      if ! "$fp8c" train "${args[@]}" --min-fp8-flops 0 --device "$dev" --log "$logs/train_$name.$dev.csv" --quiet \
+        >"$logs/train_$name.$dev.log" 2>&1; then
+        echo "train $name on $dev: FAILED"; tail -n 8 "$logs/train_$name.$dev.log"; ok=1
+      fi
+    done
+    "$py" - "$logs/train_$name.cpu.csv" "$logs/train_$name.cuda.csv" "$name" <<'PY' || ok=1
+import sys
+def losses(p):
+    return [float(l.split(",")[1]) for l in open(p).read().splitlines()[1:]]
+c, g = losses(sys.argv[1]), losses(sys.argv[2])
+bad = len(c) != len(g) or not c
+for k, (a, b) in enumerate(zip(c, g)):
+    rel = abs(a - b) / max(abs(a), 1e-30)
+    print(f"{sys.argv[3]} step {k}: cpu {a:.6f} cuda {b:.6f} rel {rel:.2e}")
+    bad |= not rel <= 2e-2
+sys.exit(1 if bad else 0)
+PY
+  done
   if [ -n "${FP8C_TRAIN_ARGS:-}" ]; then
     # shellcheck disable=SC2086
-    step "fp8c train --device cuda" train.log "$fp8c" train $FP8C_TRAIN_ARGS --device cuda
-  else
-    record "fp8c train --device cuda" "SKIP (set FP8C_TRAIN_ARGS)"
+    "$fp8c" train $FP8C_TRAIN_ARGS --device cuda || ok=1
   fi
+  return $ok
+}
+export -f train_compare
+if ! want train; then
+  :
+elif [ -n "$py" ]; then
+  step "fp8c train, CPU vs CUDA losses" train.log train_compare
 else
-  record "fp8c train --device cuda" "SKIP (no train subcommand with --device)"
+  record "fp8c train, CPU vs CUDA losses" "SKIP (no python3)"
 fi
 
 # ---------------------------------------------------------------- benchmarks
-step "fp8c bench" bench.txt "$fp8c" bench
-step "fp8c bench --json" bench.json "$fp8c" bench --json
+want bench && step "fp8c bench" bench.txt "$fp8c" bench
 
-printf '%s\n' "${summary[@]}" >"$logs/summary.txt"
-if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT"
-  for f in summary.txt environment.txt cuda_vs_cpu.log run_models.log bench.txt bench.json; do
-    [ -f "$logs/$f" ] && cp "$logs/$f" "$OUT/"
-  done
-  tar -czf "$OUT/logs.tar.gz" -C "$logs" --exclude='*.npz' . 2>/dev/null || true
+# ---------------------------------------------------------------- FP8 accumulation probe
+# cuBLASLt's FP8 GEMM through PyTorch, with and without fast accumulation, against the exact
+# product: golden data for fp8c-eval's fast-accumulation model (scripts/fp8_accum_probe.py).
+if want probe && [ -n "$py" ] && "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step "FP8 accumulation probe (PyTorch)" probe.log "$py" scripts/fp8_accum_probe.py "$logs/fp8_accum.npz"
+  [ -n "${OUT:-}" ] && [ -f "$logs/fp8_accum.npz" ] && cp "$logs/fp8_accum.npz" "$OUT/"
+elif want probe; then
+  record "FP8 accumulation probe (PyTorch)" "SKIP (no python3 with CUDA PyTorch)"
 fi
+publish
 echo
 echo "== summary (logs in $logs${OUT:+, copied to $OUT})"
 cat "$logs/summary.txt"

@@ -258,10 +258,18 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
 inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
 inline float __uint_as_float(unsigned u) { float x; std::memcpy(&x, &u, 4); return x; }
 inline double __longlong_as_double(long long u) { double x; std::memcpy(&x, &u, 8); return x; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+// The GPU's f32 arithmetic returns the canonical NaN 0x7fffffff whatever the operands' NaN
+// signs and payloads (PTX; seen on an H100: -NaN * s came out positive), where the host keeps
+// them: the emulated intrinsics do what the hardware does, so that kernels relying on the
+// host's rule fail here first.
+inline float fp8c_emu_canonical(float r) {
+  if (r != r) { unsigned u = 0x7fffffffu; std::memcpy(&r, &u, 4); }
+  return r;
+}
+inline float __fdiv_rn(float a, float b) { return fp8c_emu_canonical(a / b); }
+inline float __fmul_rn(float a, float b) { return fp8c_emu_canonical(a * b); }
+inline float __fadd_rn(float a, float b) { return fp8c_emu_canonical(a + b); }
+inline float __fsqrt_rn(float a) { return fp8c_emu_canonical(std::sqrt(a)); }
 inline float __double2float_rn(double a) { return (float)a; }
 inline float __ll2float_rn(long long a) { return (float)a; }
 inline double __ll2double_rn(long long a) { return (double)a; }
@@ -277,9 +285,10 @@ inline float __ll2float_rz(long long a) {
   if (std::fabs((long double)f) > std::fabs((long double)a)) f = std::nextafter(f, 0.0f);
   return f;
 }
-// PTX's cvt.rzi: truncate toward zero, saturate to the destination range, NaN to 0.
+// PTX's cvt.rzi: truncate toward zero, saturate to the destination range; NaN gives 0 for
+// 32-bit results and the minimum, 0x8000000000000000, for 64-bit ones (seen on an H100).
 inline long long __float2ll_rz(float a) {
-  if (a != a) return 0;
+  if (a != a) return (long long)0x8000000000000000ull;
   if (a >= 9.2233720368547758e18f) return 0x7fffffffffffffffll;
   if (a <= -9.2233720368547758e18f) return (long long)0x8000000000000000ull;
   return (long long)a;

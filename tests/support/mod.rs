@@ -15,8 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-/// The repository root.
+/// The repository root: `FP8C_REPO_ROOT` when set (a test binary carried to another machine,
+/// as `scripts/gpu-check.sh` does), else where the test was built.
 pub fn repo_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("FP8C_REPO_ROOT") {
+        return PathBuf::from(root);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
         .canonicalize()
@@ -151,9 +155,10 @@ pub fn read_npz(path: &Path) -> BTreeMap<String, Tensor> {
         .collect()
 }
 
-/// The `fp8c` binary.
+/// The `fp8c` binary: `FP8C_BIN` when set (carried with the test binary by
+/// `scripts/gpu-check.sh`), else the one cargo built with the test.
 pub fn fp8c() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_fp8c"))
+    Command::new(std::env::var_os("FP8C_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_fp8c").into()))
 }
 
 /// The result of one `fp8c` invocation.

@@ -148,7 +148,8 @@ fn check(
                             .position(|(a, b)| a != b)
                             .unwrap();
                         panic!(
-                            "step {step}, {name}: not bit-exact; first difference at byte {first}: cpu {:#04x}, cuda {:#04x}",
+                            "graph {:?}, step {step}, {name}: not bit-exact; first difference at byte {first}: cpu {:#04x}, cuda {:#04x}",
+                            g.name(),
                             w.bytes()[first],
                             c.bytes()[first]
                         );
@@ -156,9 +157,20 @@ fn check(
                 }
                 Tol::Rel(t) => {
                     let cmp = compare(&c, &w).unwrap();
+                    if !cuda.options.emulated {
+                        // On hardware the measured errors are the figures worth recording.
+                        use std::io::Write;
+                        let _ = writeln!(
+                            std::io::stderr(),
+                            "graph {:?}, {name}: rel L2 {:.3e} (allowed {t:.3e})",
+                            g.name(),
+                            cmp.rel_l2
+                        );
+                    }
                     assert!(
                         cmp.rel_l2 <= t,
-                        "step {step}, {name}: rel L2 {} > {t} ({cmp:?})",
+                        "graph {:?}, step {step}, {name}: rel L2 {} > {t} ({cmp:?})",
+                        g.name(),
                         cmp.rel_l2
                     );
                 }
@@ -333,7 +345,7 @@ fn cast_transpose_is_bit_exact_on_full_and_edge_tiles() {
         let r = dims.len() as i64;
         let mut perm: Vec<i64> = (0..r).collect();
         perm.swap(dims.len() - 2, dims.len() - 1);
-        let mut g = Graph::new("ct");
+        let mut g = Graph::new(format!("ct {dims:?}"));
         let x = g.add_input("x", f32t(&dims)).unwrap();
         let s = scalar(&mut g, "s", 0.75);
         let o = node(
@@ -418,10 +430,11 @@ fn delayed_scaling_updates_are_bit_exact_over_steps() {
 #[test]
 fn gemms_match_within_tolerance() {
     let cuda = cuda(false);
+    let emulated = cuda.as_ref().is_none_or(|c| c.options.emulated);
     // (m, k, n): FP8 GEMMs on cuBLASLt need multiples of 16; 40×72×24 takes the exact bf16
     // fallback.
     for (m, k, n) in [(256u64, 512u64, 128u64), (40, 72, 24)] {
-        let mut g = Graph::new("gemm");
+        let mut g = Graph::new(format!("gemm {m}x{k}x{n}"));
         let a = g.add_input("a", f32t(&[m, k])).unwrap();
         let w = g
             .add_param(
@@ -524,10 +537,15 @@ fn gemms_match_within_tolerance() {
             &g,
             &one("a", xs),
             &|name| match name {
-                "f32" | "fp8" => Tol::Rel(1e-5),
+                "f32" => Tol::Rel(1e-5),
+                // The emulated device sums FP8 products in f32 as the CPU does; Hopper's FP8
+                // tensor cores keep about 14 significant bits inside each block in both
+                // accumulation modes (without fast accumulation cuBLASLt only promotes the
+                // partial sums to f32 more often): measured on an H100, 1.1e-4 at K = 512.
+                "fp8" if emulated => Tol::Rel(1e-5),
                 // Each block's truncation moves a dot product by at most ~2^-13 of its largest
                 // term; over K/32 blocks of independent signs, about sqrt(K)·2^-13 relative.
-                "fp8_fast" => Tol::Rel((k as f64).sqrt() * 2f64.powi(-13)),
+                "fp8" | "fp8_fast" => Tol::Rel((k as f64).sqrt() * 2f64.powi(-13)),
                 _ => Tol::Rel(2e-2),
             },
             1,
@@ -1086,7 +1104,7 @@ fn wide_and_narrow_integer_casts_match_the_cpu() {
                 continue;
             }
             // There and back: the narrow integer and f64 kernels in both directions.
-            let mut g = Graph::new("cast");
+            let mut g = Graph::new(format!("cast {} to {to}", x.dtype()));
             let xi = g.add_input("x", x.ty()).unwrap();
             let y = node(&mut g, "to", Op::Cast { to, saturate: true }, &[xi])[0];
             let back = Op::Cast {
@@ -1194,65 +1212,55 @@ fn convolution_and_pooling_gradients_match_the_cpu() {
     xv[40] = f32::NAN;
     let x = Tensor::from_f32(xd.to_vec(), &xv);
     let (kernel, strides, pads) = (vec![3i64, 2], vec![2i64, 2], vec![1i64, 0, 1, 1]);
+    // (forward, gradient) of max pooling with ceil_mode, and of average pooling counting the
+    // padding with ceil_mode and not counting it without.
+    let pair = |average: Option<bool>, ceil_mode: bool| {
+        let (k, s, p) = (kernel.clone(), strides.clone(), pads.clone());
+        match average {
+            None => (
+                Op::MaxPool {
+                    kernel_shape: k.clone(),
+                    strides: s.clone(),
+                    pads: p.clone(),
+                    dilations: vec![],
+                    ceil_mode,
+                    auto_pad: auto,
+                },
+                Op::MaxPoolGrad {
+                    kernel_shape: k,
+                    strides: s,
+                    pads: p,
+                    dilations: vec![],
+                    ceil_mode,
+                    auto_pad: auto,
+                },
+            ),
+            Some(count_include_pad) => (
+                Op::AveragePool {
+                    kernel_shape: k.clone(),
+                    strides: s.clone(),
+                    pads: p.clone(),
+                    dilations: vec![],
+                    ceil_mode,
+                    count_include_pad,
+                    auto_pad: auto,
+                },
+                Op::AveragePoolGrad {
+                    kernel_shape: k,
+                    strides: s,
+                    pads: p,
+                    dilations: vec![],
+                    ceil_mode,
+                    count_include_pad,
+                    auto_pad: auto,
+                },
+            ),
+        }
+    };
     let pools = [
-        (
-            Op::MaxPool {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: true,
-                auto_pad: auto,
-            },
-            Op::MaxPoolGrad {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: true,
-                auto_pad: auto,
-            },
-        ),
-        (
-            Op::AveragePool {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: true,
-                count_include_pad: true,
-                auto_pad: auto,
-            },
-            Op::AveragePoolGrad {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: true,
-                count_include_pad: true,
-                auto_pad: auto,
-            },
-        ),
-        (
-            Op::AveragePool {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: false,
-                count_include_pad: false,
-                auto_pad: auto,
-            },
-            Op::AveragePoolGrad {
-                kernel_shape: kernel.clone(),
-                strides: strides.clone(),
-                pads: pads.clone(),
-                dilations: vec![],
-                ceil_mode: false,
-                count_include_pad: false,
-                auto_pad: auto,
-            },
-        ),
+        pair(None, true),
+        pair(Some(true), true),
+        pair(Some(false), false),
     ];
     for (fwd, grad) in pools {
         let mut g = Graph::new("pool_grad");
