@@ -97,6 +97,81 @@ __device__ __forceinline__ float ew_clip(float x, float lo, float hi) {
   return y;
 }
 
+// ---------------------------------------------------------------- integer forms
+// For integer programs (`EW_INT`): each op in the operands' own type T, wrapping as the CPU
+// reference's `wrapping_*` (computed in 64-bit unsigned arithmetic, then truncated to T, which
+// is the same modulo 2^width and never signed overflow); comparisons give T's 1 / 0. Only the
+// ops with an integer form on the CPU reach here (codegen.rs `has_int_form`).
+template <class T>
+__device__ __forceinline__ T ew_wrap(u64 v) { return (T)v; }
+template <class T> struct ew_signed { static constexpr bool value = true; };
+template <> struct ew_signed<unsigned char> { static constexpr bool value = false; };
+template <> struct ew_signed<unsigned short> { static constexpr bool value = false; };
+template <> struct ew_signed<unsigned int> { static constexpr bool value = false; };
+template <> struct ew_signed<unsigned long long> { static constexpr bool value = false; };
+// Below zero (never for unsigned T; written so that no compiler sees a pointless comparison).
+template <class T>
+__device__ __forceinline__ bool ew_is_neg(T x) { return ew_signed<T>::value && (long long)x < 0ll; }
+template <class T> __device__ __forceinline__ T ew_identity(T x) { return x; }
+template <class T> __device__ __forceinline__ T ew_neg(T x) { return ew_wrap<T>(0ull - (u64)x); }
+template <class T> __device__ __forceinline__ T ew_abs(T x) { return ew_is_neg(x) ? ew_neg(x) : x; }
+template <class T> __device__ __forceinline__ T ew_relu(T x) { return ew_is_neg(x) ? (T)0 : x; }
+template <class T> __device__ __forceinline__ T ew_add(T a, T b) { return ew_wrap<T>((u64)a + (u64)b); }
+template <class T> __device__ __forceinline__ T ew_sub(T a, T b) { return ew_wrap<T>((u64)a - (u64)b); }
+template <class T> __device__ __forceinline__ T ew_mul(T a, T b) { return ew_wrap<T>((u64)a * (u64)b); }
+template <class T> __device__ __forceinline__ T ew_max(T a, T b) { return a >= b ? a : b; }
+template <class T> __device__ __forceinline__ T ew_min(T a, T b) { return a <= b ? a : b; }
+// Truncating division; MIN / -1 wraps to MIN (wrapping_div); a zero divisor gives 0 and sets bad.
+template <class T>
+__device__ __forceinline__ T ew_div_int(T a, T b, bool& bad) {
+  if (b == (T)0) { bad = true; return (T)0; }
+  if (ew_is_neg(b) && b == (T)-1) return ew_neg(a);
+  return a / b;
+}
+// C's remainder (fmod=1, the dividend's sign); MIN % -1 is 0.
+template <class T>
+__device__ __forceinline__ T ew_fmod_int(T a, T b, bool& bad) {
+  if (b == (T)0) { bad = true; return (T)0; }
+  if (ew_is_neg(b) && b == (T)-1) return (T)0;
+  return a % b;
+}
+// Python's remainder (fmod=0, the divisor's sign).
+template <class T>
+__device__ __forceinline__ T ew_mod_int(T a, T b, bool& bad) {
+  const T r = ew_fmod_int(a, b, bad);
+  return r != (T)0 && (ew_is_neg(r) != ew_is_neg(b)) ? ew_add(r, b) : r;
+}
+// a^e with wrapping multiplication; a negative exponent gives the truncated reciprocal (only
+// 1 and -1 survive), as the CPU's pow_int.
+template <class T>
+__device__ __forceinline__ T ew_pow(T a, T e) {
+  if (ew_is_neg(e)) {
+    if (a == (T)1) return (T)1;
+    if (ew_is_neg(a) && a == (T)-1) return ((u64)e & 1ull) ? a : (T)1;
+    return (T)0;
+  }
+  u64 base = (u64)a, r = 1ull, k = (u64)e;
+  while (k != 0ull) {
+    if (k & 1ull) r *= base;
+    base *= base;
+    k >>= 1;
+  }
+  return ew_wrap<T>(r);
+}
+template <class T> __device__ __forceinline__ T ew_equal(T a, T b) { return a == b ? (T)1 : (T)0; }
+template <class T> __device__ __forceinline__ T ew_less(T a, T b) { return a < b ? (T)1 : (T)0; }
+template <class T> __device__ __forceinline__ T ew_less_or_equal(T a, T b) { return a <= b ? (T)1 : (T)0; }
+template <class T> __device__ __forceinline__ T ew_greater(T a, T b) { return a > b ? (T)1 : (T)0; }
+template <class T> __device__ __forceinline__ T ew_greater_or_equal(T a, T b) { return a >= b ? (T)1 : (T)0; }
+template <class T> __device__ __forceinline__ T ew_where(T c, T a, T b) { return c != (T)0 ? a : b; }
+template <class T>
+__device__ __forceinline__ T ew_clip(T x, T lo, T hi) {
+  T y = x;
+  if (y < lo) y = lo;
+  if (y > hi) y = hi;
+  return y;
+}
+
 // ---------------------------------------------------------------- parameters
 
 #define EW_MODE_FULL 0
@@ -104,6 +179,9 @@ __device__ __forceinline__ float ew_clip(float x, float lo, float hi) {
 #define EW_MODE_ROW 2
 #define EW_MODE_STRIDED 3
 #define EW_MAX_IN 16
+// Integer exponents of `pow` in float programs (read one at a time, converted to f32).
+#define EW_KIND_I64 106
+#define EW_KIND_I32 107
 
 // Mirrored by `EwParams` in crates/fp8c-runtime/src/cuda/codegen.rs (#[repr(C)]).
 struct EwParams {
@@ -118,10 +196,14 @@ struct EwParams {
   const float* scale; // the quantization scale
   float* amax;        // amax(y) (null: not computed)
   u64 n;              // output elements
+  int* err;           // integer programs: set on a zero divisor (null: none)
 };
 
-// The generated program: EW_NIN, EW_OUT_KIND, EW_Q_FMT (-1: no FP8 output), EW_Q_SAT,
-// EW_HAS_STRIDED, ew_in_kind(k), ew_in_mode(k) and `float ew_program(const float* a)`.
+// The generated program. Float programs (EW_INT 0): EW_NIN, EW_OUT_KIND, EW_Q_FMT (-1: no
+// FP8 output), EW_Q_SAT, EW_HAS_STRIDED, ew_in_kind(k), ew_in_mode(k) and
+// `float ew_program(const float* a)`. Integer programs (EW_INT 1): ew_int_t, EW_NIN,
+// EW_OUT_BOOL, EW_HAS_STRIDED, ew_in_bool(k), ew_in_mode(k) and
+// `ew_int_t ew_program(const ew_int_t* a, bool& bad)`.
 #include "ew_expr.cuh"
 
 __device__ __forceinline__ u64 ew_strided_offset(const EwParams& p, int k, u64 i) {
@@ -134,6 +216,7 @@ __device__ __forceinline__ u64 ew_strided_offset(const EwParams& p, int k, u64 i
   return off;
 }
 
+#if !EW_INT
 __device__ __forceinline__ float ew_load1(const EwParams& p, int k, u64 i) {
   const int mode = ew_in_mode(k);
   const u64 j = mode == EW_MODE_FULL     ? i
@@ -144,6 +227,8 @@ __device__ __forceinline__ float ew_load1(const EwParams& p, int k, u64 i) {
     case KIND_F32: return load_elem<KIND_F32>(p.in[k], j);
     case KIND_BF16: return load_elem<KIND_BF16>(p.in[k], j);
     case KIND_F16: return load_elem<KIND_F16>(p.in[k], j);
+    case EW_KIND_I64: return __ll2float_rn(static_cast<const i64*>(p.in[k])[j]);
+    case EW_KIND_I32: return __int2float_rn(static_cast<const int*>(p.in[k])[j]);
     default: return load_elem<KIND_U8>(p.in[k], j);
   }
 }
@@ -174,6 +259,7 @@ __device__ __forceinline__ bool ew_vector_ok(const EwParams& p) {
 #pragma unroll
   for (int k = 0; k < EW_NIN; ++k) {
     if (ew_in_mode(k) == EW_MODE_SCALAR) continue;
+    if (ew_in_kind(k) == EW_KIND_I64 || ew_in_kind(k) == EW_KIND_I32) return false;
     if (!aligned16(p.in[k])) return false;
     if (ew_in_mode(k) == EW_MODE_ROW && p.row_len[k] % 8 != 0) return false;
   }
@@ -229,3 +315,29 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
   }
   if (EW_Q_FMT >= 0) block_amax_commit(m, p.amax);
 }
+#else
+// One element per thread: integer programs are index and mask arithmetic, not bandwidth.
+__device__ __forceinline__ ew_int_t ew_load_int(const EwParams& p, int k, u64 i) {
+  const int mode = ew_in_mode(k);
+  const u64 j = mode == EW_MODE_FULL     ? i
+                : mode == EW_MODE_SCALAR ? 0
+                : mode == EW_MODE_ROW    ? i % p.row_len[k]
+                                         : ew_strided_offset(p, k, i);
+  if (ew_in_bool(k)) return static_cast<const u8*>(p.in[k])[j] != 0 ? (ew_int_t)1 : (ew_int_t)0;
+  return static_cast<const ew_int_t*>(p.in[k])[j];
+}
+
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwParams p) {
+  bool bad = false;
+  for (u64 i = gtid(); i < p.n; i += gstride()) {
+    ew_int_t args[EW_NIN];
+#pragma unroll
+    for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load_int(p, k, i);
+    const ew_int_t y = ew_program(args, bad);
+    if (p.y == nullptr) continue;
+    if (EW_OUT_BOOL) static_cast<u8*>(p.y)[i] = y != (ew_int_t)0 ? 1 : 0;
+    else static_cast<ew_int_t*>(p.y)[i] = y;
+  }
+  if (bad && p.err != nullptr) *p.err = 1;
+}
+#endif

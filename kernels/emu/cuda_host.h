@@ -272,6 +272,7 @@ inline float __fadd_rn(float a, float b) { return fp8c_emu_canonical(a + b); }
 inline float __fsqrt_rn(float a) { return fp8c_emu_canonical(std::sqrt(a)); }
 inline float __double2float_rn(double a) { return (float)a; }
 inline float __ll2float_rn(long long a) { return (float)a; }
+inline float __int2float_rn(int a) { return (float)a; }
 inline double __ll2double_rn(long long a) { return (double)a; }
 // Round toward zero: the nearest value, stepped one ulp toward zero when it is farther from
 // zero than the exact one (long double holds every i64 and double exactly on x86-64).

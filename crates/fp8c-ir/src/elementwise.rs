@@ -422,7 +422,7 @@ elementwise_table! {
         grad Grad::Formulas(&["where(a <= b, dy, 0)", "where(a <= b, 0, dy)"]);
     // fmod=1: C's fmod (sign of the dividend; Rust's float `%`); fmod=0: Python's `%` on
     // integers. Integer forms and the zero-divisor check are Special in the evaluator.
-    Mod { fmod } => Special, cuda if *fmod { Ok("ew_fmod({a0}, {a1})") } else { Err("integer mod (fmod=0) has no CUDA form yet") },
+    Mod { fmod } => Special, cuda if *fmod { Ok("ew_fmod({a0}, {a1})") } else { Ok("ew_mod({a0}, {a1})") },
         grad Grad::NotDifferentiable("mod is not differentiated (no rule)");
 
     // ---- comparisons and logic ----

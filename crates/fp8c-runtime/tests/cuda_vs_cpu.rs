@@ -1281,3 +1281,152 @@ fn convolution_and_pooling_gradients_match_the_cpu() {
         check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
     }
 }
+
+/// Integer elementwise arithmetic (index, mask and position arithmetic of exported models,
+/// ONNX's integer Mod and Pow): every integer op the CPU reference computes, in each operand
+/// type's own width with wrapping (MIN / -1, MIN % -1, overflowing products, negative
+/// exponents), broadcasting a row and a column, bit for bit; comparisons and `where` with bool
+/// results and conditions.
+#[test]
+fn integer_elementwise_matches_the_cpu() {
+    let cuda = cuda(false);
+    for dt in [DType::I64, DType::I32, DType::I16, DType::U8] {
+        let (lo, hi) = match dt {
+            DType::I64 => (i64::MIN as f64, 9.2e18),
+            DType::I32 => (f64::from(i32::MIN), f64::from(i32::MAX)),
+            DType::I16 => (f64::from(i16::MIN), f64::from(i16::MAX)),
+            _ => (0.0, 255.0),
+        };
+        let a_vals: Vec<f64> = (0..32)
+            .map(|i| match i {
+                0 => lo,
+                1 => hi,
+                2 => -1.0,
+                3 => 0.0,
+                4 => 1.0,
+                _ => ((i * 37 % 23) as f64 - 11.0) * if i % 3 == 0 { 1000.0 } else { 1.0 },
+            })
+            .map(|v: f64| v.clamp(lo, hi))
+            .collect();
+        // Divisors: no zero; -1 against MIN; the row broadcasts over a's 4 rows.
+        let b_vals: Vec<f64> = [-1.0, 3.0, -7.0, 2.0, 100.0, -2.0, 5.0, 1.0]
+            .iter()
+            .map(|v: &f64| v.clamp(lo, hi).max(if lo == 0.0 { 1.0 } else { lo }))
+            .collect();
+        let e_vals: Vec<f64> = [-2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 5.0, 63.0]
+            .iter()
+            .map(|v: &f64| v.clamp(lo, hi))
+            .collect();
+        let c_vals: Vec<f64> = vec![3.0, -5.0, 0.0, 9.0];
+        let c_vals: Vec<f64> = c_vals.iter().map(|v| v.clamp(lo, hi)).collect();
+        let t = |dims: &[u64]| TensorType::fixed(dt, dims);
+        let mut g = Graph::new(format!("int {dt}"));
+        let a = g.add_input("a", t(&[4, 8])).unwrap();
+        let b = g.add_input("b", t(&[8])).unwrap();
+        let e = g.add_input("e", t(&[8])).unwrap();
+        let c = g.add_input("c", t(&[4, 1])).unwrap();
+        let binary: Vec<(&str, Op, Value)> = vec![
+            ("add", Op::Add, c),
+            ("sub", Op::Sub, b),
+            ("mul", Op::Mul, c),
+            ("div", Op::Div, b),
+            ("mod", Op::Mod { fmod: false }, b),
+            ("fmod", Op::Mod { fmod: true }, b),
+            ("pow", Op::Pow, e),
+            ("max", Op::Max, c),
+            ("min", Op::Min, b),
+            ("equal", Op::Equal, c),
+            ("less", Op::Less, b),
+            ("greater_or_equal", Op::GreaterOrEqual, c),
+        ];
+        for (name, op, rhs) in binary {
+            let y = node(&mut g, name, op, &[a, rhs])[0];
+            g.set_output(name, y).unwrap();
+        }
+        for (name, op) in [("neg", Op::Neg), ("abs", Op::Abs), ("relu", Op::Relu)] {
+            if dt == DType::U8 {
+                continue; // neg, abs and relu take signed integers (ONNX)
+            }
+            let y = node(&mut g, name, op, &[a])[0];
+            g.set_output(name, y).unwrap();
+        }
+        let mask = node(&mut g, "mask", Op::Less, &[a, c])[0];
+        let w = node(&mut g, "where", Op::Where, &[mask, a, b])[0];
+        g.set_output("where", w).unwrap();
+        let lo_c = node(
+            &mut g,
+            "lo",
+            Op::Constant {
+                value: Tensor::from_f64_as(dt, vec![], &[0.0]).unwrap(),
+            },
+            &[],
+        )[0];
+        let hi_c = node(
+            &mut g,
+            "hi",
+            Op::Constant {
+                value: Tensor::from_f64_as(dt, vec![], &[50.0]).unwrap(),
+            },
+            &[],
+        )[0];
+        let cl = node(&mut g, "clip", Op::Clip, &[a, lo_c, hi_c])[0];
+        g.set_output("clip", cl).unwrap();
+        let inputs = BTreeMap::from([
+            (
+                "a".to_string(),
+                Tensor::from_f64_as(dt, vec![4, 8], &a_vals).unwrap(),
+            ),
+            (
+                "b".to_string(),
+                Tensor::from_f64_as(dt, vec![8], &b_vals).unwrap(),
+            ),
+            (
+                "e".to_string(),
+                Tensor::from_f64_as(dt, vec![8], &e_vals).unwrap(),
+            ),
+            (
+                "c".to_string(),
+                Tensor::from_f64_as(dt, vec![4, 1], &c_vals).unwrap(),
+            ),
+        ]);
+        check(cuda.as_ref(), &g, &inputs, &|_| Tol::Exact, 1);
+    }
+}
+
+/// An integer division by zero fails the run on both backends, naming the node.
+#[test]
+fn integer_division_by_zero_is_an_error_naming_the_node() {
+    let Some(cuda) = cuda(false) else { return };
+    let mut g = Graph::new("div0");
+    let a = g
+        .add_input("a", TensorType::fixed(DType::I32, &[4]))
+        .unwrap();
+    let b = g
+        .add_input("b", TensorType::fixed(DType::I32, &[4]))
+        .unwrap();
+    let y = node(&mut g, "the_div", Op::Div, &[a, b])[0];
+    g.set_output("y", y).unwrap();
+    let p = lower(&g).unwrap();
+    let inputs = BTreeMap::from([
+        ("a".to_string(), Tensor::from_i32(vec![4], &[1, 2, 3, 4])),
+        ("b".to_string(), Tensor::from_i32(vec![4], &[1, 0, 3, 4])),
+    ]);
+    let cpu = CpuBackend.prepare(&p, g.weights()).unwrap().run(&inputs);
+    assert!(cpu.is_err(), "the CPU reference fails on a zero divisor");
+    let mut gpu = cuda.prepare(&p, g.weights()).unwrap();
+    let err = gpu
+        .run(&inputs)
+        .expect_err("a zero divisor fails the run")
+        .to_string();
+    assert!(
+        err.contains("the_div") && err.contains("division by zero"),
+        "{err}"
+    );
+    // The flag is cleared for the next run: good inputs run.
+    let ok = BTreeMap::from([
+        ("a".to_string(), Tensor::from_i32(vec![4], &[1, 2, 3, 4])),
+        ("b".to_string(), Tensor::from_i32(vec![4], &[1, 2, 3, 4])),
+    ]);
+    let y = gpu.run(&ok).unwrap();
+    assert_eq!(y["y"].to_f64_vec().unwrap(), vec![1.0; 4]);
+}

@@ -291,6 +291,65 @@ fn elementwise_kernel_compiles_for_generated_programs() {
             headers_checked += 1;
         }
     }
+    // Integer programs (every integer type, the ops with integer forms, a bool result, a bool
+    // condition) and a float pow with an integer exponent.
+    let int_programs: Vec<(&str, Vec<DType>, DType)> = vec![
+        (
+            "add[a0,a1];mul[t0,a1];sub[t1,a0];max[t2,a1];min[t3,a0]",
+            vec![DType::I64; 2],
+            DType::I64,
+        ),
+        (
+            "div[a0,a1];mod{fmod=false}[t0,a1];mod{fmod=true}[t1,a0]",
+            vec![DType::I32; 2],
+            DType::I32,
+        ),
+        (
+            "pow[a0,a1];neg[t0];abs[t1];relu[t2]",
+            vec![DType::I16; 2],
+            DType::I16,
+        ),
+        ("less[a0,a1]", vec![DType::U8; 2], DType::Bool),
+        (
+            "where[a0,a1,a2];clip[t0,a1,a2]",
+            vec![DType::Bool, DType::I8, DType::I8],
+            DType::I8,
+        ),
+        ("equal[a0,a1]", vec![DType::U64; 2], DType::Bool),
+        ("add[a0,a1]", vec![DType::U16, DType::U16], DType::U16),
+        ("greater_or_equal[a0,a1]", vec![DType::U32; 2], DType::Bool),
+        ("pow[a0,a1]", vec![DType::F32, DType::I64], DType::F32),
+        ("pow[a0,a1]", vec![DType::BF16, DType::I32], DType::BF16),
+    ];
+    for (text, inputs, out) in int_programs {
+        let n = inputs.len();
+        let spec = EwSpec {
+            program: codegen::program_of(&EwExpr::parse(text).unwrap()),
+            inputs,
+            access: (0..n)
+                .map(|k| {
+                    if k == 0 {
+                        Access::Full
+                    } else {
+                        accesses[k % accesses.len()].clone()
+                    }
+                })
+                .collect(),
+            out,
+            quant: None,
+        };
+        let generated = codegen::header(&spec).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let mut headers = kernels::fixed_headers();
+        headers.push((kernels::GENERATED_EW_HEADER, generated.as_str()));
+        let (entries, _) = compile_clean(
+            kernels::ELEMENTWISE.name,
+            kernels::ELEMENTWISE.source,
+            &headers,
+            false,
+        );
+        assert_eq!(entries, 1, "{text}");
+        headers_checked += 1;
+    }
     println!("elementwise.cu: {headers_checked} generated programs compiled, 0 warnings");
 }
 

@@ -275,9 +275,13 @@ impl CudaExecutable {
             if chunk != [0, 0, 0, 0]
                 && let Some(step) = self.program.steps().get(self.err_steps[i])
             {
+                let what = match step.op {
+                    fp8c_ir::Op::Div | fp8c_ir::Op::Mod { .. } => "an integer division by zero",
+                    _ => "an index or label is out of range",
+                };
                 return Err(step_error(
                     step,
-                    "an index or label is out of range (found on the device; this run's state updates were applied)".into(),
+                    format!("{what} (found on the device; this run's state updates were applied)"),
                 ));
             }
         }

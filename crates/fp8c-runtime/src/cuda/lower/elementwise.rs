@@ -92,7 +92,12 @@ pub(super) struct Quant {
 }
 
 impl Lowerer<'_> {
-    pub(super) fn lower_elementwise(&self, e: ElementwiseOp<'_>, step: &Step) -> R<Vec<Action>> {
+    pub(super) fn lower_elementwise(
+        &mut self,
+        e: ElementwiseOp<'_>,
+        step: &Step,
+        flag: &mut Option<usize>,
+    ) -> R<Vec<Action>> {
         let (ins, outs) = (&step.inputs, &step.outputs);
         match path(e) {
             Path::Copy => {
@@ -107,7 +112,19 @@ impl Lowerer<'_> {
             Path::Generated(Err(why)) => Err(not_supported(&step.op, why)),
             Path::Generated(Ok(_)) => {
                 let program = codegen::single_op(&step.op, ins.len());
-                self.elementwise(program, ins, Some(outs[0]), None)
+                // Integer division and remainder report a zero divisor through the step's
+                // error flag (the CPU reference fails the run there).
+                let int = ins
+                    .iter()
+                    .any(|&b| self.buf(b).ty.dtype.is_int() && self.buf(b).ty.dtype != DType::Bool);
+                let err = if int && matches!(e, ElementwiseOp::Div | ElementwiseOp::Mod { .. }) {
+                    let (i, ptr) = self.next_flag();
+                    *flag = Some(i);
+                    ptr
+                } else {
+                    0
+                };
+                self.elementwise(program, ins, Some(outs[0]), None, err)
             }
         }
     }
@@ -119,6 +136,7 @@ impl Lowerer<'_> {
         ins: &[BufId],
         y: Option<BufId>,
         quant: Option<Quant>,
+        err: u64,
     ) -> R<Vec<Action>> {
         let shape_ref = y.or(quant.as_ref().map(|q| q.ref_out)).ok_or("no output")?;
         let out = self.buf(shape_ref);
@@ -141,6 +159,7 @@ impl Lowerer<'_> {
             p.inputs[k] = self.ptr(b);
         }
         p.y = y.map_or(0, |b| self.ptr(b));
+        p.err = err;
         let mut actions = Vec::new();
         if let Some(q) = &quant {
             p.q = self.ptr(q.q);

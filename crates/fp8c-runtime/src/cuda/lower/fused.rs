@@ -58,6 +58,7 @@ impl Lowerer<'_> {
                         amax: outs[2],
                         ref_out: outs[0],
                     }),
+                    0,
                 )
             }
             FusedOp::QuantizeAmax { to, saturate } => {

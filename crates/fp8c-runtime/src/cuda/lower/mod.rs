@@ -446,7 +446,7 @@ impl Lowerer<'_> {
                 "internal: `{}` is a buffer of the program, never a step",
                 step.op.name()
             )),
-            OpView::Elementwise(e) => self.lower_elementwise(e, step),
+            OpView::Elementwise(e) => self.lower_elementwise(e, step, flag),
             OpView::Linalg(l) => self.lower_linalg(l, step),
             OpView::Conv(c) => self.lower_conv(c, step),
             OpView::Pool(p) => self.lower_pool(p, step),
