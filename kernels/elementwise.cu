@@ -216,13 +216,18 @@ __device__ __forceinline__ u64 ew_strided_offset(const EwParams& p, int k, u64 i
   return off;
 }
 
+// The element of input k that output element i reads, by the input's access mode.
+__device__ __forceinline__ u64 ew_index(const EwParams& p, int k, u64 i) {
+  const int mode = ew_in_mode(k);
+  return mode == EW_MODE_FULL     ? i
+         : mode == EW_MODE_SCALAR ? 0
+         : mode == EW_MODE_ROW    ? i % p.row_len[k]
+                                  : ew_strided_offset(p, k, i);
+}
+
 #if !EW_INT
 __device__ __forceinline__ float ew_load1(const EwParams& p, int k, u64 i) {
-  const int mode = ew_in_mode(k);
-  const u64 j = mode == EW_MODE_FULL     ? i
-                : mode == EW_MODE_SCALAR ? 0
-                : mode == EW_MODE_ROW    ? i % p.row_len[k]
-                                         : ew_strided_offset(p, k, i);
+  const u64 j = ew_index(p, k, i);
   switch (ew_in_kind(k)) {
     case KIND_F32: return load_elem<KIND_F32>(p.in[k], j);
     case KIND_BF16: return load_elem<KIND_BF16>(p.in[k], j);
@@ -318,11 +323,7 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
 #else
 // One element per thread: integer programs are index and mask arithmetic, not bandwidth.
 __device__ __forceinline__ ew_int_t ew_load_int(const EwParams& p, int k, u64 i) {
-  const int mode = ew_in_mode(k);
-  const u64 j = mode == EW_MODE_FULL     ? i
-                : mode == EW_MODE_SCALAR ? 0
-                : mode == EW_MODE_ROW    ? i % p.row_len[k]
-                                         : ew_strided_offset(p, k, i);
+  const u64 j = ew_index(p, k, i);
   if (ew_in_bool(k)) return static_cast<const u8*>(p.in[k])[j] != 0 ? (ew_int_t)1 : (ew_int_t)0;
   return static_cast<const ew_int_t*>(p.in[k])[j];
 }

@@ -373,6 +373,40 @@ pub fn can_fail(spec: &EwSpec) -> bool {
             .any(|i| matches!(i.op.view(), OpView::Elementwise(E::Div | E::Mod { .. })))
 }
 
+/// A `constexpr` function of the input index: `k == 0 ? v0 : k == 1 ? v1 : … : default`.
+fn input_table(
+    h: &mut String,
+    ret: &str,
+    name: &str,
+    values: impl Iterator<Item = String>,
+    default: &str,
+) {
+    let mut table = String::new();
+    for (k, v) in values.enumerate() {
+        let _ = write!(table, "k == {k} ? {v} : ");
+    }
+    let _ = writeln!(
+        h,
+        "__device__ __forceinline__ constexpr {ret} {name}(int k) {{ return {table}{default}; }}"
+    );
+}
+
+/// The program's straight-line body in type `ty`: one `const ty tI = …;` per instruction,
+/// then the last one (the first input when there is none) returned, and the closing brace.
+fn program_body(h: &mut String, ty: &str, program: &[EwInst]) -> Result<(), String> {
+    for (i, inst) in program.iter().enumerate() {
+        let _ = writeln!(h, "  const {ty} t{i} = {};", inst_expr(inst)?);
+    }
+    match program.len() {
+        0 => h.push_str("  return a[0];\n"),
+        n => {
+            let _ = writeln!(h, "  return t{};", n - 1);
+        }
+    }
+    h.push_str("}\n");
+    Ok(())
+}
+
 /// `ew_expr.cuh` of an integer program: every non-bool input and the result of one integer
 /// type `T` (or a bool result), each instruction computed in `T` with wrapping arithmetic as
 /// the CPU reference does, so a chain rounds like the CPU's op-by-op evaluation.
@@ -426,20 +460,13 @@ typedef {ctype} ew_int_t;"
     );
     let strided = spec.access.iter().any(|a| matches!(a, Access::Strided(_)));
     let _ = writeln!(h, "#define EW_HAS_STRIDED {}", u8::from(strided));
-    let mut bools = String::new();
-    let mut modes = String::new();
-    for (k, (d, a)) in spec.inputs.iter().zip(&spec.access).enumerate() {
-        let _ = write!(bools, "k == {k} ? {} : ", u8::from(*d == DType::Bool));
-        let _ = write!(modes, "k == {k} ? {} : ", a.code());
-    }
-    let _ = writeln!(
-        h,
-        "__device__ __forceinline__ constexpr bool ew_in_bool(int k) {{ return {bools}false; }}"
-    );
-    let _ = writeln!(
-        h,
-        "__device__ __forceinline__ constexpr int ew_in_mode(int k) {{ return {modes}-1; }}"
-    );
+    let bools = spec
+        .inputs
+        .iter()
+        .map(|&d| u8::from(d == DType::Bool).to_string());
+    input_table(&mut h, "bool", "ew_in_bool", bools, "false");
+    let modes = spec.access.iter().map(|a| a.code().to_string());
+    input_table(&mut h, "int", "ew_in_mode", modes, "-1");
     // Division and remainder report a zero divisor through `bad` (the step's error flag).
     let _ = writeln!(
         h,
@@ -449,15 +476,8 @@ typedef {ctype} ew_int_t;"
         h,
         "__device__ __forceinline__ ew_int_t ew_program(const ew_int_t* a, bool& bad) {{"
     );
-    for (i, inst) in spec.program.iter().enumerate() {
-        let _ = writeln!(h, "  const ew_int_t t{i} = {};", inst_expr(inst)?);
-    }
-    if spec.program.is_empty() {
-        let _ = writeln!(h, "  return a[0];");
-    } else {
-        let _ = writeln!(h, "  return t{};", spec.program.len() - 1);
-    }
-    let _ = writeln!(h, "}}\n#undef ew_div\n#undef ew_mod\n#undef ew_fmod");
+    program_body(&mut h, "ew_int_t", &spec.program)?;
+    h.push_str("#undef ew_div\n#undef ew_mod\n#undef ew_fmod\n");
     Ok(h)
 }
 
@@ -514,8 +534,6 @@ pub fn header(spec: &EwSpec) -> Result<String, String> {
     }
     let strided = spec.access.iter().any(|a| matches!(a, Access::Strided(_)));
     let _ = writeln!(h, "#define EW_HAS_STRIDED {}", u8::from(strided));
-    let mut kinds = String::new();
-    let mut modes = String::new();
     // An integer operand of a float program: only as `pow`'s exponent (ONNX Pow lets the
     // exponent's type differ; the CPU converts it to the base's float type).
     let pow_exponent_only = |k: usize| {
@@ -525,36 +543,21 @@ pub fn header(spec: &EwSpec) -> Result<String, String> {
             })
         })
     };
-    for (k, (d, a)) in spec.inputs.iter().zip(&spec.access).enumerate() {
-        let kind = match int_exponent_kind(*d) {
-            Some(kind) if pow_exponent_only(k) => kind,
-            _ => kind_name(*d)?,
-        };
-        let _ = write!(kinds, "k == {k} ? {kind} : ");
-        let _ = write!(modes, "k == {k} ? {} : ", a.code());
+    let mut kinds = Vec::new();
+    for (k, d) in spec.inputs.iter().enumerate() {
+        kinds.push(match int_exponent_kind(*d) {
+            Some(kind) if pow_exponent_only(k) => kind.to_string(),
+            _ => kind_name(*d)?.to_string(),
+        });
     }
-    let _ = writeln!(
-        h,
-        "__device__ __forceinline__ constexpr int ew_in_kind(int k) {{ return {kinds}-1; }}"
-    );
-    let _ = writeln!(
-        h,
-        "__device__ __forceinline__ constexpr int ew_in_mode(int k) {{ return {modes}-1; }}"
-    );
+    input_table(&mut h, "int", "ew_in_kind", kinds.into_iter(), "-1");
+    let modes = spec.access.iter().map(|a| a.code().to_string());
+    input_table(&mut h, "int", "ew_in_mode", modes, "-1");
     let _ = writeln!(
         h,
         "__device__ __forceinline__ float ew_program(const float* a) {{"
     );
-    let insts = &spec.program;
-    for (i, inst) in insts.iter().enumerate() {
-        let _ = writeln!(h, "  const float t{i} = {};", inst_expr(inst)?);
-    }
-    if insts.is_empty() {
-        let _ = writeln!(h, "  return a[0];");
-    } else {
-        let _ = writeln!(h, "  return t{};", insts.len() - 1);
-    }
-    let _ = writeln!(h, "}}");
+    program_body(&mut h, "float", &spec.program)?;
     Ok(h)
 }
 
