@@ -1020,3 +1020,59 @@ fn readme_example_puts_most_gemm_flops_in_fp8_with_reasons_for_the_rest() {
         }
     }
 }
+
+/// `--emit mlir` and `--device mlir` in the default build (no LLVM): one clear error that says
+/// how to get them, exit code 1. (The `mlir` feature's suite, run by scripts/test.sh, checks
+/// the emitted modules with mlir-opt and runs them on MLIR's JIT.)
+#[test]
+fn mlir_without_the_feature_is_one_clear_error() {
+    if cfg!(feature = "mlir") {
+        return;
+    }
+    let o = fp8c(&[
+        "compile",
+        "examples/models/mlp_digits.onnx",
+        "--input-shape",
+        "x=4x64",
+        "--precision",
+        "f32",
+        "--emit",
+        "mlir",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.starts_with("error: examples/models/mlp_digits.onnx: --emit mlir:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--features mlir") && err.contains("scripts/mlir-env.sh"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("--features mlir").count(),
+        1,
+        "printed once: {err}"
+    );
+    assert!(stdout(&o).is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 64), }";
+    let pad = 64 - (10 + header.len() + 1) % 64;
+    let h = format!("{header}{}\n", " ".repeat(pad));
+    npy.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    npy.extend_from_slice(h.as_bytes());
+    npy.extend(std::iter::repeat_n(0x3f_u8, 4 * 4 * 64)); // 0x3f3f3f3f ≈ 0.75
+    std::fs::write(&x, npy).unwrap();
+    let o = fp8c(&[
+        "run",
+        "examples/models/mlp_digits.onnx",
+        "--input",
+        &format!("x={}", x.display()),
+        "--device",
+        "mlir",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--features mlir"), "{}", stderr(&o));
+}

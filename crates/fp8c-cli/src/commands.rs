@@ -25,6 +25,9 @@ pub enum Emit {
     /// Standard ONNX with FP8 QuantizeLinear/DequantizeLinear (weights stored in FP8, frozen
     /// activation scales from --calibrate), for onnxruntime and TensorRT.
     Onnx,
+    /// An MLIR module (linalg / arith / math on tensors, FP8 types built in), verified by MLIR;
+    /// needs a build with `--features mlir` and static shapes (--input-shape).
+    Mlir,
 }
 
 /// `fp8c compile`.
@@ -164,13 +167,22 @@ pub fn compile(a: CompileArgs) -> Result<()> {
             return Ok(());
         }
     }
+    if a.emit == Emit::Mlir {
+        let text = fp8c_mlir::emit(&compiled.graph)
+            .map_err(|e| anyhow::anyhow!("{}: --emit mlir: {e}", a.model.display()))?;
+        match &a.out {
+            Some(path) => compiled.write_text(path, &text)?,
+            None => crate::out::print(&text)?,
+        }
+        return Ok(());
+    }
     match (&a.out, a.emit) {
         (Some(path), Emit::Ir) => compiled.write_ir(path)?,
         (Some(path), Emit::Json) => compiled.write_text(path, &compiled.json())?,
         (None, Emit::Ir) => crate::out::print(&compiled.ir_text())?,
         (None, Emit::Json) => crate::out::print(&compiled.json())?,
         // Handled before compiling (emit_onnx).
-        (_, Emit::Onnx) => unreachable!("--emit onnx returns before"),
+        (_, Emit::Onnx | Emit::Mlir) => unreachable!("--emit onnx and mlir return before"),
     }
     Ok(())
 }

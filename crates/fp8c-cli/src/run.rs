@@ -27,6 +27,8 @@ pub enum DeviceArg {
     /// The CUDA backend on the emulated device (kernels compiled for the host; no GPU needed;
     /// for checking, not speed).
     CudaEmulated,
+    /// MLIR's JIT (a build with `--features mlir`; static shapes): an independent execution.
+    Mlir,
 }
 
 /// `fp8c run`.
@@ -85,6 +87,7 @@ impl From<DeviceArg> for fp8c_session::Device {
             DeviceArg::Cpu => fp8c_session::Device::Cpu,
             DeviceArg::Cuda => fp8c_session::Device::Cuda,
             DeviceArg::CudaEmulated => fp8c_session::Device::CudaEmulated,
+            DeviceArg::Mlir => fp8c_session::Device::Mlir,
         }
     }
 }

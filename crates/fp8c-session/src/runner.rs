@@ -22,6 +22,10 @@ pub enum Device {
     /// requests checked and computed by the reference (needs a C++ compiler, no GPU). For
     /// checking the CUDA path where there is no GPU, not for speed.
     CudaEmulated,
+    /// MLIR's own JIT (`fp8c-mlir`: linalg lowered by MLIR's passes, compiled by LLVM): a
+    /// second, independent execution of the graph; needs a build with the `mlir` feature and
+    /// static shapes.
+    Mlir,
 }
 
 impl Device {
@@ -31,6 +35,7 @@ impl Device {
             Device::Cpu => "cpu",
             Device::Cuda => "cuda",
             Device::CudaEmulated => "cuda-emulated",
+            Device::Mlir => "mlir",
         }
     }
 
@@ -43,6 +48,7 @@ impl Device {
                 emulated: true,
                 ..Default::default()
             })),
+            Device::Mlir => Box::new(MlirBackend),
         }
     }
 
@@ -66,8 +72,9 @@ impl std::str::FromStr for Device {
             "cpu" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda),
             "cuda-emulated" => Ok(Device::CudaEmulated),
+            "mlir" => Ok(Device::Mlir),
             _ => Err(format!(
-                "unknown device `{s}`; expected cpu, cuda or cuda-emulated"
+                "unknown device `{s}`; expected cpu, cuda, cuda-emulated or mlir"
             )),
         }
     }
@@ -136,5 +143,40 @@ impl Runner {
     /// The device it runs on.
     pub fn device(&self) -> Device {
         self.device
+    }
+}
+
+/// The MLIR device as a [`Backend`] for [`Device::check`] and programs: MLIR compiles the
+/// graph, not the lowered program, so [`crate::Compiled::prepare`] hands it the graph
+/// (`fp8c_mlir::prepare`); a program alone (the trainer's) is refused with the reason.
+struct MlirBackend;
+
+impl Backend for MlirBackend {
+    fn name(&self) -> &'static str {
+        "mlir"
+    }
+
+    fn check(&self) -> std::result::Result<(), fp8c_runtime::RuntimeError> {
+        if fp8c_mlir::available() {
+            Ok(())
+        } else {
+            Err(fp8c_runtime::RuntimeError::Unavailable {
+                backend: "mlir",
+                message: fp8c_mlir::Error::Unavailable.to_string(),
+            })
+        }
+    }
+
+    fn prepare(
+        &self,
+        _p: &Program,
+        _weights: &BTreeMap<String, Tensor>,
+    ) -> std::result::Result<Box<dyn Executable>, fp8c_runtime::RuntimeError> {
+        Err(fp8c_runtime::RuntimeError::Unavailable {
+            backend: "mlir",
+            message:
+                "the MLIR JIT runs compiled graphs (fp8c run); training on it is not built yet"
+                    .into(),
+        })
     }
 }

@@ -1,0 +1,259 @@
+//! `--device mlir`: the emitted module lowered by MLIR's own passes (bufferization, linalg to
+//! loops, to the LLVM dialect) and compiled by MLIR's `ExecutionEngine` (LLVM's ORC JIT): a
+//! second execution of the graph, independent of fp8c's CPU kernels.
+//!
+//! Calling convention: the function carries `llvm.emit_c_interface`, so the JIT exports
+//! `_mlir_ciface_<name>(results*, arg0*, …)`, every argument a pointer to a strided memref
+//! descriptor `{allocated, aligned, offset, sizes[r], strides[r]}` (all 8-byte fields) and the
+//! results one struct of such descriptors. The results are buffers the JIT code allocated
+//! with `malloc` (bufferization gives every result its own buffer; the deallocation pipeline
+//! frees every intermediate): they are copied out and freed here.
+
+use crate::emit;
+use fp8c_ir::{Graph, Tensor, TensorType};
+use fp8c_runtime::{Executable, Observer, RuntimeError};
+use melior::{
+    ExecutionEngine,
+    ir::operation::OperationLike,
+    pass::PassManager,
+    utility::{parse_pass_pipeline, register_all_llvm_translations, register_all_passes},
+};
+use std::collections::BTreeMap;
+
+/// MLIR's lowering, from tensors on linalg to the LLVM dialect.
+const PIPELINE: &str = "builtin.module(\
+    one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
+    buffer-deallocation-pipeline,\
+    convert-linalg-to-loops,\
+    convert-scf-to-cf,\
+    expand-strided-metadata,\
+    finalize-memref-to-llvm,\
+    convert-math-to-llvm,\
+    convert-math-to-libm,\
+    convert-arith-to-llvm,\
+    convert-cf-to-llvm,\
+    convert-func-to-llvm,\
+    convert-ub-to-llvm,\
+    reconcile-unrealized-casts)";
+
+fn unavailable(message: String) -> RuntimeError {
+    RuntimeError::Unavailable {
+        backend: "mlir",
+        message,
+    }
+}
+
+/// One graph compiled by the JIT.
+pub(crate) struct MlirExecutable {
+    engine: ExecutionEngine,
+    symbol: String,
+    /// The graph's inputs (name, type), in argument order.
+    inputs: Vec<(String, TensorType)>,
+    /// The params' data, in argument order after the inputs (f32 bytes as the graph holds them).
+    params: Vec<Tensor>,
+    /// The outputs (name, type), in result order.
+    outputs: Vec<(String, TensorType)>,
+}
+
+/// Emits `graph`, lowers it with MLIR's passes and JIT-compiles it.
+pub(crate) fn prepare(
+    graph: &Graph,
+    weights: &BTreeMap<String, Tensor>,
+) -> Result<Box<dyn Executable>, RuntimeError> {
+    let static_type = |name: &str, t: &TensorType| -> Result<TensorType, RuntimeError> {
+        if t.is_static() {
+            Ok(t.clone())
+        } else {
+            Err(RuntimeError::input(
+                name,
+                format!(
+                    "type {t} is not static: --device mlir needs every shape (give --input-shape)"
+                ),
+            ))
+        }
+    };
+    let inputs = graph
+        .inputs()
+        .iter()
+        .map(|&id| {
+            let n = graph.node(id);
+            Ok((n.name.clone(), static_type(&n.name, &n.outputs[0])?))
+        })
+        .collect::<Result<Vec<_>, RuntimeError>>()?;
+    let mut params = Vec::new();
+    for &id in graph.params() {
+        let n = graph.node(id);
+        let data = weights.get(&n.name).ok_or_else(|| RuntimeError::Param {
+            name: n.name.clone(),
+            message: "no data".into(),
+        })?;
+        if data.ty() != n.outputs[0] {
+            return Err(RuntimeError::Param {
+                name: n.name.clone(),
+                message: format!(
+                    "data has type {}, the graph declares {}",
+                    data.ty(),
+                    n.outputs[0]
+                ),
+            });
+        }
+        params.push(data.clone());
+    }
+    let outputs = graph
+        .outputs()
+        .iter()
+        .map(|o| (o.name.clone(), graph.value_type(o.value).clone()))
+        .collect();
+
+    let ctx = emit::context();
+    let (mut module, symbol) =
+        emit::build(&ctx, graph).map_err(|e| RuntimeError::Other(e.to_string()))?;
+    register_all_passes();
+    register_all_llvm_translations(&ctx);
+    let pm = PassManager::new(&ctx);
+    parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE)
+        .map_err(|e| unavailable(format!("MLIR's pass pipeline does not parse: {e}")))?;
+    pm.run(&mut module)
+        .map_err(|e| RuntimeError::Other(format!("MLIR's lowering failed: {e}")))?;
+    if !module.as_operation().verify() {
+        return Err(RuntimeError::Other(
+            "the lowered module does not verify".into(),
+        ));
+    }
+    let engine = ExecutionEngine::new(&module, 2, &[], false, false);
+    let ciface = format!("_mlir_ciface_{symbol}");
+    if engine.lookup(&ciface).is_null() {
+        return Err(RuntimeError::Other(format!(
+            "MLIR's JIT did not produce {ciface}"
+        )));
+    }
+    // The engine owns its compiled code; the module and context are no longer needed.
+    drop(module);
+    drop(ctx);
+    Ok(Box::new(MlirExecutable {
+        engine,
+        // The C API's invoke prefixes `_mlir_ciface_` itself.
+        symbol,
+        inputs,
+        params,
+        outputs,
+    }))
+}
+
+/// A strided memref descriptor over `ptr` with `dims` (row-major).
+fn descriptor(ptr: *mut u8, dims: &[u64]) -> Vec<i64> {
+    let mut d = vec![ptr as i64, ptr as i64, 0];
+    d.extend(dims.iter().map(|&x| x as i64));
+    let mut strides = vec![1i64; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * dims[k + 1] as i64;
+    }
+    d.extend(strides);
+    d
+}
+
+unsafe extern "C" {
+    fn free(p: *mut std::ffi::c_void);
+}
+
+impl Executable for MlirExecutable {
+    fn run_observed(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        _obs: &mut Observer<'_>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        for name in inputs.keys() {
+            if !self.inputs.iter().any(|(n, _)| n == name) {
+                return Err(RuntimeError::input(name, "the graph has no such input"));
+            }
+        }
+        // Argument data: copies the JIT code may read (it never writes its arguments).
+        let mut data: Vec<Vec<u8>> = Vec::new();
+        let mut dims: Vec<Vec<u64>> = Vec::new();
+        for (name, ty) in &self.inputs {
+            let t = inputs
+                .get(name)
+                .ok_or_else(|| RuntimeError::input(name, "missing"))?;
+            if &t.ty() != ty {
+                return Err(RuntimeError::input(
+                    name,
+                    format!("has type {}, the graph expects {ty}", t.ty()),
+                ));
+            }
+            data.push(t.bytes().to_vec());
+            dims.push(ty.known_dims().unwrap_or_default());
+        }
+        for p in &self.params {
+            data.push(p.bytes().to_vec());
+            dims.push(p.shape().to_vec());
+        }
+        let mut descs: Vec<Vec<i64>> = data
+            .iter_mut()
+            .zip(&dims)
+            .map(|(d, s)| descriptor(d.as_mut_ptr(), s))
+            .collect();
+        let mut desc_ptrs: Vec<*mut i64> = descs.iter_mut().map(|d| d.as_mut_ptr()).collect();
+        let result_len: usize = self.outputs.iter().map(|(_, t)| 3 + 2 * t.rank()).sum();
+        let mut results = vec![0i64; result_len.max(1)];
+        let mut results_ptr = results.as_mut_ptr();
+        let mut args: Vec<*mut ()> = vec![(&mut results_ptr as *mut *mut i64).cast()];
+        for p in desc_ptrs.iter_mut() {
+            args.push((p as *mut *mut i64).cast());
+        }
+        // SAFETY: `args` holds one pointer per argument of the `_mlir_ciface_` function
+        // (results struct, then one descriptor per input and param), each descriptor over a
+        // live buffer of the declared shape; the JIT code reads the arguments and writes the
+        // results struct only.
+        unsafe { self.engine.invoke_packed(&self.symbol, &mut args) }
+            .map_err(|e| RuntimeError::Other(format!("the JIT-compiled function failed: {e}")))?;
+        let mut out = BTreeMap::new();
+        let mut at = 0;
+        for (name, ty) in &self.outputs {
+            let r = ty.rank();
+            let desc = &results[at..at + 3 + 2 * r];
+            at += 3 + 2 * r;
+            let (allocated, aligned, offset) = (desc[0] as *mut u8, desc[1] as *const u8, desc[2]);
+            let shape: Vec<u64> = desc[3..3 + r].iter().map(|&x| x as u64).collect();
+            let strides = &desc[3 + r..3 + 2 * r];
+            let es = ty.dtype.size();
+            let n: usize = shape.iter().product::<u64>() as usize;
+            // Gather in row-major order whatever the strides.
+            let mut bytes = vec![0u8; n * es];
+            for i in 0..n {
+                let (mut rem, mut off) = (i, offset);
+                for k in (0..r).rev() {
+                    let d = shape[k] as usize;
+                    off += (rem % d) as i64 * strides[k];
+                    rem /= d;
+                }
+                // SAFETY: the descriptor comes from the JIT code and covers `shape` with
+                // `strides` from `aligned + offset`.
+                let src = unsafe { aligned.add(off as usize * es) };
+                unsafe { std::ptr::copy_nonoverlapping(src, bytes[i * es..].as_mut_ptr(), es) };
+            }
+            let owned_by_us = data.iter().any(|d| {
+                let range = d.as_ptr_range();
+                range.contains(&(allocated as *const u8))
+            });
+            if !owned_by_us && !allocated.is_null() {
+                // SAFETY: a result buffer the JIT code allocated with malloc and returned.
+                unsafe { free(allocated.cast()) };
+            }
+            let t = Tensor::from_bytes(ty.dtype, shape, bytes)
+                .map_err(|e| RuntimeError::Other(format!("output \"{name}\": {e}")))?;
+            out.insert(name.clone(), t);
+        }
+        Ok(out)
+    }
+
+    fn state(&self) -> BTreeMap<String, Tensor> {
+        BTreeMap::new()
+    }
+
+    fn set_state(&mut self, name: &str, _value: Tensor) -> Result<(), RuntimeError> {
+        Err(RuntimeError::State {
+            name: name.into(),
+            message: "the MLIR backend holds no scaling state yet".into(),
+        })
+    }
+}

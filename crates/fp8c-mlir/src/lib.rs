@@ -1,0 +1,84 @@
+//! fp8c graphs as MLIR modules (issue #18): one `func.func` per graph whose arguments are the
+//! graph's inputs and params (in that order) and whose results are its outputs, each op as
+//! `linalg.generic` over `tensor` values with an `arith`/`math` body, every operation located
+//! at the fp8c node it comes from (`loc("node name")`). Built with melior's builders and
+//! checked by MLIR's verifier before it is printed.
+//!
+//! melior needs a system LLVM/MLIR 22 (`scripts/mlir-env.sh` installs Debian's packages and
+//! prints the variables `mlir-sys` reads), so the builder is behind the `mlir` cargo feature;
+//! without it [`emit`] returns [`Error::Unavailable`] saying how to build it.
+//!
+//! What the first slice covers (more ops are the rest of issue #18): static shapes; `gemm`
+//! (transposes, alpha, beta, a broadcast bias), 2-D `matmul`, the broadcasting elementwise ops
+//! `add`, `sub`, `mul`, `div`, `max`, `min` and the unary `relu`, `neg`, `exp`, `tanh`,
+//! `identity`, and f32 constants. Anything else is an error naming the node and its op.
+
+#[cfg(feature = "mlir")]
+mod emit;
+#[cfg(feature = "mlir")]
+mod jit;
+
+use fp8c_ir::{Graph, Tensor};
+use fp8c_runtime::{Executable, RuntimeError};
+use std::collections::BTreeMap;
+
+/// Why a graph cannot be emitted.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// This build has no MLIR.
+    #[error(
+        "this fp8c was built without MLIR: build it with `--features mlir` (needs LLVM/MLIR 22: scripts/mlir-env.sh installs it)"
+    )]
+    Unavailable,
+    /// A node the emitter does not cover.
+    #[error("node \"{node}\" ({op}): {why}")]
+    Unsupported {
+        /// The node's name.
+        node: String,
+        /// Its op's name.
+        op: String,
+        /// What is missing.
+        why: String,
+    },
+    /// MLIR rejected what was built (an emitter bug).
+    #[error("MLIR's verifier rejected the module: {0}")]
+    Invalid(String),
+}
+
+/// Whether this build can emit MLIR.
+pub fn available() -> bool {
+    cfg!(feature = "mlir")
+}
+
+/// `graph` as MLIR text, verified by MLIR.
+pub fn emit(graph: &Graph) -> Result<String, Error> {
+    #[cfg(feature = "mlir")]
+    {
+        emit::module_text(graph)
+    }
+    #[cfg(not(feature = "mlir"))]
+    {
+        let _ = graph;
+        Err(Error::Unavailable)
+    }
+}
+
+/// `graph` (static shapes) compiled by MLIR's JIT, as an executable like the runtime's
+/// backends give: `fp8c run --device mlir`. `weights` holds the params' data by name.
+pub fn prepare(
+    graph: &Graph,
+    weights: &BTreeMap<String, Tensor>,
+) -> Result<Box<dyn Executable>, RuntimeError> {
+    #[cfg(feature = "mlir")]
+    {
+        jit::prepare(graph, weights)
+    }
+    #[cfg(not(feature = "mlir"))]
+    {
+        let _ = (graph, weights);
+        Err(RuntimeError::Unavailable {
+            backend: "mlir",
+            message: Error::Unavailable.to_string(),
+        })
+    }
+}
