@@ -2,6 +2,7 @@
 //! module's shape and the ops covered.
 
 use crate::Error;
+use crate::scalar::Scalar;
 use fp8c_ir::{DType, Graph, Node, Op, Tensor, Value as IrValue};
 use melior::{
     Context,
@@ -258,112 +259,463 @@ impl<'c> Emitter<'c, '_> {
         let out_v = IrValue::new(id, 0);
         let out_ty = self.tensor(out_v, node)?;
         let out_dims = self.dims(out_v, node)?;
-        let rank = out_dims.len();
-        let parallel = vec!["parallel"; rank];
+        let out_dtype = self.graph.value_type(out_v).dtype;
+        let parallel = vec!["parallel"; out_dims.len()];
         let in_maps = |s: &Self| -> Result<Vec<Attribute<'c>>, Error> {
             node.inputs()
                 .iter()
                 .map(|&v| Ok(s.broadcast_map(&s.dims(v, node)?, &out_dims)))
                 .collect()
         };
-        let float = self.graph.value_type(out_v).dtype.is_float();
-        if !float && !matches!(node.op, Op::Constant { .. }) {
-            return Err(unsupported(node, "only float results are emitted yet"));
-        }
-        Ok(vec![match &node.op {
-            Op::Constant { value } => self.constant(block, value, out_ty, node, loc)?,
-            Op::Identity => ins[0],
-            Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Max | Op::Min => {
-                if ins.len() != 2 {
-                    return Err(unsupported(node, "only two operands are emitted yet"));
+        let ctx = self.ctx;
+        let f32_only = |what: &str| -> Result<(), Error> {
+            if out_dtype == DType::F32 {
+                Ok(())
+            } else {
+                Err(unsupported(
+                    node,
+                    format!("{what} with a {out_dtype} result is not emitted yet"),
+                ))
+            }
+        };
+        Ok(match &node.op {
+            Op::Constant { value } => vec![self.constant(block, value, out_ty, node, loc)?],
+            Op::Identity => vec![ins[0]],
+            op if Scalar::covers(op) => {
+                f32_only("an elementwise op")?;
+                let op = op.clone();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    in_maps(self)?,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        s.elementwise(&op, a).expect("covered")
+                    },
+                )]
+            }
+            Op::MatMul | Op::Gemm { .. } => {
+                f32_only("a matmul")?;
+                vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
+            }
+            Op::Amax => vec![self.amax(block, node, ins[0], loc)?],
+            Op::ComputeScale {
+                fmt,
+                margin,
+                source,
+                epsilon,
+                power_2,
+            } => {
+                if *source != fp8c_ir::AmaxSource::Current {
+                    return Err(unsupported(
+                        node,
+                        "delayed scaling (amax histories) is not emitted yet: use --recipe current",
+                    ));
                 }
-                let op = node.op.clone();
-                self.generic(
+                self.compute_scale(
                     block,
-                    &ins,
-                    in_maps(self)?,
-                    &parallel,
-                    out_ty,
-                    None,
+                    (ins[0], ins[1]),
+                    *fmt,
+                    *margin,
+                    *epsilon,
+                    *power_2,
                     loc,
-                    |b, a| {
-                        let o = match op {
-                            Op::Add => arith::addf(a[0], a[1], loc),
-                            Op::Sub => arith::subf(a[0], a[1], loc),
-                            Op::Mul => arith::mulf(a[0], a[1], loc),
-                            Op::Div => arith::divf(a[0], a[1], loc),
-                            // NaN-propagating, as fp8c's fmax_nan / fmin_nan.
-                            Op::Max => OperationBuilder::new("arith.maximumf", loc)
-                                .add_operands(&[a[0], a[1]])
-                                .enable_result_type_inference()
-                                .build()
-                                .expect("arith.maximumf"),
-                            _ => arith::minimumf(a[0], a[1], loc),
-                        };
-                        b.append_operation(o).result(0).expect("result").into()
-                    },
                 )
             }
-            Op::Relu | Op::Neg | Op::Exp | Op::Tanh => {
-                let op = node.op.clone();
-                let elem = self.elem(self.graph.value_type(out_v).dtype, node)?;
-                self.generic(
-                    block,
-                    &ins,
-                    in_maps(self)?,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    |b, a| {
-                        let unary = |name: &str| {
-                            OperationBuilder::new(name, loc)
-                                .add_operands(&[a[0]])
-                                .enable_result_type_inference()
-                                .build()
-                                .expect("unary")
-                        };
-                        let o = match op {
-                            Op::Neg => arith::negf(a[0], loc),
-                            Op::Exp => unary("math.exp"),
-                            Op::Tanh => unary("math.tanh"),
-                            _ => {
-                                // relu: x < 0 ? 0 : x (NaN stays NaN, as the CPU's relu).
-                                let zero: Value = b
-                                    .append_operation(arith::constant(
-                                        self.ctx,
-                                        FloatAttribute::new(self.ctx, elem, 0.0).into(),
-                                        loc,
-                                    ))
-                                    .result(0)
-                                    .expect("result")
-                                    .into();
-                                let lt: Value = b
-                                    .append_operation(arith::cmpf(
-                                        self.ctx,
-                                        arith::CmpfPredicate::Olt,
-                                        a[0],
-                                        zero,
-                                        loc,
-                                    ))
-                                    .result(0)
-                                    .expect("result")
-                                    .into();
-                                arith::select(lt, zero, a[0], loc)
-                            }
-                        };
-                        b.append_operation(o).result(0).expect("result").into()
-                    },
-                )
+            Op::Quantize { to, saturate } => {
+                let (to, sat, f8) = (*to, *saturate, self.elem(out_dtype, node)?);
+                let x_dims = self.dims(node.inputs()[0], node)?;
+                if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+                    return Err(unsupported(node, "only f32 inputs are quantized yet"));
+                }
+                let maps = vec![
+                    self.broadcast_map(&x_dims, &out_dims),
+                    self.broadcast_map(&[], &out_dims),
+                ];
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        Scalar { ctx, block: b, loc }.quantize(to, sat, a[0], a[1], f8)
+                    }),
+                ]
             }
-            Op::MatMul | Op::Gemm { .. } => self.gemm(block, node, &ins, out_ty, &out_dims, loc)?,
+            Op::Dequantize { .. } => {
+                f32_only("dequantize")?;
+                let fmt = self.graph.value_type(node.inputs()[0]).dtype;
+                let q_dims = self.dims(node.inputs()[0], node)?;
+                let maps = vec![
+                    self.broadcast_map(&q_dims, &out_dims),
+                    self.broadcast_map(&[], &out_dims),
+                ];
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        let v = s.decode(fmt, a[0]);
+                        s.mul_keep_nan(v, a[1])
+                    }),
+                ]
+            }
+            Op::ScaledMatMul { out, .. } => {
+                f32_only("scaled_matmul")?;
+                let _ = out;
+                vec![self.scaled_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
+            }
+            Op::ScaledMatMulEpilogue { expr, to, .. } => {
+                f32_only("scaled_matmul_epilogue")?;
+                if to.is_some() {
+                    return Err(unsupported(
+                        node,
+                        "an FP8 epilogue output is not emitted yet",
+                    ));
+                }
+                vec![self.scaled_matmul(block, node, &ins, Some(expr), out_ty, &out_dims, loc)?]
+            }
             other => {
                 return Err(unsupported(
                     node,
                     format!("`{}` is not emitted to MLIR yet", other.name()),
                 ));
             }
-        }])
+        })
+    }
+
+    /// A 0-d tensor's element.
+    fn extract<'a>(
+        &self,
+        block: &'a Block<'c>,
+        t: Value<'c, 'a>,
+        elem: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        block
+            .append_operation(
+                OperationBuilder::new("tensor.extract", loc)
+                    .add_operands(&[t])
+                    .add_results(&[elem])
+                    .build()
+                    .expect("tensor.extract"),
+            )
+            .result(0)
+            .expect("result")
+            .into()
+    }
+
+    /// A 0-d tensor holding `v`.
+    fn scalar_tensor<'a>(
+        &self,
+        block: &'a Block<'c>,
+        v: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let ty = RankedTensorType::new(&[], v.r#type(), None).into();
+        block
+            .append_operation(
+                OperationBuilder::new("tensor.from_elements", loc)
+                    .add_operands(&[v])
+                    .add_results(&[ty])
+                    .build()
+                    .expect("tensor.from_elements"),
+            )
+            .result(0)
+            .expect("result")
+            .into()
+    }
+
+    /// fp8c-core `amax_f32`: an unsigned max over `|x|`'s bits (NaN wins), then the f32.
+    fn amax<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        x: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+            return Err(unsupported(
+                node,
+                "only the amax of f32 tensors is emitted yet",
+            ));
+        }
+        let dims = self.dims(node.inputs()[0], node)?;
+        let i32t: Type = melior::ir::r#type::IntegerType::new(self.ctx, 32).into();
+        let acc_ty: Type = RankedTensorType::new(&[], i32t, None).into();
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let zero = s.i32(0);
+        let empty = self.empty(block, acc_ty, loc);
+        let init = self.fill(block, zero, empty, acc_ty, i32t, loc);
+        let rank = dims.len();
+        let maps = vec![self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank))];
+        let out_map = self.map_attr(AffineMap::new(self.ctx, rank, 0, &[]));
+        let ctx = self.ctx;
+        let bits = self.generic_with_out_map(
+            block,
+            &[x],
+            maps,
+            out_map,
+            &vec!["reduction"; rank],
+            acc_ty,
+            init,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let abs = s.and(s.bits(a[0]), s.i32(0x7fff_ffff));
+                s.int("arith.maxui", abs, a[1])
+            },
+        );
+        let m = self.extract(block, bits, i32t, loc);
+        let nan = s.cmpi(
+            melior::dialect::arith::CmpiPredicate::Ugt,
+            m,
+            s.i32(0x7f80_0000),
+        );
+        let v = s.select(nan, s.i32(0x7fc0_0000), m);
+        Ok(self.scalar_tensor(block, s.float(v), loc))
+    }
+
+    /// `compute_scale` from this step's amax (fp8c-core `compute_scale`, TE's rules) and its
+    /// reciprocal, as 0-d tensors.
+    #[allow(clippy::too_many_arguments)]
+    fn compute_scale<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (amax_t, prev_t): (Value<'c, 'a>, Value<'c, 'a>),
+        fmt: DType,
+        margin: f32,
+        epsilon: f32,
+        power_2: bool,
+        loc: Location<'c>,
+    ) -> Vec<Value<'c, 'a>> {
+        use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
+        let f32t = Type::float32(self.ctx);
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let amax = self.extract(block, amax_t, f32t, loc);
+        let prev = self.extract(block, prev_t, f32t, loc);
+        // max(amax, epsilon): NaN stays NaN.
+        let eps = s.f32(epsilon);
+        let below = s.cmpf(F::Olt, amax, eps);
+        let amax = s.select(below, eps, amax);
+        let fmax = s.f32(if fmt == DType::F8E4M3 { 448.0 } else { 57344.0 });
+        let pow2_margin = s.f32(2f64.powf(f64::from(margin)) as f32);
+        let sf = s.float(
+            s.bits(
+                block
+                    .append_operation(melior::dialect::arith::divf(fmax, amax, loc))
+                    .result(0)
+                    .expect("result")
+                    .into(),
+            ),
+        );
+        let sf: Value = block
+            .append_operation(melior::dialect::arith::divf(sf, pow2_margin, loc))
+            .result(0)
+            .expect("result")
+            .into();
+        // amax > 0 and finite, else the previous scale; an infinite scale becomes f32::MAX.
+        let positive = s.cmpf(F::Ogt, amax, s.f32(0.0));
+        let finite = s.cmpf(F::One, amax, s.f32(f32::INFINITY));
+        let ok = s.and(positive, finite);
+        let sf = s.select(ok, sf, prev);
+        let abs = s.and(s.bits(sf), s.i32(0x7fff_ffff));
+        let inf = s.cmpi(I::Eq, abs, s.i32(0x7f80_0000));
+        let mut scale = s.select(inf, s.f32(f32::MAX), sf);
+        if power_2 {
+            scale = s.float(s.and(s.bits(scale), s.i32(0xff80_0000)));
+        }
+        let inv: Value = block
+            .append_operation(melior::dialect::arith::divf(s.f32(1.0), scale, loc))
+            .result(0)
+            .expect("result")
+            .into();
+        vec![
+            self.scalar_tensor(block, scale, loc),
+            self.scalar_tensor(block, inv, loc),
+        ]
+    }
+
+    /// `linalg.fill` of `value` into `into`.
+    fn fill<'a>(
+        &self,
+        block: &'a Block<'c>,
+        value: Value<'c, 'a>,
+        into: Value<'c, 'a>,
+        ty: Type<'c>,
+        elem: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        block
+            .append_operation(
+                OperationBuilder::new("linalg.fill", loc)
+                    .add_operands(&[value, into])
+                    .add_results(&[ty])
+                    .add_attributes(&[(
+                        Identifier::new(self.ctx, "operandSegmentSizes"),
+                        DenseI32ArrayAttribute::new(self.ctx, &[1, 1]).into(),
+                    )])
+                    .add_regions([fill_region(self.ctx, elem, loc)])
+                    .build()
+                    .expect("linalg.fill"),
+            )
+            .result(0)
+            .expect("result")
+            .into()
+    }
+
+    /// `Σ_k a[m,k]·b[k,n]` (operands as the maps read them) into a zero-filled f32
+    /// accumulator, in K order; FP8 operands are decoded exactly first.
+    #[allow(clippy::too_many_arguments)]
+    fn k_product<'a>(
+        &self,
+        block: &'a Block<'c>,
+        a: Value<'c, 'a>,
+        b: Value<'c, 'a>,
+        (ta, tb): (bool, bool),
+        fp8: Option<(DType, DType)>,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let d = |i| AffineExpr::dim(self.ctx, i);
+        // (m, n, k)
+        let a_map = if ta { [d(2), d(0)] } else { [d(0), d(2)] };
+        let b_map = if tb { [d(1), d(2)] } else { [d(2), d(1)] };
+        let maps = vec![
+            self.map_attr(AffineMap::new(self.ctx, 3, 0, &a_map)),
+            self.map_attr(AffineMap::new(self.ctx, 3, 0, &b_map)),
+        ];
+        let f32t = Type::float32(self.ctx);
+        let zero = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        }
+        .f32(0.0);
+        let empty = self.empty(block, out_ty, loc);
+        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
+        let out_map = self.map_attr(AffineMap::new(self.ctx, 3, 0, &[d(0), d(1)]));
+        let ctx = self.ctx;
+        self.generic_with_out_map(
+            block,
+            &[a, b],
+            maps,
+            out_map,
+            &["parallel", "parallel", "reduction"],
+            out_ty,
+            filled,
+            loc,
+            |blk, v| {
+                let s = Scalar {
+                    ctx,
+                    block: blk,
+                    loc,
+                };
+                let (x, y) = match fp8 {
+                    Some((fa, fb)) => (s.decode(fa, v[0]), s.decode(fb, v[1])),
+                    None => (v[0], v[1]),
+                };
+                let p = s.elementwise(&Op::Mul, &[x, y]).expect("mul");
+                s.elementwise(&Op::Add, &[v[2], p]).expect("add")
+            },
+        )
+    }
+
+    /// `scaled_matmul` (2-D): the decoded product times `scale_inv_a · scale_inv_b`, then the
+    /// epilogue program (its `a0` the product, `a1…` the extra operands, broadcast). The
+    /// accumulation is f32 in K order: a `fast_accum` GEMM (Hopper's tensor-core truncation,
+    /// which the CPU reference models) is emitted with f32 accumulation too.
+    #[allow(clippy::too_many_arguments)]
+    fn scaled_matmul<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        ins: &[Value<'c, 'a>],
+        expr: Option<&fp8c_ir::EwExpr>,
+        out_ty: Type<'c>,
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        if out_dims.len() != 2 {
+            return Err(unsupported(node, "only 2-D scaled matmuls are emitted yet"));
+        }
+        let fa = self.graph.value_type(node.inputs()[0]).dtype;
+        let fb = self.graph.value_type(node.inputs()[1]).dtype;
+        let product = self.k_product(
+            block,
+            ins[0],
+            ins[1],
+            (false, false),
+            Some((fa, fb)),
+            out_ty,
+            loc,
+        );
+        let f32t = Type::float32(self.ctx);
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let sa = self.extract(block, ins[2], f32t, loc);
+        let sb = self.extract(block, ins[3], f32t, loc);
+        let alpha = s.elementwise(&Op::Mul, &[sa, sb]).expect("mul");
+        let alpha = self.scalar_tensor(block, alpha, loc);
+        let mut ops = vec![product, alpha];
+        let mut maps = vec![
+            self.map_attr(AffineMap::multi_dim_identity(self.ctx, 2)),
+            self.broadcast_map(&[], out_dims),
+        ];
+        let insts: Vec<fp8c_ir::EwInst> = expr.map(|e| e.insts().to_vec()).unwrap_or_default();
+        for (k, &v) in node.inputs().iter().enumerate().skip(4) {
+            ops.push(ins[k]);
+            maps.push(self.broadcast_map(&self.dims(v, node)?, out_dims));
+        }
+        for inst in &insts {
+            if !Scalar::covers(&inst.op) {
+                return Err(unsupported(
+                    node,
+                    format!(
+                        "`{}` in the epilogue is not emitted to MLIR yet",
+                        inst.op.name()
+                    ),
+                ));
+            }
+        }
+        let ctx = self.ctx;
+        Ok(self.generic(
+            block,
+            &ops,
+            maps,
+            &["parallel", "parallel"],
+            out_ty,
+            None,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let y = s.elementwise(&Op::Mul, &[a[0], a[1]]).expect("mul");
+                // a0 is the scaled product, a1… the extra operands (after the alpha slot).
+                let operand = |i: u32| if i == 0 { y } else { a[i as usize + 1] };
+                let mut temps: Vec<Value> = Vec::new();
+                for inst in &insts {
+                    let args: Vec<Value> = inst
+                        .args
+                        .iter()
+                        .map(|arg| match arg {
+                            fp8c_ir::EwArg::Input(i) => operand(*i),
+                            fp8c_ir::EwArg::Temp(t) => temps[*t as usize],
+                        })
+                        .collect();
+                    temps.push(s.elementwise(&inst.op, &args).expect("covered"));
+                }
+                temps.last().copied().unwrap_or(y)
+            },
+        ))
     }
 
     /// `matmul` (2-D) and `gemm` (alpha·op(A)·op(B) + beta·C, C broadcast) as one
@@ -389,67 +741,8 @@ impl<'c> Emitter<'c, '_> {
         if out_dims.len() != 2 || ins.len() < 2 {
             return Err(unsupported(node, "only 2-D matmuls are emitted yet"));
         }
-        let elem = RankedTensorType::try_from(out_ty)
-            .map(|r| r.element())
-            .map_err(|_| unsupported(node, "the result is not a ranked tensor"))?;
-        let d = |i| AffineExpr::dim(self.ctx, i);
-        // (m, n, k)
-        let a_map = if ta { [d(2), d(0)] } else { [d(0), d(2)] };
-        let b_map = if tb { [d(1), d(2)] } else { [d(2), d(1)] };
-        let maps = vec![
-            self.map_attr(AffineMap::new(self.ctx, 3, 0, &a_map)),
-            self.map_attr(AffineMap::new(self.ctx, 3, 0, &b_map)),
-        ];
-        // The accumulator: zeros, then the product added in K order.
-        let zero: Value = block
-            .append_operation(arith::constant(
-                self.ctx,
-                FloatAttribute::new(self.ctx, elem, 0.0).into(),
-                loc,
-            ))
-            .result(0)
-            .expect("result")
-            .into();
-        let empty = self.empty(block, out_ty, loc);
-        let filled: Value = block
-            .append_operation(
-                OperationBuilder::new("linalg.fill", loc)
-                    .add_operands(&[zero, empty])
-                    .add_results(&[out_ty])
-                    .add_attributes(&[(
-                        Identifier::new(self.ctx, "operandSegmentSizes"),
-                        DenseI32ArrayAttribute::new(self.ctx, &[1, 1]).into(),
-                    )])
-                    .add_regions([fill_region(self.ctx, elem, loc)])
-                    .build()
-                    .expect("linalg.fill"),
-            )
-            .result(0)
-            .expect("result")
-            .into();
-        // generic's output map is (m, n, k) -> (m, n): build it by hand (not the identity).
-        let out_map = self.map_attr(AffineMap::new(self.ctx, 3, 0, &[d(0), d(1)]));
-        let product = self.generic_with_out_map(
-            block,
-            &ins[..2],
-            maps,
-            out_map,
-            &["parallel", "parallel", "reduction"],
-            out_ty,
-            filled,
-            loc,
-            |b, a| {
-                let p: Value = b
-                    .append_operation(arith::mulf(a[0], a[1], loc))
-                    .result(0)
-                    .expect("result")
-                    .into();
-                b.append_operation(arith::addf(a[2], p, loc))
-                    .result(0)
-                    .expect("result")
-                    .into()
-            },
-        );
+        let elem = Type::float32(self.ctx);
+        let product = self.k_product(block, ins[0], ins[1], (ta, tb), None, out_ty, loc);
         if alpha == 1.0 && (ins.len() < 3 || beta == 0.0) {
             return Ok(product);
         }

@@ -8,15 +8,17 @@
 //! prints the variables `mlir-sys` reads), so the builder is behind the `mlir` cargo feature;
 //! without it [`emit`] returns [`Error::Unavailable`] saying how to build it.
 //!
-//! What the first slice covers (more ops are the rest of issue #18): static shapes; `gemm`
-//! (transposes, alpha, beta, a broadcast bias), 2-D `matmul`, the broadcasting elementwise ops
-//! `add`, `sub`, `mul`, `div`, `max`, `min` and the unary `relu`, `neg`, `exp`, `tanh`,
-//! `identity`, and f32 constants. Anything else is an error naming the node and its op.
+//! What is covered so far (static shapes; GEMMs, broadcasting elementwise ops, and FP8 with
+//! current scaling: amax, compute_scale, quantize / dequantize as exact bit arithmetic, the
+//! scaled GEMMs with their epilogues) and what is left: ARCHITECTURE.md, "MLIR out". Any
+//! other node is an error naming the node and its op.
 
 #[cfg(feature = "mlir")]
 mod emit;
 #[cfg(feature = "mlir")]
 mod jit;
+#[cfg(feature = "mlir")]
+mod scalar;
 
 use fp8c_ir::{Graph, Tensor};
 use fp8c_runtime::{Executable, RuntimeError};

@@ -1,0 +1,277 @@
+//! Scalar arithmetic inside `linalg.generic` bodies: fp8c's elementwise ops, and the FP8
+//! encode / decode as integer bit arithmetic (ports of fp8c-core's `encode_bits` and decode
+//! table, the same as the CUDA kernels' `fp8_encode` / `fp8_decode`), since MLIR's
+//! `arith.truncf` / `arith.extf` to and from f8 types do not lower to LLVM.
+
+use fp8c_ir::{DType, Op};
+use melior::{
+    Context,
+    dialect::arith::{self, CmpfPredicate, CmpiPredicate},
+    ir::{
+        Block, BlockLike, Location, Type, Value,
+        attribute::{FloatAttribute, IntegerAttribute},
+        operation::OperationBuilder,
+        r#type::IntegerType,
+    },
+};
+
+/// Builds scalar operations at the end of one block.
+pub(crate) struct Scalar<'c, 'b> {
+    pub ctx: &'c Context,
+    pub block: &'b Block<'c>,
+    pub loc: Location<'c>,
+}
+
+impl<'c, 'b> Scalar<'c, 'b> {
+    fn push(&self, op: melior::ir::Operation<'c>) -> Value<'c, 'b> {
+        self.block
+            .append_operation(op)
+            .result(0)
+            .expect("one result")
+            .into()
+    }
+
+    fn i32t(&self) -> Type<'c> {
+        IntegerType::new(self.ctx, 32).into()
+    }
+
+    pub fn f32(&self, v: f32) -> Value<'c, 'b> {
+        let t = Type::float32(self.ctx);
+        self.push(arith::constant(
+            self.ctx,
+            FloatAttribute::new(self.ctx, t, f64::from(v)).into(),
+            self.loc,
+        ))
+    }
+
+    pub fn i32(&self, v: u32) -> Value<'c, 'b> {
+        self.push(arith::constant(
+            self.ctx,
+            IntegerAttribute::new(self.i32t(), i64::from(v as i32)).into(),
+            self.loc,
+        ))
+    }
+
+    fn named(&self, name: &str, operands: &[Value<'c, '_>], result: Type<'c>) -> Value<'c, 'b> {
+        self.push(
+            OperationBuilder::new(name, self.loc)
+                .add_operands(operands)
+                .add_results(&[result])
+                .build()
+                .expect("valid scalar op"),
+        )
+    }
+
+    fn inferred(&self, name: &str, operands: &[Value<'c, '_>]) -> Value<'c, 'b> {
+        self.push(
+            OperationBuilder::new(name, self.loc)
+                .add_operands(operands)
+                .enable_result_type_inference()
+                .build()
+                .expect("valid scalar op"),
+        )
+    }
+
+    pub fn bitcast(&self, v: Value<'c, '_>, to: Type<'c>) -> Value<'c, 'b> {
+        self.named("arith.bitcast", &[v], to)
+    }
+    pub fn bits(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
+        self.bitcast(v, self.i32t())
+    }
+    pub fn float(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
+        self.bitcast(v, Type::float32(self.ctx))
+    }
+    pub fn int(&self, name: &str, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred(name, &[a, b])
+    }
+    pub fn cmpi(&self, p: CmpiPredicate, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::cmpi(self.ctx, p, a, b, self.loc))
+    }
+    pub fn cmpf(&self, p: CmpfPredicate, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::cmpf(self.ctx, p, a, b, self.loc))
+    }
+    pub fn select(&self, c: Value<'c, '_>, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::select(c, a, b, self.loc))
+    }
+    pub fn and(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.int("arith.andi", a, b)
+    }
+    pub fn or(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.int("arith.ori", a, b)
+    }
+
+    /// Whether [`Scalar::elementwise`] builds `op`.
+    pub fn covers(op: &Op) -> bool {
+        matches!(
+            op,
+            Op::Add
+                | Op::Sub
+                | Op::Mul
+                | Op::Div
+                | Op::Max
+                | Op::Min
+                | Op::Neg
+                | Op::Exp
+                | Op::Tanh
+                | Op::Relu
+        )
+    }
+
+    /// An fp8c elementwise op on f32 scalars (the ops the emitter covers), or None.
+    pub fn elementwise(&self, op: &Op, a: &[Value<'c, '_>]) -> Option<Value<'c, 'b>> {
+        let l = self.loc;
+        Some(match op {
+            Op::Add => self.push(arith::addf(a[0], a[1], l)),
+            Op::Sub => self.push(arith::subf(a[0], a[1], l)),
+            Op::Mul => self.push(arith::mulf(a[0], a[1], l)),
+            Op::Div => self.push(arith::divf(a[0], a[1], l)),
+            // NaN-propagating, as fp8c's fmax_nan / fmin_nan.
+            Op::Max => self.inferred("arith.maximumf", &[a[0], a[1]]),
+            Op::Min => self.inferred("arith.minimumf", &[a[0], a[1]]),
+            Op::Neg => self.push(arith::negf(a[0], l)),
+            Op::Exp => self.inferred("math.exp", &[a[0]]),
+            Op::Tanh => self.inferred("math.tanh", &[a[0]]),
+            Op::Relu => {
+                // x < 0 ? 0 : x (NaN stays NaN, as the CPU's relu).
+                let zero = self.f32(0.0);
+                let lt = self.cmpf(CmpfPredicate::Olt, a[0], zero);
+                self.select(lt, zero, a[0])
+            }
+            _ => return None,
+        })
+    }
+
+    /// `x · s` with the host's NaN rule (a NaN operand comes out quieted with its sign), so
+    /// that quantize(−NaN) keeps its sign whatever LLVM makes of a NaN product.
+    pub fn mul_keep_nan(&self, x: Value<'c, '_>, s: Value<'c, '_>) -> Value<'c, 'b> {
+        let quiet = |v: Value<'c, '_>| {
+            let q = self.or(self.bits(v), self.i32(0x0040_0000));
+            self.float(q)
+        };
+        let p = self.push(arith::mulf(x, s, self.loc));
+        let s_nan = self.cmpf(CmpfPredicate::Uno, s, s);
+        let p = self.select(s_nan, quiet(s), p);
+        let x_nan = self.cmpf(CmpfPredicate::Uno, x, x);
+        self.select(x_nan, quiet(x), p)
+    }
+
+    /// fp8c-core `encode_bits::<SAT>` of an f32: the FP8 code in the low 8 bits of an i32.
+    pub fn encode(&self, fmt: DType, sat: bool, x: Value<'c, '_>) -> Value<'c, 'b> {
+        let e4 = fmt == DType::F8E4M3;
+        let (rebias, shift) = if e4 {
+            (120u32 << 23, 20u32)
+        } else {
+            (112 << 23, 21)
+        };
+        let min_normal = if e4 { 0x3c80_0000 } else { 0x3880_0000 };
+        let overflow_above = if e4 { 0x43e8_0000 } else { 0x476f_ffff };
+        let magic = if e4 { 16384.0f32 } else { 128.0 };
+        let (max_code, overflow_code, nan_code) = if e4 {
+            (0x7e, 0x7f, 0x7f)
+        } else {
+            (0x7b, 0x7c, 0x7e)
+        };
+        let bits = self.bits(x);
+        let sign = self.and(self.int("arith.shrui", bits, self.i32(24)), self.i32(0x80));
+        let abs = self.and(bits, self.i32(0x7fff_ffff));
+        let lsb = self.and(self.int("arith.shrui", abs, self.i32(shift)), self.i32(1));
+        let half_minus_one = (1u32 << (shift - 1)) - 1;
+        // (abs − rebias + half − 1 + lsb) >> shift, wrapping like the CPU.
+        let t = self.int("arith.subi", abs, self.i32(rebias));
+        let t = self.int("arith.addi", t, self.i32(half_minus_one));
+        let t = self.int("arith.addi", t, lsb);
+        let normal = self.int("arith.shrui", t, self.i32(shift));
+        // Subnormals: |x| + magic rounded to nearest even by the f32 addition.
+        let m = self.f32(magic);
+        let sum = self.push(arith::addf(self.float(abs), m, self.loc));
+        let subnormal = self.int("arith.subi", self.bits(sum), self.bits(m));
+        let is_sub = self.cmpi(CmpiPredicate::Ult, abs, self.i32(min_normal));
+        let mag = self.select(is_sub, subnormal, normal);
+        let over = self.cmpi(CmpiPredicate::Ugt, abs, self.i32(overflow_above));
+        let over_code = self.i32(if sat { max_code } else { overflow_code });
+        let mag = self.select(over, over_code, mag);
+        let nan = self.cmpi(CmpiPredicate::Ugt, abs, self.i32(0x7f80_0000));
+        let mag = self.select(nan, self.i32(nan_code), mag);
+        self.or(mag, sign)
+    }
+
+    /// fp8c-core `quantize`: encode(x · s); an infinite x gives NaN (E4M3) / ±inf (E5M2).
+    /// Returns the code as a value of the FP8 type.
+    pub fn quantize(
+        &self,
+        fmt: DType,
+        sat: bool,
+        x: Value<'c, '_>,
+        s: Value<'c, '_>,
+        f8: Type<'c>,
+    ) -> Value<'c, 'b> {
+        let c = self.encode(fmt, sat, self.mul_keep_nan(x, s));
+        let bits = self.bits(x);
+        let sign = self.and(self.int("arith.shrui", bits, self.i32(24)), self.i32(0x80));
+        let inf_code = self.or(
+            sign,
+            self.i32(if fmt == DType::F8E4M3 { 0x7f } else { 0x7c }),
+        );
+        let abs = self.and(bits, self.i32(0x7fff_ffff));
+        let is_inf = self.cmpi(CmpiPredicate::Eq, abs, self.i32(0x7f80_0000));
+        let code = self.select(is_inf, inf_code, c);
+        let byte = self.named(
+            "arith.trunci",
+            &[code],
+            IntegerType::new(self.ctx, 8).into(),
+        );
+        self.bitcast(byte, f8)
+    }
+
+    /// The exact f32 of an FP8 code (a value of the FP8 type); every NaN code gives the
+    /// sign-preserving quiet NaN, as fp8c-core's decode table.
+    pub fn decode(&self, fmt: DType, q: Value<'c, '_>) -> Value<'c, 'b> {
+        let byte = self.bitcast(q, IntegerType::new(self.ctx, 8).into());
+        let code = self.named("arith.extui", &[byte], self.i32t());
+        let sign = self.int("arith.shli", self.and(code, self.i32(0x80)), self.i32(24));
+        let e4 = fmt == DType::F8E4M3;
+        let (eshift, emask, mmask, bias, mshift, sub_scale) = if e4 {
+            (3, 0xf, 7, 120, 20, 2f32.powi(-9)) // m · 2^-9, exact
+        } else {
+            (2, 0x1f, 3, 112, 21, 2f32.powi(-16)) // m · 2^-16, exact
+        };
+        let e = self.and(
+            self.int("arith.shrui", code, self.i32(eshift)),
+            self.i32(emask),
+        );
+        let m = self.and(code, self.i32(mmask));
+        let normal = self.or(
+            sign,
+            self.or(
+                self.int(
+                    "arith.shli",
+                    self.int("arith.addi", e, self.i32(bias)),
+                    self.i32(23),
+                ),
+                self.int("arith.shli", m, self.i32(mshift)),
+            ),
+        );
+        let mf = self.named("arith.uitofp", &[m], Type::float32(self.ctx));
+        let sub = self.push(arith::mulf(mf, self.f32(sub_scale), self.loc));
+        let sub = self.or(self.bits(sub), sign);
+        let e_zero = self.cmpi(CmpiPredicate::Eq, e, self.i32(0));
+        let bits = self.select(e_zero, sub, normal);
+        let special = if e4 {
+            // S.1111.111 is NaN.
+            let top = self.cmpi(
+                CmpiPredicate::Eq,
+                self.and(code, self.i32(0x7f)),
+                self.i32(0x7f),
+            );
+            (top, self.or(sign, self.i32(0x7fc0_0000)))
+        } else {
+            // S.11111.mm: ±inf (mm = 0) or NaN.
+            let top = self.cmpi(CmpiPredicate::Eq, e, self.i32(0x1f));
+            let inf = self.cmpi(CmpiPredicate::Eq, m, self.i32(0));
+            let v = self.select(inf, self.i32(0x7f80_0000), self.i32(0x7fc0_0000));
+            (top, self.or(sign, v))
+        };
+        let bits = self.select(special.0, special.1, bits);
+        self.float(bits)
+    }
+}
