@@ -85,7 +85,8 @@ const BLOCK: u32 = 256;
 ///
 /// assert_eq!(support(&Op::MatMul), Support::Yes);
 /// assert_eq!(support(&Op::Range), Support::Yes);
-/// assert!(matches!(support(&Op::Mod { fmod: false }), Support::No(why) if !why.is_empty()));
+/// let block = Op::BlockDequantize { to: fp8c_ir::DType::F32, rows: 1, cols: 32 };
+/// assert!(matches!(support(&block), Support::No(why) if !why.is_empty()));
 /// assert_eq!(support(&Op::Pad { mode: PadMode::Reflect }), Support::Yes);
 /// ```
 pub fn support(op: &Op) -> Support {
@@ -514,7 +515,6 @@ mod tests {
     /// The ops CUDA has no lowering for (with the examples' attributes); a new lowering moves
     /// its op out of this list.
     const NOT_ON_CUDA: &[&str] = &[
-        "mod",
         "block_scaled_matmul",
         "rms_norm",
         "cum_sum",
@@ -549,8 +549,9 @@ mod tests {
     #[test]
     fn support_follows_the_attributes_the_kernels_need() {
         use fp8c_ir::PadMode;
+        // Both mods: fmod=1 on floats and integers, fmod=0 (Python's) on integers.
         assert_eq!(support(&Op::Mod { fmod: true }), Support::Yes);
-        assert!(matches!(support(&Op::Mod { fmod: false }), Support::No(_)));
+        assert_eq!(support(&Op::Mod { fmod: false }), Support::Yes);
         assert_eq!(
             support(&Op::Pad {
                 mode: PadMode::Constant
