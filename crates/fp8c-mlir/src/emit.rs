@@ -12,10 +12,10 @@ use melior::{
         RegionLike, Type, Value, ValueLike,
         attribute::{
             ArrayAttribute, DenseElementsAttribute, DenseI32ArrayAttribute, FloatAttribute,
-            StringAttribute, TypeAttribute,
+            IntegerAttribute, StringAttribute, TypeAttribute,
         },
         operation::{OperationBuilder, OperationLike, OperationPrintingFlags},
-        r#type::{FunctionType, RankedTensorType, ShapedTypeLike},
+        r#type::{FunctionType, IntegerType, RankedTensorType, ShapedTypeLike},
     },
     utility::register_all_dialects,
 };
@@ -84,6 +84,13 @@ impl<'c> Emitter<'c, '_> {
             DType::F16 => Type::float16(self.ctx),
             DType::F8E4M3 => Type::float8_e4m3fn(self.ctx),
             DType::F8E5M2 => Type::float8_e5m2(self.ctx),
+            // Signless integers (MLIR's convention); bool is i1 (a byte per element in
+            // memory, 0 or 1, as fp8c stores it).
+            DType::I64 | DType::U64 => IntegerType::new(self.ctx, 64).into(),
+            DType::I32 | DType::U32 => IntegerType::new(self.ctx, 32).into(),
+            DType::I16 | DType::U16 => IntegerType::new(self.ctx, 16).into(),
+            DType::I8 | DType::U8 => IntegerType::new(self.ctx, 8).into(),
+            DType::Bool => IntegerType::new(self.ctx, 1).into(),
             other => {
                 return Err(unsupported(
                     node,
@@ -298,9 +305,130 @@ impl<'c> Emitter<'c, '_> {
                     },
                 )]
             }
+            Op::MatMul if out_dims.len() > 2 => {
+                f32_only("a matmul")?;
+                vec![self.batched_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
+            }
             Op::MatMul | Op::Gemm { .. } => {
                 f32_only("a matmul")?;
                 vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
+            }
+            Op::Transpose { perm } => {
+                // out[i] = in[j] with j[perm[k]] = i[k]: the input reads dim k at perm[k].
+                let r = out_dims.len();
+                let mut exprs = vec![AffineExpr::dim(ctx, 0); r];
+                for (k, &p) in perm.iter().enumerate() {
+                    exprs[p as usize] = AffineExpr::dim(ctx, k);
+                }
+                let maps = vec![self.map_attr(AffineMap::new(ctx, r, 0, &exprs))];
+                vec![self.generic(
+                    block,
+                    &ins[..1],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    |_, a| a[0],
+                )]
+            }
+            Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
+                vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
+            }
+            Op::ReduceMean { axes, keepdims } | Op::ReduceSum { axes, keepdims } => {
+                f32_only("a reduction")?;
+                let mean = matches!(node.op, Op::ReduceMean { .. });
+                let in_dims = self.dims(node.inputs()[0], node)?;
+                let r = in_dims.len() as i64;
+                let axes: Vec<usize> = match axes {
+                    Some(a) => a
+                        .iter()
+                        .map(|&x| (if x < 0 { x + r } else { x }) as usize)
+                        .collect(),
+                    None => (0..in_dims.len()).collect(),
+                };
+                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, mean, out_ty, loc)]
+            }
+            Op::Gather { axis } => {
+                let dd = self.dims(node.inputs()[0], node)?;
+                let idd = self.dims(node.inputs()[1], node)?;
+                let ax = (if *axis < 0 {
+                    axis + dd.len() as i64
+                } else {
+                    *axis
+                }) as usize;
+                let elem = self.elem(out_dtype, node)?;
+                vec![self.gather(
+                    block,
+                    (ins[0], ins[1]),
+                    (&dd, &idd),
+                    ax,
+                    (out_ty, elem),
+                    &out_dims,
+                    loc,
+                )]
+            }
+            Op::LayerNormalization { axis, epsilon } => {
+                f32_only("layer_norm")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut pdims = Vec::new();
+                for &v in &node.inputs()[1..] {
+                    pdims.push(self.dims(v, node)?);
+                }
+                vec![self.layer_norm(block, &ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc)]
+            }
+            Op::Where | Op::Expand => {
+                // where: select on an i1 condition, broadcasting; expand: a broadcast copy.
+                let n = if matches!(node.op, Op::Where) { 3 } else { 1 };
+                let maps = in_maps(self)?[..n].to_vec();
+                let is_where = n == 3;
+                vec![self.generic(
+                    block,
+                    &ins[..n],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        if is_where {
+                            Scalar { ctx, block: b, loc }.select(a[0], a[1], a[2])
+                        } else {
+                            a[0]
+                        }
+                    },
+                )]
+            }
+            Op::IsNaN => {
+                let maps = in_maps(self)?;
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        s.cmpf(melior::dialect::arith::CmpfPredicate::Uno, a[0], a[0])
+                    }),
+                ]
+            }
+            Op::Concat { axis } => {
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut dest = self.empty(block, out_ty, loc);
+                let mut at = 0u64;
+                for (k, &v) in node.inputs().iter().enumerate() {
+                    let d = self.dims(v, node)?;
+                    let mut offsets = vec![0i64; d.len()];
+                    offsets[ax] = at as i64;
+                    dest = self.insert_slice(block, ins[k], dest, &offsets, &d, out_ty, loc);
+                    at += d[ax];
+                }
+                vec![dest]
+            }
+            Op::Slice => vec![self.slice(block, node, ins[0], out_ty, loc)?],
+            Op::Softmax { axis } => {
+                f32_only("softmax")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                vec![self.softmax(block, ins[0], &out_dims, ax, out_ty, loc)]
             }
             Op::Amax => vec![self.amax(block, node, ins[0], loc)?],
             Op::ComputeScale {
@@ -642,20 +770,22 @@ impl<'c> Emitter<'c, '_> {
         out_dims: &[u64],
         loc: Location<'c>,
     ) -> Result<Value<'c, 'a>, Error> {
-        if out_dims.len() != 2 {
-            return Err(unsupported(node, "only 2-D scaled matmuls are emitted yet"));
-        }
         let fa = self.graph.value_type(node.inputs()[0]).dtype;
         let fb = self.graph.value_type(node.inputs()[1]).dtype;
-        let product = self.k_product(
-            block,
-            ins[0],
-            ins[1],
-            (false, false),
-            Some((fa, fb)),
-            out_ty,
-            loc,
-        );
+        let r = out_dims.len();
+        let product = if r == 2 {
+            self.k_product(
+                block,
+                ins[0],
+                ins[1],
+                (false, false),
+                Some((fa, fb)),
+                out_ty,
+                loc,
+            )
+        } else {
+            self.batched_matmul(block, node, ins, Some((fa, fb)), out_ty, out_dims, loc)?
+        };
         let f32t = Type::float32(self.ctx);
         let s = Scalar {
             ctx: self.ctx,
@@ -668,7 +798,7 @@ impl<'c> Emitter<'c, '_> {
         let alpha = self.scalar_tensor(block, alpha, loc);
         let mut ops = vec![product, alpha];
         let mut maps = vec![
-            self.map_attr(AffineMap::multi_dim_identity(self.ctx, 2)),
+            self.map_attr(AffineMap::multi_dim_identity(self.ctx, r)),
             self.broadcast_map(&[], out_dims),
         ];
         let insts: Vec<fp8c_ir::EwInst> = expr.map(|e| e.insts().to_vec()).unwrap_or_default();
@@ -692,7 +822,7 @@ impl<'c> Emitter<'c, '_> {
             block,
             &ops,
             maps,
-            &["parallel", "parallel"],
+            &vec!["parallel"; r],
             out_ty,
             None,
             loc,
@@ -872,6 +1002,568 @@ impl<'c> Emitter<'c, '_> {
             .into()
     }
 
+    /// `tensor.reshape` to the static `dims` (row-major, like every view op).
+    fn reshape<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        out_ty: Type<'c>,
+        dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let i64t: Type = melior::ir::r#type::IntegerType::new(self.ctx, 64).into();
+        let shape_ty: Type = RankedTensorType::new(&[dims.len() as u64], i64t, None).into();
+        let vals: Vec<Attribute> = dims
+            .iter()
+            .map(|&d| melior::ir::attribute::IntegerAttribute::new(i64t, d as i64).into())
+            .collect();
+        let dense = DenseElementsAttribute::new(shape_ty, &vals)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let shape: Value = block
+            .append_operation(arith::constant(self.ctx, dense.into(), loc))
+            .result(0)
+            .expect("result")
+            .into();
+        Ok(block
+            .append_operation(
+                OperationBuilder::new("tensor.reshape", loc)
+                    .add_operands(&[x, shape])
+                    .add_results(&[out_ty])
+                    .build()
+                    .expect("tensor.reshape"),
+            )
+            .result(0)
+            .expect("result")
+            .into())
+    }
+
+    /// The map from `rank` iteration dims to a tensor that keeps the dims not in `axes`
+    /// (`keepdims`: reduced dims read index 0).
+    fn reduced_map(&self, rank: usize, axes: &[usize], keepdims: bool) -> Attribute<'c> {
+        let exprs: Vec<AffineExpr> = (0..rank)
+            .filter_map(|k| match (axes.contains(&k), keepdims) {
+                (true, true) => Some(AffineExpr::constant(self.ctx, 0)),
+                (true, false) => None,
+                (false, _) => Some(AffineExpr::dim(self.ctx, k)),
+            })
+            .collect();
+        self.map_attr(AffineMap::new(self.ctx, rank, 0, &exprs))
+    }
+
+    /// An f64 accumulator over `axes` of `x` (index order, as the CPU's reductions), with
+    /// `body(acc, x_f64) -> acc` from `init`; dims kept with size 1.
+    #[allow(clippy::too_many_arguments)]
+    fn accumulate<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        in_maps: Vec<Attribute<'c>>,
+        dims: &[u64],
+        axes: &[usize],
+        init: f64,
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&Scalar<'c, 'b>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
+        let f64t = Type::float64(self.ctx);
+        let kept: Vec<u64> = dims
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| if axes.contains(&k) { 1 } else { d })
+            .collect();
+        let acc_ty: Type = RankedTensorType::new(&kept, f64t, None).into();
+        let init_v: Value = block
+            .append_operation(arith::constant(
+                self.ctx,
+                FloatAttribute::new(self.ctx, f64t, init).into(),
+                loc,
+            ))
+            .result(0)
+            .expect("result")
+            .into();
+        let empty = self.empty(block, acc_ty, loc);
+        let filled = self.fill(block, init_v, empty, acc_ty, f64t, loc);
+        let iters: Vec<&str> = (0..dims.len())
+            .map(|k| {
+                if axes.contains(&k) {
+                    "reduction"
+                } else {
+                    "parallel"
+                }
+            })
+            .collect();
+        let out_map = self.reduced_map(dims.len(), axes, true);
+        let ctx = self.ctx;
+        self.generic_with_out_map(
+            block,
+            ins,
+            in_maps,
+            out_map,
+            &iters,
+            acc_ty,
+            filled,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                body(&s, a)
+            },
+        )
+    }
+
+    /// reduce_sum / reduce_mean: f64 accumulation in index order, one rounding to f32.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_f64<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axes: &[usize],
+        keepdims: bool,
+        mean: bool,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, dims.len()));
+        let acc = self.accumulate(block, &[x], vec![id], dims, axes, 0.0, loc, |s, a| {
+            let xe = s.extf(a[0]);
+            s.addf64(a[1], xe)
+        });
+        let count: u64 = axes.iter().map(|&k| dims[k]).product();
+        // Iterate over the kept accumulator (the input's rank, reduced dims of size 1) and
+        // write the output through a map that drops those dims unless keepdims.
+        let kept_rank = dims.len();
+        let in_map = self.map_attr(AffineMap::multi_dim_identity(self.ctx, kept_rank));
+        let out_map = self.reduced_map(kept_rank, axes, keepdims);
+        let empty = self.empty(block, out_ty, loc);
+        let ctx = self.ctx;
+        let iters = vec!["parallel"; kept_rank];
+        // The iteration space is the accumulator's: reduced dims have size 1, so the output
+        // map's constant-0 / dropped dims are consistent.
+        self.generic_with_out_map(
+            block,
+            &[acc],
+            vec![in_map],
+            out_map,
+            &iters,
+            out_ty,
+            empty,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let v = if mean {
+                    s.divf64(a[0], s.f64c(count as f64))
+                } else {
+                    a[0]
+                };
+                s.truncf(v)
+            },
+        )
+    }
+
+    /// softmax over `axis` in f64 (the CPU's): max, Σ exp(x − max), exp(x − max) / Σ.
+    fn softmax<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, &[axis], true);
+        let max = self.accumulate(
+            block,
+            &[x],
+            vec![id()],
+            dims,
+            &[axis],
+            f64::NEG_INFINITY,
+            loc,
+            |s, a| {
+                let xe = s.extf(a[0]);
+                s.maxf64(a[1], xe)
+            },
+        );
+        let sum = self.accumulate(
+            block,
+            &[x, max],
+            vec![id(), kept()],
+            dims,
+            &[axis],
+            0.0,
+            loc,
+            |s, a| {
+                let e = s.exp_diff(a[0], a[1]);
+                s.addf64(a[2], e)
+            },
+        );
+        let ctx = self.ctx;
+        self.generic(
+            block,
+            &[x, max, sum],
+            vec![id(), kept(), kept()],
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let e = s.exp_diff(a[0], a[1]);
+                s.truncf(s.divf64(e, a[2]))
+            },
+        )
+    }
+
+    /// A batched matmul (numpy rules: the batch dims broadcast, size 1 reads index 0) as one
+    /// `linalg.generic` over (batch…, m, n, k), f32 accumulation in K order; FP8 operands
+    /// (`fp8`: their formats) are decoded exactly first.
+    #[allow(clippy::too_many_arguments)]
+    fn batched_matmul<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        ins: &[Value<'c, 'a>],
+        fp8: Option<(DType, DType)>,
+        out_ty: Type<'c>,
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let r = out_dims.len();
+        let nb = r - 2;
+        let (ad, bd) = (
+            self.dims(node.inputs()[0], node)?,
+            self.dims(node.inputs()[1], node)?,
+        );
+        if ad.len() < 2 || bd.len() < 2 {
+            return Err(unsupported(node, "a 1-D matmul operand is not emitted yet"));
+        }
+        let d = |i| AffineExpr::dim(self.ctx, i);
+        let batch_exprs = |dims: &[u64]| -> Vec<AffineExpr> {
+            let own = dims.len() - 2;
+            (0..own)
+                .map(|k| {
+                    let o = nb - own + k;
+                    if dims[k] == 1 && out_dims[o] != 1 {
+                        AffineExpr::constant(self.ctx, 0)
+                    } else {
+                        d(o)
+                    }
+                })
+                .collect()
+        };
+        let (m, n, k) = (nb, nb + 1, nb + 2);
+        let mut a_e = batch_exprs(&ad);
+        a_e.extend([d(m), d(k)]);
+        let mut b_e = batch_exprs(&bd);
+        b_e.extend([d(k), d(n)]);
+        let mut o_e: Vec<AffineExpr> = (0..nb).map(d).collect();
+        o_e.extend([d(m), d(n)]);
+        let dims_n = r + 1;
+        let maps = vec![
+            self.map_attr(AffineMap::new(self.ctx, dims_n, 0, &a_e)),
+            self.map_attr(AffineMap::new(self.ctx, dims_n, 0, &b_e)),
+        ];
+        let out_map = self.map_attr(AffineMap::new(self.ctx, dims_n, 0, &o_e));
+        let f32t = Type::float32(self.ctx);
+        let zero = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        }
+        .f32(0.0);
+        let empty = self.empty(block, out_ty, loc);
+        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
+        let mut iters = vec!["parallel"; r];
+        iters.push("reduction");
+        let ctx = self.ctx;
+        Ok(self.generic_with_out_map(
+            block,
+            &ins[..2],
+            maps,
+            out_map,
+            &iters,
+            out_ty,
+            filled,
+            loc,
+            |b, v| {
+                let s = Scalar { ctx, block: b, loc };
+                let (x, y) = match fp8 {
+                    Some((fa, fb)) => (s.decode(fa, v[0]), s.decode(fb, v[1])),
+                    None => (v[0], v[1]),
+                };
+                let p = s.elementwise(&Op::Mul, &[x, y]).expect("mul");
+                s.elementwise(&Op::Add, &[v[2], p]).expect("add")
+            },
+        ))
+    }
+
+    /// `gather(data, indices, axis)`: out[o…, i…, r…] = data[o…, idx[i…], r…], a negative
+    /// index counting from the end. The index is clamped into range: the CPU reference fails
+    /// the run on an out-of-range index, the JIT code cannot (yet), and must not read outside.
+    #[allow(clippy::too_many_arguments)]
+    fn gather<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (data, idx): (Value<'c, 'a>, Value<'c, 'a>),
+        (dd, idd): (&[u64], &[u64]),
+        axis: usize,
+        (out_ty, elem): (Type<'c>, Type<'c>),
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = out_dims.len();
+        let ir = idd.len();
+        let idx_map = self.map_attr(AffineMap::new(
+            self.ctx,
+            r,
+            0,
+            &(axis..axis + ir)
+                .map(|k| AffineExpr::dim(self.ctx, k))
+                .collect::<Vec<_>>(),
+        ));
+        let ctx = self.ctx;
+        let axis_len = dd[axis] as i64;
+        let data_rank = dd.len();
+        self.generic(
+            block,
+            &[idx],
+            vec![idx_map],
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let index_t = Type::index(ctx);
+                let i64t: Type = IntegerType::new(ctx, 64).into();
+                let k = s.named_pub("arith.extsi_or_self", a[0], i64t);
+                let len = s.i64c(axis_len);
+                let neg = s.cmpi(melior::dialect::arith::CmpiPredicate::Slt, k, s.i64c(0));
+                let k = s.select(neg, s.int("arith.addi", k, len), k);
+                let k = s.int("arith.maxsi", k, s.i64c(0));
+                let k = s.int("arith.minsi", k, s.i64c(axis_len - 1));
+                let k = s.named_pub("arith.index_cast", k, index_t);
+                let coords: Vec<Value> = (0..data_rank)
+                    .map(|dpos| {
+                        if dpos == axis {
+                            k
+                        } else {
+                            let o = if dpos < axis { dpos } else { dpos + ir - 1 };
+                            s.linalg_index(o)
+                        }
+                    })
+                    .collect();
+                let mut operands = vec![data];
+                operands.extend(coords);
+                b.append_operation(
+                    OperationBuilder::new("tensor.extract", loc)
+                        .add_operands(&operands)
+                        .add_results(&[elem])
+                        .build()
+                        .expect("tensor.extract"),
+                )
+                .result(0)
+                .expect("result")
+                .into()
+            },
+        )
+    }
+
+    /// `tensor.insert_slice` of `src` (dims `sizes`) into `dest` at `offsets`, unit strides.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_slice<'a>(
+        &self,
+        block: &'a Block<'c>,
+        src: Value<'c, 'a>,
+        dest: Value<'c, 'a>,
+        offsets: &[i64],
+        sizes: &[u64],
+        dest_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let sizes: Vec<i64> = sizes.iter().map(|&d| d as i64).collect();
+        let ones = vec![1i64; sizes.len()];
+        block
+            .append_operation(
+                OperationBuilder::new("tensor.insert_slice", loc)
+                    .add_operands(&[src, dest])
+                    .add_results(&[dest_ty])
+                    .add_attributes(&self.slice_attrs(offsets, &sizes, &ones, &[1, 1, 0, 0, 0]))
+                    .build()
+                    .expect("tensor.insert_slice"),
+            )
+            .result(0)
+            .expect("result")
+            .into()
+    }
+
+    fn slice_attrs(
+        &self,
+        offsets: &[i64],
+        sizes: &[i64],
+        strides: &[i64],
+        segments: &[i32],
+    ) -> Vec<(Identifier<'c>, Attribute<'c>)> {
+        let arr = |v: &[i64]| -> Attribute<'c> {
+            melior::ir::attribute::DenseI64ArrayAttribute::new(self.ctx, v).into()
+        };
+        vec![
+            (Identifier::new(self.ctx, "static_offsets"), arr(offsets)),
+            (Identifier::new(self.ctx, "static_sizes"), arr(sizes)),
+            (Identifier::new(self.ctx, "static_strides"), arr(strides)),
+            (
+                Identifier::new(self.ctx, "operandSegmentSizes"),
+                DenseI32ArrayAttribute::new(self.ctx, segments).into(),
+            ),
+        ]
+    }
+
+    /// `slice` with constant starts / ends / axes / steps (ONNX clamping), positive steps, as
+    /// `tensor.extract_slice`.
+    fn slice<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        x: Value<'c, 'a>,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let dims = self.dims(node.inputs()[0], node)?;
+        let konst = |i: usize| -> Result<Vec<i64>, Error> {
+            let v = node
+                .inputs()
+                .get(i)
+                .and_then(|&v| self.graph.constant_value(v))
+                .ok_or_else(|| {
+                    unsupported(
+                        node,
+                        "slice bounds that are not constants are not emitted yet",
+                    )
+                })?;
+            v.to_i64_vec().map_err(|e| unsupported(node, e))
+        };
+        let (starts, ends, axes, steps) = (konst(1)?, konst(2)?, konst(3)?, konst(4)?);
+        let r = dims.len();
+        let mut offsets = vec![0i64; r];
+        let mut sizes: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+        let mut strides = vec![1i64; r];
+        for (k, &a) in axes.iter().enumerate() {
+            let ax = (if a < 0 { a + r as i64 } else { a }) as usize;
+            let d = dims[ax] as i64;
+            let step = steps[k];
+            if step <= 0 {
+                return Err(unsupported(
+                    node,
+                    "slices with negative steps are not emitted yet",
+                ));
+            }
+            let clamp = |v: i64| if v < 0 { (v + d).max(0) } else { v.min(d) };
+            let (st, en) = (clamp(starts[k]), clamp(ends[k]));
+            offsets[ax] = st;
+            sizes[ax] = if en > st {
+                (en - st + step - 1) / step
+            } else {
+                0
+            };
+            strides[ax] = step;
+        }
+        Ok(block
+            .append_operation(
+                OperationBuilder::new("tensor.extract_slice", loc)
+                    .add_operands(&[x])
+                    .add_results(&[out_ty])
+                    .add_attributes(&self.slice_attrs(&offsets, &sizes, &strides, &[1, 0, 0, 0]))
+                    .build()
+                    .expect("tensor.extract_slice"),
+            )
+            .result(0)
+            .expect("result")
+            .into())
+    }
+
+    /// layer_norm over axes `axis..` in f64 (the CPU's): mean, variance about the mean,
+    /// `(x − mean) · inv · scale (+ bias)`, one rounding.
+    #[allow(clippy::too_many_arguments)]
+    fn layer_norm<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        pdims: &[Vec<u64>],
+        dims: &[u64],
+        axis: usize,
+        epsilon: f32,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let axes: Vec<usize> = (axis..r).collect();
+        let n: u64 = dims[axis..].iter().product();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, &axes, true);
+        let sum = self.accumulate(
+            block,
+            &ins[..1],
+            vec![id()],
+            dims,
+            &axes,
+            0.0,
+            loc,
+            |s, a| {
+                let xe = s.extf(a[0]);
+                s.addf64(a[1], xe)
+            },
+        );
+        let nf = n as f64;
+        let var = self.accumulate(
+            block,
+            &[ins[0], sum],
+            vec![id(), kept()],
+            dims,
+            &axes,
+            0.0,
+            loc,
+            move |s, a| {
+                let mean = s.divf64(a[1], s.f64c(nf));
+                let d = s.subf64(s.extf(a[0]), mean);
+                let sq = s.mulf64(d, d);
+                s.addf64(a[2], sq)
+            },
+        );
+        let mut ops = vec![ins[0], sum, var];
+        let mut maps = vec![id(), kept(), kept()];
+        for (k, pd) in pdims.iter().enumerate() {
+            ops.push(ins[1 + k]);
+            maps.push(self.broadcast_map(pd, dims));
+        }
+        let has_bias = pdims.len() > 1;
+        let ctx = self.ctx;
+        let eps = f64::from(epsilon);
+        self.generic(
+            block,
+            &ops,
+            maps,
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let mean = s.divf64(a[1], s.f64c(nf));
+                let var = s.divf64(a[2], s.f64c(nf));
+                let sd = s.sqrtf64(s.addf64(var, s.f64c(eps)));
+                let inv = s.divf64(s.f64c(1.0), sd);
+                let t = s.mulf64(s.mulf64(s.subf64(s.extf(a[0]), mean), inv), s.extf(a[3]));
+                let y = if has_bias {
+                    s.addf64(t, s.extf(a[4]))
+                } else {
+                    t
+                };
+                s.truncf(y)
+            },
+        )
+    }
+
     fn constant<'a>(
         &self,
         block: &'a Block<'c>,
@@ -880,16 +1572,28 @@ impl<'c> Emitter<'c, '_> {
         node: &Node,
         loc: Location<'c>,
     ) -> Result<Value<'c, 'a>, Error> {
-        if value.dtype() != DType::F32 {
-            return Err(unsupported(node, "only f32 constants are emitted yet"));
-        }
-        let elem = Type::float32(self.ctx);
-        let vals: Vec<Attribute> = value
-            .to_f64_vec()
-            .map_err(|e| unsupported(node, e))?
-            .into_iter()
-            .map(|v| FloatAttribute::new(self.ctx, elem, v).into())
-            .collect();
+        let elem = self.elem(value.dtype(), node)?;
+        let vals: Vec<Attribute> = match value.dtype() {
+            // f32 values are exact in f64, and FloatAttribute rounds nothing back.
+            DType::F32 => value
+                .to_f64_vec()
+                .map_err(|e| unsupported(node, e))?
+                .into_iter()
+                .map(|v| FloatAttribute::new(self.ctx, elem, v).into())
+                .collect(),
+            d if d.is_int() || d == DType::Bool => value
+                .to_i64_vec()
+                .map_err(|e| unsupported(node, e))?
+                .into_iter()
+                .map(|v| IntegerAttribute::new(elem, v).into())
+                .collect(),
+            other => {
+                return Err(unsupported(
+                    node,
+                    format!("{other} constants are not emitted yet"),
+                ));
+            }
+        };
         let dense =
             DenseElementsAttribute::new(ty, &vals).map_err(|e| unsupported(node, e.to_string()))?;
         Ok(block

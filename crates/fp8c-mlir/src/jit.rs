@@ -120,7 +120,14 @@ pub(crate) fn prepare(
             "the lowered module does not verify".into(),
         ));
     }
-    let engine = ExecutionEngine::new(&module, 2, &[], false, false);
+    // MLIR's C runner utilities define `memrefCopy`, which strided copies lower to.
+    let utils = format!("{}/libmlir_c_runner_utils.so", env!("FP8C_MLIR_LIBDIR"));
+    if !std::path::Path::new(&utils).exists() {
+        return Err(unavailable(format!(
+            "{utils} (MLIR's runtime utilities, package libmlir-22) is missing"
+        )));
+    }
+    let engine = ExecutionEngine::new(&module, 2, &[utils.as_str()], false, false);
     let ciface = format!("_mlir_ciface_{symbol}");
     if engine.lookup(&ciface).is_null() {
         return Err(RuntimeError::Other(format!(

@@ -114,6 +114,14 @@ impl<'c, 'b> Scalar<'c, 'b> {
                 | Op::Exp
                 | Op::Tanh
                 | Op::Relu
+                | Op::Sqrt
+                | Op::Reciprocal
+                | Op::Sigmoid
+                | Op::Sin
+                | Op::Cos
+                | Op::Log
+                | Op::Erf
+                | Op::Pow
         )
     }
 
@@ -131,6 +139,24 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Neg => self.push(arith::negf(a[0], l)),
             Op::Exp => self.inferred("math.exp", &[a[0]]),
             Op::Tanh => self.inferred("math.tanh", &[a[0]]),
+            Op::Sqrt => self.inferred("math.sqrt", &[a[0]]),
+            Op::Reciprocal => self.push(arith::divf(self.f32(1.0), a[0], l)),
+            Op::Sin => self.inferred("math.sin", &[a[0]]),
+            Op::Cos => self.inferred("math.cos", &[a[0]]),
+            Op::Log => self.inferred("math.log", &[a[0]]),
+            Op::Erf => self.inferred("math.erf", &[a[0]]),
+            Op::Pow => self.inferred("math.powf", &[a[0], a[1]]),
+            Op::Sigmoid => {
+                // As the CPU: x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)).
+                let one = self.f32(1.0);
+                let neg = self.push(arith::negf(a[0], l));
+                let en = self.inferred("math.exp", &[neg]);
+                let pos = self.push(arith::divf(one, self.push(arith::addf(one, en, l)), l));
+                let ep = self.inferred("math.exp", &[a[0]]);
+                let negv = self.push(arith::divf(ep, self.push(arith::addf(one, ep, l)), l));
+                let ge = self.cmpf(CmpfPredicate::Oge, a[0], self.f32(0.0));
+                self.select(ge, pos, negv)
+            }
             Op::Relu => {
                 // x < 0 ? 0 : x (NaN stays NaN, as the CPU's relu).
                 let zero = self.f32(0.0);
@@ -139,6 +165,89 @@ impl<'c, 'b> Scalar<'c, 'b> {
             }
             _ => return None,
         })
+    }
+
+    /// An i64 constant.
+    pub fn i64c(&self, v: i64) -> Value<'c, 'b> {
+        let t: Type = IntegerType::new(self.ctx, 64).into();
+        self.push(arith::constant(
+            self.ctx,
+            IntegerAttribute::new(t, v).into(),
+            self.loc,
+        ))
+    }
+
+    /// `name` with one operand and result type `to`; "arith.extsi_or_self" sign-extends an
+    /// integer narrower than `to` and passes one of the same width through.
+    pub fn named_pub(&self, name: &str, v: Value<'c, '_>, to: Type<'c>) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        if name == "arith.extsi_or_self" {
+            let w = IntegerType::try_from(v.r#type())
+                .map(|t| t.width())
+                .unwrap_or(64);
+            if w == 64 {
+                return self.int("arith.addi", v, self.i64c(0));
+            }
+            return self.named("arith.extsi", &[v], to);
+        }
+        self.named(name, &[v], to)
+    }
+
+    /// `linalg.index` of iteration dim `dim`.
+    pub fn linalg_index(&self, dim: usize) -> Value<'c, 'b> {
+        let i64t: Type = IntegerType::new(self.ctx, 64).into();
+        self.push(
+            OperationBuilder::new("linalg.index", self.loc)
+                .add_attributes(&[(
+                    melior::ir::Identifier::new(self.ctx, "dim"),
+                    IntegerAttribute::new(i64t, dim as i64).into(),
+                )])
+                .add_results(&[Type::index(self.ctx)])
+                .build()
+                .expect("linalg.index"),
+        )
+    }
+
+    /// f32 → f64 (exact).
+    pub fn extf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
+        self.named("arith.extf", &[v], Type::float64(self.ctx))
+    }
+    /// f64 → f32, rounded to nearest even.
+    pub fn truncf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
+        self.named("arith.truncf", &[v], Type::float32(self.ctx))
+    }
+    pub fn f64c(&self, v: f64) -> Value<'c, 'b> {
+        let t = Type::float64(self.ctx);
+        self.push(arith::constant(
+            self.ctx,
+            FloatAttribute::new(self.ctx, t, v).into(),
+            self.loc,
+        ))
+    }
+    pub fn addf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::addf(a, b, self.loc))
+    }
+    pub fn subf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::subf(a, b, self.loc))
+    }
+    pub fn mulf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::mulf(a, b, self.loc))
+    }
+    pub fn sqrtf64(&self, a: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("math.sqrt", &[a])
+    }
+    pub fn divf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.push(arith::divf(a, b, self.loc))
+    }
+    /// max with NaN winning (the CPU's fold).
+    pub fn maxf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("arith.maximumf", &[a, b])
+    }
+    /// exp(f64(x) − m), m an f64.
+    pub fn exp_diff(&self, x: Value<'c, '_>, m: Value<'c, '_>) -> Value<'c, 'b> {
+        let xe = self.extf(x);
+        let d = self.push(arith::subf(xe, m, self.loc));
+        self.inferred("math.exp", &[d])
     }
 
     /// `x · s` with the host's NaN rule (a NaN operand comes out quieted with its sign), so
