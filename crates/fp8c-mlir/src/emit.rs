@@ -157,8 +157,28 @@ impl<'c> Emitter<'c, '_> {
         let mut results = Vec::new();
         let mut result_types = Vec::new();
         for out in g.outputs() {
-            results.push(env[&out.value]);
-            result_types.push(self.tensor(out.value, g.node(out.value.node))?);
+            let node = g.node(out.value.node);
+            let ty = self.tensor(out.value, node)?;
+            let mut v = env[&out.value];
+            // A result that is an argument (an input passed through) gets a buffer of its own:
+            // the caller frees every result, and bufferization cannot return an argument.
+            if g.inputs().contains(&out.value.node) || g.params().contains(&out.value.node) {
+                let rank = self.dims(out.value, node)?.len();
+                let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank));
+                let loc = self.loc(&out.name);
+                v = self.generic(
+                    &block,
+                    &[v],
+                    vec![id],
+                    &vec!["parallel"; rank],
+                    ty,
+                    None,
+                    loc,
+                    |_, a| a[0],
+                );
+            }
+            results.push(v);
+            result_types.push(ty);
         }
         block.append_operation(func::r#return(&results, Location::unknown(self.ctx)));
         let region = Region::new();
@@ -400,6 +420,100 @@ impl<'c> Emitter<'c, '_> {
                     },
                 )]
             }
+            Op::And | Op::Or | Op::Xor | Op::Not => {
+                let maps = in_maps(self)?;
+                let op = node.op.clone();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        match op {
+                            Op::And => s.and(a[0], a[1]),
+                            Op::Or => s.or(a[0], a[1]),
+                            Op::Xor => s.int("arith.xori", a[0], a[1]),
+                            _ => {
+                                let one = s.bool_const(true);
+                                s.int("arith.xori", a[0], one)
+                            }
+                        }
+                    },
+                )]
+            }
+            Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => {
+                use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
+                let d = self.graph.value_type(node.inputs()[0]).dtype;
+                let float = matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+                let unsigned = matches!(
+                    d,
+                    DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+                );
+                if d.is_fp8() {
+                    return Err(unsupported(
+                        node,
+                        "comparisons of FP8 tensors are not emitted yet",
+                    ));
+                }
+                let (fp, ip) = match node.op {
+                    Op::Equal => (F::Oeq, I::Eq),
+                    Op::Less => (F::Olt, if unsigned { I::Ult } else { I::Slt }),
+                    Op::LessOrEqual => (F::Ole, if unsigned { I::Ule } else { I::Sle }),
+                    Op::Greater => (F::Ogt, if unsigned { I::Ugt } else { I::Sgt }),
+                    _ => (F::Oge, if unsigned { I::Uge } else { I::Sge }),
+                };
+                let maps = in_maps(self)?;
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        if float {
+                            s.cmpf(fp, a[0], a[1])
+                        } else {
+                            s.cmpi(ip, a[0], a[1])
+                        }
+                    },
+                )]
+            }
+            Op::Clip => {
+                // y = x; if y < lo { y = lo }; if y > hi { y = hi } (NaN passes), as the CPU.
+                f32_only("clip")?;
+                let maps = in_maps(self)?;
+                let n = ins.len();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        use melior::dialect::arith::CmpfPredicate as F;
+                        let s = Scalar { ctx, block: b, loc };
+                        let mut y = a[0];
+                        if n > 1 {
+                            let lt = s.cmpf(F::Olt, y, a[1]);
+                            y = s.select(lt, a[1], y);
+                        }
+                        if n > 2 {
+                            let gt = s.cmpf(F::Ogt, y, a[2]);
+                            y = s.select(gt, a[2], y);
+                        }
+                        y
+                    },
+                )]
+            }
             Op::IsNaN => {
                 let maps = in_maps(self)?;
                 vec![
@@ -424,6 +538,73 @@ impl<'c> Emitter<'c, '_> {
                 vec![dest]
             }
             Op::Slice => vec![self.slice(block, node, ins[0], out_ty, loc)?],
+            Op::Split { axis, .. } => {
+                let in_dims = self.dims(node.inputs()[0], node)?;
+                let r = in_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut at = 0i64;
+                let mut outs = Vec::new();
+                for (k, t) in node.outputs.iter().enumerate() {
+                    let d = self.dims(IrValue::new(id, k as u32), node)?;
+                    let ty = self.tensor(IrValue::new(id, k as u32), node)?;
+                    let mut offsets = vec![0i64; d.len()];
+                    offsets[ax] = at;
+                    at += d[ax] as i64;
+                    let sizes: Vec<i64> = d.iter().map(|&x| x as i64).collect();
+                    let _ = t;
+                    outs.push(self.extract_slice(
+                        block,
+                        ins[0],
+                        ty,
+                        &offsets,
+                        &sizes,
+                        &vec![1; d.len()],
+                        loc,
+                    ));
+                }
+                outs
+            }
+            Op::Cast { to, .. } => {
+                let from = self.graph.value_type(node.inputs()[0]).dtype;
+                if from == *to {
+                    vec![ins[0]]
+                } else {
+                    let (fe, te) = (self.elem(from, node)?, self.elem(*to, node)?);
+                    if from.is_fp8() || to.is_fp8() {
+                        return Err(unsupported(
+                            node,
+                            "casts to and from FP8 are not emitted yet (quantize is)",
+                        ));
+                    }
+                    let x_dims = self.dims(node.inputs()[0], node)?;
+                    let maps = vec![self.broadcast_map(&x_dims, &out_dims)];
+                    let (from, to) = (from, *to);
+                    vec![self.generic(
+                        block,
+                        &ins,
+                        maps,
+                        &parallel,
+                        out_ty,
+                        None,
+                        loc,
+                        move |b, a| Scalar { ctx, block: b, loc }.cast(a[0], from, to, fe, te),
+                    )]
+                }
+            }
+            Op::GatherNd { batch_dims } => {
+                let dd = self.dims(node.inputs()[0], node)?;
+                let idd = self.dims(node.inputs()[1], node)?;
+                let elem = self.elem(out_dtype, node)?;
+                vec![self.gather_nd(
+                    block,
+                    (ins[0], ins[1]),
+                    (&dd, &idd),
+                    *batch_dims as usize,
+                    (out_ty, elem),
+                    &out_dims,
+                    loc,
+                )?]
+            }
             Op::Softmax { axis } => {
                 f32_only("softmax")?;
                 let r = out_dims.len() as i64;
@@ -1468,18 +1649,7 @@ impl<'c> Emitter<'c, '_> {
             };
             strides[ax] = step;
         }
-        Ok(block
-            .append_operation(
-                OperationBuilder::new("tensor.extract_slice", loc)
-                    .add_operands(&[x])
-                    .add_results(&[out_ty])
-                    .add_attributes(&self.slice_attrs(&offsets, &sizes, &strides, &[1, 0, 0, 0]))
-                    .build()
-                    .expect("tensor.extract_slice"),
-            )
-            .result(0)
-            .expect("result")
-            .into())
+        Ok(self.extract_slice(block, x, out_ty, &offsets, &sizes, &strides, loc))
     }
 
     /// layer_norm over axes `axis..` in f64 (the CPU's): mean, variance about the mean,
@@ -1562,6 +1732,114 @@ impl<'c> Emitter<'c, '_> {
                 s.truncf(y)
             },
         )
+    }
+
+    /// `tensor.extract_slice` with static offsets, sizes and strides.
+    #[allow(clippy::too_many_arguments)]
+    fn extract_slice<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        ty: Type<'c>,
+        offsets: &[i64],
+        sizes: &[i64],
+        strides: &[i64],
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        block
+            .append_operation(
+                OperationBuilder::new("tensor.extract_slice", loc)
+                    .add_operands(&[x])
+                    .add_results(&[ty])
+                    .add_attributes(&self.slice_attrs(offsets, sizes, strides, &[1, 0, 0, 0]))
+                    .build()
+                    .expect("tensor.extract_slice"),
+            )
+            .result(0)
+            .expect("result")
+            .into()
+    }
+
+    /// ONNX GatherND: indices [B…, I…, k] pick data[B…, idx…] slices (B = `batch_dims`);
+    /// negative indices count from the end, out-of-range ones are clamped (see `gather`).
+    #[allow(clippy::too_many_arguments)]
+    fn gather_nd<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (data, idx): (Value<'c, 'a>, Value<'c, 'a>),
+        (dd, idd): (&[u64], &[u64]),
+        b: usize,
+        (out_ty, elem): (Type<'c>, Type<'c>),
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let k = *idd.last().unwrap_or(&0) as usize;
+        let p = idd.len() - 1; // the out dims that index into `indices`
+        let ctx = self.ctx;
+        let r = out_dims.len();
+        let idx_elem = RankedTensorType::try_from(idx.r#type())
+            .map(|t| t.element())
+            .map_err(|_| Error::Invalid("indices are not a ranked tensor".into()))?;
+        let dd = dd.to_vec();
+        let out = self.empty(block, out_ty, loc);
+        let out_map = self.map_attr(AffineMap::multi_dim_identity(ctx, r));
+        Ok(self.generic_with_out_map(
+            block,
+            &[],
+            vec![],
+            out_map,
+            &vec!["parallel"; r],
+            out_ty,
+            out,
+            loc,
+            move |blk, _| {
+                let s = Scalar {
+                    ctx,
+                    block: blk,
+                    loc,
+                };
+                let i64t: Type = IntegerType::new(ctx, 64).into();
+                let index_t = Type::index(ctx);
+                let outs: Vec<Value> = (0..r).map(|d| s.linalg_index(d)).collect();
+                let mut coords: Vec<Value> = outs[..b].to_vec();
+                for j in 0..k {
+                    let mut at: Vec<Value> = vec![idx];
+                    at.extend_from_slice(&outs[..p]);
+                    at.push(s.index_const(j as i64));
+                    let v: Value = blk
+                        .append_operation(
+                            OperationBuilder::new("tensor.extract", loc)
+                                .add_operands(&at)
+                                .add_results(&[idx_elem])
+                                .build()
+                                .expect("tensor.extract"),
+                        )
+                        .result(0)
+                        .expect("result")
+                        .into();
+                    let v = s.named_pub("arith.extsi_or_self", v, i64t);
+                    let len = dd[b + j] as i64;
+                    let neg = s.cmpi(melior::dialect::arith::CmpiPredicate::Slt, v, s.i64c(0));
+                    let v = s.select(neg, s.int("arith.addi", v, s.i64c(len)), v);
+                    let v = s.int("arith.maxsi", v, s.i64c(0));
+                    let v = s.int("arith.minsi", v, s.i64c(len - 1));
+                    coords.push(s.named_pub("arith.index_cast", v, index_t));
+                }
+                coords.extend_from_slice(&outs[p..]);
+                let mut operands = vec![data];
+                operands.extend(coords);
+                blk.append_operation(
+                    OperationBuilder::new("tensor.extract", loc)
+                        .add_operands(&operands)
+                        .add_results(&[elem])
+                        .build()
+                        .expect("tensor.extract"),
+                )
+                .result(0)
+                .expect("result")
+                .into()
+            },
+        ))
     }
 
     fn constant<'a>(

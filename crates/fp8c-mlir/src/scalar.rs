@@ -122,6 +122,7 @@ impl<'c, 'b> Scalar<'c, 'b> {
                 | Op::Log
                 | Op::Erf
                 | Op::Pow
+                | Op::Gelu { .. }
         )
     }
 
@@ -146,6 +147,25 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Log => self.inferred("math.log", &[a[0]]),
             Op::Erf => self.inferred("math.erf", &[a[0]]),
             Op::Pow => self.inferred("math.powf", &[a[0], a[1]]),
+            Op::Gelu { approximate } => {
+                // The CPU's f32 formulas, operation for operation.
+                let x = a[0];
+                let mul = |p: Value<'c, '_>, q: Value<'c, '_>| self.push(arith::mulf(p, q, l));
+                let half_x = mul(self.f32(0.5), x);
+                let inner = match approximate {
+                    fp8c_ir::GeluApprox::None => {
+                        let t = mul(x, self.f32(std::f64::consts::FRAC_1_SQRT_2 as f32));
+                        self.inferred("math.erf", &[t])
+                    }
+                    fp8c_ir::GeluApprox::Tanh => {
+                        let cube = mul(mul(mul(self.f32(0.044715), x), x), x);
+                        let t = self.push(arith::addf(x, cube, l));
+                        let k = fp8c_ir::elementwise::SQRT_2_OVER_PI as f32;
+                        self.inferred("math.tanh", &[mul(self.f32(k), t)])
+                    }
+                };
+                mul(half_x, self.push(arith::addf(self.f32(1.0), inner, l)))
+            }
             Op::Sigmoid => {
                 // As the CPU: x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)).
                 let one = self.f32(1.0);
@@ -165,6 +185,151 @@ impl<'c, 'b> Scalar<'c, 'b> {
             }
             _ => return None,
         })
+    }
+
+    /// fp8c's `cast` between the non-FP8 types, Rust's `as` rules (the CPU reference's):
+    /// float → float rounds to nearest even; int → float rounds; float → int truncates,
+    /// saturates and maps NaN to 0; int → int wraps or extends by the source's signedness;
+    /// → bool is `x != 0` (NaN is true); bool → 0 / 1.
+    pub fn cast(
+        &self,
+        x: Value<'c, '_>,
+        from: DType,
+        to: DType,
+        fe: Type<'c>,
+        te: Type<'c>,
+    ) -> Value<'c, 'b> {
+        let float = |d: DType| matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+        let width = |d: DType| match d {
+            DType::F64 | DType::I64 | DType::U64 => 64,
+            DType::F32 | DType::I32 | DType::U32 => 32,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 16,
+            DType::Bool => 1,
+            _ => 8,
+        };
+        let unsigned = |d: DType| {
+            matches!(
+                d,
+                DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+            )
+        };
+        if to == DType::Bool {
+            let zero = if float(from) {
+                self.push(arith::constant(
+                    self.ctx,
+                    FloatAttribute::new(self.ctx, fe, 0.0).into(),
+                    self.loc,
+                ))
+            } else {
+                self.push(arith::constant(
+                    self.ctx,
+                    IntegerAttribute::new(fe, 0).into(),
+                    self.loc,
+                ))
+            };
+            return if float(from) {
+                self.cmpf(CmpfPredicate::Une, x, zero)
+            } else {
+                self.cmpi(CmpiPredicate::Ne, x, zero)
+            };
+        }
+        match (float(from), float(to)) {
+            (true, true)
+                if width(to) > width(from) || (from == DType::F16 && to == DType::BF16) =>
+            {
+                let wide = self.named("arith.extf", &[x], Type::float64(self.ctx));
+                if to == DType::F64 {
+                    wide
+                } else {
+                    self.named("arith.truncf", &[wide], te)
+                }
+            }
+            (true, true) => self.named("arith.truncf", &[x], te),
+            (false, true) => {
+                let op = if unsigned(from) {
+                    "arith.uitofp"
+                } else {
+                    "arith.sitofp"
+                };
+                self.named(op, &[x], te)
+            }
+            (true, false) => {
+                // Saturate in f64 (exact for every bound up to 2^63), NaN to 0.
+                let w = width(to);
+                let (lo, hi) = if unsigned(to) {
+                    (0.0, 2f64.powi(w))
+                } else {
+                    (-(2f64.powi(w - 1)), 2f64.powi(w - 1))
+                };
+                let xd = if from == DType::F64 {
+                    self.named("arith.addf", &[x, self.f64c(0.0)], fe)
+                } else {
+                    self.named("arith.extf", &[x], Type::float64(self.ctx))
+                };
+                let op = if unsigned(to) {
+                    "arith.fptoui"
+                } else {
+                    "arith.fptosi"
+                };
+                let lo_v = self.f64c(lo);
+                let below = self.cmpf(CmpfPredicate::Ole, xd, lo_v);
+                let at_least_hi = self.cmpf(CmpfPredicate::Oge, xd, self.f64c(hi));
+                let nan = self.cmpf(CmpfPredicate::Uno, xd, xd);
+                let safe = self.select(below, lo_v, xd);
+                let safe = self.select(at_least_hi, lo_v, safe);
+                let safe = self.select(nan, self.f64c(0.0), safe);
+                let v = self.named(op, &[safe], te);
+                let max = if unsigned(to) {
+                    (1u128 << w) - 1
+                } else {
+                    (1u128 << (w - 1)) - 1
+                };
+                let max_v = self.push(arith::constant(
+                    self.ctx,
+                    IntegerAttribute::new(te, max as i64).into(),
+                    self.loc,
+                ));
+                self.select(at_least_hi, max_v, v)
+            }
+            (false, false) => {
+                let (wf, wt) = (width(from), width(to));
+                if wt < wf {
+                    self.named("arith.trunci", &[x], te)
+                } else if wt > wf {
+                    self.named(
+                        if unsigned(from) {
+                            "arith.extui"
+                        } else {
+                            "arith.extsi"
+                        },
+                        &[x],
+                        te,
+                    )
+                } else {
+                    x_same(self, x)
+                }
+            }
+        }
+    }
+
+    /// An i1 constant.
+    pub fn bool_const(&self, v: bool) -> Value<'c, 'b> {
+        let t: Type = IntegerType::new(self.ctx, 1).into();
+        self.push(arith::constant(
+            self.ctx,
+            IntegerAttribute::new(t, i64::from(v)).into(),
+            self.loc,
+        ))
+    }
+
+    /// An `index` constant.
+    pub fn index_const(&self, v: i64) -> Value<'c, 'b> {
+        let t = Type::index(self.ctx);
+        self.push(arith::constant(
+            self.ctx,
+            IntegerAttribute::new(t, v).into(),
+            self.loc,
+        ))
     }
 
     /// An i64 constant.
@@ -383,4 +548,15 @@ impl<'c, 'b> Scalar<'c, 'b> {
         let bits = self.select(special.0, special.1, bits);
         self.float(bits)
     }
+}
+
+/// A value passed through unchanged (same width, another signedness: the bits are the value).
+fn x_same<'c, 'b>(s: &Scalar<'c, 'b>, x: Value<'c, '_>) -> Value<'c, 'b> {
+    use melior::ir::ValueLike;
+    let zero = s.push(arith::constant(
+        s.ctx,
+        IntegerAttribute::new(x.r#type(), 0).into(),
+        s.loc,
+    ));
+    s.int("arith.addi", x, zero)
 }

@@ -313,6 +313,38 @@ mod with_mlir {
         }
     }
 
+    /// The GPT-2-style decoder (split heads, tanh GELU) and the BERT-style encoder (the
+    /// attention mask's GatherND and logic ops, layer norms, erf GELU) exports, f32.
+    #[test]
+    fn gpt2_and_bert_style_exports_run_on_mlirs_jit_like_the_cpu() {
+        for (name, output) in [
+            ("gpt2-tiny", "logits"),
+            ("bert-tiny-enc", "last_hidden_state"),
+        ] {
+            let reference =
+                fp8c_session::npy::read_npz(&example(&format!("{name}.ref.npz"))).unwrap();
+            let inputs: BTreeMap<String, Tensor> =
+                reference.into_iter().filter(|(k, _)| k != output).collect();
+            let mut opts = CompileOptions::f32();
+            for (k, t) in &inputs {
+                opts = opts.input_shape(k, t.shape());
+            }
+            let compiled = Model::load(example(&format!("{name}.onnx")))
+                .unwrap()
+                .compile(&opts)
+                .unwrap();
+            let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+            let got = compiled
+                .prepare(Device::Mlir)
+                .unwrap()
+                .run(&inputs)
+                .unwrap();
+            let rel = rel_l2(&got[output], &cpu[output]);
+            eprintln!("{name} f32 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
+            assert!(rel <= 1e-5, "{name}: rel L2 {rel}");
+        }
+    }
+
     #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // A CNN: its first convolution.
