@@ -327,7 +327,16 @@ impl<'c> Emitter<'c, '_> {
             }
             Op::MatMul if out_dims.len() > 2 => {
                 f32_only("a matmul")?;
-                vec![self.batched_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
+                vec![self.batched_matmul(
+                    block,
+                    node,
+                    &ins,
+                    (false, false),
+                    None,
+                    out_ty,
+                    &out_dims,
+                    loc,
+                )?]
             }
             Op::MatMul | Op::Gemm { .. } => {
                 f32_only("a matmul")?;
@@ -879,63 +888,6 @@ impl<'c> Emitter<'c, '_> {
             .into()
     }
 
-    /// `Σ_k a[m,k]·b[k,n]` (operands as the maps read them) into a zero-filled f32
-    /// accumulator, in K order; FP8 operands are decoded exactly first.
-    #[allow(clippy::too_many_arguments)]
-    fn k_product<'a>(
-        &self,
-        block: &'a Block<'c>,
-        a: Value<'c, 'a>,
-        b: Value<'c, 'a>,
-        (ta, tb): (bool, bool),
-        fp8: Option<(DType, DType)>,
-        out_ty: Type<'c>,
-        loc: Location<'c>,
-    ) -> Value<'c, 'a> {
-        let d = |i| AffineExpr::dim(self.ctx, i);
-        // (m, n, k)
-        let a_map = if ta { [d(2), d(0)] } else { [d(0), d(2)] };
-        let b_map = if tb { [d(1), d(2)] } else { [d(2), d(1)] };
-        let maps = vec![
-            self.map_attr(AffineMap::new(self.ctx, 3, 0, &a_map)),
-            self.map_attr(AffineMap::new(self.ctx, 3, 0, &b_map)),
-        ];
-        let f32t = Type::float32(self.ctx);
-        let zero = Scalar {
-            ctx: self.ctx,
-            block,
-            loc,
-        }
-        .f32(0.0);
-        let empty = self.empty(block, out_ty, loc);
-        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
-        let out_map = self.map_attr(AffineMap::new(self.ctx, 3, 0, &[d(0), d(1)]));
-        let ctx = self.ctx;
-        self.generic_with_out_map(
-            block,
-            &[a, b],
-            maps,
-            out_map,
-            &["parallel", "parallel", "reduction"],
-            out_ty,
-            filled,
-            loc,
-            |blk, v| {
-                let s = Scalar {
-                    ctx,
-                    block: blk,
-                    loc,
-                };
-                let (x, y) = match fp8 {
-                    Some((fa, fb)) => (s.decode(fa, v[0]), s.decode(fb, v[1])),
-                    None => (v[0], v[1]),
-                };
-                let p = s.elementwise(&Op::Mul, &[x, y]).expect("mul");
-                s.elementwise(&Op::Add, &[v[2], p]).expect("add")
-            },
-        )
-    }
-
     /// `scaled_matmul` (2-D): the decoded product times `scale_inv_a · scale_inv_b`, then the
     /// epilogue program (its `a0` the product, `a1…` the extra operands, broadcast). The
     /// accumulation is f32 in K order: a `fast_accum` GEMM (Hopper's tensor-core truncation,
@@ -954,19 +906,16 @@ impl<'c> Emitter<'c, '_> {
         let fa = self.graph.value_type(node.inputs()[0]).dtype;
         let fb = self.graph.value_type(node.inputs()[1]).dtype;
         let r = out_dims.len();
-        let product = if r == 2 {
-            self.k_product(
-                block,
-                ins[0],
-                ins[1],
-                (false, false),
-                Some((fa, fb)),
-                out_ty,
-                loc,
-            )
-        } else {
-            self.batched_matmul(block, node, ins, Some((fa, fb)), out_ty, out_dims, loc)?
-        };
+        let product = self.batched_matmul(
+            block,
+            node,
+            ins,
+            (false, false),
+            Some((fa, fb)),
+            out_ty,
+            out_dims,
+            loc,
+        )?;
         let f32t = Type::float32(self.ctx);
         let s = Scalar {
             ctx: self.ctx,
@@ -1053,7 +1002,8 @@ impl<'c> Emitter<'c, '_> {
             return Err(unsupported(node, "only 2-D matmuls are emitted yet"));
         }
         let elem = Type::float32(self.ctx);
-        let product = self.k_product(block, ins[0], ins[1], (ta, tb), None, out_ty, loc);
+        let product =
+            self.batched_matmul(block, node, ins, (ta, tb), None, out_ty, out_dims, loc)?;
         if alpha == 1.0 && (ins.len() < 3 || beta == 0.0) {
             return Ok(product);
         }
@@ -1396,15 +1346,17 @@ impl<'c> Emitter<'c, '_> {
         )
     }
 
-    /// A batched matmul (numpy rules: the batch dims broadcast, size 1 reads index 0) as one
-    /// `linalg.generic` over (batch…, m, n, k), f32 accumulation in K order; FP8 operands
-    /// (`fp8`: their formats) are decoded exactly first.
+    /// A (batched) matmul of op(A)·op(B) (`ta`/`tb`: transposed operands; numpy rules: the
+    /// batch dims broadcast, size 1 reads index 0) as one `linalg.generic` over
+    /// (batch…, m, n, k) into a zero-filled accumulator, f32 in K order; FP8 operands (`fp8`:
+    /// their formats) are decoded exactly first. Matmul, gemm and the scaled GEMMs share it.
     #[allow(clippy::too_many_arguments)]
     fn batched_matmul<'a>(
         &self,
         block: &'a Block<'c>,
         node: &Node,
         ins: &[Value<'c, 'a>],
+        (ta, tb): (bool, bool),
         fp8: Option<(DType, DType)>,
         out_ty: Type<'c>,
         out_dims: &[u64],
@@ -1435,9 +1387,9 @@ impl<'c> Emitter<'c, '_> {
         };
         let (m, n, k) = (nb, nb + 1, nb + 2);
         let mut a_e = batch_exprs(&ad);
-        a_e.extend([d(m), d(k)]);
+        a_e.extend(if ta { [d(k), d(m)] } else { [d(m), d(k)] });
         let mut b_e = batch_exprs(&bd);
-        b_e.extend([d(k), d(n)]);
+        b_e.extend(if tb { [d(n), d(k)] } else { [d(k), d(n)] });
         let mut o_e: Vec<AffineExpr> = (0..nb).map(d).collect();
         o_e.extend([d(m), d(n)]);
         let dims_n = r + 1;

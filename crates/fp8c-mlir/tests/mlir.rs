@@ -62,6 +62,27 @@ mod with_mlir {
         (num / den).sqrt()
     }
 
+    /// The relative L2 distance of `output` between MLIR's JIT and the CPU reference.
+    fn jit_vs_cpu(
+        compiled: &fp8c_session::Compiled,
+        inputs: &BTreeMap<String, Tensor>,
+        output: &str,
+    ) -> f64 {
+        let cpu = compiled.prepare(Device::Cpu).unwrap().run(inputs).unwrap();
+        let got = compiled.prepare(Device::Mlir).unwrap().run(inputs).unwrap();
+        assert_eq!(got[output].ty(), cpu[output].ty());
+        rel_l2(&got[output], &cpu[output])
+    }
+
+    /// An example export's inputs (its `.ref.npz` without the reference `output`).
+    fn ref_inputs(name: &str, output: &str) -> BTreeMap<String, Tensor> {
+        fp8c_session::npy::read_npz(&example(&format!("{name}.ref.npz")))
+            .unwrap()
+            .into_iter()
+            .filter(|(k, _)| k != output)
+            .collect()
+    }
+
     fn mlp() -> fp8c_session::Compiled {
         Model::load(example("mlp_digits.onnx"))
             .unwrap()
@@ -140,13 +161,7 @@ mod with_mlir {
         assert!(text.contains("f8E4M3FN"), "FP8 tensors typed as such");
         let x = Tensor::from_f32(vec![16, 64], &values(16 * 64, 11));
         let inputs = BTreeMap::from([("x".to_string(), x)]);
-        let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
-        let got = compiled
-            .prepare(Device::Mlir)
-            .unwrap()
-            .run(&inputs)
-            .unwrap();
-        let rel = rel_l2(&got["logits"], &cpu["logits"]);
+        let rel = jit_vs_cpu(&compiled, &inputs, "logits");
         eprintln!("mlp_digits FP8 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
         assert!(rel <= 1e-5, "rel L2 {rel}");
     }
@@ -269,11 +284,7 @@ mod with_mlir {
     #[test]
     fn a_llama_style_export_runs_on_mlirs_jit_like_the_cpu_in_f32_and_fp8() {
         let path = example("llama-tiny.onnx");
-        let reference = fp8c_session::npy::read_npz(&example("llama-tiny.ref.npz")).unwrap();
-        let inputs: BTreeMap<String, Tensor> = reference
-            .into_iter()
-            .filter(|(k, _)| k != "logits")
-            .collect();
+        let inputs = ref_inputs("llama-tiny", "logits");
         let shape = inputs["input_ids"].shape().to_vec();
         let mut fp8 = fp8c_core::CurrentScaling::default();
         fp8.fp8_gemm_fprop.use_split_accumulator = true;
@@ -301,13 +312,7 @@ mod with_mlir {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
-            let got = compiled
-                .prepare(Device::Mlir)
-                .unwrap()
-                .run(&inputs)
-                .unwrap();
-            let rel = rel_l2(&got["logits"], &cpu["logits"]);
+            let rel = jit_vs_cpu(&compiled, &inputs, "logits");
             eprintln!("llama-tiny {name} on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
             assert!(rel <= 1e-5, "{name}: rel L2 {rel}");
         }
@@ -321,10 +326,7 @@ mod with_mlir {
             ("gpt2-tiny", "logits"),
             ("bert-tiny-enc", "last_hidden_state"),
         ] {
-            let reference =
-                fp8c_session::npy::read_npz(&example(&format!("{name}.ref.npz"))).unwrap();
-            let inputs: BTreeMap<String, Tensor> =
-                reference.into_iter().filter(|(k, _)| k != output).collect();
+            let inputs = ref_inputs(name, output);
             let mut opts = CompileOptions::f32();
             for (k, t) in &inputs {
                 opts = opts.input_shape(k, t.shape());
@@ -333,13 +335,7 @@ mod with_mlir {
                 .unwrap()
                 .compile(&opts)
                 .unwrap();
-            let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
-            let got = compiled
-                .prepare(Device::Mlir)
-                .unwrap()
-                .run(&inputs)
-                .unwrap();
-            let rel = rel_l2(&got[output], &cpu[output]);
+            let rel = jit_vs_cpu(&compiled, &inputs, output);
             eprintln!("{name} f32 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
             assert!(rel <= 1e-5, "{name}: rel L2 {rel}");
         }
