@@ -614,6 +614,65 @@ impl<'c> Emitter<'c, '_> {
                     loc,
                 )?]
             }
+            Op::Conv {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            } => {
+                f32_only("conv")?;
+                if *auto_pad != fp8c_ir::AutoPad::NotSet || out_dims.len() != 4 {
+                    return Err(unsupported(
+                        node,
+                        "only 2-D convolutions with explicit pads are emitted yet",
+                    ));
+                }
+                let geo = Window2d::new(kernel_shape, strides, pads, dilations);
+                vec![self.conv2d(
+                    block,
+                    node,
+                    &ins,
+                    &geo,
+                    *group as u64,
+                    out_ty,
+                    &out_dims,
+                    loc,
+                )?]
+            }
+            Op::MaxPool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+            }
+            | Op::AveragePool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+                ..
+            } => {
+                f32_only("pooling")?;
+                if *auto_pad != fp8c_ir::AutoPad::NotSet
+                    || *ceil_mode
+                    || pads.iter().any(|&p| p != 0)
+                    || out_dims.len() != 4
+                {
+                    return Err(unsupported(
+                        node,
+                        "only unpadded 2-D pooling is emitted yet",
+                    ));
+                }
+                let geo = Window2d::new(kernel_shape, strides, pads, dilations);
+                let max = matches!(node.op, Op::MaxPool { .. });
+                vec![self.pool2d(block, ins[0], &geo, max, out_ty, &out_dims, loc)]
+            }
             Op::Softmax { axis } => {
                 f32_only("softmax")?;
                 let r = out_dims.len() as i64;
@@ -1794,6 +1853,243 @@ impl<'c> Emitter<'c, '_> {
         ))
     }
 
+    /// NCHW 2-D convolution: the input zero-padded (`tensor.pad`), then one `linalg.generic`
+    /// over (n, f, oh, ow, c, kh, kw) summing in (c, kh, kw) order (the CPU's im2col order),
+    /// groups through the input-channel map, the bias added after.
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        ins: &[Value<'c, 'a>],
+        g: &Window2d,
+        groups: u64,
+        out_ty: Type<'c>,
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let xd = self.dims(node.inputs()[0], node)?;
+        let wd = self.dims(node.inputs()[1], node)?;
+        let f32t = Type::float32(self.ctx);
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let zero = s.f32(0.0);
+        let padded = if g.pads.iter().any(|&p| p != 0) {
+            let pd = [
+                xd[0],
+                xd[1],
+                xd[2] + (g.pads[0] + g.pads[2]) as u64,
+                xd[3] + (g.pads[1] + g.pads[3]) as u64,
+            ];
+            let pty: Type = RankedTensorType::new(&pd, f32t, None).into();
+            let arr = |v: &[i64]| -> Attribute<'c> {
+                melior::ir::attribute::DenseI64ArrayAttribute::new(self.ctx, v).into()
+            };
+            let index_t = Type::index(self.ctx);
+            let body = Block::new(&[(index_t, loc); 4]);
+            body.append_operation(
+                OperationBuilder::new("tensor.yield", loc)
+                    .add_operands(&[zero])
+                    .build()
+                    .expect("tensor.yield"),
+            );
+            let region = Region::new();
+            region.append_block(body);
+            block
+                .append_operation(
+                    OperationBuilder::new("tensor.pad", loc)
+                        .add_operands(&[ins[0]])
+                        .add_results(&[pty])
+                        .add_attributes(&[
+                            (
+                                Identifier::new(self.ctx, "static_low"),
+                                arr(&[0, 0, g.pads[0], g.pads[1]]),
+                            ),
+                            (
+                                Identifier::new(self.ctx, "static_high"),
+                                arr(&[0, 0, g.pads[2], g.pads[3]]),
+                            ),
+                            (
+                                Identifier::new(self.ctx, "operandSegmentSizes"),
+                                DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),
+                            ),
+                        ])
+                        .add_regions([region])
+                        .build()
+                        .expect("tensor.pad"),
+                )
+                .result(0)
+                .expect("result")
+                .into()
+        } else {
+            ins[0]
+        };
+        let d = |i| AffineExpr::dim(self.ctx, i);
+        let c = |v: i64| AffineExpr::constant(self.ctx, v);
+        let (fper, cper) = ((wd[0] / groups) as i64, wd[1] as i64);
+        // (n=0, f=1, oh=2, ow=3, c=4, kh=5, kw=6)
+        let in_c = AffineExpr::floor_div(d(1), c(fper)) * c(cper) + d(4);
+        let x_map = [
+            d(0),
+            in_c,
+            d(2) * c(g.strides[0]) + d(5) * c(g.dilations[0]),
+            d(3) * c(g.strides[1]) + d(6) * c(g.dilations[1]),
+        ];
+        let maps = vec![
+            self.map_attr(AffineMap::new(self.ctx, 7, 0, &x_map)),
+            self.map_attr(AffineMap::new(self.ctx, 7, 0, &[d(1), d(4), d(5), d(6)])),
+        ];
+        let out_map = self.map_attr(AffineMap::new(self.ctx, 7, 0, &[d(0), d(1), d(2), d(3)]));
+        let empty = self.empty(block, out_ty, loc);
+        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
+        let ctx = self.ctx;
+        let iters = [
+            "parallel",
+            "parallel",
+            "parallel",
+            "parallel",
+            "reduction",
+            "reduction",
+            "reduction",
+        ];
+        let y = self.generic_with_out_map(
+            block,
+            &[padded, ins[1]],
+            maps,
+            out_map,
+            &iters,
+            out_ty,
+            filled,
+            loc,
+            |b, v| {
+                let s = Scalar { ctx, block: b, loc };
+                let p = s.elementwise(&Op::Mul, &[v[0], v[1]]).expect("mul");
+                s.elementwise(&Op::Add, &[v[2], p]).expect("add")
+            },
+        );
+        if ins.len() < 3 {
+            return Ok(y);
+        }
+        let maps = vec![
+            self.map_attr(AffineMap::multi_dim_identity(self.ctx, 4)),
+            self.map_attr(AffineMap::new(self.ctx, 4, 0, &[d(1)])),
+        ];
+        let _ = out_dims;
+        Ok(self.generic(
+            block,
+            &[y, ins[2]],
+            maps,
+            &["parallel"; 4],
+            out_ty,
+            None,
+            loc,
+            |b, a| {
+                Scalar { ctx, block: b, loc }
+                    .elementwise(&Op::Add, &[a[0], a[1]])
+                    .expect("add")
+            },
+        ))
+    }
+
+    /// Unpadded 2-D max / average pooling: one `linalg.generic` over (n, c, oh, ow, kh, kw);
+    /// the average sums in f64 and divides once, as the CPU.
+    #[allow(clippy::too_many_arguments)]
+    fn pool2d<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        g: &Window2d,
+        max: bool,
+        out_ty: Type<'c>,
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let d = |i| AffineExpr::dim(self.ctx, i);
+        let c = |v: i64| AffineExpr::constant(self.ctx, v);
+        let x_map = [
+            d(0),
+            d(1),
+            d(2) * c(g.strides[0]) + d(4) * c(g.dilations[0]),
+            d(3) * c(g.strides[1]) + d(5) * c(g.dilations[1]),
+        ];
+        // The window itself is an operand only through its shape: iterate kh, kw by a dummy
+        // map-free reduction over the accumulator.
+        let acc_t = Type::float64(self.ctx);
+        let acc_ty: Type = RankedTensorType::new(out_dims, acc_t, None).into();
+        let init = if max { f64::NEG_INFINITY } else { 0.0 };
+        let init_v: Value = block
+            .append_operation(arith::constant(
+                self.ctx,
+                FloatAttribute::new(self.ctx, acc_t, init).into(),
+                loc,
+            ))
+            .result(0)
+            .expect("result")
+            .into();
+        let empty = self.empty(block, acc_ty, loc);
+        let filled = self.fill(block, init_v, empty, acc_ty, acc_t, loc);
+        // A kh×kw tensor gives the reduction dims their extent (linalg needs an operand there).
+        let win_ty: Type =
+            RankedTensorType::new(&[g.kernel[0] as u64, g.kernel[1] as u64], acc_t, None).into();
+        let win = self.empty(block, win_ty, loc);
+        let maps = vec![
+            self.map_attr(AffineMap::new(self.ctx, 6, 0, &x_map)),
+            self.map_attr(AffineMap::new(self.ctx, 6, 0, &[d(4), d(5)])),
+        ];
+        let out_map = self.map_attr(AffineMap::new(self.ctx, 6, 0, &[d(0), d(1), d(2), d(3)]));
+        let ctx = self.ctx;
+        let iters = [
+            "parallel",
+            "parallel",
+            "parallel",
+            "parallel",
+            "reduction",
+            "reduction",
+        ];
+        let acc = self.generic_with_out_map(
+            block,
+            &[x, win],
+            maps,
+            out_map,
+            &iters,
+            acc_ty,
+            filled,
+            loc,
+            move |b, v| {
+                let s = Scalar { ctx, block: b, loc };
+                let xe = s.extf(v[0]);
+                if max {
+                    s.maxf64(v[2], xe)
+                } else {
+                    s.addf64(v[2], xe)
+                }
+            },
+        );
+        let count = (g.kernel[0] * g.kernel[1]) as f64;
+        let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, 4));
+        self.generic(
+            block,
+            &[acc],
+            vec![id],
+            &["parallel"; 4],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let v = if max {
+                    a[0]
+                } else {
+                    s.divf64(a[0], s.f64c(count))
+                };
+                s.truncf(v)
+            },
+        )
+    }
+
     fn constant<'a>(
         &self,
         block: &'a Block<'c>,
@@ -1847,4 +2143,29 @@ fn fill_region<'c>(_ctx: &'c Context, elem: Type<'c>, loc: Location<'c>) -> Regi
     let r = Region::new();
     r.append_block(b);
     r
+}
+
+/// A 2-D window's geometry from the IR's attributes (pads as top, left, bottom, right).
+struct Window2d {
+    kernel: [i64; 2],
+    strides: [i64; 2],
+    pads: [i64; 4],
+    dilations: [i64; 2],
+}
+
+impl Window2d {
+    fn new(kernel: &[i64], strides: &[i64], pads: &[i64], dilations: &[i64]) -> Self {
+        let at = |v: &[i64], i: usize, d: i64| v.get(i).copied().unwrap_or(d);
+        Window2d {
+            kernel: [at(kernel, 0, 1), at(kernel, 1, 1)],
+            strides: [at(strides, 0, 1), at(strides, 1, 1)],
+            pads: [
+                at(pads, 0, 0),
+                at(pads, 1, 0),
+                at(pads, 2, 0),
+                at(pads, 3, 0),
+            ],
+            dilations: [at(dilations, 0, 1), at(dilations, 1, 1)],
+        }
+    }
 }

@@ -24,13 +24,16 @@ use std::collections::BTreeMap;
 const PIPELINE: &str = "builtin.module(\
     one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
     buffer-deallocation-pipeline,\
+    convert-bufferization-to-memref,\
     convert-linalg-to-loops,\
+    lower-affine,\
     convert-scf-to-cf,\
     expand-strided-metadata,\
     finalize-memref-to-llvm,\
     convert-math-to-llvm,\
     convert-math-to-libm,\
     convert-arith-to-llvm,\
+    convert-index-to-llvm,\
     convert-cf-to-llvm,\
     convert-func-to-llvm,\
     convert-ub-to-llvm,\
