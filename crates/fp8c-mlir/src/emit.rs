@@ -3,6 +3,7 @@
 
 use crate::Error;
 use crate::scalar::Scalar;
+use fp8c_ir::window::{self, Axis, WindowAttrs};
 use fp8c_ir::{DType, Graph, Node, Op, Tensor, Value as IrValue};
 use melior::{
     Context,
@@ -623,23 +624,24 @@ impl<'c> Emitter<'c, '_> {
                 auto_pad,
             } => {
                 f32_only("conv")?;
-                if *auto_pad != fp8c_ir::AutoPad::NotSet || out_dims.len() != 4 {
-                    return Err(unsupported(
-                        node,
-                        "only 2-D convolutions with explicit pads are emitted yet",
-                    ));
+                let wd = self.dims(node.inputs()[1], node)?;
+                if out_dims.len() != 4 || wd.len() != 4 {
+                    return Err(unsupported(node, "only 2-D convolutions are emitted yet"));
                 }
-                let geo = Window2d::new(kernel_shape, strides, pads, dilations);
-                vec![self.conv2d(
-                    block,
-                    node,
-                    &ins,
-                    &geo,
-                    *group as u64,
-                    out_ty,
-                    &out_dims,
-                    loc,
-                )?]
+                let kernel: Vec<i64> = if kernel_shape.is_empty() {
+                    wd[2..].iter().map(|&k| k as i64).collect()
+                } else {
+                    kernel_shape.clone()
+                };
+                let w = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: false,
+                };
+                let geo = self.window(node, &kernel, &w)?;
+                vec![self.conv2d(block, node, &ins, &geo, *group as u64, out_ty, loc)?]
             }
             Op::MaxPool {
                 kernel_shape,
@@ -659,17 +661,20 @@ impl<'c> Emitter<'c, '_> {
                 ..
             } => {
                 f32_only("pooling")?;
-                if *auto_pad != fp8c_ir::AutoPad::NotSet
-                    || *ceil_mode
-                    || pads.iter().any(|&p| p != 0)
-                    || out_dims.len() != 4
-                {
+                let w = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                let geo = self.window(node, kernel_shape, &w)?;
+                if out_dims.len() != 4 || geo.iter().any(|a| a.pad_begin + a.pad_end != 0) {
                     return Err(unsupported(
                         node,
                         "only unpadded 2-D pooling is emitted yet",
                     ));
                 }
-                let geo = Window2d::new(kernel_shape, strides, pads, dilations);
                 let max = matches!(node.op, Op::MaxPool { .. });
                 vec![self.pool2d(block, ins[0], &geo, max, out_ty, &out_dims, loc)]
             }
@@ -1527,15 +1532,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let index_t = Type::index(ctx);
-                let i64t: Type = IntegerType::new(ctx, 64).into();
-                let k = s.named_pub("arith.extsi_or_self", a[0], i64t);
-                let len = s.i64c(axis_len);
-                let neg = s.cmpi(melior::dialect::arith::CmpiPredicate::Slt, k, s.i64c(0));
-                let k = s.select(neg, s.int("arith.addi", k, len), k);
-                let k = s.int("arith.maxsi", k, s.i64c(0));
-                let k = s.int("arith.minsi", k, s.i64c(axis_len - 1));
-                let k = s.named_pub("arith.index_cast", k, index_t);
+                let k = s.axis_index(a[0], axis_len);
                 let coords: Vec<Value> = (0..data_rank)
                     .map(|dpos| {
                         if dpos == axis {
@@ -1546,18 +1543,7 @@ impl<'c> Emitter<'c, '_> {
                         }
                     })
                     .collect();
-                let mut operands = vec![data];
-                operands.extend(coords);
-                b.append_operation(
-                    OperationBuilder::new("tensor.extract", loc)
-                        .add_operands(&operands)
-                        .add_results(&[elem])
-                        .build()
-                        .expect("tensor.extract"),
-                )
-                .result(0)
-                .expect("result")
-                .into()
+                s.extract(data, &coords, elem)
             },
         )
     }
@@ -1809,48 +1795,37 @@ impl<'c> Emitter<'c, '_> {
                     block: blk,
                     loc,
                 };
-                let i64t: Type = IntegerType::new(ctx, 64).into();
-                let index_t = Type::index(ctx);
                 let outs: Vec<Value> = (0..r).map(|d| s.linalg_index(d)).collect();
                 let mut coords: Vec<Value> = outs[..b].to_vec();
                 for j in 0..k {
-                    let mut at: Vec<Value> = vec![idx];
-                    at.extend_from_slice(&outs[..p]);
+                    let mut at: Vec<Value> = outs[..p].to_vec();
                     at.push(s.index_const(j as i64));
-                    let v: Value = blk
-                        .append_operation(
-                            OperationBuilder::new("tensor.extract", loc)
-                                .add_operands(&at)
-                                .add_results(&[idx_elem])
-                                .build()
-                                .expect("tensor.extract"),
-                        )
-                        .result(0)
-                        .expect("result")
-                        .into();
-                    let v = s.named_pub("arith.extsi_or_self", v, i64t);
-                    let len = dd[b + j] as i64;
-                    let neg = s.cmpi(melior::dialect::arith::CmpiPredicate::Slt, v, s.i64c(0));
-                    let v = s.select(neg, s.int("arith.addi", v, s.i64c(len)), v);
-                    let v = s.int("arith.maxsi", v, s.i64c(0));
-                    let v = s.int("arith.minsi", v, s.i64c(len - 1));
-                    coords.push(s.named_pub("arith.index_cast", v, index_t));
+                    let v = s.extract(idx, &at, idx_elem);
+                    coords.push(s.axis_index(v, dd[b + j] as i64));
                 }
                 coords.extend_from_slice(&outs[p..]);
-                let mut operands = vec![data];
-                operands.extend(coords);
-                blk.append_operation(
-                    OperationBuilder::new("tensor.extract", loc)
-                        .add_operands(&operands)
-                        .add_results(&[elem])
-                        .build()
-                        .expect("tensor.extract"),
-                )
-                .result(0)
-                .expect("result")
-                .into()
+                s.extract(data, &coords, elem)
             },
         ))
+    }
+
+    /// The resolved geometry of `node`'s two spatial axes (fp8c-ir's window rules, auto_pad
+    /// included), from its input's dims.
+    fn window(&self, node: &Node, kernel: &[i64], w: &WindowAttrs<'_>) -> Result<Vec<Axis>, Error> {
+        let xd = self.dims(node.inputs()[0], node)?;
+        let spatial: Vec<usize> = xd
+            .get(2..)
+            .unwrap_or(&[])
+            .iter()
+            .map(|&d| d as usize)
+            .collect();
+        let kernel: Vec<usize> = kernel.iter().map(|&k| k.max(1) as usize).collect();
+        let axes =
+            window::axes(&spatial, &kernel, w).map_err(|e| unsupported(node, e.to_string()))?;
+        if axes.len() != 2 {
+            return Err(unsupported(node, "only 2-D windows are emitted yet"));
+        }
+        Ok(axes)
     }
 
     /// NCHW 2-D convolution: the input zero-padded (`tensor.pad`), then one `linalg.generic`
@@ -1862,10 +1837,9 @@ impl<'c> Emitter<'c, '_> {
         block: &'a Block<'c>,
         node: &Node,
         ins: &[Value<'c, 'a>],
-        g: &Window2d,
+        g: &[Axis],
         groups: u64,
         out_ty: Type<'c>,
-        out_dims: &[u64],
         loc: Location<'c>,
     ) -> Result<Value<'c, 'a>, Error> {
         let xd = self.dims(node.inputs()[0], node)?;
@@ -1877,12 +1851,12 @@ impl<'c> Emitter<'c, '_> {
             loc,
         };
         let zero = s.f32(0.0);
-        let padded = if g.pads.iter().any(|&p| p != 0) {
+        let padded = if g.iter().any(|a| a.pad_begin + a.pad_end != 0) {
             let pd = [
                 xd[0],
                 xd[1],
-                xd[2] + (g.pads[0] + g.pads[2]) as u64,
-                xd[3] + (g.pads[1] + g.pads[3]) as u64,
+                xd[2] + (g[0].pad_begin + g[0].pad_end) as u64,
+                xd[3] + (g[1].pad_begin + g[1].pad_end) as u64,
             ];
             let pty: Type = RankedTensorType::new(&pd, f32t, None).into();
             let arr = |v: &[i64]| -> Attribute<'c> {
@@ -1906,11 +1880,11 @@ impl<'c> Emitter<'c, '_> {
                         .add_attributes(&[
                             (
                                 Identifier::new(self.ctx, "static_low"),
-                                arr(&[0, 0, g.pads[0], g.pads[1]]),
+                                arr(&[0, 0, g[0].pad_begin as i64, g[1].pad_begin as i64]),
                             ),
                             (
                                 Identifier::new(self.ctx, "static_high"),
-                                arr(&[0, 0, g.pads[2], g.pads[3]]),
+                                arr(&[0, 0, g[0].pad_end as i64, g[1].pad_end as i64]),
                             ),
                             (
                                 Identifier::new(self.ctx, "operandSegmentSizes"),
@@ -1935,8 +1909,8 @@ impl<'c> Emitter<'c, '_> {
         let x_map = [
             d(0),
             in_c,
-            d(2) * c(g.strides[0]) + d(5) * c(g.dilations[0]),
-            d(3) * c(g.strides[1]) + d(6) * c(g.dilations[1]),
+            d(2) * c(g[0].stride as i64) + d(5) * c(g[0].dilation as i64),
+            d(3) * c(g[1].stride as i64) + d(6) * c(g[1].dilation as i64),
         ];
         let maps = vec![
             self.map_attr(AffineMap::new(self.ctx, 7, 0, &x_map)),
@@ -1977,7 +1951,6 @@ impl<'c> Emitter<'c, '_> {
             self.map_attr(AffineMap::multi_dim_identity(self.ctx, 4)),
             self.map_attr(AffineMap::new(self.ctx, 4, 0, &[d(1)])),
         ];
-        let _ = out_dims;
         Ok(self.generic(
             block,
             &[y, ins[2]],
@@ -2001,7 +1974,7 @@ impl<'c> Emitter<'c, '_> {
         &self,
         block: &'a Block<'c>,
         x: Value<'c, 'a>,
-        g: &Window2d,
+        g: &[Axis],
         max: bool,
         out_ty: Type<'c>,
         out_dims: &[u64],
@@ -2012,8 +1985,8 @@ impl<'c> Emitter<'c, '_> {
         let x_map = [
             d(0),
             d(1),
-            d(2) * c(g.strides[0]) + d(4) * c(g.dilations[0]),
-            d(3) * c(g.strides[1]) + d(5) * c(g.dilations[1]),
+            d(2) * c(g[0].stride as i64) + d(4) * c(g[0].dilation as i64),
+            d(3) * c(g[1].stride as i64) + d(5) * c(g[1].dilation as i64),
         ];
         // The window itself is an operand only through its shape: iterate kh, kw by a dummy
         // map-free reduction over the accumulator.
@@ -2033,7 +2006,7 @@ impl<'c> Emitter<'c, '_> {
         let filled = self.fill(block, init_v, empty, acc_ty, acc_t, loc);
         // A kh×kw tensor gives the reduction dims their extent (linalg needs an operand there).
         let win_ty: Type =
-            RankedTensorType::new(&[g.kernel[0] as u64, g.kernel[1] as u64], acc_t, None).into();
+            RankedTensorType::new(&[g[0].kernel as u64, g[1].kernel as u64], acc_t, None).into();
         let win = self.empty(block, win_ty, loc);
         let maps = vec![
             self.map_attr(AffineMap::new(self.ctx, 6, 0, &x_map)),
@@ -2068,7 +2041,7 @@ impl<'c> Emitter<'c, '_> {
                 }
             },
         );
-        let count = (g.kernel[0] * g.kernel[1]) as f64;
+        let count = (g[0].kernel * g[1].kernel) as f64;
         let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, 4));
         self.generic(
             block,
@@ -2143,29 +2116,4 @@ fn fill_region<'c>(_ctx: &'c Context, elem: Type<'c>, loc: Location<'c>) -> Regi
     let r = Region::new();
     r.append_block(b);
     r
-}
-
-/// A 2-D window's geometry from the IR's attributes (pads as top, left, bottom, right).
-struct Window2d {
-    kernel: [i64; 2],
-    strides: [i64; 2],
-    pads: [i64; 4],
-    dilations: [i64; 2],
-}
-
-impl Window2d {
-    fn new(kernel: &[i64], strides: &[i64], pads: &[i64], dilations: &[i64]) -> Self {
-        let at = |v: &[i64], i: usize, d: i64| v.get(i).copied().unwrap_or(d);
-        Window2d {
-            kernel: [at(kernel, 0, 1), at(kernel, 1, 1)],
-            strides: [at(strides, 0, 1), at(strides, 1, 1)],
-            pads: [
-                at(pads, 0, 0),
-                at(pads, 1, 0),
-                at(pads, 2, 0),
-                at(pads, 3, 0),
-            ],
-            dilations: [at(dilations, 0, 1), at(dilations, 1, 1)],
-        }
-    }
 }

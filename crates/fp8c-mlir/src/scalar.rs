@@ -312,6 +312,31 @@ impl<'c, 'b> Scalar<'c, 'b> {
         }
     }
 
+    /// An index value read from a tensor of indices: sign-extended to i64, a negative one
+    /// counted from the end of an axis of `len`, clamped into `0..len` (the CPU reference
+    /// fails the run on an out-of-range index; the JIT code must not read outside).
+    pub fn axis_index(&self, v: Value<'c, '_>, len: i64) -> Value<'c, 'b> {
+        let i64t: Type = IntegerType::new(self.ctx, 64).into();
+        let v = self.named_pub("arith.extsi_or_self", v, i64t);
+        let neg = self.cmpi(CmpiPredicate::Slt, v, self.i64c(0));
+        let v = self.select(neg, self.int("arith.addi", v, self.i64c(len)), v);
+        let v = self.int("arith.maxsi", v, self.i64c(0));
+        let v = self.int("arith.minsi", v, self.i64c(len - 1));
+        self.named_pub("arith.index_cast", v, Type::index(self.ctx))
+    }
+
+    /// `tensor.extract` of `t` at `coords` (index values).
+    pub fn extract(
+        &self,
+        t: Value<'c, '_>,
+        coords: &[Value<'c, '_>],
+        elem: Type<'c>,
+    ) -> Value<'c, 'b> {
+        let mut operands = vec![t];
+        operands.extend_from_slice(coords);
+        self.named("tensor.extract", &operands, elem)
+    }
+
     /// An i1 constant.
     pub fn bool_const(&self, v: bool) -> Value<'c, 'b> {
         let t: Type = IntegerType::new(self.ctx, 1).into();
