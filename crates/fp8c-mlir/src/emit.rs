@@ -207,16 +207,13 @@ impl<'c> Emitter<'c, '_> {
 
     /// `tensor.empty` of `ty`.
     fn empty<'a>(&self, block: &'a Block<'c>, ty: Type<'c>, loc: Location<'c>) -> Value<'c, 'a> {
-        block
-            .append_operation(
-                OperationBuilder::new("tensor.empty", loc)
-                    .add_results(&[ty])
-                    .build()
-                    .expect("tensor.empty"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        push(
+            block,
+            OperationBuilder::new("tensor.empty", loc)
+                .add_results(&[ty])
+                .build()
+                .expect("tensor.empty"),
+        )
     }
 
     /// The indexing map that reads an operand of `dims` broadcast to an output of rank `rank`
@@ -772,17 +769,7 @@ impl<'c> Emitter<'c, '_> {
         elem: Type<'c>,
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
-        block
-            .append_operation(
-                OperationBuilder::new("tensor.extract", loc)
-                    .add_operands(&[t])
-                    .add_results(&[elem])
-                    .build()
-                    .expect("tensor.extract"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        simple_op(block, "tensor.extract", &[t], &[elem], loc)
     }
 
     /// A 0-d tensor holding `v`.
@@ -793,17 +780,7 @@ impl<'c> Emitter<'c, '_> {
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
         let ty = RankedTensorType::new(&[], v.r#type(), None).into();
-        block
-            .append_operation(
-                OperationBuilder::new("tensor.from_elements", loc)
-                    .add_operands(&[v])
-                    .add_results(&[ty])
-                    .build()
-                    .expect("tensor.from_elements"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        simple_op(block, "tensor.from_elements", &[v], &[ty], loc)
     }
 
     /// fp8c-core `amax_f32`: an unsigned max over `|x|`'s bits (NaN wins), then the f32.
@@ -888,20 +865,8 @@ impl<'c> Emitter<'c, '_> {
         let amax = s.select(below, eps, amax);
         let fmax = s.f32(if fmt == DType::F8E4M3 { 448.0 } else { 57344.0 });
         let pow2_margin = s.f32(2f64.powf(f64::from(margin)) as f32);
-        let sf = s.float(
-            s.bits(
-                block
-                    .append_operation(melior::dialect::arith::divf(fmax, amax, loc))
-                    .result(0)
-                    .expect("result")
-                    .into(),
-            ),
-        );
-        let sf: Value = block
-            .append_operation(melior::dialect::arith::divf(sf, pow2_margin, loc))
-            .result(0)
-            .expect("result")
-            .into();
+        let sf = s.float(s.bits(push(block, melior::dialect::arith::divf(fmax, amax, loc))));
+        let sf: Value = push(block, melior::dialect::arith::divf(sf, pow2_margin, loc));
         // amax > 0 and finite, else the previous scale; an infinite scale becomes f32::MAX.
         let positive = s.cmpf(F::Ogt, amax, s.f32(0.0));
         let finite = s.cmpf(F::One, amax, s.f32(f32::INFINITY));
@@ -913,11 +878,7 @@ impl<'c> Emitter<'c, '_> {
         if power_2 {
             scale = s.float(s.and(s.bits(scale), s.i32(0xff80_0000)));
         }
-        let inv: Value = block
-            .append_operation(melior::dialect::arith::divf(s.f32(1.0), scale, loc))
-            .result(0)
-            .expect("result")
-            .into();
+        let inv: Value = push(block, melior::dialect::arith::divf(s.f32(1.0), scale, loc));
         vec![
             self.scalar_tensor(block, scale, loc),
             self.scalar_tensor(block, inv, loc),
@@ -934,22 +895,19 @@ impl<'c> Emitter<'c, '_> {
         elem: Type<'c>,
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
-        block
-            .append_operation(
-                OperationBuilder::new("linalg.fill", loc)
-                    .add_operands(&[value, into])
-                    .add_results(&[ty])
-                    .add_attributes(&[(
-                        Identifier::new(self.ctx, "operandSegmentSizes"),
-                        DenseI32ArrayAttribute::new(self.ctx, &[1, 1]).into(),
-                    )])
-                    .add_regions([fill_region(self.ctx, elem, loc)])
-                    .build()
-                    .expect("linalg.fill"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        push(
+            block,
+            OperationBuilder::new("linalg.fill", loc)
+                .add_operands(&[value, into])
+                .add_results(&[ty])
+                .add_attributes(&[(
+                    Identifier::new(self.ctx, "operandSegmentSizes"),
+                    DenseI32ArrayAttribute::new(self.ctx, &[1, 1]).into(),
+                )])
+                .add_regions([fill_region(self.ctx, elem, loc)])
+                .build()
+                .expect("linalg.fill"),
+        )
     }
 
     /// `scaled_matmul` (2-D): the decoded product times `scale_inv_a · scale_inv_b`, then the
@@ -1091,39 +1049,27 @@ impl<'c> Emitter<'c, '_> {
             loc,
             |b, a| {
                 let k = |v: f32| -> Value {
-                    b.append_operation(arith::constant(
-                        ctx,
-                        FloatAttribute::new(ctx, elem, f64::from(v)).into(),
-                        loc,
-                    ))
-                    .result(0)
-                    .expect("result")
-                    .into()
+                    push(
+                        b,
+                        arith::constant(
+                            ctx,
+                            FloatAttribute::new(ctx, elem, f64::from(v)).into(),
+                            loc,
+                        ),
+                    )
                 };
                 let mut y = a[0];
                 if al != 1.0 {
                     let c = k(al);
-                    y = b
-                        .append_operation(arith::mulf(c, y, loc))
-                        .result(0)
-                        .expect("r")
-                        .into();
+                    y = push(b, arith::mulf(c, y, loc));
                 }
                 if with_c {
                     let mut c = a[1];
                     if be != 1.0 {
                         let s = k(be);
-                        c = b
-                            .append_operation(arith::mulf(s, c, loc))
-                            .result(0)
-                            .expect("r")
-                            .into();
+                        c = push(b, arith::mulf(s, c, loc));
                     }
-                    y = b
-                        .append_operation(arith::addf(y, c, loc))
-                        .result(0)
-                        .expect("r")
-                        .into();
+                    y = push(b, arith::addf(y, c, loc));
                 }
                 y
             },
@@ -1169,32 +1115,29 @@ impl<'c> Emitter<'c, '_> {
         all_maps.push(out_map);
         let mut operands: Vec<Value> = ins.to_vec();
         operands.push(init);
-        block
-            .append_operation(
-                OperationBuilder::new("linalg.generic", loc)
-                    .add_operands(&operands)
-                    .add_results(&[out_ty])
-                    .add_attributes(&[
-                        (
-                            Identifier::new(self.ctx, "indexing_maps"),
-                            ArrayAttribute::new(self.ctx, &all_maps).into(),
-                        ),
-                        (
-                            Identifier::new(self.ctx, "iterator_types"),
-                            self.iterators(iterators),
-                        ),
-                        (
-                            Identifier::new(self.ctx, "operandSegmentSizes"),
-                            DenseI32ArrayAttribute::new(self.ctx, &[ins.len() as i32, 1]).into(),
-                        ),
-                    ])
-                    .add_regions([region])
-                    .build()
-                    .expect("linalg.generic"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        push(
+            block,
+            OperationBuilder::new("linalg.generic", loc)
+                .add_operands(&operands)
+                .add_results(&[out_ty])
+                .add_attributes(&[
+                    (
+                        Identifier::new(self.ctx, "indexing_maps"),
+                        ArrayAttribute::new(self.ctx, &all_maps).into(),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "iterator_types"),
+                        self.iterators(iterators),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "operandSegmentSizes"),
+                        DenseI32ArrayAttribute::new(self.ctx, &[ins.len() as i32, 1]).into(),
+                    ),
+                ])
+                .add_regions([region])
+                .build()
+                .expect("linalg.generic"),
+        )
     }
 
     /// `tensor.reshape` to the static `dims` (row-major, like every view op).
@@ -1214,22 +1157,14 @@ impl<'c> Emitter<'c, '_> {
             .collect();
         let dense = DenseElementsAttribute::new(shape_ty, &vals)
             .map_err(|e| Error::Invalid(e.to_string()))?;
-        let shape: Value = block
-            .append_operation(arith::constant(self.ctx, dense.into(), loc))
-            .result(0)
-            .expect("result")
-            .into();
-        Ok(block
-            .append_operation(
-                OperationBuilder::new("tensor.reshape", loc)
-                    .add_operands(&[x, shape])
-                    .add_results(&[out_ty])
-                    .build()
-                    .expect("tensor.reshape"),
-            )
-            .result(0)
-            .expect("result")
-            .into())
+        let shape: Value = push(block, arith::constant(self.ctx, dense.into(), loc));
+        Ok(simple_op(
+            block,
+            "tensor.reshape",
+            &[x, shape],
+            &[out_ty],
+            loc,
+        ))
     }
 
     /// The map from `rank` iteration dims to a tensor that keeps the dims not in `axes`
@@ -1266,15 +1201,14 @@ impl<'c> Emitter<'c, '_> {
             .map(|(k, &d)| if axes.contains(&k) { 1 } else { d })
             .collect();
         let acc_ty: Type = RankedTensorType::new(&kept, f64t, None).into();
-        let init_v: Value = block
-            .append_operation(arith::constant(
+        let init_v: Value = push(
+            block,
+            arith::constant(
                 self.ctx,
                 FloatAttribute::new(self.ctx, f64t, init).into(),
                 loc,
-            ))
-            .result(0)
-            .expect("result")
-            .into();
+            ),
+        );
         let empty = self.empty(block, acc_ty, loc);
         let filled = self.fill(block, init_v, empty, acc_ty, f64t, loc);
         let iters: Vec<&str> = (0..dims.len())
@@ -1562,18 +1496,15 @@ impl<'c> Emitter<'c, '_> {
     ) -> Value<'c, 'a> {
         let sizes: Vec<i64> = sizes.iter().map(|&d| d as i64).collect();
         let ones = vec![1i64; sizes.len()];
-        block
-            .append_operation(
-                OperationBuilder::new("tensor.insert_slice", loc)
-                    .add_operands(&[src, dest])
-                    .add_results(&[dest_ty])
-                    .add_attributes(&self.slice_attrs(offsets, &sizes, &ones, &[1, 1, 0, 0, 0]))
-                    .build()
-                    .expect("tensor.insert_slice"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        push(
+            block,
+            OperationBuilder::new("tensor.insert_slice", loc)
+                .add_operands(&[src, dest])
+                .add_results(&[dest_ty])
+                .add_attributes(&self.slice_attrs(offsets, &sizes, &ones, &[1, 1, 0, 0, 0]))
+                .build()
+                .expect("tensor.insert_slice"),
+        )
     }
 
     fn slice_attrs(
@@ -1743,18 +1674,15 @@ impl<'c> Emitter<'c, '_> {
         strides: &[i64],
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
-        block
-            .append_operation(
-                OperationBuilder::new("tensor.extract_slice", loc)
-                    .add_operands(&[x])
-                    .add_results(&[ty])
-                    .add_attributes(&self.slice_attrs(offsets, sizes, strides, &[1, 0, 0, 0]))
-                    .build()
-                    .expect("tensor.extract_slice"),
-            )
-            .result(0)
-            .expect("result")
-            .into()
+        push(
+            block,
+            OperationBuilder::new("tensor.extract_slice", loc)
+                .add_operands(&[x])
+                .add_results(&[ty])
+                .add_attributes(&self.slice_attrs(offsets, sizes, strides, &[1, 0, 0, 0]))
+                .build()
+                .expect("tensor.extract_slice"),
+        )
     }
 
     /// ONNX GatherND: indices [B…, I…, k] pick data[B…, idx…] slices (B = `batch_dims`);
@@ -1872,32 +1800,29 @@ impl<'c> Emitter<'c, '_> {
             );
             let region = Region::new();
             region.append_block(body);
-            block
-                .append_operation(
-                    OperationBuilder::new("tensor.pad", loc)
-                        .add_operands(&[ins[0]])
-                        .add_results(&[pty])
-                        .add_attributes(&[
-                            (
-                                Identifier::new(self.ctx, "static_low"),
-                                arr(&[0, 0, g[0].pad_begin as i64, g[1].pad_begin as i64]),
-                            ),
-                            (
-                                Identifier::new(self.ctx, "static_high"),
-                                arr(&[0, 0, g[0].pad_end as i64, g[1].pad_end as i64]),
-                            ),
-                            (
-                                Identifier::new(self.ctx, "operandSegmentSizes"),
-                                DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),
-                            ),
-                        ])
-                        .add_regions([region])
-                        .build()
-                        .expect("tensor.pad"),
-                )
-                .result(0)
-                .expect("result")
-                .into()
+            push(
+                block,
+                OperationBuilder::new("tensor.pad", loc)
+                    .add_operands(&[ins[0]])
+                    .add_results(&[pty])
+                    .add_attributes(&[
+                        (
+                            Identifier::new(self.ctx, "static_low"),
+                            arr(&[0, 0, g[0].pad_begin as i64, g[1].pad_begin as i64]),
+                        ),
+                        (
+                            Identifier::new(self.ctx, "static_high"),
+                            arr(&[0, 0, g[0].pad_end as i64, g[1].pad_end as i64]),
+                        ),
+                        (
+                            Identifier::new(self.ctx, "operandSegmentSizes"),
+                            DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),
+                        ),
+                    ])
+                    .add_regions([region])
+                    .build()
+                    .expect("tensor.pad"),
+            )
         } else {
             ins[0]
         };
@@ -1993,15 +1918,14 @@ impl<'c> Emitter<'c, '_> {
         let acc_t = Type::float64(self.ctx);
         let acc_ty: Type = RankedTensorType::new(out_dims, acc_t, None).into();
         let init = if max { f64::NEG_INFINITY } else { 0.0 };
-        let init_v: Value = block
-            .append_operation(arith::constant(
+        let init_v: Value = push(
+            block,
+            arith::constant(
                 self.ctx,
                 FloatAttribute::new(self.ctx, acc_t, init).into(),
                 loc,
-            ))
-            .result(0)
-            .expect("result")
-            .into();
+            ),
+        );
         let empty = self.empty(block, acc_ty, loc);
         let filled = self.fill(block, init_v, empty, acc_ty, acc_t, loc);
         // A kh×kw tensor gives the reduction dims their extent (linalg needs an operand there).
@@ -2095,11 +2019,7 @@ impl<'c> Emitter<'c, '_> {
         };
         let dense =
             DenseElementsAttribute::new(ty, &vals).map_err(|e| unsupported(node, e.to_string()))?;
-        Ok(block
-            .append_operation(arith::constant(self.ctx, dense.into(), loc))
-            .result(0)
-            .expect("result")
-            .into())
+        Ok(push(block, arith::constant(self.ctx, dense.into(), loc)))
     }
 }
 
@@ -2116,4 +2036,32 @@ fn fill_region<'c>(_ctx: &'c Context, elem: Type<'c>, loc: Location<'c>) -> Regi
     let r = Region::new();
     r.append_block(b);
     r
+}
+
+/// Appends `op` to `block` and returns its (first) result.
+fn push<'c, 'a>(block: &'a Block<'c>, op: melior::ir::Operation<'c>) -> Value<'c, 'a> {
+    block
+        .append_operation(op)
+        .result(0)
+        .expect("an operation with a result")
+        .into()
+}
+
+/// `name` with `operands` and `results`, no attributes or regions, appended to `block`;
+/// returns its first result.
+fn simple_op<'c, 'a>(
+    block: &'a Block<'c>,
+    name: &str,
+    operands: &[Value<'c, '_>],
+    results: &[Type<'c>],
+    loc: Location<'c>,
+) -> Value<'c, 'a> {
+    push(
+        block,
+        OperationBuilder::new(name, loc)
+            .add_operands(operands)
+            .add_results(results)
+            .build()
+            .expect("a valid operation"),
+    )
 }
