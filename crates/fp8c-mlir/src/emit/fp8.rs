@@ -1,0 +1,198 @@
+//! FP8 in the MLIR emitter: amax over |x|'s bits, compute_scale (TE's rules, current
+//! scaling), and the scaled GEMMs with their epilogue programs.
+
+use super::*;
+
+impl<'c> Emitter<'c, '_> {
+    /// fp8c-core `amax_f32`: an unsigned max over `|x|`'s bits (NaN wins), then the f32.
+    pub(super) fn amax<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        x: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+            return Err(unsupported(
+                node,
+                "only the amax of f32 tensors is emitted yet",
+            ));
+        }
+        let dims = self.dims(node.inputs()[0], node)?;
+        let i32t: Type = melior::ir::r#type::IntegerType::new(self.ctx, 32).into();
+        let acc_ty: Type = RankedTensorType::new(&[], i32t, None).into();
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let zero = s.i32(0);
+        let empty = self.empty(block, acc_ty, loc);
+        let init = self.fill(block, zero, empty, acc_ty, i32t, loc);
+        let rank = dims.len();
+        let maps = vec![self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank))];
+        let out_map = self.map_attr(AffineMap::new(self.ctx, rank, 0, &[]));
+        let ctx = self.ctx;
+        let bits = self.generic_with_out_map(
+            block,
+            &[x],
+            maps,
+            out_map,
+            &vec!["reduction"; rank],
+            acc_ty,
+            init,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let abs = s.and(s.bits(a[0]), s.i32(0x7fff_ffff));
+                s.int("arith.maxui", abs, a[1])
+            },
+        );
+        let m = self.extract(block, bits, i32t, loc);
+        let nan = s.cmpi(
+            melior::dialect::arith::CmpiPredicate::Ugt,
+            m,
+            s.i32(0x7f80_0000),
+        );
+        let v = s.select(nan, s.i32(0x7fc0_0000), m);
+        Ok(self.scalar_tensor(block, s.float(v), loc))
+    }
+
+    /// `compute_scale` from this step's amax (fp8c-core `compute_scale`, TE's rules) and its
+    /// reciprocal, as 0-d tensors.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn compute_scale<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (amax_t, prev_t): (Value<'c, 'a>, Value<'c, 'a>),
+        fmt: DType,
+        margin: f32,
+        epsilon: f32,
+        power_2: bool,
+        loc: Location<'c>,
+    ) -> Vec<Value<'c, 'a>> {
+        use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
+        let f32t = Type::float32(self.ctx);
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let amax = self.extract(block, amax_t, f32t, loc);
+        let prev = self.extract(block, prev_t, f32t, loc);
+        // max(amax, epsilon): NaN stays NaN.
+        let eps = s.f32(epsilon);
+        let below = s.cmpf(F::Olt, amax, eps);
+        let amax = s.select(below, eps, amax);
+        let fmax = s.f32(if fmt == DType::F8E4M3 { 448.0 } else { 57344.0 });
+        let pow2_margin = s.f32(2f64.powf(f64::from(margin)) as f32);
+        let sf = s.float(s.bits(push(block, melior::dialect::arith::divf(fmax, amax, loc))));
+        let sf: Value = push(block, melior::dialect::arith::divf(sf, pow2_margin, loc));
+        // amax > 0 and finite, else the previous scale; an infinite scale becomes f32::MAX.
+        let positive = s.cmpf(F::Ogt, amax, s.f32(0.0));
+        let finite = s.cmpf(F::One, amax, s.f32(f32::INFINITY));
+        let ok = s.and(positive, finite);
+        let sf = s.select(ok, sf, prev);
+        let abs = s.and(s.bits(sf), s.i32(0x7fff_ffff));
+        let inf = s.cmpi(I::Eq, abs, s.i32(0x7f80_0000));
+        let mut scale = s.select(inf, s.f32(f32::MAX), sf);
+        if power_2 {
+            scale = s.float(s.and(s.bits(scale), s.i32(0xff80_0000)));
+        }
+        let inv: Value = push(block, melior::dialect::arith::divf(s.f32(1.0), scale, loc));
+        vec![
+            self.scalar_tensor(block, scale, loc),
+            self.scalar_tensor(block, inv, loc),
+        ]
+    }
+
+    /// `scaled_matmul` (2-D): the decoded product times `scale_inv_a · scale_inv_b`, then the
+    /// epilogue program (its `a0` the product, `a1…` the extra operands, broadcast). The
+    /// accumulation is f32 in K order: a `fast_accum` GEMM (Hopper's tensor-core truncation,
+    /// which the CPU reference models) is emitted with f32 accumulation too.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scaled_matmul<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        ins: &[Value<'c, 'a>],
+        expr: Option<&fp8c_ir::EwExpr>,
+        out_ty: Type<'c>,
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let fa = self.graph.value_type(node.inputs()[0]).dtype;
+        let fb = self.graph.value_type(node.inputs()[1]).dtype;
+        let r = out_dims.len();
+        let product = self.batched_matmul(
+            block,
+            node,
+            ins,
+            (false, false),
+            Some((fa, fb)),
+            out_ty,
+            out_dims,
+            loc,
+        )?;
+        let f32t = Type::float32(self.ctx);
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let sa = self.extract(block, ins[2], f32t, loc);
+        let sb = self.extract(block, ins[3], f32t, loc);
+        let alpha = s.elementwise(&Op::Mul, &[sa, sb]).expect("mul");
+        let alpha = self.scalar_tensor(block, alpha, loc);
+        let mut ops = vec![product, alpha];
+        let mut maps = vec![
+            self.map_attr(AffineMap::multi_dim_identity(self.ctx, r)),
+            self.broadcast_map(&[], out_dims),
+        ];
+        let insts: Vec<fp8c_ir::EwInst> = expr.map(|e| e.insts().to_vec()).unwrap_or_default();
+        for (k, &v) in node.inputs().iter().enumerate().skip(4) {
+            ops.push(ins[k]);
+            maps.push(self.broadcast_map(&self.dims(v, node)?, out_dims));
+        }
+        for inst in &insts {
+            if !Scalar::covers(&inst.op) {
+                return Err(unsupported(
+                    node,
+                    format!(
+                        "`{}` in the epilogue is not emitted to MLIR yet",
+                        inst.op.name()
+                    ),
+                ));
+            }
+        }
+        let ctx = self.ctx;
+        Ok(self.generic(
+            block,
+            &ops,
+            maps,
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let y = s.elementwise(&Op::Mul, &[a[0], a[1]]).expect("mul");
+                // a0 is the scaled product, a1… the extra operands (after the alpha slot).
+                let operand = |i: u32| if i == 0 { y } else { a[i as usize + 1] };
+                let mut temps: Vec<Value> = Vec::new();
+                for inst in &insts {
+                    let args: Vec<Value> = inst
+                        .args
+                        .iter()
+                        .map(|arg| match arg {
+                            fp8c_ir::EwArg::Input(i) => operand(*i),
+                            fp8c_ir::EwArg::Temp(t) => temps[*t as usize],
+                        })
+                        .collect();
+                    temps.push(s.elementwise(&inst.op, &args).expect("covered"));
+                }
+                temps.last().copied().unwrap_or(y)
+            },
+        ))
+    }
+}

@@ -1,0 +1,957 @@
+//! The melior builder behind `fp8c_mlir::emit` (feature `mlir`): see the crate docs for the
+//! module's shape and the ops covered.
+
+mod fp8;
+mod linalg;
+mod movement;
+mod reduce;
+
+use crate::Error;
+use crate::scalar::Scalar;
+use fp8c_ir::window::{self, Axis, WindowAttrs};
+use fp8c_ir::{DType, Graph, Node, Op, Tensor, Value as IrValue};
+use melior::{
+    Context,
+    dialect::{DialectRegistry, arith, func},
+    ir::{
+        AffineExpr, AffineMap, Attribute, Block, BlockLike, Identifier, Location, Module, Region,
+        RegionLike, Type, Value, ValueLike,
+        attribute::{
+            ArrayAttribute, DenseElementsAttribute, DenseI32ArrayAttribute, FloatAttribute,
+            IntegerAttribute, StringAttribute, TypeAttribute,
+        },
+        operation::{OperationBuilder, OperationLike, OperationPrintingFlags},
+        r#type::{FunctionType, IntegerType, RankedTensorType, ShapedTypeLike},
+    },
+    utility::register_all_dialects,
+};
+use std::collections::HashMap;
+
+/// A context with every dialect registered and loaded.
+pub(crate) fn context() -> Context {
+    let registry = DialectRegistry::new();
+    register_all_dialects(&registry);
+    let ctx = Context::new();
+    ctx.append_dialect_registry(&registry);
+    ctx.load_all_available_dialects();
+    ctx
+}
+
+/// The verified module of `graph` in `ctx`, and its function's symbol.
+pub(crate) fn build<'c>(ctx: &'c Context, graph: &Graph) -> Result<(Module<'c>, String), Error> {
+    let module = Module::new(Location::unknown(ctx));
+    let e = Emitter { ctx, graph };
+    let (func, symbol) = e.function()?;
+    module.body().append_operation(func);
+    if !module.as_operation().verify() {
+        return Err(Error::Invalid(format!(
+            "the module of graph \"{}\" does not verify",
+            graph.name()
+        )));
+    }
+    Ok((module, symbol))
+}
+
+/// Builds, verifies and prints the module of `graph`, with each operation's location (the
+/// fp8c node it comes from).
+pub(crate) fn module_text(graph: &Graph) -> Result<String, Error> {
+    let ctx = context();
+    let (module, _) = build(&ctx, graph)?;
+    module
+        .as_operation()
+        .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
+        .map_err(|e| Error::Invalid(e.to_string()))
+}
+
+struct Emitter<'c, 'g> {
+    ctx: &'c Context,
+    graph: &'g Graph,
+}
+
+/// An error for `node`.
+fn unsupported(node: &Node, why: impl Into<String>) -> Error {
+    Error::Unsupported {
+        node: node.name.clone(),
+        op: node.op.name().to_string(),
+        why: why.into(),
+    }
+}
+
+impl<'c> Emitter<'c, '_> {
+    fn loc(&self, name: &str) -> Location<'c> {
+        Location::name(self.ctx, name, Location::unknown(self.ctx))
+    }
+
+    fn elem(&self, d: DType, node: &Node) -> Result<Type<'c>, Error> {
+        Ok(match d {
+            DType::F32 => Type::float32(self.ctx),
+            DType::F64 => Type::float64(self.ctx),
+            DType::BF16 => Type::bfloat16(self.ctx),
+            DType::F16 => Type::float16(self.ctx),
+            DType::F8E4M3 => Type::float8_e4m3fn(self.ctx),
+            DType::F8E5M2 => Type::float8_e5m2(self.ctx),
+            // Signless integers (MLIR's convention); bool is i1 (a byte per element in
+            // memory, 0 or 1, as fp8c stores it).
+            DType::I64 | DType::U64 => IntegerType::new(self.ctx, 64).into(),
+            DType::I32 | DType::U32 => IntegerType::new(self.ctx, 32).into(),
+            DType::I16 | DType::U16 => IntegerType::new(self.ctx, 16).into(),
+            DType::I8 | DType::U8 => IntegerType::new(self.ctx, 8).into(),
+            DType::Bool => IntegerType::new(self.ctx, 1).into(),
+            other => {
+                return Err(unsupported(
+                    node,
+                    format!("{other} tensors are not emitted yet"),
+                ));
+            }
+        })
+    }
+
+    /// The static dims of `v`, or an error asking for `--input-shape`.
+    fn dims(&self, v: IrValue, node: &Node) -> Result<Vec<u64>, Error> {
+        self.graph.value_type(v).known_dims().ok_or_else(|| {
+            unsupported(
+                node,
+                format!(
+                    "type {} is not static: MLIR emission needs every shape (give --input-shape)",
+                    self.graph.value_type(v)
+                ),
+            )
+        })
+    }
+
+    fn tensor(&self, v: IrValue, node: &Node) -> Result<Type<'c>, Error> {
+        let elem = self.elem(self.graph.value_type(v).dtype, node)?;
+        Ok(RankedTensorType::new(&self.dims(v, node)?, elem, None).into())
+    }
+
+    fn function(&self) -> Result<(melior::ir::Operation<'c>, String), Error> {
+        let g = self.graph;
+        let order = g.topo_order().map_err(|e| Error::Invalid(e.to_string()))?;
+        let args: Vec<IrValue> = g
+            .inputs()
+            .iter()
+            .chain(g.params())
+            .map(|&id| IrValue::new(id, 0))
+            .collect();
+        if !g.state().is_empty() {
+            let id = g.state()[0].0;
+            return Err(unsupported(
+                g.node(id),
+                "scaling state (delayed scaling) is not emitted yet: use current scaling",
+            ));
+        }
+        let mut arg_types = Vec::new();
+        for &v in &args {
+            let node = g.node(v.node);
+            arg_types.push((self.tensor(v, node)?, self.loc(&node.name)));
+        }
+        let block = Block::new(&arg_types);
+        let mut env: HashMap<IrValue, Value<'c, '_>> = HashMap::new();
+        for (i, &v) in args.iter().enumerate() {
+            env.insert(v, block.argument(i).expect("argument").into());
+        }
+        for id in order {
+            let node = g.node(id);
+            if g.inputs().contains(&id) || g.params().contains(&id) {
+                continue;
+            }
+            let outs = self.op(&block, node, id, &env)?;
+            for (slot, v) in outs.into_iter().enumerate() {
+                env.insert(IrValue::new(id, slot as u32), v);
+            }
+        }
+        let mut results = Vec::new();
+        let mut result_types = Vec::new();
+        for out in g.outputs() {
+            let node = g.node(out.value.node);
+            let ty = self.tensor(out.value, node)?;
+            let mut v = env[&out.value];
+            // A result that is an argument (an input passed through) gets a buffer of its own:
+            // the caller frees every result, and bufferization cannot return an argument.
+            if g.inputs().contains(&out.value.node) || g.params().contains(&out.value.node) {
+                let rank = self.dims(out.value, node)?.len();
+                let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank));
+                let loc = self.loc(&out.name);
+                v = self.generic(
+                    &block,
+                    &[v],
+                    vec![id],
+                    &vec!["parallel"; rank],
+                    ty,
+                    None,
+                    loc,
+                    |_, a| a[0],
+                );
+            }
+            results.push(v);
+            result_types.push(ty);
+        }
+        block.append_operation(func::r#return(&results, Location::unknown(self.ctx)));
+        let region = Region::new();
+        region.append_block(block);
+        let arg_tys: Vec<Type> = arg_types.iter().map(|(t, _)| *t).collect();
+        let mut name = g
+            .name()
+            .replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "_");
+        if name.is_empty() {
+            name = "main".into();
+        }
+        let op = func::func(
+            self.ctx,
+            StringAttribute::new(self.ctx, &name),
+            TypeAttribute::new(FunctionType::new(self.ctx, &arg_tys, &result_types).into()),
+            region,
+            &[(
+                Identifier::new(self.ctx, "llvm.emit_c_interface"),
+                Attribute::unit(self.ctx),
+            )],
+            self.loc(g.name()),
+        );
+        Ok((op, name))
+    }
+
+    /// `tensor.empty` of `ty`.
+    fn empty<'a>(&self, block: &'a Block<'c>, ty: Type<'c>, loc: Location<'c>) -> Value<'c, 'a> {
+        push(
+            block,
+            OperationBuilder::new("tensor.empty", loc)
+                .add_results(&[ty])
+                .build()
+                .expect("tensor.empty"),
+        )
+    }
+
+    /// The indexing map that reads an operand of `dims` broadcast to an output of rank `rank`
+    /// (numpy rules: trailing alignment, size-1 dims read index 0).
+    fn broadcast_map(&self, dims: &[u64], out: &[u64]) -> Attribute<'c> {
+        let rank = out.len();
+        let exprs: Vec<AffineExpr> = dims
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| {
+                let o = rank - dims.len() + k;
+                if d == 1 && out[o] != 1 {
+                    AffineExpr::constant(self.ctx, 0)
+                } else {
+                    AffineExpr::dim(self.ctx, o)
+                }
+            })
+            .collect();
+        self.map_attr(AffineMap::new(self.ctx, rank, 0, &exprs))
+    }
+
+    fn map_attr(&self, map: AffineMap<'c>) -> Attribute<'c> {
+        // SAFETY: mlirAffineMapAttrGet takes a valid map of this context and returns an
+        // attribute owned by the context.
+        unsafe { Attribute::from_raw(mlir_sys::mlirAffineMapAttrGet(map.to_raw())) }
+    }
+
+    fn iterators(&self, kinds: &[&str]) -> Attribute<'c> {
+        let attrs: Vec<Attribute> = kinds
+            .iter()
+            .map(|k| {
+                Attribute::parse(self.ctx, &format!("#linalg.iterator_type<{k}>"))
+                    .expect("iterator type")
+            })
+            .collect();
+        ArrayAttribute::new(self.ctx, &attrs).into()
+    }
+
+    /// `linalg.generic` over `ins` (with their maps) into a fresh tensor of `out_ty`
+    /// (identity map), its body built by `body` from the scalar block arguments.
+    #[allow(clippy::too_many_arguments)]
+    fn generic<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        maps: Vec<Attribute<'c>>,
+        iterators: &[&str],
+        out_ty: Type<'c>,
+        init: Option<Value<'c, 'a>>,
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&'b Block<'c>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
+        let out = init.unwrap_or_else(|| self.empty(block, out_ty, loc));
+        let rank = RankedTensorType::try_from(out_ty).map_or(0, |r| r.rank());
+        let out_map = self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank));
+        self.generic_with_out_map(block, ins, maps, out_map, iterators, out_ty, out, loc, body)
+    }
+
+    fn op<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        id: fp8c_ir::NodeId,
+        env: &HashMap<IrValue, Value<'c, 'a>>,
+    ) -> Result<Vec<Value<'c, 'a>>, Error> {
+        let loc = self.loc(&node.name);
+        let ins: Vec<Value> = node.inputs().iter().map(|v| env[v]).collect();
+        let out_v = IrValue::new(id, 0);
+        let out_ty = self.tensor(out_v, node)?;
+        let out_dims = self.dims(out_v, node)?;
+        let out_dtype = self.graph.value_type(out_v).dtype;
+        let parallel = vec!["parallel"; out_dims.len()];
+        let in_maps = |s: &Self| -> Result<Vec<Attribute<'c>>, Error> {
+            node.inputs()
+                .iter()
+                .map(|&v| Ok(s.broadcast_map(&s.dims(v, node)?, &out_dims)))
+                .collect()
+        };
+        let ctx = self.ctx;
+        let f32_only = |what: &str| -> Result<(), Error> {
+            if out_dtype == DType::F32 {
+                Ok(())
+            } else {
+                Err(unsupported(
+                    node,
+                    format!("{what} with a {out_dtype} result is not emitted yet"),
+                ))
+            }
+        };
+        Ok(match &node.op {
+            Op::Constant { value } => vec![self.constant(block, value, out_ty, node, loc)?],
+            Op::Identity => vec![ins[0]],
+            op if Scalar::covers(op) => {
+                f32_only("an elementwise op")?;
+                let op = op.clone();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    in_maps(self)?,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        s.elementwise(&op, a).expect("covered")
+                    },
+                )]
+            }
+            Op::MatMul if out_dims.len() > 2 => {
+                f32_only("a matmul")?;
+                vec![self.batched_matmul(
+                    block,
+                    node,
+                    &ins,
+                    (false, false),
+                    None,
+                    out_ty,
+                    &out_dims,
+                    loc,
+                )?]
+            }
+            Op::MatMul | Op::Gemm { .. } => {
+                f32_only("a matmul")?;
+                vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
+            }
+            Op::Transpose { perm } => {
+                // out[i] = in[j] with j[perm[k]] = i[k]: the input reads dim k at perm[k].
+                let r = out_dims.len();
+                let mut exprs = vec![AffineExpr::dim(ctx, 0); r];
+                for (k, &p) in perm.iter().enumerate() {
+                    exprs[p as usize] = AffineExpr::dim(ctx, k);
+                }
+                let maps = vec![self.map_attr(AffineMap::new(ctx, r, 0, &exprs))];
+                vec![self.generic(
+                    block,
+                    &ins[..1],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    |_, a| a[0],
+                )]
+            }
+            Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
+                vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
+            }
+            Op::ReduceMean { axes, keepdims } | Op::ReduceSum { axes, keepdims } => {
+                f32_only("a reduction")?;
+                let mean = matches!(node.op, Op::ReduceMean { .. });
+                let in_dims = self.dims(node.inputs()[0], node)?;
+                let r = in_dims.len() as i64;
+                let axes: Vec<usize> = match axes {
+                    Some(a) => a
+                        .iter()
+                        .map(|&x| (if x < 0 { x + r } else { x }) as usize)
+                        .collect(),
+                    None => (0..in_dims.len()).collect(),
+                };
+                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, mean, out_ty, loc)]
+            }
+            Op::Gather { axis } => {
+                let dd = self.dims(node.inputs()[0], node)?;
+                let idd = self.dims(node.inputs()[1], node)?;
+                let ax = (if *axis < 0 {
+                    axis + dd.len() as i64
+                } else {
+                    *axis
+                }) as usize;
+                let elem = self.elem(out_dtype, node)?;
+                vec![self.gather(
+                    block,
+                    (ins[0], ins[1]),
+                    (&dd, &idd),
+                    ax,
+                    (out_ty, elem),
+                    &out_dims,
+                    loc,
+                )]
+            }
+            Op::LayerNormalization { axis, epsilon } => {
+                f32_only("layer_norm")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut pdims = Vec::new();
+                for &v in &node.inputs()[1..] {
+                    pdims.push(self.dims(v, node)?);
+                }
+                vec![self.layer_norm(block, &ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc)]
+            }
+            Op::Where | Op::Expand => {
+                // where: select on an i1 condition, broadcasting; expand: a broadcast copy.
+                let n = if matches!(node.op, Op::Where) { 3 } else { 1 };
+                let maps = in_maps(self)?[..n].to_vec();
+                let is_where = n == 3;
+                vec![self.generic(
+                    block,
+                    &ins[..n],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        if is_where {
+                            Scalar { ctx, block: b, loc }.select(a[0], a[1], a[2])
+                        } else {
+                            a[0]
+                        }
+                    },
+                )]
+            }
+            Op::And | Op::Or | Op::Xor | Op::Not => {
+                let maps = in_maps(self)?;
+                let op = node.op.clone();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        match op {
+                            Op::And => s.and(a[0], a[1]),
+                            Op::Or => s.or(a[0], a[1]),
+                            Op::Xor => s.int("arith.xori", a[0], a[1]),
+                            _ => {
+                                let one = s.bool_const(true);
+                                s.int("arith.xori", a[0], one)
+                            }
+                        }
+                    },
+                )]
+            }
+            Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => {
+                use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
+                let d = self.graph.value_type(node.inputs()[0]).dtype;
+                let float = matches!(d, DType::F32 | DType::F64 | DType::F16 | DType::BF16);
+                let unsigned = matches!(
+                    d,
+                    DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+                );
+                if d.is_fp8() {
+                    return Err(unsupported(
+                        node,
+                        "comparisons of FP8 tensors are not emitted yet",
+                    ));
+                }
+                let (fp, ip) = match node.op {
+                    Op::Equal => (F::Oeq, I::Eq),
+                    Op::Less => (F::Olt, if unsigned { I::Ult } else { I::Slt }),
+                    Op::LessOrEqual => (F::Ole, if unsigned { I::Ule } else { I::Sle }),
+                    Op::Greater => (F::Ogt, if unsigned { I::Ugt } else { I::Sgt }),
+                    _ => (F::Oge, if unsigned { I::Uge } else { I::Sge }),
+                };
+                let maps = in_maps(self)?;
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        if float {
+                            s.cmpf(fp, a[0], a[1])
+                        } else {
+                            s.cmpi(ip, a[0], a[1])
+                        }
+                    },
+                )]
+            }
+            Op::Clip => {
+                // y = x; if y < lo { y = lo }; if y > hi { y = hi } (NaN passes), as the CPU.
+                f32_only("clip")?;
+                let maps = in_maps(self)?;
+                let n = ins.len();
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        use melior::dialect::arith::CmpfPredicate as F;
+                        let s = Scalar { ctx, block: b, loc };
+                        let mut y = a[0];
+                        if n > 1 {
+                            let lt = s.cmpf(F::Olt, y, a[1]);
+                            y = s.select(lt, a[1], y);
+                        }
+                        if n > 2 {
+                            let gt = s.cmpf(F::Ogt, y, a[2]);
+                            y = s.select(gt, a[2], y);
+                        }
+                        y
+                    },
+                )]
+            }
+            Op::IsNaN => {
+                let maps = in_maps(self)?;
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        s.cmpf(melior::dialect::arith::CmpfPredicate::Uno, a[0], a[0])
+                    }),
+                ]
+            }
+            Op::Concat { axis } => {
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut dest = self.empty(block, out_ty, loc);
+                let mut at = 0u64;
+                for (k, &v) in node.inputs().iter().enumerate() {
+                    let d = self.dims(v, node)?;
+                    let mut offsets = vec![0i64; d.len()];
+                    offsets[ax] = at as i64;
+                    dest = self.insert_slice(block, ins[k], dest, &offsets, &d, out_ty, loc);
+                    at += d[ax];
+                }
+                vec![dest]
+            }
+            Op::Slice => vec![self.slice(block, node, ins[0], out_ty, loc)?],
+            Op::Split { axis, .. } => {
+                let in_dims = self.dims(node.inputs()[0], node)?;
+                let r = in_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut at = 0i64;
+                let mut outs = Vec::new();
+                for (k, t) in node.outputs.iter().enumerate() {
+                    let d = self.dims(IrValue::new(id, k as u32), node)?;
+                    let ty = self.tensor(IrValue::new(id, k as u32), node)?;
+                    let mut offsets = vec![0i64; d.len()];
+                    offsets[ax] = at;
+                    at += d[ax] as i64;
+                    let sizes: Vec<i64> = d.iter().map(|&x| x as i64).collect();
+                    let _ = t;
+                    outs.push(self.extract_slice(
+                        block,
+                        ins[0],
+                        ty,
+                        &offsets,
+                        &sizes,
+                        &vec![1; d.len()],
+                        loc,
+                    ));
+                }
+                outs
+            }
+            Op::Cast { to, .. } => {
+                let from = self.graph.value_type(node.inputs()[0]).dtype;
+                if from == *to {
+                    vec![ins[0]]
+                } else {
+                    let (fe, te) = (self.elem(from, node)?, self.elem(*to, node)?);
+                    if from.is_fp8() || to.is_fp8() {
+                        return Err(unsupported(
+                            node,
+                            "casts to and from FP8 are not emitted yet (quantize is)",
+                        ));
+                    }
+                    let x_dims = self.dims(node.inputs()[0], node)?;
+                    let maps = vec![self.broadcast_map(&x_dims, &out_dims)];
+                    let (from, to) = (from, *to);
+                    vec![self.generic(
+                        block,
+                        &ins,
+                        maps,
+                        &parallel,
+                        out_ty,
+                        None,
+                        loc,
+                        move |b, a| Scalar { ctx, block: b, loc }.cast(a[0], from, to, fe, te),
+                    )]
+                }
+            }
+            Op::GatherNd { batch_dims } => {
+                let dd = self.dims(node.inputs()[0], node)?;
+                let idd = self.dims(node.inputs()[1], node)?;
+                let elem = self.elem(out_dtype, node)?;
+                vec![self.gather_nd(
+                    block,
+                    (ins[0], ins[1]),
+                    (&dd, &idd),
+                    *batch_dims as usize,
+                    (out_ty, elem),
+                    &out_dims,
+                    loc,
+                )?]
+            }
+            Op::Conv {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            } => {
+                f32_only("conv")?;
+                let wd = self.dims(node.inputs()[1], node)?;
+                if out_dims.len() != 4 || wd.len() != 4 {
+                    return Err(unsupported(node, "only 2-D convolutions are emitted yet"));
+                }
+                let kernel: Vec<i64> = if kernel_shape.is_empty() {
+                    wd[2..].iter().map(|&k| k as i64).collect()
+                } else {
+                    kernel_shape.clone()
+                };
+                let w = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: false,
+                };
+                let geo = self.window(node, &kernel, &w)?;
+                vec![self.conv2d(block, node, &ins, &geo, *group as u64, out_ty, loc)?]
+            }
+            Op::MaxPool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+            }
+            | Op::AveragePool {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                ceil_mode,
+                auto_pad,
+                ..
+            } => {
+                f32_only("pooling")?;
+                let w = WindowAttrs {
+                    strides,
+                    pads,
+                    dilations,
+                    auto_pad: *auto_pad,
+                    ceil_mode: *ceil_mode,
+                };
+                let geo = self.window(node, kernel_shape, &w)?;
+                if out_dims.len() != 4 || geo.iter().any(|a| a.pad_begin + a.pad_end != 0) {
+                    return Err(unsupported(
+                        node,
+                        "only unpadded 2-D pooling is emitted yet",
+                    ));
+                }
+                let max = matches!(node.op, Op::MaxPool { .. });
+                vec![self.pool2d(block, ins[0], &geo, max, out_ty, &out_dims, loc)]
+            }
+            Op::Softmax { axis } => {
+                f32_only("softmax")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                vec![self.softmax(block, ins[0], &out_dims, ax, out_ty, loc)]
+            }
+            Op::Amax => vec![self.amax(block, node, ins[0], loc)?],
+            Op::ComputeScale {
+                fmt,
+                margin,
+                source,
+                epsilon,
+                power_2,
+            } => {
+                if *source != fp8c_ir::AmaxSource::Current {
+                    return Err(unsupported(
+                        node,
+                        "delayed scaling (amax histories) is not emitted yet: use --recipe current",
+                    ));
+                }
+                self.compute_scale(
+                    block,
+                    (ins[0], ins[1]),
+                    *fmt,
+                    *margin,
+                    *epsilon,
+                    *power_2,
+                    loc,
+                )
+            }
+            Op::Quantize { to, saturate } => {
+                let (to, sat, f8) = (*to, *saturate, self.elem(out_dtype, node)?);
+                let x_dims = self.dims(node.inputs()[0], node)?;
+                if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+                    return Err(unsupported(node, "only f32 inputs are quantized yet"));
+                }
+                let maps = vec![
+                    self.broadcast_map(&x_dims, &out_dims),
+                    self.broadcast_map(&[], &out_dims),
+                ];
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        Scalar { ctx, block: b, loc }.quantize(to, sat, a[0], a[1], f8)
+                    }),
+                ]
+            }
+            Op::Dequantize { .. } => {
+                f32_only("dequantize")?;
+                let fmt = self.graph.value_type(node.inputs()[0]).dtype;
+                let q_dims = self.dims(node.inputs()[0], node)?;
+                let maps = vec![
+                    self.broadcast_map(&q_dims, &out_dims),
+                    self.broadcast_map(&[], &out_dims),
+                ];
+                vec![
+                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        let v = s.decode(fmt, a[0]);
+                        s.mul_keep_nan(v, a[1])
+                    }),
+                ]
+            }
+            Op::ScaledMatMul { out, .. } => {
+                f32_only("scaled_matmul")?;
+                let _ = out;
+                vec![self.scaled_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
+            }
+            Op::ScaledMatMulEpilogue { expr, to, .. } => {
+                f32_only("scaled_matmul_epilogue")?;
+                if to.is_some() {
+                    return Err(unsupported(
+                        node,
+                        "an FP8 epilogue output is not emitted yet",
+                    ));
+                }
+                vec![self.scaled_matmul(block, node, &ins, Some(expr), out_ty, &out_dims, loc)?]
+            }
+            other => {
+                return Err(unsupported(
+                    node,
+                    format!("`{}` is not emitted to MLIR yet", other.name()),
+                ));
+            }
+        })
+    }
+
+    /// A 0-d tensor's element.
+    fn extract<'a>(
+        &self,
+        block: &'a Block<'c>,
+        t: Value<'c, 'a>,
+        elem: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        simple_op(block, "tensor.extract", &[t], &[elem], loc)
+    }
+
+    /// A 0-d tensor holding `v`.
+    fn scalar_tensor<'a>(
+        &self,
+        block: &'a Block<'c>,
+        v: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let ty = RankedTensorType::new(&[], v.r#type(), None).into();
+        simple_op(block, "tensor.from_elements", &[v], &[ty], loc)
+    }
+
+    /// `linalg.fill` of `value` into `into`.
+    fn fill<'a>(
+        &self,
+        block: &'a Block<'c>,
+        value: Value<'c, 'a>,
+        into: Value<'c, 'a>,
+        ty: Type<'c>,
+        elem: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        push(
+            block,
+            OperationBuilder::new("linalg.fill", loc)
+                .add_operands(&[value, into])
+                .add_results(&[ty])
+                .add_attributes(&[(
+                    Identifier::new(self.ctx, "operandSegmentSizes"),
+                    DenseI32ArrayAttribute::new(self.ctx, &[1, 1]).into(),
+                )])
+                .add_regions([fill_region(self.ctx, elem, loc)])
+                .build()
+                .expect("linalg.fill"),
+        )
+    }
+
+    /// [`Self::generic`] with an explicit output map and accumulator.
+    #[allow(clippy::too_many_arguments)]
+    fn generic_with_out_map<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        maps: Vec<Attribute<'c>>,
+        out_map: Attribute<'c>,
+        iterators: &[&str],
+        out_ty: Type<'c>,
+        init: Value<'c, 'a>,
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&'b Block<'c>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
+        let elem = |t: Type<'c>| -> Type<'c> {
+            RankedTensorType::try_from(t)
+                .map(|r| r.element())
+                .unwrap_or(t)
+        };
+        let mut scalar_args: Vec<(Type, Location)> =
+            ins.iter().map(|v| (elem(v.r#type()), loc)).collect();
+        scalar_args.push((elem(out_ty), loc));
+        let inner = Block::new(&scalar_args);
+        let args: Vec<Value> = (0..scalar_args.len())
+            .map(|i| inner.argument(i).expect("argument").into())
+            .collect();
+        let y = body(&inner, &args);
+        inner.append_operation(
+            OperationBuilder::new("linalg.yield", loc)
+                .add_operands(&[y])
+                .build()
+                .expect("linalg.yield"),
+        );
+        let region = Region::new();
+        region.append_block(inner);
+        let mut all_maps = maps;
+        all_maps.push(out_map);
+        let mut operands: Vec<Value> = ins.to_vec();
+        operands.push(init);
+        push(
+            block,
+            OperationBuilder::new("linalg.generic", loc)
+                .add_operands(&operands)
+                .add_results(&[out_ty])
+                .add_attributes(&[
+                    (
+                        Identifier::new(self.ctx, "indexing_maps"),
+                        ArrayAttribute::new(self.ctx, &all_maps).into(),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "iterator_types"),
+                        self.iterators(iterators),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "operandSegmentSizes"),
+                        DenseI32ArrayAttribute::new(self.ctx, &[ins.len() as i32, 1]).into(),
+                    ),
+                ])
+                .add_regions([region])
+                .build()
+                .expect("linalg.generic"),
+        )
+    }
+
+    fn constant<'a>(
+        &self,
+        block: &'a Block<'c>,
+        value: &Tensor,
+        ty: Type<'c>,
+        node: &Node,
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let elem = self.elem(value.dtype(), node)?;
+        let vals: Vec<Attribute> = match value.dtype() {
+            // f32 values are exact in f64, and FloatAttribute rounds nothing back.
+            DType::F32 => value
+                .to_f64_vec()
+                .map_err(|e| unsupported(node, e))?
+                .into_iter()
+                .map(|v| FloatAttribute::new(self.ctx, elem, v).into())
+                .collect(),
+            d if d.is_int() || d == DType::Bool => value
+                .to_i64_vec()
+                .map_err(|e| unsupported(node, e))?
+                .into_iter()
+                .map(|v| IntegerAttribute::new(elem, v).into())
+                .collect(),
+            other => {
+                return Err(unsupported(
+                    node,
+                    format!("{other} constants are not emitted yet"),
+                ));
+            }
+        };
+        let dense =
+            DenseElementsAttribute::new(ty, &vals).map_err(|e| unsupported(node, e.to_string()))?;
+        Ok(push(block, arith::constant(self.ctx, dense.into(), loc)))
+    }
+}
+
+/// The body of `linalg.fill`: yield the fill value.
+fn fill_region<'c>(_ctx: &'c Context, elem: Type<'c>, loc: Location<'c>) -> Region<'c> {
+    let b = Block::new(&[(elem, loc), (elem, loc)]);
+    let v: Value = b.argument(0).expect("argument").into();
+    b.append_operation(
+        OperationBuilder::new("linalg.yield", loc)
+            .add_operands(&[v])
+            .build()
+            .expect("linalg.yield"),
+    );
+    let r = Region::new();
+    r.append_block(b);
+    r
+}
+
+/// Appends `op` to `block` and returns its (first) result.
+fn push<'c, 'a>(block: &'a Block<'c>, op: melior::ir::Operation<'c>) -> Value<'c, 'a> {
+    block
+        .append_operation(op)
+        .result(0)
+        .expect("an operation with a result")
+        .into()
+}
+
+/// `name` with `operands` and `results`, no attributes or regions, appended to `block`;
+/// returns its first result.
+fn simple_op<'c, 'a>(
+    block: &'a Block<'c>,
+    name: &str,
+    operands: &[Value<'c, '_>],
+    results: &[Type<'c>],
+    loc: Location<'c>,
+) -> Value<'c, 'a> {
+    push(
+        block,
+        OperationBuilder::new(name, loc)
+            .add_operands(operands)
+            .add_results(results)
+            .build()
+            .expect("a valid operation"),
+    )
+}

@@ -1,0 +1,265 @@
+//! Reductions and normalisations in the MLIR emitter: f64 accumulators in index order (the
+//! CPU reference's), reduce_sum / reduce_mean, softmax and layer_norm.
+
+use super::*;
+
+impl<'c> Emitter<'c, '_> {
+    /// The map from `rank` iteration dims to a tensor that keeps the dims not in `axes`
+    /// (`keepdims`: reduced dims read index 0).
+    pub(super) fn reduced_map(&self, rank: usize, axes: &[usize], keepdims: bool) -> Attribute<'c> {
+        let exprs: Vec<AffineExpr> = (0..rank)
+            .filter_map(|k| match (axes.contains(&k), keepdims) {
+                (true, true) => Some(AffineExpr::constant(self.ctx, 0)),
+                (true, false) => None,
+                (false, _) => Some(AffineExpr::dim(self.ctx, k)),
+            })
+            .collect();
+        self.map_attr(AffineMap::new(self.ctx, rank, 0, &exprs))
+    }
+
+    /// An f64 accumulator over `axes` of `x` (index order, as the CPU's reductions), with
+    /// `body(acc, x_f64) -> acc` from `init`; dims kept with size 1.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn accumulate<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        in_maps: Vec<Attribute<'c>>,
+        dims: &[u64],
+        axes: &[usize],
+        init: f64,
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&Scalar<'c, 'b>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
+        let f64t = Type::float64(self.ctx);
+        let kept: Vec<u64> = dims
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| if axes.contains(&k) { 1 } else { d })
+            .collect();
+        let acc_ty: Type = RankedTensorType::new(&kept, f64t, None).into();
+        let init_v: Value = push(
+            block,
+            arith::constant(
+                self.ctx,
+                FloatAttribute::new(self.ctx, f64t, init).into(),
+                loc,
+            ),
+        );
+        let empty = self.empty(block, acc_ty, loc);
+        let filled = self.fill(block, init_v, empty, acc_ty, f64t, loc);
+        let iters: Vec<&str> = (0..dims.len())
+            .map(|k| {
+                if axes.contains(&k) {
+                    "reduction"
+                } else {
+                    "parallel"
+                }
+            })
+            .collect();
+        let out_map = self.reduced_map(dims.len(), axes, true);
+        let ctx = self.ctx;
+        self.generic_with_out_map(
+            block,
+            ins,
+            in_maps,
+            out_map,
+            &iters,
+            acc_ty,
+            filled,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                body(&s, a)
+            },
+        )
+    }
+
+    /// reduce_sum / reduce_mean: f64 accumulation in index order, one rounding to f32.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reduce_f64<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axes: &[usize],
+        keepdims: bool,
+        mean: bool,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, dims.len()));
+        let acc = self.accumulate(block, &[x], vec![id], dims, axes, 0.0, loc, |s, a| {
+            let xe = s.extf(a[0]);
+            s.addf64(a[1], xe)
+        });
+        let count: u64 = axes.iter().map(|&k| dims[k]).product();
+        // Iterate over the kept accumulator (the input's rank, reduced dims of size 1) and
+        // write the output through a map that drops those dims unless keepdims.
+        let kept_rank = dims.len();
+        let in_map = self.map_attr(AffineMap::multi_dim_identity(self.ctx, kept_rank));
+        let out_map = self.reduced_map(kept_rank, axes, keepdims);
+        let empty = self.empty(block, out_ty, loc);
+        let ctx = self.ctx;
+        let iters = vec!["parallel"; kept_rank];
+        // The iteration space is the accumulator's: reduced dims have size 1, so the output
+        // map's constant-0 / dropped dims are consistent.
+        self.generic_with_out_map(
+            block,
+            &[acc],
+            vec![in_map],
+            out_map,
+            &iters,
+            out_ty,
+            empty,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let v = if mean {
+                    s.divf64(a[0], s.f64c(count as f64))
+                } else {
+                    a[0]
+                };
+                s.truncf(v)
+            },
+        )
+    }
+
+    /// softmax over `axis` in f64 (the CPU's): max, Σ exp(x − max), exp(x − max) / Σ.
+    pub(super) fn softmax<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, &[axis], true);
+        let max = self.accumulate(
+            block,
+            &[x],
+            vec![id()],
+            dims,
+            &[axis],
+            f64::NEG_INFINITY,
+            loc,
+            |s, a| {
+                let xe = s.extf(a[0]);
+                s.maxf64(a[1], xe)
+            },
+        );
+        let sum = self.accumulate(
+            block,
+            &[x, max],
+            vec![id(), kept()],
+            dims,
+            &[axis],
+            0.0,
+            loc,
+            |s, a| {
+                let e = s.exp_diff(a[0], a[1]);
+                s.addf64(a[2], e)
+            },
+        );
+        let ctx = self.ctx;
+        self.generic(
+            block,
+            &[x, max, sum],
+            vec![id(), kept(), kept()],
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let e = s.exp_diff(a[0], a[1]);
+                s.truncf(s.divf64(e, a[2]))
+            },
+        )
+    }
+
+    /// layer_norm over axes `axis..` in f64 (the CPU's): mean, variance about the mean,
+    /// `(x − mean) · inv · scale (+ bias)`, one rounding.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn layer_norm<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        pdims: &[Vec<u64>],
+        dims: &[u64],
+        axis: usize,
+        epsilon: f32,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let axes: Vec<usize> = (axis..r).collect();
+        let n: u64 = dims[axis..].iter().product();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, &axes, true);
+        let sum = self.accumulate(
+            block,
+            &ins[..1],
+            vec![id()],
+            dims,
+            &axes,
+            0.0,
+            loc,
+            |s, a| {
+                let xe = s.extf(a[0]);
+                s.addf64(a[1], xe)
+            },
+        );
+        let nf = n as f64;
+        let var = self.accumulate(
+            block,
+            &[ins[0], sum],
+            vec![id(), kept()],
+            dims,
+            &axes,
+            0.0,
+            loc,
+            move |s, a| {
+                let mean = s.divf64(a[1], s.f64c(nf));
+                let d = s.subf64(s.extf(a[0]), mean);
+                let sq = s.mulf64(d, d);
+                s.addf64(a[2], sq)
+            },
+        );
+        let mut ops = vec![ins[0], sum, var];
+        let mut maps = vec![id(), kept(), kept()];
+        for (k, pd) in pdims.iter().enumerate() {
+            ops.push(ins[1 + k]);
+            maps.push(self.broadcast_map(pd, dims));
+        }
+        let has_bias = pdims.len() > 1;
+        let ctx = self.ctx;
+        let eps = f64::from(epsilon);
+        self.generic(
+            block,
+            &ops,
+            maps,
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let mean = s.divf64(a[1], s.f64c(nf));
+                let var = s.divf64(a[2], s.f64c(nf));
+                let sd = s.sqrtf64(s.addf64(var, s.f64c(eps)));
+                let inv = s.divf64(s.f64c(1.0), sd);
+                let t = s.mulf64(s.mulf64(s.subf64(s.extf(a[0]), mean), inv), s.extf(a[3]));
+                let y = if has_bias {
+                    s.addf64(t, s.extf(a[4]))
+                } else {
+                    t
+                };
+                s.truncf(y)
+            },
+        )
+    }
+}
