@@ -3,7 +3,7 @@
 //! The import runs in checked stages, each on the proto, so that a model is rejected with a
 //! complete message before any IR is built:
 //! 1. opset: the ai.onnx opset must be in [`MIN_OPSET`]..=[`MAX_OPSET`] (13–21 fully,
-//!    7–12 where the older op forms are cheap, 22–25 where nothing changed that matters);
+//!    7–12 where the older op forms are cheap, 22–27 where nothing changed that matters);
 //! 2. definitions: every value has one producer (node output, graph input or initializer);
 //! 3. pruning: only nodes that feed a selected output are kept, so an unsupported op in an
 //!    unused branch does not fail the import;
@@ -29,8 +29,10 @@ pub const MIN_OPSET: i64 = 7;
 /// Newest ai.onnx opset the importer accepts. Opsets 22–25 changed the mapped ops only by
 /// adding element types and the attributes Cast/CastLike `round_mode` (FLOAT8E8M0 only:
 /// `cast_e8m0`), QuantizeLinear `precision` and DequantizeLinear `output_dtype`, which the
-/// builders handle; ONNX's backend tests use these opsets.
-pub const MAX_OPSET: i64 = 25;
+/// builders handle; ONNX's backend tests use these opsets. Opset 26 added ops (BitCast,
+/// CumProd) and changed none; 27 added ops (CausalConvWithState, LinearAttention) and Range's
+/// `stash_type` (`ops::math::range`). An op not mapped is an error naming it.
+pub const MAX_OPSET: i64 = 27;
 
 /// What to import and how.
 #[derive(Clone, Debug, Default)]

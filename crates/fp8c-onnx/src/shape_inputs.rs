@@ -1,6 +1,7 @@
 //! Which graph inputs are shapes in disguise: integer inputs whose *values* decide the shape
 //! of a tensor (a Reshape's target shape, Slice bounds, reduction axes, Range limits, ...),
-//! directly or through integer arithmetic on them.
+//! directly or through integer arithmetic on them, and float scalars that do (a float
+//! Range's start, limit and delta).
 //!
 //! A program is compiled for static shapes, so such an input is treated like an input shape:
 //! the session specialises the model on the value it is given (the import turns the input
@@ -35,8 +36,8 @@ fn shape_positions(op_type: &str) -> &'static [usize] {
     }
 }
 
-/// The graph inputs (not initializers) of integer type whose values decide shapes, in the
-/// graph's input order.
+/// The graph inputs (not initializers) of integer type, or float scalars, whose values decide
+/// shapes, in the graph's input order.
 pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
     let producer: HashMap<&str, usize> = graph
         .node
@@ -69,17 +70,22 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
         .input
         .iter()
         .filter(|i| seen.contains(i.name()) && !inits.contains(i.name()))
-        .filter(|i| is_integer_input(i))
+        .filter(|i| is_shape_like_input(i))
         .map(|i| i.name().to_string())
         .collect()
 }
 
-/// True for a graph input declared with an integer (or bool) element type.
-fn is_integer_input(vi: &crate::proto::ValueInfoProto) -> bool {
-    let Ok((code, _)) = crate::import::value_info_parts(vi) else {
+/// True for a graph input declared with an integer (or bool) element type, or a float one
+/// declared with one element (a float tensor reaching a shape position is data, not a shape).
+fn is_shape_like_input(vi: &crate::proto::ValueInfoProto) -> bool {
+    let Ok((code, shape)) = crate::import::value_info_parts(vi) else {
         return false;
     };
-    crate::tensor::dtype_from_onnx(code).is_ok_and(|d| d.is_int() || d == fp8c_ir::DType::Bool)
+    let Ok(d) = crate::tensor::dtype_from_onnx(code) else {
+        return false;
+    };
+    let one_element = shape.is_some_and(|s| s.iter().all(|d| *d == fp8c_ir::Dim::Known(1)));
+    d.is_int() || d == fp8c_ir::DType::Bool || (d.is_float() && one_element)
 }
 
 #[cfg(test)]
@@ -106,5 +112,26 @@ mod tests {
             .output_untyped("e");
         let model = b.into_model();
         assert_eq!(shape_inputs(model.graph.as_ref().unwrap()), ["n"]);
+    }
+
+    #[test]
+    fn float_scalars_reaching_a_range_count_and_float_tensors_do_not() {
+        // r = range(start, limit, 1.0) with float scalars; x (a float tensor) feeds a Reshape
+        // through a Cast, which makes it data that happens to reach a shape, not a shape.
+        let b = ModelBuilder::new()
+            .input("start", DType::F32, &[])
+            .input("limit", DType::F32, &[1.into()])
+            .input("delta", DType::F32, &[])
+            .input("x", DType::F32, &[2.into()])
+            .node("Range", &["start", "limit", "delta"], &["r"])
+            .node("Cast", &["x"], &["xi"])
+            .attr_int("to", 7)
+            .node("Reshape", &["r", "xi"], &["y"])
+            .output_untyped("y");
+        let model = b.into_model();
+        assert_eq!(
+            shape_inputs(model.graph.as_ref().unwrap()),
+            ["start", "limit", "delta"]
+        );
     }
 }

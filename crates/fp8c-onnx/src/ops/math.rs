@@ -147,6 +147,36 @@ fn cast_op(cx: &NodeCx<'_>, to: DType, saturate: bool) -> Result<Op, OnnxError> 
     })
 }
 
+/// Range. From opset 27, `stash_type` (FLOAT, the default, or DOUBLE) says in which type a
+/// float16 / bfloat16 range is computed before it is rounded back, as ONNX's reference does
+/// (`np.arange` in that type, then a cast); before 27, and for other types, the op as is.
+pub(super) fn range(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let inputs = cx.all_inputs()?;
+    let dtype = cx.ty(inputs[0]).dtype;
+    if cx.opset < 27 || !matches!(dtype, DType::F16 | DType::BF16) {
+        return Ok(vec![cx.add(Op::Range, &inputs)?]);
+    }
+    let stash = match cx.attr_int("stash_type", 1)? {
+        1 => DType::F32,
+        11 => DType::F64,
+        other => {
+            return Err(cx.err(format!(
+                "stash_type = {other} is not FLOAT (1) or DOUBLE (11)"
+            )));
+        }
+    };
+    let cast = |to| Op::Cast {
+        to,
+        saturate: false,
+    };
+    let mut wide = Vec::with_capacity(3);
+    for (i, v) in inputs.iter().enumerate() {
+        wide.push(cx.add_helper(&format!("stash{i}"), cast(stash), &[*v])?);
+    }
+    let r = cx.add_helper("range", Op::Range, &wide)?;
+    Ok(vec![cx.add(cast(dtype), &[r])?])
+}
+
 /// CastLike: a Cast to the second input's element type.
 pub(super) fn cast_like(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let (x, like) = (cx.input(0)?, cx.input(1)?);

@@ -112,7 +112,7 @@ registry! {
     "Pow" 2..=2 => |cx| math::binary(cx, Op::Pow),
     "QuantizeLinear" 2..=3 => quant::quantize_linear,
     "RMSNormalization" 2..=2 => nn::rms_norm,
-    "Range" 3..=3 => |cx| math::plain(cx, Op::Range),
+    "Range" 3..=3 => math::range,
     "Reciprocal" 1..=1 => |cx| math::unary(cx, Op::Reciprocal),
     "ReduceMax" 1..=2 => |cx| reduce::reduce(cx, 18, |axes, keepdims| Op::ReduceMax { axes, keepdims }),
     "ReduceMean" 1..=2 => |cx| reduce::reduce(cx, 18, |axes, keepdims| Op::ReduceMean { axes, keepdims }),
