@@ -191,10 +191,13 @@ for i in info["inputs"]:
         arrays[i["name"]] = rng.standard_normal(dims).astype(np.float32)
 np.savez(sys.argv[2], **arrays)
 PY
-    for prec in f32 fp8; do
+    # f32, FP8 with the default recipe, and FP8 with the per-tile recipes (issue #16).
+    for prec in f32 fp8 fp8-rowwise fp8-block fp8-mxfp8; do
+      local recipe=()
+      case $prec in fp8-*) recipe=(--recipe "${prec#fp8-}") ;; esac
       for dev in cpu cuda; do
         # --min-fp8-flops 0: the example models are small, and every GEMM must run in FP8 here.
-        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "$prec" --device "$dev" --min-fp8-flops 0 \
+        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "${prec%%-*}" ${recipe[@]+"${recipe[@]}"} --device "$dev" --min-fp8-flops 0 \
           --outputs "$logs/$name.$prec.$dev.npz" >"$logs/$name.$prec.$dev.log" 2>&1; then
           echo "$name $prec $dev: FAILED"; tail -n 5 "$logs/$name.$prec.$dev.log"; ok=1
         fi

@@ -258,6 +258,8 @@ inline unsigned __reduce_max_sync(unsigned, unsigned v) {
 inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
 inline float __uint_as_float(unsigned u) { float x; std::memcpy(&x, &u, 4); return x; }
 inline double __longlong_as_double(long long u) { double x; std::memcpy(&x, &u, 8); return x; }
+// Leading zero bits of a 32-bit value (32 for 0), as CUDA's __clz.
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 // The GPU's f32 arithmetic returns the canonical NaN 0x7fffffff whatever the operands' NaN
 // signs and payloads (PTX; seen on an H100: -NaN * s came out positive), where the host keeps
 // them: the emulated intrinsics do what the hardware does, so that kernels relying on the

@@ -69,10 +69,19 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let (t16, bf16) = b
             .gemm(*m, *n, *k, DType::BF16)
             .with_context(|| format!("BF16 GEMM {name}"))?;
+        let block = b
+            .block_gemm(*m, *n, *k)
+            .with_context(|| format!("block-scaled FP8 GEMM {name}"))?;
+        let (block_tflops, block_ms, block_why) = match block {
+            Ok((t, f)) => (Some(f), Some(t.ms), None),
+            Err(why) => (None, None, Some(why)),
+        };
         gemms.push(serde_json::json!({
             "shape": name, "m": m, "n": n, "k": k,
             "fp8_tflops": fp8, "bf16_tflops": bf16, "speedup": bf16.recip() * fp8,
             "fp8_ms": t8.ms, "bf16_ms": t16.ms,
+            "block_fp8_tflops": block_tflops, "block_fp8_ms": block_ms,
+            "block_fp8_unavailable": block_why,
         }));
     }
     let (tc, copy_gbs) = b.copy(elements * 4)?;
@@ -150,15 +159,28 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         info.driver_version / 1000,
         info.driver_version % 1000 / 10
     );
-    println!("\nGEMM (cuBLASLt, bf16 output)          FP8 TFLOP/s  BF16 TFLOP/s  speedup");
+    println!(
+        "\nGEMM (cuBLASLt, bf16 output)          FP8 TFLOP/s  BF16 TFLOP/s  speedup  block FP8 TFLOP/s"
+    );
     for g in &gemms {
+        let block = g["block_fp8_tflops"]
+            .as_f64()
+            .map_or_else(|| "-".to_string(), |f| format!("{f:.1}"));
         println!(
-            "  {:<36} {:>10.1}  {:>12.1}  {:>6.2}x",
+            "  {:<36} {:>10.1}  {:>12.1}  {:>6.2}x  {block:>17}",
             g["shape"].as_str().unwrap_or(""),
             g["fp8_tflops"].as_f64().unwrap_or(0.0),
             g["bf16_tflops"].as_f64().unwrap_or(0.0),
             g["speedup"].as_f64().unwrap_or(0.0)
         );
+    }
+    if let Some(why) = gemms
+        .iter()
+        .find_map(|g| g["block_fp8_unavailable"].as_str())
+    {
+        println!("  (block FP8 = 1×128 × 128×128 scales, DeepSeek-V3's; not run: {why})");
+    } else {
+        println!("  (block FP8 = 1×128 × 128×128 scales, DeepSeek-V3's, no fast accumulation)");
     }
     println!("\nMemory-bound kernels ({elements} elements)      GB/s   of copy");
     for k in &bandwidth {

@@ -9,7 +9,7 @@
 //! `FP8C_REQUIRE_GPU=1`, which makes the emulated fallback a failure. One test checks that the
 //! real backend fails cleanly without a GPU.
 
-use fp8c_ir::{AmaxSource, DType, EwExpr, Graph, Op, Tensor, TensorType, Value};
+use fp8c_ir::{AmaxSource, BlockScaling, DType, EwExpr, Graph, Op, Tensor, TensorType, Value};
 use fp8c_runtime::{Backend, CpuBackend, CudaBackend, CudaOptions, RuntimeError, compare, lower};
 use std::collections::BTreeMap;
 
@@ -1429,4 +1429,159 @@ fn integer_division_by_zero_is_an_error_naming_the_node() {
     ]);
     let y = gpu.run(&ok).unwrap();
     assert_eq!(y["y"].to_f64_vec().unwrap(), vec![1.0; 4]);
+}
+
+/// `block_quantize` node: outputs (q, scale_inv).
+fn block_quantize(
+    g: &mut Graph,
+    name: &str,
+    x: Value,
+    (to, saturate): (DType, bool),
+    (rows, cols): (i64, i64),
+    scaling: BlockScaling,
+    epsilon: f32,
+) -> (Value, Value) {
+    let o = node(
+        g,
+        name,
+        Op::BlockQuantize {
+            to,
+            saturate,
+            rows,
+            cols,
+            scaling,
+            epsilon,
+        },
+        &[x],
+    );
+    (o[0], o[1])
+}
+
+#[test]
+fn block_quantize_and_dequantize_are_bit_exact() {
+    let cuda = cuda(false);
+    let dims = [3u64, 130, 300];
+    let mut g = Graph::new("block quantize");
+    let x = g.add_input("x", f32t(&dims)).unwrap();
+    let xb = node(
+        &mut g,
+        "xb",
+        Op::Cast {
+            to: DType::BF16,
+            saturate: false,
+        },
+        &[x],
+    )[0];
+    use BlockScaling::*;
+    let (e4, e5) = (DType::F8E4M3, DType::F8E5M2);
+    // (name, input, format and saturation, tile, scaling, epsilon): TE's and DeepSeek's tiles,
+    // torchao's rowwise, MXFP8, a whole-matrix tile and odd tiles with short edges.
+    let cases = [
+        ("t1x128", x, (e4, true), (1, 128), Fp32, 0.0),
+        ("t128x128", x, (e5, false), (128, 128), Pow2, 1e-4),
+        ("rowwise", x, (e4, true), (1, 0), Pow2, 0.0),
+        ("mxfp8", x, (e4, true), (1, 32), E8m0, 0.0),
+        ("mxfp8_e5", x, (e5, true), (1, 32), E8m0, 0.0),
+        ("whole", x, (e5, true), (0, 0), Fp32, 0.0),
+        ("odd", x, (e4, false), (7, 5), Fp32, 0.0),
+        ("bf16_1x128", xb, (e4, true), (1, 128), Fp32, 0.0),
+    ];
+    for (name, input, fmt, tile, scaling, eps) in cases {
+        let (q, s) = block_quantize(&mut g, name, input, fmt, tile, scaling, eps);
+        g.set_output(&format!("{name}.q"), q).unwrap();
+        g.set_output(&format!("{name}.scale_inv"), s).unwrap();
+        for to in [DType::F32, DType::BF16] {
+            let y = node(
+                &mut g,
+                &format!("{name}.dq.{to}"),
+                Op::BlockDequantize {
+                    to,
+                    rows: tile.0,
+                    cols: tile.1,
+                },
+                &[q, s],
+            )[0];
+            g.set_output(&format!("{name}.dq.{to}"), y).unwrap();
+        }
+    }
+    // Values spanning many binades per tile, with every special class.
+    let n = dims.iter().product::<u64>() as usize;
+    let mut v = data(n, 1.0, 11, true);
+    for (i, x) in v.iter_mut().enumerate() {
+        *x *= 2f32.powi((i % 37) as i32 - 20);
+    }
+    check(
+        cuda.as_ref(),
+        &g,
+        &one("x", Tensor::from_f32(dims.to_vec(), &v)),
+        &|_| Tol::Exact,
+        1,
+    );
+}
+
+#[test]
+fn block_scaled_gemms_match_the_cpu() {
+    let cuda = cuda(false);
+    let emulated = cuda.as_ref().is_none_or(|c| c.options.emulated);
+    use BlockScaling::*;
+    let e4 = (DType::F8E4M3, true);
+    // (m, k, n): cuBLASLt's Hopper modes take the first; in the second (m % 4 ≠ 0) only
+    // rowwise goes to cuBLASLt, the 1×128 recipes run the exact kernel.
+    for (m, k, n) in [(256u64, 512u64, 256u64), (102, 384, 200)] {
+        let mut g = Graph::new(format!("block gemm {m}x{k}x{n}"));
+        let a = g.add_input("a", f32t(&[m, k])).unwrap();
+        let w = g
+            .add_param(
+                "w",
+                f32t(&[k, n]),
+                Some(Tensor::from_f32(
+                    vec![k, n],
+                    &data((k * n) as usize, 1.0, 4, false),
+                )),
+            )
+            .unwrap();
+        // (name, A's tile and scaling, B's tile and scaling, k_block, b_cols).
+        let recipes = [
+            ("deepseek", (1, 128), Pow2, (128, 128), Pow2, 128, 128),
+            ("te_1d", (1, 128), Fp32, (128, 1), Fp32, 128, 1),
+            ("rowwise", (1, 0), Pow2, (0, 1), Pow2, 0, 1),
+            ("mxfp8", (1, 32), E8m0, (32, 1), E8m0, 32, 1),
+        ];
+        for (name, at, asc, bt, bsc, k_block, b_cols) in recipes {
+            let (qa, sa) = block_quantize(&mut g, &format!("{name}.qa"), a, e4, at, asc, 0.0);
+            let (qb, sb) = block_quantize(&mut g, &format!("{name}.qb"), w, e4, bt, bsc, 0.0);
+            for out in [DType::F32, DType::BF16] {
+                let y = node(
+                    &mut g,
+                    &format!("{name}.{out}"),
+                    Op::BlockScaledMatMul {
+                        out,
+                        k_block,
+                        a_rows: 1,
+                        b_cols,
+                    },
+                    &[qa, qb, sa, sb],
+                )[0];
+                g.set_output(&format!("{name}.{out}"), y).unwrap();
+            }
+        }
+        let xs = Tensor::from_f32(vec![m, k], &data((m * k) as usize, 3.0, 5, false));
+        // cuBLASLt's block-scaled kernels (on Hopper: the first shape's recipes but MXFP8,
+        // and rowwise) sum in their own order; everything else is the exact kernel or the
+        // emulated device's reference.
+        let native = |name: &str| {
+            !emulated && !name.starts_with("mxfp8") && (m == 256 || name.starts_with("rowwise"))
+        };
+        check(
+            cuda.as_ref(),
+            &g,
+            &one("a", xs),
+            &|name| match name {
+                _ if !native(name) => Tol::Exact,
+                _ if name.ends_with("bf16") => Tol::Rel(5e-3),
+                _ => Tol::Rel((k as f64).sqrt() * 2f64.powi(-13)),
+            },
+            1,
+        );
+    }
 }

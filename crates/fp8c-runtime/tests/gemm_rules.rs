@@ -183,3 +183,62 @@ fn the_heuristic_is_told_each_operands_real_alignment() {
     };
     assert_eq!(min_alignments(&batched), [2, 128, 128, 128]);
 }
+
+/// Issue #16: cuBLASLt's block-scaled FP8 modes on Hopper (12.9+) and fp8c's stricter layout
+/// rules for them.
+#[test]
+fn block_scaled_modes() {
+    use fp8c_runtime::cuda::gemm::ScaleMode::*;
+    let block = |a, b| GemmSpec {
+        m: 256,
+        n: 256,
+        k: 512,
+        fast_accum: false,
+        a_scale_mode: a,
+        b_scale_mode: b,
+        ..spec()
+    };
+    for (a, b) in [(Vec128, Blk128), (Vec128, Vec128), (OuterVec, OuterVec)] {
+        check(&block(a, b)).unwrap();
+    }
+    refused(&block(Blk128, Vec128), "no FP8 GEMM with A scaled Blk128");
+    refused(
+        &block(OuterVec, Vec128),
+        "no FP8 GEMM with A scaled OuterVec",
+    );
+    refused(
+        &GemmSpec {
+            fast_accum: true,
+            ..block(Vec128, Blk128)
+        },
+        "no fast accumulation",
+    );
+    refused(
+        &GemmSpec {
+            k: 512 + 16,
+            ..block(Vec128, Vec128)
+        },
+        "K a multiple of 128",
+    );
+    refused(
+        &GemmSpec {
+            m: 102,
+            ..block(Vec128, Vec128)
+        },
+        "m a multiple of 4",
+    );
+    refused(
+        &GemmSpec {
+            k: 384,
+            ..block(Vec128, Blk128)
+        },
+        "K/128 a multiple of 4",
+    );
+    // Rowwise has no K rule beyond FP8's own.
+    check(&GemmSpec {
+        m: 102,
+        k: 384,
+        ..block(OuterVec, OuterVec)
+    })
+    .unwrap();
+}

@@ -181,6 +181,62 @@ impl Bench {
         Ok((t, tflops))
     }
 
+    /// TFLOP/s of the block-scaled FP8 GEMM DeepSeek-V3 and TE's `Float8BlockScaling` use
+    /// (E4M3 A with 1×128 scales, B with 128×128 scales, no fast accumulation, bf16 output),
+    /// or the reason cuBLASLt cannot run it here (not Hopper, cuBLASLt before 12.9, shape).
+    pub fn block_gemm(
+        &self,
+        m: u64,
+        n: u64,
+        k: u64,
+    ) -> Result<Result<(Timing, f64), String>, RuntimeError> {
+        use crate::cuda::gemm::ScaleMode;
+        let lt = self
+            .lt
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Other("no cuBLASLt".into()))?;
+        if !lt.has_block_scaling(self.dev.info.compute_capability) {
+            return Ok(Err(
+                "cuBLASLt's block-scaled FP8 modes need Hopper (sm_90) and cuBLASLt 12.9+".into(),
+            ));
+        }
+        let (kb, nb) = (k.div_ceil(128), n.div_ceil(128));
+        let ones = |count: u64| -> Result<u64, RuntimeError> {
+            let p = self.dev.alloc(count * 4)?;
+            let bytes: Vec<u8> = (0..count).flat_map(|_| 1f32.to_le_bytes()).collect();
+            self.dev.upload(p, &bytes)?;
+            Ok(p)
+        };
+        const SETS: usize = 3;
+        let mut calls = Vec::with_capacity(SETS);
+        for set in 0..SETS {
+            let a = self.dev.alloc(m * k)?;
+            let b = self.dev.alloc(k * n)?;
+            let d = self.dev.alloc(m * n * 2)?;
+            self.random(a, DType::F8E4M3, m * k, 11 + 2 * set as u64)?;
+            self.random(b, DType::F8E4M3, k * n, 12 + 2 * set as u64)?;
+            let spec = GemmSpec {
+                trans_b: true,
+                a_scale: Some(ones(m * kb)?),
+                b_scale: Some(ones(nb * kb)?),
+                a_scale_mode: ScaleMode::Vec128,
+                b_scale_mode: ScaleMode::Blk128,
+                ..GemmSpec::plain(m, n, k, a, b, d, DType::F8E4M3, DType::BF16)
+            };
+            match lt.plan(&spec) {
+                Ok(c) => calls.push(c),
+                Err(why) => return Ok(Err(why)),
+            }
+        }
+        let mut i = 0usize;
+        let t = self.time(3, 10, 7, || {
+            i += 1;
+            lt.run(&calls[i % SETS], &self.dev)
+        })?;
+        let tflops = 2.0 * (m * n * k) as f64 / (t.ms * 1e-3) / 1e12;
+        Ok(Ok((t, tflops)))
+    }
+
     /// GB/s (bytes read + written) of a device-to-device copy of `bytes` bytes.
     pub fn copy(&self, bytes: u64) -> Result<(Timing, f64), RuntimeError> {
         let src = self.dev.alloc(bytes)?;

@@ -4,13 +4,15 @@
 //! model when the spec asks for it), 16-bit and f32 operands through an f32 `matmul`; then
 //! α, β·D, the bias and tanh-GELU epilogues in f32, and for an FP8 D the amax of D (before
 //! the D scale, as cuBLASLt reports it) and the scaled, saturating cast; other D types get
-//! one rounding. Batches walk the spec's strides.
+//! one rounding. Batches walk the spec's strides. Block-scaled modes read the scale tensors in
+//! cuBLASLt's layouts ([`ScaleMode`]) back into the IR's tile grids and run the CPU's
+//! `block_scaled_matmul`.
 //!
 //! It is a reference, not cuBLASLt's bits: cuBLASLt's summation order and its FP8 epilogue's
 //! internal precision are not specified, so tests compare with a tolerance derived from K
 //! (and from the accumulator width with fast accumulation).
 
-use crate::cuda::gemm::{Epilogue, GemmSpec};
+use crate::cuda::gemm::{Epilogue, GemmSpec, ScaleMode};
 use crate::cuda::gemm_rules;
 use fp8c_ir::{DType, GeluApprox, Op, Tensor};
 
@@ -66,7 +68,10 @@ pub unsafe fn run(s: &GemmSpec) -> Result<(), String> {
         let bm = unsafe { read(s.b + b * s.stride_b * es(s.b_type), s.b_type, b_shape)? };
         let a = if s.trans_a { t(a)? } else { a };
         let bm = if s.trans_b { t(bm)? } else { bm };
-        let mut p = if fp8 {
+        let mut p = if s.a_scale_mode != ScaleMode::Scalar {
+            // SAFETY: the caller guarantees the scale pointers for the spec's modes.
+            unsafe { block_scaled(s, &a, &bm)? }
+        } else if fp8 {
             eval(
                 &Op::ScaledMatMul {
                     out: DType::F32,
@@ -148,4 +153,61 @@ pub unsafe fn run(s: &GemmSpec) -> Result<(), String> {
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), d_addr as *mut u8, bytes.len()) };
     }
     Ok(())
+}
+
+/// The block-scaled product of `a` `[m, k]` and `b` `[k, n]` (both FP8) under the spec's
+/// scale modes: the scale tensors are read in cuBLASLt's layouts into the IR's grids
+/// (`block_scaled_matmul`'s `scale_inv_a [ceil(m/a_rows), KB]`, `scale_inv_b [KB,
+/// ceil(n/b_cols)]`), then the CPU reference computes it.
+///
+/// # Safety
+/// `s.a_scale` and `s.b_scale` must be host addresses valid for their modes' sizes.
+unsafe fn block_scaled(s: &GemmSpec, a: &Tensor, b: &Tensor) -> Result<Tensor, String> {
+    let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+    let (Some(pa), Some(pb)) = (s.a_scale, s.b_scale) else {
+        return Err("a block-scaled GEMM needs both scale pointers".into());
+    };
+    let floats = |p: u64, count: usize| -> Vec<f32> {
+        // SAFETY: the caller guarantees the range.
+        unsafe { std::slice::from_raw_parts(p as *const f32, count) }.to_vec()
+    };
+    let (k_block, kb) = match s.a_scale_mode {
+        ScaleMode::OuterVec => (0i64, 1usize),
+        _ => (128, k.div_ceil(128)),
+    };
+    // A's grid [m, KB]: per row (OuterVec, KB = 1) or (row, kb) at kb·m + row (Vec128).
+    let raw_a = floats(pa, m * kb);
+    let mut grid_a = vec![0f32; m * kb];
+    for row in 0..m {
+        for blk in 0..kb {
+            grid_a[row * kb + blk] = raw_a[blk * m + row];
+        }
+    }
+    // B's grid [KB, NB] from B stored [n, k]: per column (OuterVec), (col, kb) at kb·n + col
+    // (Vec128), or (nb, kb) at nb·KB + kb (Blk128).
+    let (b_cols, nb) = match s.b_scale_mode {
+        ScaleMode::Blk128 => (128i64, n.div_ceil(128)),
+        _ => (1, n),
+    };
+    let raw_b = floats(pb, kb * nb);
+    let mut grid_b = vec![0f32; kb * nb];
+    for blk in 0..kb {
+        for col in 0..nb {
+            grid_b[blk * nb + col] = match s.b_scale_mode {
+                ScaleMode::Blk128 => raw_b[col * kb + blk],
+                _ => raw_b[blk * nb + col],
+            };
+        }
+    }
+    let ta = Tensor::from_f32(vec![m as u64, kb as u64], &grid_a);
+    let tb = Tensor::from_f32(vec![kb as u64, nb as u64], &grid_b);
+    eval(
+        &Op::BlockScaledMatMul {
+            out: DType::F32,
+            k_block,
+            a_rows: 1,
+            b_cols,
+        },
+        &[a, b, &ta, &tb],
+    )
 }

@@ -44,6 +44,7 @@ fn needs_gemm(op: &Op) -> bool {
             | Op::ConvGradWeight { .. }
             | Op::ScaledMatMul { .. }
             | Op::ScaledMatMulEpilogue { .. }
+            | Op::BlockScaledMatMul { .. }
     )
 }
 

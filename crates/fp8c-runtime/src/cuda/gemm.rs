@@ -86,6 +86,37 @@ pub enum Epilogue {
     GeluBias,
 }
 
+/// How an FP8 operand's scale pointer is read (cuBLASLt's `cublasLtMatmulMatrixScale_t`),
+/// stated for the operand as cuBLASLt reads it: rows × K with K contiguous (our A `[m, k]`,
+/// our B stored `[n, k]`). The block modes need cuBLASLt 12.9+ on Hopper (sm_90):
+/// [`Lt::has_block_scaling`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScaleMode {
+    /// One f32 for the whole operand.
+    #[default]
+    Scalar,
+    /// One f32 per row (`OUTER_VEC_32F`): f32[rows].
+    OuterVec,
+    /// One f32 per row and 128 K elements (`VEC128_32F`): element (row, kb) at `kb·rows + row`.
+    Vec128,
+    /// One f32 per 128×128 block (`BLK128x128_32F`): element (rb, kb) at `rb·KB + kb`, KB =
+    /// K/128 (fp8c keeps KB a multiple of 4, where cuBLASLt's documented layouts agree).
+    Blk128,
+}
+
+impl ScaleMode {
+    /// cuBLASLt's enumerator value.
+    fn raw(self) -> i32 {
+        use sys::cublasLtMatmulMatrixScale_t::*;
+        (match self {
+            ScaleMode::Scalar => CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F,
+            ScaleMode::OuterVec => CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F,
+            ScaleMode::Vec128 => CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+            ScaleMode::Blk128 => CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+        }) as i32
+    }
+}
+
 /// A GEMM in row-major terms (module docs).
 #[derive(Clone, Debug)]
 pub struct GemmSpec {
@@ -139,6 +170,10 @@ pub struct GemmSpec {
     pub epilogue: Epilogue,
     /// FP8 fast accumulation.
     pub fast_accum: bool,
+    /// How `a_scale` is read.
+    pub a_scale_mode: ScaleMode,
+    /// How `b_scale` is read.
+    pub b_scale_mode: ScaleMode,
 }
 
 impl GemmSpec {
@@ -173,6 +208,8 @@ impl GemmSpec {
             bias: None,
             epilogue: Epilogue::None,
             fast_accum: false,
+            a_scale_mode: ScaleMode::Scalar,
+            b_scale_mode: ScaleMode::Scalar,
         }
     }
 }
@@ -282,6 +319,21 @@ fn layout(
 }
 
 impl Lt {
+    /// Whether cuBLASLt has the block-scaled FP8 modes ([`ScaleMode`]'s `OuterVec`, `Vec128`,
+    /// `Blk128`) on a device of compute capability `cc`: cuBLASLt 12.9 or newer on Hopper
+    /// (sm_90; Blackwell has the MX modes instead). The emulated device describes an H100
+    /// with CUDA 13.
+    pub fn has_block_scaling(&self, cc: (i32, i32)) -> bool {
+        if cc.0 != 9 {
+            return false;
+        }
+        if self.handle.is_null() {
+            return true;
+        }
+        // SAFETY: a plain query of the loaded library.
+        unsafe { sys::cublasLtGetVersion() >= 120_900 }
+    }
+
     /// Plans `s` (module docs); an `Err` says why cuBLASLt cannot run it.
     pub fn plan(&self, s: &GemmSpec) -> Result<GemmCall, String> {
         let fp8 = s.a_type.is_fp8() || s.b_type.is_fp8();
@@ -342,6 +394,21 @@ impl Lt {
                     call.desc,
                     CUBLASLT_MATMUL_DESC_FAST_ACCUM,
                     i8::from(s.fast_accum),
+                )?;
+            }
+            // cuBLAS's A is our B (and the other way round), like the scale pointers.
+            if s.b_scale_mode != ScaleMode::Scalar {
+                set_desc(
+                    call.desc,
+                    CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                    s.b_scale_mode.raw(),
+                )?;
+            }
+            if s.a_scale_mode != ScaleMode::Scalar {
+                set_desc(
+                    call.desc,
+                    CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                    s.a_scale_mode.raw(),
                 )?;
             }
             let epi = match s.epilogue {

@@ -10,12 +10,17 @@
 //!   type, except BF16 with an F32 C;
 //! - pointers 16-byte aligned and leading dimensions (and batch strides) multiples of 16
 //!   bytes, the Tensor Core requirement FP8 kernels do not relax;
-//! - the D scale and amax of D belong to an FP8 D (fp8c sets them for nothing else).
+//! - the D scale and amax of D belong to an FP8 D (fp8c sets them for nothing else);
+//! - block-scaled modes (cuBLASLt 12.9, Hopper; PyTorch's `_scaled_mm` checks the same): A
+//!   and B per row (`OUTER_VEC`) together, or A per 1×128 (`VEC128`) with B per 1×128 or
+//!   128×128 (`BLK128x128`); K a multiple of 128 for the 128 modes; no fast accumulation, no
+//!   epilogue, no FP8 D. fp8c also keeps the scale layouts unambiguous: m a multiple of 4
+//!   under `VEC128` and K/128 a multiple of 4 under `BLK128x128`.
 //!
 //! The C type is fp8c's choice ([`c_type`]): C shares D's memory and is never read (β is 0
 //! for FP8), so for an FP8 D it takes the bias's 16-bit type, which the table requires.
 
-use crate::cuda::gemm::{Epilogue, GemmSpec};
+use crate::cuda::gemm::{Epilogue, GemmSpec, ScaleMode};
 use fp8c_ir::DType;
 
 /// The C type a plan uses for `s`: D's type, or for an FP8 D the bias's 16-bit type (BF16
@@ -113,6 +118,7 @@ pub fn check(s: &GemmSpec) -> Result<(), String> {
     if (s.d_scale.is_some() || s.amax_d.is_some()) && !s.d_type.is_fp8() {
         return Err("the D scale and amax of D are for an FP8 D".into());
     }
+    check_scale_modes(s)?;
     let d_bytes = s.d_type.size() as u64;
     for (what, p) in [("A", s.a), ("B", s.b), ("D", s.d)] {
         if !p.is_multiple_of(16) {
@@ -158,6 +164,54 @@ pub fn check(s: &GemmSpec) -> Result<(), String> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// The block-scaled modes' rules (module docs).
+fn check_scale_modes(s: &GemmSpec) -> Result<(), String> {
+    use ScaleMode::*;
+    let modes = (s.a_scale_mode, s.b_scale_mode);
+    if modes == (Scalar, Scalar) {
+        return Ok(());
+    }
+    if !matches!(
+        modes,
+        (OuterVec, OuterVec) | (Vec128, Vec128) | (Vec128, Blk128)
+    ) {
+        return Err(format!(
+            "cuBLASLt has no FP8 GEMM with A scaled {:?} and B scaled {:?}",
+            modes.0, modes.1
+        ));
+    }
+    if s.fast_accum || s.epilogue != Epilogue::None || s.d_type.is_fp8() {
+        return Err("block-scaled FP8 GEMMs take no fast accumulation, epilogue or FP8 D".into());
+    }
+    if s.a_scale.is_none() || s.b_scale.is_none() {
+        return Err("a block-scaled FP8 GEMM needs both scale pointers".into());
+    }
+    if s.batch > 1 {
+        return Err("block-scaled FP8 GEMMs are not batched".into());
+    }
+    if modes.0 == Vec128 {
+        if !s.k.is_multiple_of(128) {
+            return Err(format!(
+                "1×128 block scaling needs K a multiple of 128, got {}",
+                s.k
+            ));
+        }
+        if !s.m.is_multiple_of(4) {
+            return Err(format!(
+                "1×128 block scaling of A needs m a multiple of 4, got {}",
+                s.m
+            ));
+        }
+    }
+    if modes.1 == Blk128 && !(s.k / 128).is_multiple_of(4) {
+        return Err(format!(
+            "128×128 block scaling of B needs K/128 a multiple of 4, got K = {}",
+            s.k
+        ));
     }
     Ok(())
 }

@@ -55,6 +55,8 @@ pub const LOSSES: KernelFile = kernel_file!("losses.cu");
 pub const OPTIMIZER: KernelFile = kernel_file!("optimizer.cu");
 /// im2col, pooling windows and batch norm.
 pub const CONV: KernelFile = kernel_file!("conv.cu");
+/// Fine-grained FP8 scaling: per-tile quantize and dequantize, the exact block-scaled GEMM.
+pub const BLOCK_SCALING: KernelFile = kernel_file!("block_scaling.cu");
 
 /// Every kernel file.
 pub const FILES: &[KernelFile] = &[
@@ -70,6 +72,7 @@ pub const FILES: &[KernelFile] = &[
     LOSSES,
     OPTIMIZER,
     CONV,
+    BLOCK_SCALING,
 ];
 
 /// The headers NVRTC gets for a fixed (not generated) kernel file.

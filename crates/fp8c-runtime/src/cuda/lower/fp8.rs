@@ -1,6 +1,7 @@
 //! The FP8 family on CUDA: quantize, dequantize, amax and the delayed-scaling updates
-//! (`quantize.cu`, `scale_update.cu`), and ONNX's QuantizeLinear / DequantizeLinear (f32 data
-//! and scales; per tensor, per axis or blocked; integer and FP8 quantized types).
+//! (`quantize.cu`, `scale_update.cu`), ONNX's QuantizeLinear / DequantizeLinear (f32 data
+//! and scales; per tensor, per axis or blocked; integer and FP8 quantized types), and the
+//! per-tile block_quantize / block_dequantize (`block.rs`).
 
 use super::{
     Action, BLOCK, Lowerer, R, float_word, fp8_word, not_supported, numel, sat_word, scale_params,
@@ -11,12 +12,6 @@ use crate::cuda::kernels::{self, is_kernel_float};
 use crate::program::{BufId, Step};
 use fp8c_ir::{DType, Fp8Op, Support};
 
-/// Why the block-scaled FP8 ops do not run on CUDA.
-pub(crate) const BLOCK_SCALING: &str = "block-scaled FP8 (block_quantize, block_dequantize, \
-     block_scaled_matmul; issue #16) has no CUDA lowering yet: it needs tile quantize kernels \
-     and cuBLASLt's block-scaled FP8 modes (Hopper: 1×128 and 128×128 scales; Blackwell: MXFP8); \
-     run it on the CPU reference";
-
 /// Why `cast_e8m0` does not run on CUDA.
 const CAST_E8M0: &str = "cast_e8m0 (Cast to FLOAT8E8M0 with round_mode down/nearest) has no CUDA \
      kernel yet: MX scale codes are made on the CPU reference";
@@ -26,7 +21,7 @@ pub(crate) fn support(op: Fp8Op<'_>) -> Support {
     match op {
         Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => Support::Yes,
         Fp8Op::CastE8m0 { .. } => Support::No(CAST_E8M0),
-        Fp8Op::BlockQuantize { .. } | Fp8Op::BlockDequantize { .. } => Support::No(BLOCK_SCALING),
+        Fp8Op::BlockQuantize { .. } | Fp8Op::BlockDequantize { .. } => Support::Yes,
         Fp8Op::Amax
         | Fp8Op::ComputeScale { .. }
         | Fp8Op::AmaxHistoryUpdate
@@ -50,8 +45,24 @@ impl Lowerer<'_> {
                 self.qdq_linear(ins, outs[0], *axis, *block_size, None)
             }
             Fp8Op::CastE8m0 { .. } => Err(not_supported(&step.op, CAST_E8M0)),
-            Fp8Op::BlockQuantize { .. } | Fp8Op::BlockDequantize { .. } => {
-                Err(not_supported(&step.op, BLOCK_SCALING))
+            Fp8Op::BlockQuantize {
+                to,
+                saturate,
+                rows,
+                cols,
+                scaling,
+                epsilon,
+            } => self.block_quantize(
+                ins[0],
+                outs[0],
+                outs[1],
+                (*to, *saturate),
+                (*rows, *cols),
+                *scaling,
+                *epsilon,
+            ),
+            Fp8Op::BlockDequantize { rows, cols, .. } => {
+                self.block_dequantize(ins[0], ins[1], outs[0], (*rows, *cols))
             }
             Fp8Op::Quantize { to, saturate } => {
                 self.quantize(ins[0], Some(ins[1]), outs[0], None, *to, *saturate)

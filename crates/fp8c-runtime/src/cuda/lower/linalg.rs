@@ -1,7 +1,8 @@
 //! The linalg family on CUDA: every product is a cuBLASLt GEMM ([`crate::cuda::gemm`]).
 //! `matmul` and `gemm` on f32 / bf16 / f16; `scaled_matmul` (and the fused
 //! `scaled_matmul_epilogue`) as an FP8 GEMM in TN layout with the epilogues cuBLASLt applies
-//! itself (bias, tanh-GELU), or a generated elementwise epilogue over the raw product.
+//! itself (bias, tanh-GELU), or a generated elementwise epilogue over the raw product;
+//! `block_scaled_matmul` in `block.rs`.
 
 use super::{Action, Lowerer, R, contiguous_strides, float_word, fp8_word, numel};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec, broadcast_strides};
@@ -17,8 +18,10 @@ const PRODUCT: BufId = BufId(u32::MAX);
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: LinalgOp<'_>) -> Support {
     match op {
-        LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
-        LinalgOp::BlockScaledMatMul { .. } => Support::No(super::fp8::BLOCK_SCALING),
+        LinalgOp::MatMul
+        | LinalgOp::Gemm { .. }
+        | LinalgOp::ScaledMatMul { .. }
+        | LinalgOp::BlockScaledMatMul { .. } => Support::Yes,
         LinalgOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -44,9 +47,12 @@ impl Lowerer<'_> {
                 None,
                 false,
             ),
-            LinalgOp::BlockScaledMatMul { .. } => {
-                Err(super::not_supported(&step.op, super::fp8::BLOCK_SCALING))
-            }
+            LinalgOp::BlockScaledMatMul {
+                out,
+                k_block,
+                a_rows,
+                b_cols,
+            } => self.block_scaled_matmul(ins, outs[0], *out, (*k_block, *a_rows, *b_cols)),
             LinalgOp::__Lifetime(never, _) => match never {},
         }
     }

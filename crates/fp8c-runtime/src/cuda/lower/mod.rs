@@ -16,6 +16,7 @@
 //! exhaustively and answering [`support`] for it. An op without a lowering has an explicit arm
 //! returning [`not_supported`] with the reason its family's `support` states.
 
+mod block;
 mod conv;
 mod elementwise;
 mod fp8;
@@ -515,15 +516,12 @@ mod tests {
     /// The ops CUDA has no lowering for (with the examples' attributes); a new lowering moves
     /// its op out of this list.
     const NOT_ON_CUDA: &[&str] = &[
-        "block_scaled_matmul",
         "rms_norm",
         "cum_sum",
         "arg_max",
         "arg_min",
         "top_k",
         "cast_e8m0",
-        "block_quantize",
-        "block_dequantize",
     ];
 
     #[test]
