@@ -1527,18 +1527,21 @@ fn block_scaled_gemms_match_the_cpu() {
     let e4 = (DType::F8E4M3, true);
     // (m, k, n): cuBLASLt's Hopper modes take the first; in the second (m % 4 ≠ 0) only
     // rowwise goes to cuBLASLt, the 1×128 recipes run the exact kernel.
+    // Magnitudes vary by powers of two across rows, columns and 128-blocks, so every tile has
+    // its own scale and a scale read from the wrong place changes the result.
+    let spread = |v: &mut [f32], cols: u64, f: &dyn Fn(u64, u64) -> u64| {
+        for (e, x) in v.iter_mut().enumerate() {
+            let (i, j) = (e as u64 / cols, e as u64 % cols);
+            *x *= 2f32.powi((f(i, j) % 9) as i32 - 4);
+        }
+    };
     for (m, k, n) in [(256u64, 512u64, 256u64), (102, 384, 200)] {
         let mut g = Graph::new(format!("block gemm {m}x{k}x{n}"));
         let a = g.add_input("a", f32t(&[m, k])).unwrap();
+        let mut wv = data((k * n) as usize, 1.0, 4, false);
+        spread(&mut wv, n, &|i, j| i / 128 * 5 + j / 128 * 3 + j % 7);
         let w = g
-            .add_param(
-                "w",
-                f32t(&[k, n]),
-                Some(Tensor::from_f32(
-                    vec![k, n],
-                    &data((k * n) as usize, 1.0, 4, false),
-                )),
-            )
+            .add_param("w", f32t(&[k, n]), Some(Tensor::from_f32(vec![k, n], &wv)))
             .unwrap();
         // (name, A's tile and scaling, B's tile and scaling, k_block, b_cols).
         let recipes = [
@@ -1565,7 +1568,9 @@ fn block_scaled_gemms_match_the_cpu() {
                 g.set_output(&format!("{name}.{out}"), y).unwrap();
             }
         }
-        let xs = Tensor::from_f32(vec![m, k], &data((m * k) as usize, 3.0, 5, false));
+        let mut av = data((m * k) as usize, 3.0, 5, false);
+        spread(&mut av, k, &|i, j| i * 7 + j / 128 * 3 + j / 32);
+        let xs = Tensor::from_f32(vec![m, k], &av);
         // cuBLASLt's block-scaled kernels (on Hopper: the first shape's recipes but MXFP8,
         // and rowwise) sum in their own order; everything else is the exact kernel or the
         // emulated device's reference.
