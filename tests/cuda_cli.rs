@@ -243,7 +243,8 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
 /// `fp8c train --device cuda-emulated`: FP8 training steps (forward, E5M2 gradients,
 /// delayed-scaling updates, AdamW) of the digits MLP, of the Llama-style decoder export and of
 /// a small CNN (convolution and pooling gradients) on the emulated CUDA device log the CPU
-/// reference's losses.
+/// reference's losses; so do the Llama export under the block recipe and the MLP under MXFP8
+/// (block-scaled backward GEMMs).
 #[test]
 fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
@@ -307,7 +308,16 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
         "--steps",
         "3",
     ];
-    for (name, args, steps) in [("mlp", mlp, 3), ("llama", llama, 2), ("cnn", cnn, 3)] {
+    // Per-tile recipes (issue #16): block-scaled forward, dgrad and wgrad GEMMs.
+    let llama_block: &[&str] = &[llama, &["--recipe", "block"]].concat();
+    let mlp_mx: &[&str] = &[mlp, &["--recipe", "mxfp8"]].concat();
+    for (name, args, steps) in [
+        ("mlp", mlp, 3),
+        ("llama", llama, 2),
+        ("cnn", cnn, 3),
+        ("llama_block", llama_block, 2),
+        ("mlp_mxfp8", mlp_mx, 3),
+    ] {
         let (cpu, emu) = (
             losses(name, args, "cpu"),
             losses(name, args, "cuda-emulated"),

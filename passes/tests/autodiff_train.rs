@@ -305,6 +305,134 @@ fn fp8_gradients_stay_close_to_f32_gradients() {
     }
 }
 
+/// Per-tile recipes train (issue #16): each backward GEMM is block-scaled with its operands
+/// tiled along its own contraction axis (dY in 1×kb tiles for dgrad; Xᵀ re-quantized in 1×kb
+/// tiles, i.e. X in kb×1, and dY in kb×1 for wgrad; W's square 128×128 blocks reused
+/// transposed, other weights re-tiled along N), dY in E5M2, and the gradients are as close
+/// to f32's as per-tensor scaling's. x [64, 256] → fc0 (256×256) → relu → fc (256×128) → relu → head (128×16).
+#[test]
+fn per_tile_recipes_backpropagate_through_retiled_block_scaled_gemms() {
+    use fp8c_core::Granularity;
+    let mut rng = Rng::new(21);
+    let mut g = Graph::new("wide");
+    let x = g
+        .add_input("x", TensorType::fixed(DType::F32, &[64, 256]))
+        .unwrap();
+    let wv: Vec<f32> = rng
+        .vec(256 * 128, -0.1, 0.1)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let w = Tensor::from_f32(vec![256, 128], &wv);
+    let wp = g.add_param("fc.weight", w.ty(), Some(w)).unwrap();
+    let w0v: Vec<f32> = rng
+        .vec(256 * 256, -0.1, 0.1)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let w0 = Tensor::from_f32(vec![256, 256], &w0v);
+    let w0 = g.add_param("fc0.weight", w0.ty(), Some(w0)).unwrap();
+    let h0 = g.add_node("fc0", Op::MatMul, &[x, w0]).unwrap()[0];
+    let h0 = g.add_node("relu0", Op::Relu, &[h0]).unwrap()[0];
+    let h = g.add_node("fc", Op::MatMul, &[h0, wp]).unwrap()[0];
+    let h = g.add_node("relu", Op::Relu, &[h]).unwrap()[0];
+    // The head (the GEMM making the logits) stays high precision by the policy's default.
+    let hv: Vec<f32> = rng
+        .vec(128 * 16, -0.2, 0.2)
+        .into_iter()
+        .map(|v| v as f32)
+        .collect();
+    let head = Tensor::from_f32(vec![128, 16], &hv);
+    let head = g.add_param("head.weight", head.ty(), Some(head)).unwrap();
+    let y = g.add_node("head", Op::MatMul, &[h, head]).unwrap()[0];
+    g.set_output("logits", y).unwrap();
+    let mut spec = ce_spec();
+    spec.optimizer = None;
+    spec.expose_grads = true;
+    let xv: Vec<f32> = rng
+        .vec(64 * 256, -1.0, 1.0)
+        .into_iter()
+        .enumerate()
+        // Rows and columns of different magnitudes, so per-tile scales differ.
+        .map(|(i, v)| (v * (1.0 + (i % 256 / 32) as f64) * (1.0 + (i / 256 % 4) as f64)) as f32)
+        .collect();
+    let labels: Vec<i64> = (0..64).map(|i| (i * 7 % 16) as i64).collect();
+    let inputs = BTreeMap::from([
+        ("x".to_string(), Tensor::from_f32(vec![64, 256], &xv)),
+        ("labels".to_string(), Tensor::from_i64(vec![64], &labels)),
+    ]);
+    let reference = Session::new(compile(
+        &g,
+        spec.clone(),
+        PrecisionMode::F32,
+        Recipe::default(),
+    ))
+    .step(&inputs);
+    let cosine = |got: &BTreeMap<String, Tensor>, p: &str| {
+        let a = reference[&format!("grad.{p}")].to_f64_vec().unwrap();
+        let b = got[&format!("grad.{p}")].to_f64_vec().unwrap();
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let na = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let nb = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+        (dot / (na * nb), (na - nb).abs() / na)
+    };
+    // Per-tensor current scaling on the same step: E5M2 gradients through two FP8 layers
+    // reach only ~0.96 on fc0 here, the bar the per-tile recipes must meet.
+    let tensorwise = {
+        let r = Recipe::Current(CurrentScaling::default());
+        Session::new(compile(&g, spec.clone(), PrecisionMode::Fp8, r)).step(&inputs)
+    };
+    for (gran, kb, w_cols) in [
+        (Granularity::Block, 128, 128),
+        (Granularity::Rowwise, 0, 1),
+        (Granularity::Mxfp8, 32, 1),
+    ] {
+        let recipe = Recipe::Current(CurrentScaling::tiled(gran));
+        let tg = compile(&g, spec.clone(), PrecisionMode::Fp8, recipe);
+        let bsmm = |name: &str| -> (i64, i64) {
+            match &find(&tg, name).op {
+                Op::BlockScaledMatMul {
+                    k_block, b_cols, ..
+                } => (*k_block, *b_cols),
+                other => panic!("{gran:?}: {name} is {}", other.name()),
+            }
+        };
+        assert_eq!(bsmm("fc"), (kb, w_cols), "{gran:?} forward");
+        // dgrad contracts over N: Wᵀ in kb × b tiles (square blocks reused, else per column).
+        assert_eq!(bsmm("fc.dgrad"), (kb, w_cols), "{gran:?} dgrad");
+        // wgrad contracts over M: Xᵀ in 1×kb tiles, dY in kb×1.
+        assert_eq!(bsmm("fc.wgrad"), (kb, 1), "{gran:?} wgrad");
+        let wgrad = find(&tg, "fc.wgrad");
+        let tiles = |v: Value| match &tg.node(v.node).op {
+            Op::BlockQuantize { rows, cols, to, .. } => (*rows, *cols, *to),
+            other => panic!("{gran:?}: operand from {}", other.name()),
+        };
+        assert_eq!(tiles(wgrad.inputs()[0]), (1, kb, DType::F8E4M3));
+        assert_eq!(tiles(wgrad.inputs()[1]), (kb, 1, DType::F8E5M2));
+        let dgrad = find(&tg, "fc.dgrad");
+        assert_eq!(tiles(dgrad.inputs()[0]), (1, kb, DType::F8E5M2));
+        let fp8 = Session::new(tg.clone()).step(&inputs);
+        for p in ["fc0.weight", "fc.weight"] {
+            let ((cos, rel), (bar, _)) = (cosine(&fp8, p), cosine(&tensorwise, p));
+            eprintln!(
+                "{gran:?}: {p} gradient cosine to f32 {cos:.5} (tensorwise {bar:.5}), norm error {rel:.2e}"
+            );
+            // MXFP8's OCP scale rule maps a tile's amax into [2^emax, 2^(emax+1)) and clips
+            // what lies above the format's max (BENCHMARKS.md, "Fine-grained scaling
+            // recipes"), which shrinks the gradient's norm by ~10% here.
+            let norm_bar = if gran == Granularity::Mxfp8 {
+                0.15
+            } else {
+                0.05
+            };
+            assert!(
+                cos > 0.95 && cos > bar - 0.01 && rel < norm_bar,
+                "{gran:?} {p}: cosine {cos} (tensorwise {bar}), norm error {rel}"
+            );
+        }
+    }
+}
+
 /// dgrad and wgrad are exactly `Σ deq(q(dY))·deq(q(W))` and `Σ deq(q(X))·deq(q(dY))` over the
 /// forward pass's own FP8 codes and this step's scale_invs, with dY in E5M2: x → fc1 → fc2,
 /// loss Σ y·r, so fc2's dY is the constant r.

@@ -18,7 +18,8 @@ pub struct Fp8Args {
     /// the activation and column of the weight), block (TE's Float8BlockScaling: 1×128
     /// activation tiles, 128×128 weight blocks) or mxfp8 (1×32 blocks, E8M0 scales); TE's and
     /// torchao's names work too (Float8BlockScaling, MXFP8BlockScaling, tensorwise, ...).
-    /// Per-tile recipes run on the CPU reference, for inference. [default: current for compile
+    /// Per-tile recipes train too (backward GEMMs re-tiled along their own contraction axis)
+    /// and run on CPU and CUDA. [default: current for compile
     /// and run; delayed for train, and for run with --calibrate or a delayed-only flag]
     #[arg(long, value_name = "delayed|current|rowwise|block|mxfp8")]
     pub recipe: Option<String>,

@@ -83,7 +83,21 @@ pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Opt
             vec![Some(e.cast(&at.n("d0"), at.dy()?, e.dtype(x))?), None]
         }
         Op::Dequantize { .. } => vec![Some(e.cast(&at.n("d0"), at.dy()?, DType::F32)?), None],
+        // The same per tile: the codes' adjoint is x's, the scales carry none.
+        Op::BlockQuantize { .. } => {
+            let x = at.ins[0];
+            vec![Some(e.cast(&at.n("d0"), at.dy()?, e.dtype(x))?)]
+        }
+        Op::BlockDequantize { .. } => {
+            vec![Some(e.cast(&at.n("d0"), at.dy()?, DType::F32)?), None]
+        }
         Op::ScaledMatMul { .. } => scaled_matmul(e, q, at)?,
+        Op::BlockScaledMatMul {
+            k_block,
+            a_rows: 1,
+            b_cols,
+            ..
+        } => block_scaled_matmul(e, q, at, *k_block, *b_cols)?,
         _ => return Ok(None),
     }))
 }
@@ -163,6 +177,112 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
             e.sum_to(&at.n("wgrad.sum"), d, &bd)?
         };
         out[1] = Some(d);
+    }
+    Ok(out)
+}
+
+/// The high-precision tensor whose per-tile quantization made `q`, and that quantization's
+/// scaling and epsilon: `q` is `block_quantize(x).0`, or a 2-D transpose of one (a Gemm weight
+/// stored `[N, K]`), whose source is then transposed the same way.
+fn block_source(
+    e: &mut Emit<'_>,
+    at: &At<'_>,
+    q: Value,
+    what: &str,
+) -> R<(Value, fp8c_ir::BlockScaling, f32)> {
+    let node = e.g.node(q.node).clone();
+    match &node.op {
+        Op::BlockQuantize {
+            scaling, epsilon, ..
+        } => Ok((node.inputs()[0], *scaling, *epsilon)),
+        Op::Transpose { perm } if perm == &[1, 0] => {
+            let (x, scaling, epsilon) = block_source(e, at, node.inputs()[0], what)?;
+            let xt = e.transpose(&at.n(&format!("{what}.src.t")), x, vec![1, 0])?;
+            Ok((xt, scaling, epsilon))
+        }
+        other => Err(at.err(format!(
+            "the block-scaled GEMM's {what} comes from {} (not a block_quantize): its backward \
+             re-tiles the operand from its high-precision values",
+            other.name()
+        ))),
+    }
+}
+
+/// dgrad and wgrad of `block_scaled_matmul { k_block, a_rows: 1, b_cols }(qa, qb, sa, sb)`
+/// (issue #16), as TransformerEngine's `Float8BlockScaling` and torchao's rowwise do: each
+/// backward GEMM gets operands tiled along its own contraction axis.
+///
+/// ```text
+/// dgrad = bsmm(q_{1×kb}(dY), Wᵀ tiled kb × b, ...)    # dY [M, N] · Wᵀ [N, K]
+/// wgrad = bsmm(q_{1×kb}(Xᵀ), q_{kb×1}(dY), ...)       # Xᵀ [K, M] · dY [M, N]
+/// ```
+///
+/// dY is quantized in the recipe's gradient format (E5M2 under HYBRID) with the forward
+/// quantization's scaling rule. Wᵀ reuses the forward codes and scales, transposed, when the
+/// weight's tiles are square (DeepSeek's 128×128 blocks are their own transpose's tiles);
+/// otherwise (1×128 × 128×1, rowwise, MXFP8) W is re-quantized along N from its
+/// high-precision values. X is always re-quantized along M (its 1×kb tiles become kb×1 for
+/// Xᵀ), from the activation the forward quantized. With `wgrad_high_precision` (torchao's
+/// `rowwise_with_gw_hp`) wgrad is the f32 product of that activation and dY.
+fn block_scaled_matmul(
+    e: &mut Emit<'_>,
+    quant: &mut GradQuantizer,
+    at: &At<'_>,
+    kb: i64,
+    b_cols: i64,
+) -> R<Grads> {
+    let [qa, qb, sb] = [at.ins[0], at.ins[1], at.ins[3]];
+    let dy32 = e.cast(&at.n("dy.f32"), at.dy()?, DType::F32)?;
+    let (x, scaling, epsilon) = block_source(e, at, qa, "activation")?;
+    let (fwd, grad) = (e.dtype(qa), quant.format());
+    let bq = |e: &mut Emit<'_>, name: &str, v: Value, to: DType, (rows, cols): (i64, i64)| {
+        let o = e.ops(
+            &at.n(name),
+            Op::BlockQuantize {
+                to,
+                saturate: true,
+                rows,
+                cols,
+                scaling,
+                epsilon,
+            },
+            &[v],
+        )?;
+        Ok::<_, IrError>((o[0], o[1]))
+    };
+    let bsmm = |b_cols| Op::BlockScaledMatMul {
+        out: DType::F32,
+        k_block: kb,
+        a_rows: 1,
+        b_cols,
+    };
+    let mut out = vec![None; 4];
+    if at.want(0) {
+        let (qdy, sdy) = bq(e, "dgrad.dy", dy32, grad, (1, kb))?;
+        let (wt, swt, cols) = if kb > 0 && b_cols == kb {
+            let wt = e.transpose(&at.n("dgrad.wt"), qb, vec![1, 0])?;
+            let st = e.transpose(&at.n("dgrad.wt.scale_inv"), sb, vec![1, 0])?;
+            (wt, st, b_cols)
+        } else {
+            let (w, ..) = block_source(e, at, qb, "weight")?;
+            let w32 = e.cast(&at.n("dgrad.w.f32"), w, DType::F32)?;
+            let wt = e.transpose(&at.n("dgrad.wt.f32"), w32, vec![1, 0])?;
+            let (q, s) = bq(e, "dgrad.wt", wt, fwd, (kb, 1))?;
+            (q, s, 1)
+        };
+        out[0] = Some(e.op(&at.n("dgrad"), bsmm(cols), &[qdy, wt, sdy, swt])?);
+    }
+    if at.want(1) && quant.wgrad_high_precision {
+        // torchao's rowwise_with_gw_hp: wgrad in f32 from the unquantized activation.
+        let x32 = e.cast(&at.n("wgrad.x.f32"), x, DType::F32)?;
+        let xt = e.transpose(&at.n("wgrad.xt.f32"), x32, vec![1, 0])?;
+        out[1] = Some(e.op(&at.n("wgrad"), Op::MatMul, &[xt, dy32])?);
+    } else if at.want(1) {
+        let x32 = e.cast(&at.n("wgrad.x.f32"), x, DType::F32)?;
+        let xt = e.transpose(&at.n("wgrad.xt.f32"), x32, vec![1, 0])?;
+        let (qxt, sxt) = bq(e, "wgrad.xt", xt, fwd, (1, kb))?;
+        let (qdy, sdy) = bq(e, "wgrad.dy", dy32, grad, (kb, 1))?;
+        out[1] = Some(e.op(&at.n("wgrad"), bsmm(1), &[qxt, qdy, sxt, sdy])?);
     }
     Ok(out)
 }

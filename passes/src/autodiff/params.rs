@@ -27,7 +27,10 @@ fn is_passthrough(op: &Op, input: usize) -> bool {
         | Op::Flatten { .. }
         | Op::Identity
         | Op::Cast { .. } => input == 0,
-        Op::Quantize { .. } | Op::Dequantize { .. } => input == 0,
+        Op::Quantize { .. }
+        | Op::Dequantize { .. }
+        | Op::BlockQuantize { .. }
+        | Op::BlockDequantize { .. } => input == 0,
         _ => false,
     }
 }
@@ -50,6 +53,7 @@ fn is_gemm_or_embedding(op: &Op) -> bool {
             | Op::Gemm { .. }
             | Op::Conv { .. }
             | Op::ScaledMatMul { .. }
+            | Op::BlockScaledMatMul { .. }
             | Op::Gather { .. }
     )
 }
@@ -69,7 +73,11 @@ fn feeds_trainable_use(g: &Graph, p: Value) -> bool {
                 continue;
             }
             let hit = match &n.op {
-                Op::MatMul | Op::Gemm { .. } | Op::Conv { .. } | Op::ScaledMatMul { .. } => true,
+                Op::MatMul
+                | Op::Gemm { .. }
+                | Op::Conv { .. }
+                | Op::ScaledMatMul { .. }
+                | Op::BlockScaledMatMul { .. } => true,
                 Op::LayerNormalization { .. } => idx >= 1,
                 Op::BatchNormalization { .. } => idx == 1 || idx == 2,
                 Op::Gather { .. } => idx == 0,

@@ -73,16 +73,6 @@ impl Trainer {
         options: PassOptions,
         backend: &dyn Backend,
     ) -> Result<Trainer> {
-        if let fp8c_core::Recipe::Current(c) = options.recipe
-            && c.granularity.tiling().is_some()
-        {
-            crate::error::bail!(
-                "--recipe {}: per-tile recipes run inference only so far (issue #16: their \
-                 backward, with the operands re-tiled along the other axis, is not built yet); \
-                 train with delayed or current (per-tensor) scaling",
-                c.granularity
-            );
-        }
         let mut g = forward.clone();
         let mut cx = PassCx::new(PassOptions {
             train: Some(spec.clone()),

@@ -15,12 +15,11 @@ pub(super) fn support(o: Fp8Op<'_>) -> Support {
         | Fp8Op::Dequantize { .. }
         | Fp8Op::Amax
         | Fp8Op::ComputeScale { .. }
-        | Fp8Op::AmaxHistoryUpdate => Support::Yes,
+        | Fp8Op::AmaxHistoryUpdate
+        | Fp8Op::BlockQuantize { .. }
+        | Fp8Op::BlockDequantize { .. } => Support::Yes,
         Fp8Op::CastE8m0 { .. } => {
             Support::No("a cast to FLOAT8E8M0 (a power-of-two scale code) has no gradient")
-        }
-        Fp8Op::BlockQuantize { .. } | Fp8Op::BlockDequantize { .. } => {
-            Support::No(super::linalg::BLOCK_TRAINING)
         }
         Fp8Op::QuantizeLinear { .. } | Fp8Op::DequantizeLinear { .. } => Support::No(
             "ONNX QuantizeLinear/DequantizeLinear are not trained through (fp8c's own quantize is)",

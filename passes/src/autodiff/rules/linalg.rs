@@ -10,16 +10,16 @@ use super::{At, Grads, R};
 use crate::autodiff::emit::Emit;
 use fp8c_ir::{IrError, LinalgOp, Op, Support, Value};
 
-/// Why the block-scaled ops have no gradient rule yet.
-pub(super) const BLOCK_TRAINING: &str = "block-scaled FP8 (block_quantize, block_scaled_matmul; \
-     issue #16) is not trained through yet: its backward needs the operands re-tiled along the \
-     other axis (1×128 tiles of X become 128×1 for Xᵀ), which the autodiff does not emit yet";
-
-/// matmul and gemm have rules; the FP8 GEMM's is in `fp8` (it reads the gradient quantizer).
+/// matmul and gemm have rules; the FP8 GEMMs' are in `fp8` (they read the gradient
+/// quantizer). A block-scaled GEMM's rule takes A in 1-row tiles (what the scaling pass emits).
 pub(super) fn support(o: LinalgOp<'_>) -> Support {
     match o {
         LinalgOp::MatMul | LinalgOp::Gemm { .. } | LinalgOp::ScaledMatMul { .. } => Support::Yes,
-        LinalgOp::BlockScaledMatMul { .. } => Support::No(BLOCK_TRAINING),
+        LinalgOp::BlockScaledMatMul { a_rows: 1, .. } => Support::Yes,
+        LinalgOp::BlockScaledMatMul { .. } => Support::No(
+            "a block-scaled GEMM with A in tiles of several rows has no gradient rule (fp8c's \
+             recipes tile activations 1 × k_block)",
+        ),
         LinalgOp::__Lifetime(never, _) => match never {},
     }
 }

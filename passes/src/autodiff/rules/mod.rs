@@ -114,7 +114,8 @@ pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Opt
         // A constant has no inputs; graph inputs, params and state are where gradients stop.
         OpView::Interface(_) => Ok(Some(vec![None; at.ins.len()])),
         OpView::Elementwise(o) => elementwise::vjp(o, e, at),
-        OpView::Linalg(LinalgOp::ScaledMatMul { .. }) | OpView::Fp8(_) => fp8::vjp(e, q, at),
+        OpView::Linalg(LinalgOp::ScaledMatMul { .. } | LinalgOp::BlockScaledMatMul { .. })
+        | OpView::Fp8(_) => fp8::vjp(e, q, at),
         OpView::Linalg(_) => linalg::vjp(e, at),
         OpView::Conv(_) => conv::vjp(e, at),
         OpView::Pool(_) => pool::vjp(e, at),
