@@ -669,3 +669,71 @@ fn per_tile_recipes_run_with_block_scaled_gemms() {
         r.stderr
     );
 }
+
+/// `--stats` under a per-tile recipe (issue #16): block-quantized tensors are measured with
+/// their tile scales, and every FP8 tensor carries what-if figures for tensorwise, rowwise,
+/// block and mxfp8 (TE's debug "what-if" statistics); the figures of the recipe in use equal
+/// its what-if row (block for the block-scaled GEMM, tensorwise for the GEMM that keeps
+/// per-tensor current scaling); stdout summarises them per recipe.
+#[test]
+fn stats_measure_tiles_and_report_what_if_recipes() {
+    let dir = scratch("run_cli_what_if");
+    let root = support::repo_root();
+    for recipe in ["block", "current"] {
+        let stats = dir.join(format!("stats_{recipe}.json"));
+        let r = run(&[
+            &"run",
+            &root.join("examples/models/mlp_digits.onnx"),
+            &"--inputs",
+            &root.join("examples/data/digits_test.npz"),
+            &"--recipe",
+            &recipe,
+            &"--min-fp8-flops",
+            &"0",
+            &"--stats",
+            &stats,
+            &"-o",
+            &dir.join("out.npz"),
+        ]);
+        assert!(r.ok, "{}", r.stderr);
+        for line in [
+            "in use",
+            "what-if tensorwise",
+            "what-if block",
+            "what-if mxfp8",
+        ] {
+            assert!(r.stdout.contains(line), "{line}:\n{}", r.stdout);
+        }
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let tensors = doc["tensors"].as_array().unwrap();
+        assert!(tensors.len() >= 4, "{tensors:?}");
+        let mut checked = 0;
+        for t in tensors {
+            let name = t["tensor"].as_str().unwrap();
+            let w = t["what_if"].as_array().unwrap();
+            let recipes: Vec<&str> = w.iter().map(|r| r["recipe"].as_str().unwrap()).collect();
+            assert_eq!(
+                recipes,
+                ["tensorwise", "rowwise", "block", "mxfp8"],
+                "{name}"
+            );
+            // Under `block`, fc1 (K = 64) keeps one (power-of-two) scale per tensor: only
+            // the block-scaled tensors have a what-if twin there.
+            let twin = match (recipe, t["scales"].as_u64().unwrap() > 1) {
+                ("block", true) => &w[2],
+                ("current", false) => &w[0],
+                _ => continue,
+            };
+            for k in ["sqnr_db", "underflow", "overflow"] {
+                let (a, b) = (&t[k], &twin[k]);
+                assert!(
+                    a == b || (a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-9,
+                    "{recipe} {name} {k}: in use {a}, what-if {b}"
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 2, "{recipe}: {checked} tensors checked");
+    }
+}

@@ -187,6 +187,67 @@ fn write_stats(path: &Path, a: &RunArgs, recipe: &Recipe, stats: &[Fp8TensorStat
     Ok(())
 }
 
+/// The `--stats` summary: per recipe (the one in use, then the what-if ones) the mean and
+/// worst SQNR over the FP8 tensors and the mean underflow and overflow shares.
+fn print_what_if(path: &Path, recipe: &Recipe, stats: &[Fp8TensorStats]) -> Result<()> {
+    if stats.is_empty() {
+        return crate::out::println(&format!(
+            "--stats {}: no FP8 tensors were quantized",
+            path.display()
+        ));
+    }
+    crate::out::println(&format!(
+        "FP8 tensors ({}; details in {}), recipe in use: {}\n  SQNR in dB (mean over the inexact tensors, and the worst); underflow and overflow shares, mean",
+        stats.len(),
+        path.display(),
+        recipe_word(recipe)
+    ))?;
+    let line = |name: &str, rows: Vec<(&str, f64, f64, f64)>| -> Result<()> {
+        let n = rows.len().max(1) as f64;
+        let finite: Vec<f64> = rows.iter().map(|r| r.1).filter(|v| v.is_finite()).collect();
+        let mean = if finite.is_empty() {
+            f64::INFINITY
+        } else {
+            finite.iter().sum::<f64>() / finite.len() as f64
+        };
+        let (worst_t, worst) = rows
+            .iter()
+            .map(|r| (r.0, r.1))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or(("", f64::NAN));
+        let under = rows.iter().map(|r| r.2).sum::<f64>() / n;
+        let over = rows.iter().map(|r| r.3).sum::<f64>() / n;
+        crate::out::println(&format!(
+            "  {name:<20} {mean:>6.2}  {worst:>6.2} ({worst_t})  underflow {:.3}%  overflow {:.3}%",
+            100.0 * under,
+            100.0 * over
+        ))
+    };
+    line(
+        "in use",
+        stats
+            .iter()
+            .map(|t| (t.tensor.as_str(), t.sqnr_db, t.underflow, t.overflow))
+            .collect(),
+    )?;
+    for (k, (name, ..)) in fp8c_runtime::stats::what_if_tilings(false)
+        .iter()
+        .enumerate()
+    {
+        line(
+            &format!("what-if {name}"),
+            stats
+                .iter()
+                .filter_map(|t| {
+                    let w = t.what_if.get(k)?;
+                    Some((t.tensor.as_str(), w.sqnr_db, w.underflow, w.overflow))
+                })
+                .collect(),
+        )?;
+    }
+    Ok(())
+}
+
 /// Compiles `model` with `opts`, logging the passes' notes (`-v`).
 fn compile(model: &Model, opts: &fp8c_session::CompileOptions) -> Result<Compiled> {
     let compiled = model.compile(opts)?;
@@ -359,6 +420,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     if let Some(path) = &a.stats {
         write_stats(path, &a, &recipe, &stats)?;
+        print_what_if(path, &recipe, &stats)?;
     }
     write_outputs(&a, program, &outs)
 }

@@ -11,7 +11,7 @@ pub mod cuda;
 mod lower;
 mod plan;
 mod program;
-mod stats;
+pub mod stats;
 
 pub use backend::{Backend, Executable, Observer, RuntimeError};
 pub use cpu_backend::{CpuBackend, CpuExecutable};
@@ -20,4 +20,4 @@ pub use lower::lower;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,
 };
-pub use stats::{Comparison, Fp8TensorStats, compare, fp8_stats, values_f64};
+pub use stats::{Comparison, Fp8TensorStats, WhatIf, compare, fp8_stats, values_f64, what_if};
