@@ -737,3 +737,73 @@ fn stats_measure_tiles_and_report_what_if_recipes() {
         assert!(checked >= 2, "{recipe}: {checked} tensors checked");
     }
 }
+
+/// `fp8c run --profile` and `fp8c train --profile` (issue #19): time and share per op kind
+/// (the shares add up to the whole) and the slowest nodes, over every step run.
+#[test]
+fn profile_tables_cover_every_step() {
+    let dir = scratch("run_cli_profile");
+    let root = support::repo_root();
+    let model = root.join("examples/models/mlp_digits.onnx");
+    let shares = |text: &str| -> (Vec<String>, f64) {
+        let mut ops = Vec::new();
+        let mut total = 0.0;
+        let lines: Vec<&str> = text.lines().collect();
+        let start = lines
+            .iter()
+            .position(|l| l.starts_with("profile: "))
+            .unwrap();
+        for l in &lines[start + 2..] {
+            if l.trim_start().starts_with("slowest nodes") {
+                break;
+            }
+            let f: Vec<&str> = l.split_whitespace().collect();
+            ops.push(f[0].to_string());
+            total += f[2].trim_end_matches('%').parse::<f64>().unwrap();
+        }
+        (ops, total)
+    };
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &root.join("examples/data/digits_test.npz"),
+        &"--min-fp8-flops",
+        &"0",
+        &"--profile",
+        &"-o",
+        &dir.join("out.npz"),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("profile: 1 run,"), "{}", r.stderr);
+    let (ops, total) = shares(&r.stderr);
+    assert!(ops.iter().any(|o| o.contains("matmul")), "{ops:?}");
+    assert!(
+        (total - 100.0).abs() < 1.0,
+        "shares add to {total}:\n{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("slowest nodes"), "{}", r.stderr);
+
+    let r = run(&[
+        &"train",
+        &model,
+        &"--data",
+        &root.join("examples/data/digits_train.npz"),
+        &"--labels",
+        &"y",
+        &"--steps",
+        &"4",
+        &"--quiet",
+        &"--profile",
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("profile: 4 runs,"), "{}", r.stderr);
+    let (ops, total) = shares(&r.stderr);
+    assert!(ops.iter().any(|o| o == "adamw_update"), "{ops:?}");
+    assert!(
+        (total - 100.0).abs() < 1.0,
+        "shares add to {total}:\n{}",
+        r.stderr
+    );
+}

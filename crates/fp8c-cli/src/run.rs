@@ -71,6 +71,11 @@ pub struct RunArgs {
     /// and SQNR to a JSON file.
     #[arg(long, value_name = "FILE.json")]
     pub stats: Option<PathBuf>,
+    /// Print where the run's time went: time and share per op kind and for the slowest
+    /// nodes (the program's steps after fusion; on CUDA an eager run that copies every
+    /// step's outputs back).
+    #[arg(long)]
+    pub profile: bool,
     /// The backend to run on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
@@ -343,9 +348,17 @@ pub fn run(a: RunArgs) -> Result<()> {
 
     let mut stats: Vec<Fp8TensorStats> = Vec::new();
     let want_stats = a.stats.is_some();
+    let mut profile = fp8c_runtime::Profile::new();
+    let mut timer = a.profile.then(|| profile.start());
     let mut observe = |s: &Step, ins: &[&Tensor], outs: &[Tensor]| {
+        if let Some(t) = timer.as_mut() {
+            t.observe(s, ins, outs);
+        }
         if want_stats && let Some(st) = fp8c_runtime::fp8_stats(s, ins, outs) {
             stats.push(st);
+            if let Some(t) = timer.as_mut() {
+                t.reset();
+            }
         }
     };
     let t0 = Instant::now();
@@ -353,6 +366,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         .run_observed(&inputs, &mut observe)
         .with_context(|| format!("{}", a.model.display()))?;
     let run_time = t0.elapsed();
+    if let Some(t) = timer {
+        t.finish();
+        eprint!("{}", profile.report(15));
+    }
 
     let g = &compiled.graph;
     // Tensors quantized at run time, plus weights quantized once at compile time (FP8 params).

@@ -194,6 +194,10 @@ pub struct TrainArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Print where the training steps' time went: time and share per op kind and for the
+    /// slowest nodes of the training program (forward, backward, optimizer), over every step.
+    #[arg(long)]
+    pub profile: bool,
     /// Test hook: make the gradients of this step NaN (the step must be skipped).
     #[arg(long = "poison-step", value_name = "STEP", hide = true)]
     pub poison_step: Vec<u64>,
@@ -507,6 +511,7 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
     let device = Device::from(a.device);
     device.check()?;
     let mut trainer = Trainer::for_model(&forward, &spec, &opts, device)?;
+    trainer.set_profiling(a.profile);
     for n in trainer.notes() {
         tracing::info!("{n}");
     }
@@ -666,6 +671,9 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
                 .unwrap_or_default(),
             trainer.skipped_steps()
         );
+    }
+    if let Some(p) = trainer.profile() {
+        eprint!("{}", p.report(15));
     }
     if let Some(dir) = &a.checkpoint {
         checkpoint::save(dir, &trainer, &meta)?;

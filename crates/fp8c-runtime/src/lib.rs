@@ -10,6 +10,7 @@ mod cpu_backend;
 pub mod cuda;
 mod lower;
 mod plan;
+pub mod profile;
 mod program;
 pub mod stats;
 
@@ -17,6 +18,7 @@ pub use backend::{Backend, Executable, Observer, RuntimeError};
 pub use cpu_backend::{CpuBackend, CpuExecutable};
 pub use cuda::{CudaBackend, CudaOptions, EmuFaults};
 pub use lower::lower;
+pub use profile::Profile;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,
 };

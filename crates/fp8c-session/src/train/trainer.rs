@@ -62,6 +62,8 @@ pub struct Trainer {
     rescale: Vec<String>,
     /// True until the first step ran: `rescale` is then the initial measurement, not a repair.
     initial: bool,
+    /// Step times, when profiling ([`Trainer::set_profiling`]).
+    profile: Option<fp8c_runtime::Profile>,
 }
 
 impl Trainer {
@@ -115,6 +117,7 @@ impl Trainer {
             trained,
             rescale,
             initial: true,
+            profile: None,
         })
     }
 
@@ -166,7 +169,17 @@ impl Trainer {
             self.recompute_scaling(inputs)?;
         }
         self.initial = false;
-        let out = self.exe.run(inputs)?;
+        let out = match self.profile.as_mut() {
+            Some(p) => {
+                let mut timer = p.start();
+                let out = self
+                    .exe
+                    .run_observed(inputs, &mut |s, i, o| timer.observe(s, i, o))?;
+                timer.finish();
+                out
+            }
+            None => self.exe.run(inputs)?,
+        };
         // With gradient accumulation only the last micro-batch (`train.apply` = 1) ends a step.
         let ends_step = inputs
             .get(fp8c_passes::autodiff::APPLY_INPUT)
@@ -184,6 +197,17 @@ impl Trainer {
             self.counts.1 += 1;
         }
         Ok(out)
+    }
+
+    /// Starts (or stops) timing every step of the training program: time per op kind and per
+    /// node over the steps run since ([`Trainer::profile`]; `fp8c train --profile`).
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(fp8c_runtime::Profile::new);
+    }
+
+    /// The step times gathered since profiling was turned on.
+    pub fn profile(&self) -> Option<&fp8c_runtime::Profile> {
+        self.profile.as_ref()
     }
 
     /// The whole training state by name: trained weights, optimizer moments, scaling state,
