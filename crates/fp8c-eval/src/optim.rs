@@ -1,6 +1,12 @@
 //! The optim family: optimizer steps on FP32 master weights, PyTorch's `sgd_update` (momentum,
 //! weight decay, Nesterov) and `adamw_update` (decoupled weight decay, bias-corrected moments).
-//! Both compute in f64 per element and round once to the param's type.
+//!
+//! FP32 params (the master weights fp8c trains) update in f32, as TransformerEngine and
+//! torchao keep them and as the CUDA kernels (`kernels/optimizer.cu`) compute, in the same
+//! operation order and without contraction, so the CPU reference and the emulated device agree
+//! bit for bit: one pass over the operands' bytes per tensor, split over threads in chunks,
+//! writing the outputs directly (issue #19: the f64 path with its per-element tuples was half
+//! of a BERT training step). Other param types compute in f64 and round once.
 
 use crate::args;
 use crate::data::{
@@ -59,6 +65,56 @@ fn optimizer_operands(ts: &[&Tensor], names: &[&str], lr: &Tensor) -> KResult<f6
     scalar(lr, "lr")
 }
 
+/// Elements per thread chunk of the f32 updates.
+const CHUNK: usize = 1 << 14;
+
+/// `f(operands[..][i]) -> outputs[..][i]` over f32 tensors of `n` elements, in parallel
+/// chunks, straight from and into little-endian bytes.
+fn f32_map<const I: usize, const O: usize>(
+    ins: [&[u8]; I],
+    n: usize,
+    f: impl Fn([f32; I]) -> [f32; O] + Sync + Send,
+) -> [Vec<u8>; O] {
+    use rayon::prelude::*;
+    let mut outs: [Vec<u8>; O] = std::array::from_fn(|_| vec![0u8; n * 4]);
+    // Chunk c of every output, together.
+    let mut chunks: Vec<Vec<&mut [u8]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
+    for out in outs.iter_mut() {
+        for (c, part) in out.chunks_mut(CHUNK * 4).enumerate() {
+            chunks[c].push(part);
+        }
+    }
+    let body = |(c, parts): (usize, &mut Vec<&mut [u8]>)| {
+        let lo = c * CHUNK;
+        let len = parts.first().map_or(0, |p| p.len() / 4);
+        // Decoded inputs of this chunk, then one tight loop, then the outputs encoded.
+        let xs: [Vec<f32>; I] = std::array::from_fn(|k| {
+            ins[k][lo * 4..(lo + len) * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        });
+        let mut ys: [Vec<f32>; O] = std::array::from_fn(|_| vec![0f32; len]);
+        for e in 0..len {
+            let y = f(std::array::from_fn(|k| xs[k][e]));
+            for (k, v) in y.into_iter().enumerate() {
+                ys[k][e] = v;
+            }
+        }
+        for (part, y) in parts.iter_mut().zip(&ys) {
+            for (dst, v) in part.chunks_exact_mut(4).zip(y) {
+                dst.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    };
+    if n >= 2 * CHUNK {
+        chunks.par_iter_mut().enumerate().for_each(body);
+    } else {
+        chunks.iter_mut().enumerate().for_each(body);
+    }
+    outs
+}
+
 /// PyTorch's SGD with momentum (and weight decay, optionally Nesterov).
 fn sgd_update(
     p: &Tensor,
@@ -70,6 +126,29 @@ fn sgd_update(
     nesterov: bool,
 ) -> KResult<Vec<Tensor>> {
     let lr = optimizer_operands(&[p, g, buf], &["param", "grad", "momentum_buffer"], lr)?;
+    if p.dtype() == DType::F32 {
+        // optimizer.cu's sgd_one: g = grad + wd·p; buf' = (momentum = 0 ? g : momentum·buf + g);
+        // p' = p − lr·(nesterov ? g + momentum·buf' : buf').
+        let lr = lr as f32;
+        let [np, nb] = f32_map(
+            [p.bytes(), g.bytes(), buf.bytes()],
+            p.len(),
+            |[pv, gv, bv]| {
+                let gg = gv + weight_decay * pv;
+                let nb = if momentum == 0.0 {
+                    gg
+                } else {
+                    momentum * bv + gg
+                };
+                let step = if nesterov { gg + momentum * nb } else { nb };
+                [pv - lr * step, nb]
+            },
+        );
+        return Ok(vec![
+            crate::data::tensor(DType::F32, p.shape().to_vec(), np)?,
+            crate::data::tensor(DType::F32, p.shape().to_vec(), nb)?,
+        ]);
+    }
     let (mu, wd) = (f64::from(momentum), f64::from(weight_decay));
     let (pv, gv, bv) = (
         values_f64(p, "param")?,
@@ -107,6 +186,34 @@ fn adamw_update(ts: [&Tensor; 4], lr: &Tensor, t: &Tensor, h: &AdamHyper) -> KRe
     let step = scalar(t, "t")?;
     if step.is_nan() || step < 1.0 {
         return value_err!("t (the 1-based update count) is {step}, expected ≥ 1");
+    }
+    if p.dtype() == DType::F32 {
+        // optimizer.cu's adamw_one, operation for operation.
+        let (lr, t) = (lr as f32, step as f32);
+        let (b1, b2, eps, wd) = (
+            h.beta1 as f32,
+            h.beta2 as f32,
+            h.epsilon as f32,
+            h.weight_decay as f32,
+        );
+        let (bc1, bc2) = (1.0 - b1.powf(t), 1.0 - b2.powf(t));
+        let [np, nm, nv] = f32_map(
+            [p.bytes(), g.bytes(), m.bytes(), v.bytes()],
+            p.len(),
+            |[pv, gv, mv, vv]| {
+                let pd = pv - lr * wd * pv;
+                let nm = b1 * mv + (1.0 - b1) * gv;
+                let nv = b2 * vv + (1.0 - b2) * gv * gv;
+                let (mhat, vhat) = (nm / bc1, nv / bc2);
+                [pd - (lr * mhat) / (vhat.sqrt() + eps), nm, nv]
+            },
+        );
+        let shape = p.shape().to_vec();
+        return Ok(vec![
+            crate::data::tensor(DType::F32, shape.clone(), np)?,
+            crate::data::tensor(DType::F32, shape.clone(), nm)?,
+            crate::data::tensor(DType::F32, shape, nv)?,
+        ]);
     }
     let bc1 = 1.0 - h.beta1.powf(step);
     let bc2 = 1.0 - h.beta2.powf(step);
