@@ -253,22 +253,29 @@ pub(crate) fn block_scaled_matmul(
     let (a, b) = (qa.bytes(), qb.bytes());
     let kt = ta.tc;
     let nblocks = ta.nc;
+    // B decoded once; then per row and K block the partial sums of every column together
+    // (an axpy per k: each output still sums its products in k order, so the result is the
+    // same as the scalar loop's, bit for bit, but the inner loop runs along contiguous rows
+    // of B and vectorizes).
+    let bf: Vec<f32> = b.iter().map(|&c| db[c as usize]).collect();
     let mut d = vec![0f32; m * n];
     d.par_chunks_mut(n.max(1))
         .enumerate()
         .for_each(|(row, dst)| {
-            for (col, slot) in dst.iter_mut().enumerate() {
-                let mut acc = 0f32;
-                for blk in 0..nblocks {
-                    let mut p = 0f32;
-                    for kk in blk * kt..((blk + 1) * kt).min(k) {
-                        p += da[a[row * k + kk] as usize] * db[b[kk * n + col] as usize];
+            let mut p = vec![0f32; n];
+            for blk in 0..nblocks {
+                p.iter_mut().for_each(|x| *x = 0.0);
+                for kk in blk * kt..((blk + 1) * kt).min(k) {
+                    let av = da[a[row * k + kk] as usize];
+                    for (x, &bv) in p.iter_mut().zip(&bf[kk * n..(kk + 1) * n]) {
+                        *x += av * bv;
                     }
-                    let sa = s_a[(row / ta.tr) * ta.nc + blk];
-                    let sb = s_b[blk * tb.nc + col / tb.tc];
-                    acc += p * sa * sb;
                 }
-                *slot = acc;
+                let sa = s_a[(row / ta.tr) * ta.nc + blk];
+                let sb_row = &s_b[blk * tb.nc..(blk + 1) * tb.nc];
+                for (col, (slot, &x)) in dst.iter_mut().zip(&p).enumerate() {
+                    *slot += x * sa * sb_row[col / tb.tc];
+                }
             }
         });
     store_f32(d, out, vec![m as u64, n as u64])
