@@ -21,6 +21,10 @@ struct Cli {
     /// Log progress and pass timings to stderr (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// CPU threads for compiling and running (the CPU backend and the passes) [default: one
+    /// per core].
+    #[arg(long, value_name = "N", global = true, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,6 +98,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+    if let Some(n) = cli.threads
+        && let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(usize::from(n))
+            .build_global()
+    {
+        eprintln!("error: --threads {n}: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Inspect(a) => commands::inspect(a),
         Command::Compile(a) => commands::compile(*a),

@@ -71,6 +71,10 @@ pub struct RunArgs {
     /// and SQNR to a JSON file.
     #[arg(long, value_name = "FILE.json")]
     pub stats: Option<PathBuf>,
+    /// Run the model N times on the same inputs (a benchmark: the summary gives the fastest
+    /// and the median run; outputs, --stats and --profile come from the first).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub repeat: u32,
     /// Print where the run's time went: time and share per op kind and for the slowest
     /// nodes (the program's steps after fusion; on CUDA an eager run that copies every
     /// step's outputs back).
@@ -366,6 +370,26 @@ pub fn run(a: RunArgs) -> Result<()> {
         .run_observed(&inputs, &mut observe)
         .with_context(|| format!("{}", a.model.display()))?;
     let run_time = t0.elapsed();
+    // Further runs for --repeat: times only (state carries over, as between calls).
+    let mut times = vec![run_time];
+    for k in 1..a.repeat {
+        let t = Instant::now();
+        runner
+            .run(&inputs)
+            .with_context(|| format!("{} (run {})", a.model.display(), k + 1))?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let repeat_note = if a.repeat > 1 {
+        format!(
+            " (fastest of {}; median {:.3} ms)",
+            a.repeat,
+            times[times.len() / 2].as_secs_f64() * 1e3
+        )
+    } else {
+        String::new()
+    };
+    let run_time = times[0];
     if let Some(t) = timer {
         t.finish();
         eprint!("{}", profile.report(15));
@@ -407,7 +431,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("  output \"{name}\": {}", program.buffer(*b).ty);
     }
     eprintln!(
-        "  compile {:.1} ms, run {:.1} ms; {} steps; {}",
+        "  compile {:.1} ms, run {:.3} ms{repeat_note}; {} steps; {}",
         compile_time.as_secs_f64() * 1e3,
         run_time.as_secs_f64() * 1e3,
         program.steps().len(),

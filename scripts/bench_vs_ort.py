@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""fp8c's CPU backend next to onnxruntime on the same model, inputs and threads (issue #19).
+
+For each model and thread count the contenders alternate (fp8c f32, onnxruntime, fp8c FP8),
+each timed as the fastest of `--reps` runs of one call on the same inputs after a warm-up
+(fp8c: `fp8c --threads T run M --inputs IN --repeat R`, whose summary line reports the fastest
+run; onnxruntime: `InferenceSession.run` with `intra_op_num_threads = T`, default graph
+optimizations). Prints one row per model and thread count with the ratios later changes are
+judged by: fp8c f32 / onnxruntime and fp8c FP8 / fp8c f32. PyTorch is not run here: the
+committed models are ONNX exports without their Python modules.
+
+Usage (the repo's venv has onnxruntime and numpy: PY=$(scripts/python-env.sh)):
+
+  $PY scripts/bench_vs_ort.py [--fp8c target/release/fp8c] [--threads 1,2] [--reps 5]
+        [--json OUT.json] [MODEL.onnx ...]
+
+Without models it takes the example exports (BERT-style encoder, Llama-style decoder,
+ResNet-style CNN, digits MLP). Inputs come from a model's `.ref.npz` when there is one, else
+seeded random values shaped from `fp8c inspect --json` (symbolic dims: batch 2, sequence 32).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODELS = [
+    "examples/models/bert-tiny-enc.onnx",
+    "examples/models/llama-tiny.onnx",
+    "examples/models/light_resnet50.onnx",
+    "examples/models/mlp_digits.onnx",
+]
+
+
+def make_inputs(fp8c: str, model: str, path: str) -> dict:
+    info = json.loads(subprocess.run([fp8c, "inspect", model, "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    ref_path = model[:-5] + ".ref.npz"
+    ref = np.load(ref_path) if os.path.exists(ref_path) else None
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for i in info["inputs"]:
+        if ref is not None and i["name"] in ref.files:
+            arrays[i["name"]] = ref[i["name"]]
+            continue
+        shape = i["shape"] or []
+        dims = [int(d) if str(d).isdigit() else (2 if k == 0 else 32) for k, d in enumerate(shape)]
+        dt = i["dtype"]
+        if "mask" in i["name"]:
+            arrays[i["name"]] = np.ones(dims, dtype=np.int64 if dt.startswith("i") else np.float32)
+        elif dt.startswith("i") or dt.startswith("u"):
+            arrays[i["name"]] = rng.integers(0, 8, dims).astype(np.int32 if dt == "i32" else np.int64)
+        elif dt == "bool":
+            arrays[i["name"]] = np.ones(dims, dtype=bool)
+        else:
+            arrays[i["name"]] = rng.standard_normal(dims).astype(np.float32)
+    np.savez(path, **arrays)
+    return arrays
+
+
+RUN_MS = re.compile(r"run ([0-9.]+) ms")
+
+
+def fp8c_ms(fp8c: str, model: str, inputs: str, threads: int, precision: str, reps: int, out: str) -> float:
+    r = subprocess.run([fp8c, "--threads", str(threads), "run", model, "--inputs", inputs,
+                        "--precision", precision, "--repeat", str(reps + 1), "-o", out],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"fp8c run {model} ({precision}) failed:\n{r.stderr}")
+    m = RUN_MS.search(r.stderr)
+    if not m:
+        raise RuntimeError(f"no run time in fp8c's output:\n{r.stderr}")
+    return float(m.group(1))
+
+
+def ort_ms(model: str, arrays: dict, threads: int, reps: int) -> float:
+    import time
+
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3  # no notes about unused initializers
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    feed = {i.name: arrays[i.name] for i in sess.get_inputs()}
+    sess.run(None, feed)  # warm-up
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        sess.run(None, feed)
+        best = min(best, (time.perf_counter() - t) * 1e3)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("models", nargs="*")
+    ap.add_argument("--fp8c", default=os.path.join(ROOT, "target/release/fp8c"))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    models = a.models or [os.path.join(ROOT, m) for m in DEFAULT_MODELS]
+    threads = [int(t) for t in a.threads.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.npz")
+        print("| model | threads | fp8c f32 ms | onnxruntime ms | f32 / ort | fp8c FP8 ms | FP8 / f32 |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for model in models:
+            inputs = os.path.join(tmp, "in.npz")
+            arrays = make_inputs(a.fp8c, model, inputs)
+            for t in threads:
+                f32 = fp8c_ms(a.fp8c, model, inputs, t, "f32", a.reps, out)
+                ort = ort_ms(model, arrays, t, a.reps)
+                fp8 = fp8c_ms(a.fp8c, model, inputs, t, "fp8", a.reps, out)
+                row = {"model": os.path.basename(model), "threads": t, "fp8c_f32_ms": f32,
+                       "ort_ms": ort, "f32_vs_ort": f32 / ort, "fp8c_fp8_ms": fp8,
+                       "fp8_vs_f32": fp8 / f32}
+                rows.append(row)
+                print(f"| {row['model']} | {t} | {f32:.3f} | {ort:.3f} | {f32 / ort:.2f}× | "
+                      f"{fp8:.3f} | {fp8 / f32:.2f}× |", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
