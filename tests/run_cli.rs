@@ -807,3 +807,48 @@ fn profile_tables_cover_every_step() {
         r.stderr
     );
 }
+
+/// `fp8c --threads N` (any subcommand) and `fp8c run --repeat N` for benchmarks
+/// (scripts/bench_vs_ort.py uses both): the summary gives the fastest and median run and the
+/// outputs are the first run's; 0 is refused for either.
+#[test]
+fn threads_and_repeat_for_benchmarks() {
+    let dir = scratch("run_cli_repeat");
+    let root = support::repo_root();
+    let model = root.join("examples/models/mlp_digits.onnx");
+    let data = root.join("examples/data/digits_test.npz");
+    let out = |n: &str| dir.join(format!("{n}.npz"));
+    let r = run(&[
+        &"--threads",
+        &"1",
+        &"run",
+        &model,
+        &"--inputs",
+        &data,
+        &"-o",
+        &out("once"),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &data,
+        &"--threads",
+        &"2",
+        &"--repeat",
+        &"3",
+        &"-o",
+        &out("three"),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("(fastest of 3; median "), "{}", r.stderr);
+    assert_eq!(
+        support::read_npz(&out("once"))["logits"].bytes(),
+        support::read_npz(&out("three"))["logits"].bytes()
+    );
+    for bad in [["--threads", "0"], ["--repeat", "0"]] {
+        let r = run(&[&"run", &model, &"--inputs", &data, &bad[0], &bad[1]]);
+        assert!(!r.ok && r.stderr.contains(bad[0]), "{bad:?}: {}", r.stderr);
+    }
+}
