@@ -852,3 +852,95 @@ fn threads_and_repeat_for_benchmarks() {
         assert!(!r.ok && r.stderr.contains(bad[0]), "{bad:?}: {}", r.stderr);
     }
 }
+
+/// A per-GEMM recipe choice (issue #16): `--granularity GLOB=NAME` and a config's `[[gemms]]`
+/// entries give the GEMMs they match their own granularity under current scaling (fc2
+/// rowwise: one scale per row of its activation and per column of its weight; fc1 keeps one
+/// scale per tensor); a bad name is an error naming the flag; under delayed scaling the
+/// choice is ignored with a note (`-v`).
+#[test]
+fn granularity_per_gemm_from_flags_and_config() {
+    let dir = scratch("run_cli_granularity");
+    let root = support::repo_root();
+    let model = root.join("examples/models/mlp_digits.onnx");
+    let data = root.join("examples/data/digits_test.npz");
+    let cfg = dir.join("gemms.toml");
+    std::fs::write(
+        &cfg,
+        "[[gemms]]\nmatch = \"fc2\"\ngranularity = \"rowwise\"\n\n[[gemms]]\nmatch = \"*\"\ngranularity = \"tensorwise\"\n",
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    for how in [
+        vec!["--granularity", "fc2=rowwise"],
+        vec!["--config", cfg.to_str().unwrap()],
+    ] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![
+            &"run",
+            &model,
+            &"--inputs",
+            &data,
+            &"--min-fp8-flops",
+            &"0",
+            &"--stats",
+            &stats,
+            &"-o",
+        ];
+        let out = dir.join("out.npz");
+        args.push(&out);
+        for a in &how {
+            args.push(a);
+        }
+        let r = run(&args);
+        assert!(r.ok, "{how:?}: {}", r.stderr);
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        let scales = |t: &str| {
+            doc["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["tensor"] == t)
+                .unwrap_or_else(|| panic!("{how:?}: no {t}"))["scales"]
+                .as_u64()
+                .unwrap()
+        };
+        assert_eq!(scales("fc1.x"), 1, "{how:?}");
+        assert_eq!(scales("fc1.w"), 1, "{how:?}");
+        assert!(scales("fc2.x") > 1 && scales("fc2.w") > 1, "{how:?}");
+    }
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &data,
+        &"--granularity",
+        &"fc2=blocky",
+    ]);
+    assert!(
+        !r.ok && r.stderr.contains("--granularity fc2=blocky"),
+        "{}",
+        r.stderr
+    );
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &data,
+        &"--min-fp8-flops",
+        &"0",
+        &"--recipe",
+        &"delayed",
+        &"--granularity",
+        &"fc2=rowwise",
+        &"-v",
+        &"-o",
+        &dir.join("d.npz"),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("fc2: --granularity rowwise ignored"),
+        "{}",
+        r.stderr
+    );
+}

@@ -72,6 +72,10 @@ pub struct PolicyOptions {
     pub pad_to_16: bool,
     /// GEMMs below this many FLOPs stay high.
     pub min_fp8_flops: u64,
+    /// Per-GEMM scaling granularity under current scaling (issue #16): node-name glob and
+    /// the granularity for the FP8 GEMMs it matches, first match winning (`--granularity
+    /// GLOB=NAME`, a config's `[gemms]` table); the others use the recipe's.
+    pub granularity: Vec<(String, fp8c_core::Granularity)>,
 }
 
 impl Default for PolicyOptions {
@@ -84,6 +88,7 @@ impl Default for PolicyOptions {
             fp8_attention: false,
             pad_to_16: false,
             min_fp8_flops: DEFAULT_MIN_FP8_FLOPS,
+            granularity: Vec::new(),
         }
     }
 }
@@ -103,6 +108,9 @@ impl PolicyOptions {
     pub fn validate(&self) -> Result<(), String> {
         compile_globs("--keep-high", &self.keep_high)?;
         compile_globs("--force-fp8", &self.force_fp8)?;
+        for (glob, _) in &self.granularity {
+            compile_globs("--granularity", std::slice::from_ref(glob))?;
+        }
         Ok(())
     }
 }

@@ -24,7 +24,7 @@
 
 use crate::precision::{Precision, Rule};
 use crate::{Pass, PassCx};
-use fp8c_core::{AmaxComputeAlgo, Gemm, Recipe};
+use fp8c_core::{AmaxComputeAlgo, CurrentScaling, Gemm, Recipe};
 use fp8c_ir::{AmaxSource, DType, Graph, IrError, NodeId, Op, Tensor, TensorType, Value};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -76,11 +76,18 @@ impl Pass for ScalingPass {
             .filter(|d| d.precision == Precision::Fp8 && d.rule != Rule::AlreadyFp8)
             .map(|d| (d.name.clone(), d.pad))
             .collect();
+        let mut overrides = Vec::new();
+        for (glob, gran) in &cx.options.policy.granularity {
+            let set = crate::precision::compile_globs("--granularity", std::slice::from_ref(glob))
+                .map_err(IrError::Other)?;
+            overrides.push((set, *gran));
+        }
         let mut s = Scaler {
             recipe,
             cache: HashMap::new(),
             stats: ScalingStats::default(),
             notes: Vec::new(),
+            overrides,
         };
         for (name, pad) in &fp8 {
             let id = g
@@ -98,6 +105,8 @@ impl Pass for ScalingPass {
 
 struct Scaler {
     recipe: Recipe,
+    /// Per-GEMM granularity (`PolicyOptions::granularity`), first match winning.
+    overrides: Vec<(globset::GlobSet, fp8c_core::Granularity)>,
     /// Quantized form of each tensor already handled: (q, scale_inv).
     cache: HashMap<Value, (Value, Value)>,
     stats: ScalingStats,
@@ -146,8 +155,25 @@ impl Scaler {
         }
         let (a_name, b_name) = operand_names(g, &n.name, ins[0], ins[1]);
         let nm = &n.name;
-        // Per-tile recipes (issue #16): block-scaled GEMMs where the shapes allow them.
+        // Per-tile recipes (issue #16): block-scaled GEMMs where the shapes allow them; a
+        // `--granularity` glob matching the node picks its own.
+        let chosen = self
+            .overrides
+            .iter()
+            .find(|(set, _)| set.is_match(nm))
+            .map(|(_, g)| *g);
+        if let (Some(g), Recipe::Delayed(_)) = (chosen, self.recipe)
+            && g != fp8c_core::Granularity::Tensorwise
+        {
+            self.notes.push(format!(
+                "{nm}: --granularity {g} ignored: per-tile scaling is current scaling (use --recipe current or a per-tile recipe)"
+            ));
+        }
         if let Recipe::Current(r) = self.recipe
+            && let r = (CurrentScaling {
+                granularity: chosen.unwrap_or(r.granularity),
+                ..r
+            })
             && let Some(tiling) = r.granularity.tiling()
         {
             let names = (a_name.as_str(), b_name.as_str());

@@ -55,6 +55,12 @@ pub struct Fp8Args {
     /// Keep GEMMs whose node name matches GLOB in high precision (repeatable), e.g. 'lm_head*'.
     #[arg(long = "keep-high", value_name = "GLOB")]
     pub keep_high: Vec<String>,
+    /// Per-GEMM scaling granularity under current scaling: GEMMs whose node name matches
+    /// GLOB use NAME (tensorwise, rowwise, block or mxfp8), the others the recipe's
+    /// (repeatable, first match wins, before a config's [[gemms]] entries), e.g.
+    /// '*mlp*=block'.
+    #[arg(long = "granularity", value_name = "GLOB=NAME")]
+    pub granularity: Vec<String>,
     /// Put GEMMs whose node name matches GLOB in FP8 regardless of size or attention rules.
     #[arg(long = "force-fp8", value_name = "GLOB")]
     pub force_fp8: Vec<String>,
@@ -86,9 +92,27 @@ impl Fp8Args {
             fp8_attention: self.fp8_attention,
             pad_to_16: self.pad_to_16,
             min_fp8_flops: self.min_fp8_flops,
+            granularity: self.granularity()?,
         };
         fp8c_session::validate_policy(&p)?;
         Ok(p)
+    }
+
+    /// `--granularity` entries, then the config file's `[[gemms]]`.
+    fn granularity(&self) -> Result<Vec<(String, fp8c_session::Granularity)>> {
+        let mut v = Vec::new();
+        for e in &self.granularity {
+            let Some((glob, name)) = e.rsplit_once('=') else {
+                anyhow::bail!("--granularity {e}: expected GLOB=NAME, e.g. '*mlp*=block'");
+            };
+            let g = fp8c_session::parse_granularity(name.trim())
+                .map_err(|err| anyhow::anyhow!("--granularity {e}: {err}"))?;
+            v.push((glob.to_string(), g));
+        }
+        if let Some(path) = &self.config {
+            v.extend(fp8c_session::read_gemm_granularity(path)?);
+        }
+        Ok(v)
     }
 
     /// The recipe flags, for the session to combine with `--config` and validate.

@@ -61,13 +61,14 @@ pub use compiled::{Compiled, weights_path};
 pub use error::{Context, Error, PassFailure, Result};
 pub use model::{LoadOptions, Model, ModelInput};
 pub use options::{
-    CompileOptions, Purpose, RecipeOptions, default_recipe, parse_input_shapes,
-    parse_recipe_config, precision_name, read_recipe_config, validate_policy,
+    CompileOptions, Purpose, RecipeOptions, default_recipe, parse_granularity, parse_input_shapes,
+    parse_recipe_config, precision_name, read_gemm_granularity, read_recipe_config,
+    validate_policy,
 };
 pub use runner::{Device, Runner};
 pub use session::Session;
 pub use train::{StepReport, Trainer};
 
-pub use fp8c_core::Recipe;
+pub use fp8c_core::{Granularity, Recipe};
 pub use fp8c_ir::{Graph, Tensor};
 pub use fp8c_passes::precision::{PolicyOptions, PrecisionMode};

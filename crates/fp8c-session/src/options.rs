@@ -155,6 +155,15 @@ impl CompileOptions {
         self
     }
 
+    /// GEMMs whose node name matches `glob` use `granularity` under current scaling (a
+    /// per-GEMM recipe choice; the first matching call wins).
+    pub fn granularity(mut self, glob: &str, granularity: fp8c_core::Granularity) -> Self {
+        self.policy
+            .granularity
+            .push((glob.to_string(), granularity));
+        self
+    }
+
     /// GEMMs with fewer FLOPs (2·M·N·K) stay high; 0 puts every eligible GEMM in FP8.
     pub fn min_fp8_flops(mut self, flops: u64) -> Self {
         self.policy.min_fp8_flops = flops;
@@ -267,6 +276,60 @@ struct ConfigFile {
     recipe: Option<Recipe>,
     #[allow(dead_code)]
     train: Option<toml::Table>,
+    /// Per-GEMM granularity (`[[gemms]]` entries, in order; read by
+    /// [`read_gemm_granularity`], checked here with the rest of the file).
+    #[allow(dead_code)]
+    #[serde(default)]
+    gemms: Vec<GemmGranularity>,
+}
+
+/// One `[[gemms]]` entry of a config file: GEMM nodes whose name matches `match` use
+/// `granularity` (tensorwise, rowwise, block or mxfp8, or TE's class names) under current
+/// scaling; the first matching entry wins.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GemmGranularity {
+    #[serde(rename = "match")]
+    pattern: String,
+    granularity: String,
+}
+
+/// The `[[gemms]]` entries of a config file, in order (see [`GemmGranularity`]).
+pub fn read_gemm_granularity(
+    path: &std::path::Path,
+) -> Result<Vec<(String, fp8c_core::Granularity)>> {
+    let text = read_config_text(path)?;
+    let table: toml::Table = toml::from_str(&text)
+        .map_err(Error::invalid)
+        .with_context(|| format!("{}: invalid config", path.display()))?;
+    let Some(entries) = table.get("gemms") else {
+        return Ok(Vec::new());
+    };
+    let entries: Vec<GemmGranularity> = entries
+        .clone()
+        .try_into()
+        .map_err(Error::invalid)
+        .with_context(|| format!("{}: [[gemms]]", path.display()))?;
+    entries
+        .into_iter()
+        .map(|e| {
+            let g = parse_granularity(&e.granularity).with_context(|| {
+                format!("{}: [[gemms]] match = \"{}\"", path.display(), e.pattern)
+            })?;
+            Ok((e.pattern, g))
+        })
+        .collect()
+}
+
+/// A granularity by its name or a recipe name that implies one (`block`,
+/// `Float8BlockScaling`, `tensorwise`, `mxfp8`, ...).
+pub fn parse_granularity(name: &str) -> Result<fp8c_core::Granularity> {
+    name.parse::<fp8c_core::Granularity>().map_err(|_| {
+        Error::Invalid(format!(
+            "granularity \"{name}\": expected tensorwise, rowwise, block or mxfp8 (or \
+             Float8BlockScaling, MXFP8BlockScaling)"
+        ))
+    })
 }
 
 /// The text of a config file: a regular file of at most 1 MiB.
