@@ -224,8 +224,8 @@ export fp8c logs py
 want models && step "fp8c run --device cuda (example models)" run_models.log run_models
 
 # ---------------------------------------------------------------- short training runs
-# FP8 training steps of the digits MLP, the Llama-style decoder export and the small CNN, on
-# the CPU and on the GPU: the losses must agree (the GPU's FP8 GEMMs accumulate in another
+# FP8 training steps of the digits MLP, the Llama-style decoder export and the small CNN (and
+# the Llama export under the block recipe, the MLP under MXFP8), on the CPU and on the GPU: the losses must agree (the GPU's FP8 GEMMs accumulate in another
 # order, so 2e-2 relative rather than the emulated device's 1e-5). FP8C_TRAIN_ARGS, when set,
 # adds one more run of its own.
 train_compare() {
@@ -233,7 +233,10 @@ train_compare() {
   local -a mlp=(examples/models/mlp_digits.onnx --data examples/data/digits_train.npz --labels y --batch 32 --steps 5)
   local -a llama=(examples/models/llama-tiny.onnx --text README.md --seq-len 16 --batch 4 --steps 3)
   local -a cnn=(examples/models/cnn_digits.onnx --data examples/data/digits_train.npz --labels y --batch 16 --steps 3)
-  for name in mlp llama cnn; do
+  # Per-tile recipes (issue #16): block-scaled forward, dgrad and wgrad GEMMs.
+  local -a llama_block=("${llama[@]}" --recipe block)
+  local -a mlp_mxfp8=("${mlp[@]}" --recipe mxfp8)
+  for name in mlp llama cnn llama_block mlp_mxfp8; do
     local -n args=$name
     for dev in cpu cuda; do
       if ! "$fp8c" train "${args[@]}" --min-fp8-flops 0 --device "$dev" --log "$logs/train_$name.$dev.csv" --quiet \
