@@ -137,41 +137,7 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
         ("examples/models/bert-tiny-enc.onnx", bert_inputs, 1e-5),
     ];
     for (model, inputs, tol) in cases {
-        let out = |dev: &str| {
-            let path = dir.path().join(format!("out_{dev}.npz"));
-            let o = fp8c(&[
-                "run",
-                model,
-                "--inputs",
-                inputs.to_str().unwrap(),
-                "--device",
-                dev,
-                "--min-fp8-flops",
-                "0",
-                "-o",
-                path.to_str().unwrap(),
-            ]);
-            assert!(
-                o.status.success(),
-                "{model} on {dev}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            fp8c_session::npy::read_npz(&path).unwrap()
-        };
-        let (cpu, emu) = (out("cpu"), out("cuda-emulated"));
-        assert_eq!(cpu.len(), emu.len());
-        for ((k, c), (_, e)) in cpu.iter().zip(&emu) {
-            let cmp = fp8c_runtime::compare(e, c).unwrap();
-            println!(
-                "{model} \"{k}\": emulated CUDA vs CPU rel L2 {:.3e}",
-                cmp.rel_l2
-            );
-            if tol == 0.0 {
-                assert_eq!(c.bytes(), e.bytes(), "{model} \"{k}\"");
-            } else {
-                assert!(cmp.rel_l2 <= tol, "{model} \"{k}\": {cmp:?}");
-            }
-        }
+        cpu_and_emulated_agree(dir.path(), model, &inputs, &[], tol);
     }
 }
 
@@ -200,42 +166,49 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
     ];
     for (model, inputs, tol) in &cases {
         for recipe in ["rowwise", "block", "mxfp8"] {
-            let out = |dev: &str| {
-                let path = dir.path().join(format!("out_{recipe}_{dev}.npz"));
-                let o = fp8c(&[
-                    "run",
-                    model,
-                    "--inputs",
-                    inputs.to_str().unwrap(),
-                    "--recipe",
-                    recipe,
-                    "--device",
-                    dev,
-                    "--min-fp8-flops",
-                    "0",
-                    "-o",
-                    path.to_str().unwrap(),
-                ]);
-                assert!(
-                    o.status.success(),
-                    "{model} {recipe} on {dev}: {}",
-                    String::from_utf8_lossy(&o.stderr)
-                );
-                fp8c_session::npy::read_npz(&path).unwrap()
-            };
-            let (cpu, emu) = (out("cpu"), out("cuda-emulated"));
-            for ((k, c), (_, e)) in cpu.iter().zip(&emu) {
-                let cmp = fp8c_runtime::compare(e, c).unwrap();
-                println!(
-                    "{model} --recipe {recipe} \"{k}\": emulated CUDA vs CPU rel L2 {:.3e}",
-                    cmp.rel_l2
-                );
-                if *tol == 0.0 {
-                    assert_eq!(c.bytes(), e.bytes(), "{model} {recipe} \"{k}\"");
-                } else {
-                    assert!(cmp.rel_l2 <= *tol, "{model} {recipe} \"{k}\": {cmp:?}");
-                }
-            }
+            cpu_and_emulated_agree(dir.path(), model, inputs, &["--recipe", recipe], *tol);
+        }
+    }
+}
+
+/// `fp8c run MODEL --inputs INPUTS EXTRA` on the CPU and on the emulated CUDA device: every
+/// output bit for bit (`tol` 0) or within `tol` relative L2.
+fn cpu_and_emulated_agree(dir: &Path, model: &str, inputs: &Path, extra: &[&str], tol: f64) {
+    let out = |dev: &str| {
+        let path = dir.join(format!("out_{}_{dev}.npz", extra.join("_")));
+        let mut args = vec![
+            "run",
+            model,
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--device",
+            dev,
+            "--min-fp8-flops",
+            "0",
+            "-o",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let o = fp8c(&args);
+        assert!(
+            o.status.success(),
+            "{model} {extra:?} on {dev}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        fp8c_session::npy::read_npz(&path).unwrap()
+    };
+    let (cpu, emu) = (out("cpu"), out("cuda-emulated"));
+    assert_eq!(cpu.len(), emu.len());
+    for ((k, c), (_, e)) in cpu.iter().zip(&emu) {
+        let cmp = fp8c_runtime::compare(e, c).unwrap();
+        println!(
+            "{model} {extra:?} \"{k}\": emulated CUDA vs CPU rel L2 {:.3e}",
+            cmp.rel_l2
+        );
+        if tol == 0.0 {
+            assert_eq!(c.bytes(), e.bytes(), "{model} {extra:?} \"{k}\"");
+        } else {
+            assert!(cmp.rel_l2 <= tol, "{model} {extra:?} \"{k}\": {cmp:?}");
         }
     }
 }

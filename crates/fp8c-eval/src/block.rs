@@ -25,22 +25,37 @@ use fp8c_core::Fp8Format;
 use fp8c_ir::{BlockScaling, DType, Tensor};
 use rayon::prelude::*;
 
-/// The tiling of a [..., R, C] tensor.
-#[derive(Clone, Copy, Debug)]
-struct Tiles {
+/// The tiling of a [..., R, C] tensor by `block_quantize`'s `rows` × `cols` (the one
+/// definition backends and statistics share: `fp8c_eval::BlockTiles`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiles {
     /// Leading matrices.
-    mats: usize,
-    r: usize,
-    c: usize,
-    /// Tile height and width (whole axis for 0).
-    tr: usize,
-    tc: usize,
-    /// Tiles along each axis.
-    nr: usize,
-    nc: usize,
+    pub mats: usize,
+    /// Rows and columns of each matrix.
+    pub r: usize,
+    /// Columns.
+    pub c: usize,
+    /// Tile height and width (the whole axis for 0).
+    pub tr: usize,
+    /// Tile width.
+    pub tc: usize,
+    /// Tiles along each axis (at least one, even along an empty axis tiled whole).
+    pub nr: usize,
+    /// Tiles along the columns.
+    pub nc: usize,
 }
 
 impl Tiles {
+    /// The tiling of `shape` (rank ≥ 2) by `rows` × `cols` (0: the whole axis).
+    pub fn of(shape: &[u64], rows: i64, cols: i64) -> Result<Tiles, String> {
+        Tiles::new(shape, rows, cols).map_err(|f| f.message)
+    }
+
+    /// The number of tiles (and of scales).
+    pub fn count(&self) -> usize {
+        self.mats * self.nr * self.nc
+    }
+
     fn new(shape: &[u64], rows: i64, cols: i64) -> KResult<Tiles> {
         let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
         let [lead @ .., r, c] = dims.as_slice() else {
@@ -73,7 +88,7 @@ impl Tiles {
     }
 
     /// The scale index of element `e` (flat, row-major).
-    fn tile_of(&self, e: usize) -> usize {
+    pub fn tile_of(&self, e: usize) -> usize {
         let (m, rest) = (e / (self.r * self.c), e % (self.r * self.c));
         let (i, j) = (rest / self.c, rest % self.c);
         (m * self.nr + i / self.tr) * self.nc + j / self.tc

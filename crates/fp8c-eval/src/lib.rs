@@ -63,6 +63,7 @@ mod error;
 mod quantize;
 mod window;
 
+pub use crate::block::Tiles as BlockTiles;
 pub use crate::error::{ErrorKind, EvalError};
 use crate::error::{Fail, KResult};
 use fp8c_ir::{Op, OpView, Support, Tensor};

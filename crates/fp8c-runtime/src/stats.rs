@@ -198,43 +198,20 @@ fn figures(
     }
 }
 
-/// The per-tile scale of each element of a `[r, c]`-viewed tensor tiled `tr × tc`, from the
-/// `scale_inv` grid `[.., nr, nc]` block_quantize writes (rows of leading matrices follow
-/// one another).
+/// The per-tile scale of each element, from the `scale_inv` grid block_quantize writes.
 struct TileScales {
-    c: usize,
-    r: usize,
-    tr: usize,
-    tc: usize,
-    nr: usize,
-    nc: usize,
+    tiles: fp8c_eval::BlockTiles,
     inv: Vec<f32>,
 }
 
 impl TileScales {
     fn new(shape: &[u64], (rows, cols): (i64, i64), inv: Vec<f32>) -> Option<TileScales> {
-        let (r, c) = match shape {
-            [.., r, c] => (*r as usize, *c as usize),
-            _ => return None,
-        };
-        let whole = |v: i64, n: usize| if v <= 0 { n.max(1) } else { v as usize };
-        let (tr, tc) = (whole(rows, r), whole(cols, c));
-        Some(TileScales {
-            c,
-            r,
-            tr,
-            tc,
-            nr: r.div_ceil(tr).max(usize::from(rows <= 0)),
-            nc: c.div_ceil(tc).max(usize::from(cols <= 0)),
-            inv,
-        })
+        let tiles = fp8c_eval::BlockTiles::of(shape, rows, cols).ok()?;
+        (tiles.count() == inv.len()).then_some(TileScales { tiles, inv })
     }
 
     fn inv_at(&self, e: usize) -> f32 {
-        let per = (self.r * self.c).max(1);
-        let (m, rest) = (e / per, e % per);
-        let (i, j) = (rest / self.c.max(1), rest % self.c.max(1));
-        self.inv[(m * self.nr + i / self.tr) * self.nc + j / self.tc]
+        self.inv[self.tiles.tile_of(e)]
     }
 }
 

@@ -23,7 +23,7 @@ use crate::program::BufId;
 use fp8c_ir::{BlockScaling, DType};
 
 /// `Tiling` of block_scaling.cu: a `[mats, r, c]` tensor in `tr × tc` tiles, `nr × nc` per
-/// matrix (the CPU reference's `Tiles`).
+/// matrix.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Tiling {
@@ -37,30 +37,19 @@ struct Tiling {
 }
 
 impl Tiling {
-    /// The tiling of `dims` (rank ≥ 2) by `rows` × `cols` (0: the whole axis), exactly as the
-    /// CPU reference cuts it.
+    /// The tiling of `dims` (rank ≥ 2) by `rows` × `cols` (0: the whole axis): the CPU
+    /// reference's own ([`fp8c_eval::BlockTiles`]).
     fn new(dims: &[u64], rows: i64, cols: i64) -> R<Tiling> {
-        let [lead @ .., r, c] = dims else {
-            return Err(format!(
-                "expected rank ≥ 2 ([..., rows, cols]), got {dims:?}"
-            ));
-        };
-        let size = |v: i64, whole: u64| -> R<u64> {
-            match u64::try_from(v) {
-                Ok(0) => Ok(whole.max(1)),
-                Ok(v) => Ok(v),
-                Err(_) => Err(format!("tile size {v} must be ≥ 0")),
-            }
-        };
-        let (tr, tc) = (size(rows, *r)?, size(cols, *c)?);
+        let t = fp8c_eval::BlockTiles::of(dims, rows, cols)?;
+        let w = |v: usize| v as u64;
         Ok(Tiling {
-            mats: lead.iter().product(),
-            r: *r,
-            c: *c,
-            tr,
-            tc,
-            nr: r.div_ceil(tr).max(u64::from(rows == 0)),
-            nc: c.div_ceil(tc).max(u64::from(cols == 0)),
+            mats: w(t.mats),
+            r: w(t.r),
+            c: w(t.c),
+            tr: w(t.tr),
+            tc: w(t.tc),
+            nr: w(t.nr),
+            nc: w(t.nc),
         })
     }
 
