@@ -81,13 +81,15 @@ const BLOCK: u32 = 256;
 /// `No` op fails with the very reason given here.
 ///
 /// ```
-/// use fp8c_ir::{Op, PadMode, Support};
+/// use fp8c_ir::{E8m0Round, Op, PadMode, Support};
 /// use fp8c_runtime::cuda::support;
 ///
 /// assert_eq!(support(&Op::MatMul), Support::Yes);
 /// assert_eq!(support(&Op::Range), Support::Yes);
 /// let block = Op::BlockDequantize { to: fp8c_ir::DType::F32, rows: 1, cols: 32 };
-/// assert!(matches!(support(&block), Support::No(why) if !why.is_empty()));
+/// assert_eq!(support(&block), Support::Yes);
+/// let e8m0 = Op::CastE8m0 { round: E8m0Round::Down, saturate: true };
+/// assert!(matches!(support(&e8m0), Support::No(why) if !why.is_empty()));
 /// assert_eq!(support(&Op::Pad { mode: PadMode::Reflect }), Support::Yes);
 /// ```
 pub fn support(op: &Op) -> Support {
