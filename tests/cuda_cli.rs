@@ -165,7 +165,14 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
         ("examples/models/llama-tiny.onnx", llama_inputs, 1e-5),
     ];
     for (model, inputs, tol) in &cases {
-        for recipe in ["rowwise", "block", "mxfp8"] {
+        // The MLP takes every recipe; the decoder (slower on the emulated device) the block
+        // recipe, whose cuBLASLt requests it exercises.
+        let recipes: &[&str] = if model.contains("mlp") {
+            &["rowwise", "block", "mxfp8"]
+        } else {
+            &["block"]
+        };
+        for recipe in recipes {
             cpu_and_emulated_agree(dir.path(), model, inputs, &["--recipe", recipe], *tol);
         }
     }
