@@ -268,7 +268,7 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
     let llama: &[&str] = &[
         "examples/models/llama-tiny.onnx",
         "--text",
-        "README.md",
+        "examples/data/shakespeare.txt",
         "--seq-len",
         "16",
         "--batch",

@@ -197,11 +197,7 @@ fn lm_head_stays_high_by_default_and_force_fp8_overrides() {
 #[test]
 fn fp8_training_of_a_decoder_export_lowers_the_loss() {
     let root = support::repo_root();
-    let text = [
-        std::fs::read(root.join("README.md")).unwrap(),
-        std::fs::read(root.join("ARCHITECTURE.md")).unwrap(),
-    ]
-    .concat();
+    let text = std::fs::read(root.join(TEXT)).unwrap();
     let t = 16usize;
     let n = ((text.len() - 1) / t).min(512);
     let x: Vec<i64> = text[..n * t].iter().map(|&b| i64::from(b)).collect();
@@ -262,6 +258,10 @@ fn fp8_training_of_a_decoder_export_lowers_the_loss() {
 
 /// `fp8c train` on the committed export `model` with byte windows of this repo's file `text`
 /// (`--text`, batch 8, every GEMM eligible for FP8, no progress bar) and `extra` flags.
+/// The training text of these tests: a fixed public-domain corpus (examples/data/README.md),
+/// not the repo's own docs, which change with every session and would change the losses.
+const TEXT: &str = "examples/data/shakespeare.txt";
+
 fn train_text(model: &str, text: &str, seq: &str, extra: &[&OsStr]) -> support::Run {
     let root = support::repo_root();
     let m = root.join(format!("examples/models/{model}.onnx"));
@@ -292,7 +292,7 @@ fn text_windows_train_a_decoder_with_gradient_clipping() {
     let log = dir.join("log.csv");
     let r = train_text(
         "gpt2-tiny",
-        "ARCHITECTURE.md",
+        TEXT,
         "32",
         &[
             "--steps".as_ref(),
@@ -308,7 +308,7 @@ fn text_windows_train_a_decoder_with_gradient_clipping() {
         ],
     );
     assert!(r.ok, "{}", r.stderr);
-    let text = support::repo_root().join("ARCHITECTURE.md");
+    let text = support::repo_root().join(TEXT);
     let windows = (std::fs::metadata(&text).unwrap().len() - 1) / 32;
     assert!(
         r.stderr.contains(&format!("({windows} samples, batch 8)")),
@@ -346,7 +346,7 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     ];
     let r = train_text(
         "llama-tiny",
-        "README.md",
+        TEXT,
         "16",
         &[&compare[..], &["--plot".as_ref(), plot.as_os_str()]].concat(),
     );
@@ -367,7 +367,7 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     // gap's standard error, and the first precision's seed-to-seed spread.
     let r = train_text(
         "llama-tiny",
-        "README.md",
+        TEXT,
         "16",
         &[
             "--steps".as_ref(),
@@ -410,7 +410,7 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     assert!(r.stdout.contains("f32 seed-to-seed spread"), "{}", r.stdout);
     let r = train_text(
         "llama-tiny",
-        "README.md",
+        TEXT,
         "16",
         &[
             "--steps".as_ref(),
@@ -423,7 +423,7 @@ fn compare_trains_each_precision_and_tabulates_the_gaps() {
     let log = dir.join("log.csv");
     let r = train_text(
         "llama-tiny",
-        "README.md",
+        TEXT,
         "16",
         &[&compare[..], &["--log".as_ref(), log.as_os_str()]].concat(),
     );
@@ -458,7 +458,7 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
     let trained = dir.join("trained.onnx");
     let r = train_text(
         "llama-tiny",
-        "README.md",
+        TEXT,
         "16",
         &[
             "--steps".as_ref(),
@@ -471,7 +471,7 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
     );
     assert!(r.ok, "{}", r.stderr);
     // The first 8 windows of the text and their next-byte labels.
-    let bytes = std::fs::read(root.join("README.md")).unwrap();
+    let bytes = std::fs::read(root.join(TEXT)).unwrap();
     let x: Vec<i64> = bytes[..128].iter().map(|&b| i64::from(b)).collect();
     let y: Vec<i64> = bytes[1..129].iter().map(|&b| i64::from(b)).collect();
     let inputs = dir.join("in.npz");
@@ -533,7 +533,7 @@ fn decoder_training_resumes_bit_for_bit_and_skips_a_non_finite_step() {
         ];
         let r = train_text(
             "gpt2-tiny",
-            "README.md",
+            TEXT,
             "16",
             &[&delayed[..], extra].concat(),
         );
