@@ -472,3 +472,72 @@ fn per_tile_recipes_train_close_to_f32() {
         assert!(gap.abs() < 3.0, "{recipe}: gap {gap}%\n{table}");
     }
 }
+
+/// Issue #16's per-recipe size rules in training (torchao's H100 auto-filter for linear
+/// layers, named in the summary of GEMMs kept high), `--min-fp8-flops` overriding them, and
+/// torchao's `rowwise_with_gw_hp` accepted on the command line and in a config: the same run as
+/// `--recipe rowwise --wgrad-high-precision`, not as plain rowwise.
+#[test]
+fn torchao_recipe_names_bring_their_size_rules_and_gw_hp() {
+    let dir = tempfile::tempdir().unwrap();
+    let llama = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "train",
+            root()
+                .join("examples/models/llama-tiny.onnx")
+                .to_str()
+                .unwrap(),
+            "--text",
+            root()
+                .join("examples/data/shakespeare.txt")
+                .to_str()
+                .unwrap(),
+            "--seq-len",
+            "16",
+            "--batch",
+            "8",
+            "--steps",
+            "3",
+            "--quiet",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    // Llama-tiny's projections are 128×128: below both filters.
+    let tensorwise = ok(&llama(&[]));
+    assert!(
+        tensorwise.contains("K=128 ≤ 4096 and N=128 ≤ 1024 (torchao's H100 tensorwise filter"),
+        "{tensorwise}"
+    );
+    let rowwise = ok(&llama(&["--recipe", "rowwise"]));
+    assert!(
+        rowwise.contains("N=128 ≤ 2048 (torchao's H100 rowwise filter"),
+        "{rowwise}"
+    );
+    let off = ok(&llama(&["--recipe", "rowwise", "--min-fp8-flops", "0"]));
+    assert!(!off.contains("too small"), "{off}");
+
+    let log = |name: &str, extra: &[&str]| {
+        let path = dir.path().join(name);
+        let p = path.to_str().unwrap();
+        ok(&llama(
+            &[&["--min-fp8-flops", "0", "--log", p], extra].concat(),
+        ));
+        log_rows(&path)
+    };
+    let gw_hp = log("gw_hp.csv", &["--recipe", "rowwise_with_gw_hp"]);
+    let flag = log(
+        "flag.csv",
+        &["--recipe", "rowwise", "--wgrad-high-precision"],
+    );
+    let plain = log("plain.csv", &["--recipe", "rowwise"]);
+    assert_eq!(gw_hp, flag);
+    assert_ne!(gw_hp, plain, "rowwise_with_gw_hp must not be plain rowwise");
+    let config = dir.path().join("gw.toml");
+    std::fs::write(&config, "[recipe]\nkind = \"rowwise_with_gw_hp\"\n").unwrap();
+    let from_config = log("config.csv", &["--config", config.to_str().unwrap()]);
+    assert_eq!(from_config, flag);
+}

@@ -12,20 +12,26 @@
 //!    (TE's `fp8_dpa=False` default).
 //! 6. GEMM dims (M, N, K; for Conv the channel counts) not multiples of 16 (Hopper's
 //!    cuBLASLt FP8 rule) → high, unless `--pad-to-16`.
-//! 7. Fewer than `--min-fp8-flops` → high ("too small to gain").
+//! 7. Too small to gain on an H100 → high ("too small to gain"): with `--min-fp8-flops N`,
+//!    fewer than N FLOPs; otherwise, in training, the recipe's rule for linear layers
+//!    ([`size_rule`]: torchao's auto-filter), and for convolutions and attention an FLOP
+//!    threshold ([`DEFAULT_MIN_FP8_FLOPS`]); at inference linear layers have no size rule.
 //! 8. Otherwise FP8.
 //!
 //! In bf16 mode the pass also rewrites each GEMM to compute in bf16 (casts in, cast out), so
 //! the bf16 baseline is a real graph, not a flag.
 
 use crate::{Pass, PassCx};
+use fp8c_core::{Granularity, Recipe};
 use fp8c_ir::{DType, Graph, IrError, NodeId, Op, Value};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 
-/// Default `--min-fp8-flops`: 2^24 ≈ 16.8 MFLOP. Below this a GEMM takes a few microseconds
-/// on an H100 even in BF16, so the extra amax/scale/quantize launches cost more than FP8 saves.
-/// To be refined from GPU measurements (BENCHMARKS.md).
+/// FLOP threshold for the GEMMs no published filter covers (convolutions, and attention's
+/// activation×activation products under `--fp8-attention`): 2^24 ≈ 16.8 MFLOP. Below it a GEMM
+/// takes a few microseconds on an H100 even in BF16, so the extra amax/scale/quantize launches
+/// cost more than FP8 saves. fp8c's own estimate (neither TransformerEngine nor torchao puts
+/// convolutions in FP8); linear layers use torchao's measured rules instead ([`size_rule`]).
 pub const DEFAULT_MIN_FP8_FLOPS: u64 = 1 << 24;
 
 /// The precision mode of a whole compile.
@@ -70,8 +76,9 @@ pub struct PolicyOptions {
     pub fp8_attention: bool,
     /// Pad GEMM dims to multiples of 16 instead of falling back to high precision.
     pub pad_to_16: bool,
-    /// GEMMs below this many FLOPs stay high.
-    pub min_fp8_flops: u64,
+    /// GEMMs below this many FLOPs stay high (`--min-fp8-flops`); `None`: the recipe's size
+    /// rule ([`size_rule`]), `Some(0)`: no size rule at all.
+    pub min_fp8_flops: Option<u64>,
     /// Per-GEMM scaling granularity under current scaling (issue #16): node-name glob and
     /// the granularity for the FP8 GEMMs it matches, first match winning (`--granularity
     /// GLOB=NAME`, a config's `[gemms]` table); the others use the recipe's.
@@ -87,7 +94,7 @@ impl Default for PolicyOptions {
             keep_first_last: false,
             fp8_attention: false,
             pad_to_16: false,
-            min_fp8_flops: DEFAULT_MIN_FP8_FLOPS,
+            min_fp8_flops: None,
             granularity: Vec::new(),
         }
     }
@@ -177,7 +184,8 @@ pub enum Rule {
     LmHead,
     /// A dim is not a multiple of 16 and the GEMM cannot be padded.
     Misaligned,
-    /// Fewer FLOPs than `--min-fp8-flops`.
+    /// Too small for FP8 to gain: below `--min-fp8-flops`, or the recipe's size rule
+    /// ([`size_rule`]).
     TooSmall,
     /// FP8 with a weight operand (the default), padded to multiples of 16 if `pad` is set.
     Fp8Gemm,
@@ -231,7 +239,9 @@ impl Pass for PrecisionPass {
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
-        let decisions = decide(g, &cx.options.policy).map_err(IrError::Other)?;
+        let training = cx.options.train.is_some();
+        let decisions =
+            decide(g, &cx.options.policy, &cx.options.recipe, training).map_err(IrError::Other)?;
         let mut changed = false;
         if cx.options.policy.mode == PrecisionMode::Bf16 {
             for d in decisions.iter().filter(|d| d.rule != Rule::OwnType) {
@@ -449,10 +459,102 @@ fn is_router(g: &Graph, id: NodeId) -> bool {
     false
 }
 
-/// Decides every GEMM-like node (in topological order).
-pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
+/// The size rule a recipe brings for the linear layers (MatMul / Gemm with a weight operand)
+/// of `granularity`, from torchao's auto-filter (`torchao.float8._auto_filter_for_recipe`,
+/// torchao/float8/float8_linear_utils.py), whose thresholds come from its H100 roofline
+/// tables of a training linear (forward, dgrad and wgrad; torchao/float8/README.md,
+/// "Performance"): below them FP8 is no faster than BF16 once the casts are paid for.
+///
+/// - tensorwise (and delayed scaling, also one scale per tensor): skipped when K ≤ 4096 and
+///   N ≤ 1024 (`_auto_filter_for_tensorwise`);
+/// - rowwise: skipped when N ≤ 2048, or K ≤ 1024, or N ≤ 4096 and K ≤ 2048
+///   (`_auto_filter_for_rowwise`);
+/// - block and mxfp8, which torchao's filter does not cover, and `rowwise_with_gw_hp`, for
+///   which it raises NotImplementedError: the rowwise rule, since their casts cost at least
+///   what rowwise's do (a scale per row or tile) — fp8c's choice, not a measurement.
+///
+/// K is the reduction length and N the output features, as in the README's M, K, N tables.
+/// (torchao's code unpacks `K, N = weight.shape`, i.e. out × in features of an `nn.Linear`,
+/// the other way round; the tables it cites are in GEMM terms, which fp8c follows.)
+///
+/// Returns why a GEMM of `k` × `n` is too small, or `None` when FP8 may gain.
+pub fn size_rule(granularity: Granularity, k: u64, n: u64) -> Option<String> {
+    const SEE: &str = "--force-fp8 NAME or --min-fp8-flops 0 overrides";
+    match granularity {
+        Granularity::Tensorwise => (k <= 4096 && n <= 1024).then(|| {
+            format!("K={k} ≤ 4096 and N={n} ≤ 1024 (torchao's H100 tensorwise filter; {SEE})")
+        }),
+        g => {
+            let which = if g == Granularity::Rowwise {
+                "torchao's H100 rowwise filter".to_string()
+            } else {
+                format!("torchao's H100 rowwise filter, which fp8c applies to {g}")
+            };
+            let fired = if n <= 2048 {
+                format!("N={n} ≤ 2048")
+            } else if k <= 1024 {
+                format!("K={k} ≤ 1024")
+            } else if n <= 4096 && k <= 2048 {
+                format!("N={n} ≤ 4096 and K={k} ≤ 2048")
+            } else {
+                return None;
+            };
+            Some(format!("{fired} ({which}; {SEE})"))
+        }
+    }
+}
+
+/// Why a GEMM is too small for FP8 to gain, if it is: below `--min-fp8-flops` when the user
+/// gave it; otherwise, for a linear layer being trained, the recipe's [`size_rule`]; for a
+/// linear layer at inference, never (below); for convolutions and activation×activation
+/// products, the [`DEFAULT_MIN_FP8_FLOPS`] threshold. Unknown dims never make a GEMM too small.
+///
+/// At inference no size rule applies to linear layers, as in TransformerEngine's and
+/// torchao's inference paths (`fp8_autocast`, `Float8DynamicActivationFloat8WeightConfig`),
+/// which quantize every linear: torchao's thresholds come from a training roofline (forward,
+/// dgrad and wgrad, each paying its operands' casts), while an inference GEMM reads weights
+/// quantized once and gains from their halved bytes even where it is memory-bound.
+fn too_small(
+    min_flops: Option<u64>,
+    linear: bool,
+    training: bool,
+    granularity: Granularity,
+    dims: &GemmDims,
+) -> Option<String> {
+    let below = |min: u64, whose: &str| {
+        let f = dims.flops()?;
+        (f < min).then(|| format!("{f} FLOP < {whose}"))
+    };
+    match (min_flops, linear, training, dims.k, dims.n) {
+        (Some(min), ..) => below(min, &format!("--min-fp8-flops {min}")),
+        (None, true, true, Some(k), Some(n)) => size_rule(granularity, k, n),
+        (None, true, ..) => None,
+        (None, false, ..) => below(
+            DEFAULT_MIN_FP8_FLOPS,
+            "2^24, fp8c's threshold for convolutions and attention, which torchao's filter does \
+             not cover; --force-fp8 NAME or --min-fp8-flops N overrides",
+        ),
+    }
+}
+
+/// Decides every GEMM-like node (in topological order) for `recipe`, whose granularity
+/// (or the GEMM's `--granularity` override under current scaling) picks the size rule of a
+/// `training` compile.
+pub fn decide(
+    g: &Graph,
+    o: &PolicyOptions,
+    recipe: &Recipe,
+    training: bool,
+) -> Result<Vec<Decision>, String> {
     let keep_high = compile_globs("--keep-high", &o.keep_high)?;
     let force_fp8 = compile_globs("--force-fp8", &o.force_fp8)?;
+    let granularity = o
+        .granularity
+        .iter()
+        .map(|(glob, gran)| {
+            compile_globs("--granularity", std::slice::from_ref(glob)).map(|set| (set, *gran))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let gemms: Vec<NodeId> = g
         .topo_order()
         .map_err(|e| e.to_string())?
@@ -562,16 +664,18 @@ pub fn decide(g: &Graph, o: &PolicyOptions) -> Result<Vec<Decision>, String> {
                 Rule::Misaligned,
                 format!("dims not multiples of 16 ({m}); {hint}"),
             )
-        } else if flops.is_some_and(|f| f < o.min_fp8_flops) {
-            (
-                high,
-                Rule::TooSmall,
-                format!(
-                    "too small to gain ({} FLOP < --min-fp8-flops {})",
-                    flops.unwrap_or(0),
-                    o.min_fp8_flops
-                ),
-            )
+        } else if let Some(why) = {
+            let granularity = match recipe {
+                Recipe::Delayed(_) => Granularity::Tensorwise,
+                Recipe::Current(r) => granularity
+                    .iter()
+                    .find(|(set, _)| set.is_match(&n.name))
+                    .map_or(r.granularity, |(_, g)| *g),
+            };
+            let linear = !both_activations && !matches!(n.op, Op::Conv { .. });
+            too_small(o.min_fp8_flops, linear, training, granularity, &dims)
+        } {
+            (high, Rule::TooSmall, format!("too small to gain: {why}"))
         } else if mis.is_some() {
             (
                 Precision::Fp8,
@@ -718,6 +822,88 @@ mod tests {
     use super::*;
     use fp8c_ir::{Tensor, TensorType};
 
+    /// torchao's auto-filter thresholds, at and just past each boundary (K, N multiples of 16).
+    #[test]
+    fn size_rules_follow_torchaos_filter_at_its_boundaries() {
+        use Granularity::*;
+        let small = |g, k, n| size_rule(g, k, n).is_some();
+        // Tensorwise: skipped when K ≤ 4096 and N ≤ 1024.
+        assert!(small(Tensorwise, 4096, 1024));
+        assert!(!small(Tensorwise, 4112, 1024) && !small(Tensorwise, 4096, 1040));
+        assert!(!small(Tensorwise, 64, 8192));
+        // Rowwise: skipped when N ≤ 2048, or K ≤ 1024, or N ≤ 4096 and K ≤ 2048.
+        assert!(small(Rowwise, 8192, 2048) && small(Rowwise, 1024, 8192));
+        assert!(small(Rowwise, 2048, 4096));
+        assert!(!small(Rowwise, 2064, 4096) && !small(Rowwise, 1040, 4112));
+        // The per-tile recipes use rowwise's rule, and say so.
+        for g in [Block, Mxfp8] {
+            assert_eq!(small(g, 2048, 4096), small(Rowwise, 2048, 4096));
+            assert!(
+                size_rule(g, 1024, 1024)
+                    .unwrap()
+                    .contains("fp8c applies to")
+            );
+        }
+        let why = size_rule(Tensorwise, 384, 384).unwrap();
+        assert!(why.contains("K=384 ≤ 4096 and N=384 ≤ 1024") && why.contains("torchao"));
+    }
+
+    /// A linear layer (256×256) and a small convolution: in training the linear follows the
+    /// recipe's torchao rule (tensorwise for delayed scaling, the GEMM's own `--granularity`
+    /// under current scaling); at inference it goes to FP8; the convolution, below 2^24 FLOPs,
+    /// stays high in both; `--min-fp8-flops 0` turns every size rule off.
+    #[test]
+    fn training_applies_the_recipe_size_rule_to_linears_only() {
+        let mut g = Graph::new("net");
+        let x = g
+            .add_input("x", TensorType::fixed(DType::F32, &[64, 256]))
+            .unwrap();
+        let img = g
+            .add_input("img", TensorType::fixed(DType::F32, &[1, 16, 8, 8]))
+            .unwrap();
+        let param = |g: &mut Graph, name: &str, shape: &[u64]| {
+            let n = shape.iter().product::<u64>() as usize;
+            let t = Tensor::from_f32(shape.to_vec(), &vec![0.01; n]);
+            g.add_param(name, t.ty(), Some(t)).unwrap()
+        };
+        let w = param(&mut g, "fc.weight", &[256, 4096]);
+        let y = g.add_node("fc", Op::MatMul, &[x, w]).unwrap()[0];
+        g.set_output("y", y).unwrap();
+        let cw = param(&mut g, "conv.weight", &[16, 16, 3, 3]);
+        let conv = Op::Conv {
+            kernel_shape: vec![3, 3],
+            strides: vec![1, 1],
+            pads: vec![1, 1, 1, 1],
+            dilations: vec![1, 1],
+            group: 1,
+            auto_pad: fp8c_ir::AutoPad::NotSet,
+        };
+        let c = g.add_node("conv", conv, &[img, cw]).unwrap()[0];
+        g.set_output("c", c).unwrap();
+        let o = PolicyOptions::default();
+        let rules = |o: &PolicyOptions, recipe: &Recipe, training: bool| {
+            let d = decide(&g, o, recipe, training).unwrap();
+            let rule = |n: &str| d.iter().find(|r| r.name == n).unwrap().rule;
+            (rule("fc"), rule("conv"))
+        };
+        let delayed = Recipe::default();
+        // fc: K=256, N=4096 passes tensorwise's rule, fails rowwise's (K ≤ 1024).
+        assert_eq!(rules(&o, &delayed, true), (Rule::Fp8Gemm, Rule::TooSmall));
+        let rowwise = Recipe::Current(fp8c_core::CurrentScaling::tiled(Granularity::Rowwise));
+        assert_eq!(rules(&o, &rowwise, true), (Rule::TooSmall, Rule::TooSmall));
+        assert_eq!(rules(&o, &rowwise, false), (Rule::Fp8Gemm, Rule::TooSmall));
+        let per_gemm = PolicyOptions {
+            granularity: vec![("fc".into(), Granularity::Tensorwise)],
+            ..o.clone()
+        };
+        assert_eq!(rules(&per_gemm, &rowwise, true).0, Rule::Fp8Gemm);
+        let off = PolicyOptions {
+            min_fp8_flops: Some(0),
+            ..o
+        };
+        assert_eq!(rules(&off, &rowwise, true), (Rule::Fp8Gemm, Rule::Fp8Gemm));
+    }
+
     /// A mixture-of-experts block: the gate's logits go through softmax to top_k (the router
     /// stays high, with its reason); the expert GEMM goes to FP8.
     #[test]
@@ -759,10 +945,10 @@ mod tests {
         g.set_output("y", y).unwrap();
         g.set_output("weights", top[0]).unwrap();
         let o = PolicyOptions {
-            min_fp8_flops: 0,
+            min_fp8_flops: Some(0),
             ..PolicyOptions::default()
         };
-        let d = decide(&g, &o).unwrap();
+        let d = decide(&g, &o, &Recipe::default(), false).unwrap();
         let by = |n: &str| d.iter().find(|r| r.name == n).unwrap();
         assert_eq!(
             (by("gate").precision, by("gate").rule),
@@ -778,6 +964,9 @@ mod tests {
             force_fp8: vec!["gate".into()],
             ..o
         };
-        assert_eq!(decide(&g, &forced).unwrap()[0].precision, Precision::Fp8);
+        assert_eq!(
+            decide(&g, &forced, &Recipe::default(), false).unwrap()[0].precision,
+            Precision::Fp8
+        );
     }
 }

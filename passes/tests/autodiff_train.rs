@@ -72,7 +72,7 @@ fn batch(rng: &mut Rng, b: u64, teacher: &[f64]) -> (Tensor, Tensor) {
 fn options(mode: PrecisionMode, recipe: Recipe) -> PassOptions {
     let mut o = PassOptions::default();
     o.policy.mode = mode;
-    o.policy.min_fp8_flops = 0;
+    o.policy.min_fp8_flops = Some(0);
     o.recipe = recipe;
     o
 }

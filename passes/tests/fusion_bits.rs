@@ -128,7 +128,7 @@ fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
         train: Some(TrainSpec::new("logits", Loss::CrossEntropy)),
         ..Default::default()
     };
-    options.policy.min_fp8_flops = 0;
+    options.policy.min_fp8_flops = Some(0);
     let mut cx = PassCx::new(options);
     PassManager::default()
         .run(&mut g, &mut cx)

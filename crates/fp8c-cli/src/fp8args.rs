@@ -3,7 +3,6 @@
 
 use anyhow::Result;
 use clap::Args;
-use fp8c_passes::precision::DEFAULT_MIN_FP8_FLOPS;
 use fp8c_session::{CompileOptions, PolicyOptions, PrecisionMode, Recipe, RecipeOptions};
 use std::path::PathBuf;
 
@@ -17,7 +16,8 @@ pub struct Fp8Args {
     /// steps), one scale per tensor; or current scaling per tile: rowwise (torchao: per row of
     /// the activation and column of the weight), block (TE's Float8BlockScaling: 1×128
     /// activation tiles, 128×128 weight blocks) or mxfp8 (1×32 blocks, E8M0 scales); TE's and
-    /// torchao's names work too (Float8BlockScaling, MXFP8BlockScaling, tensorwise, ...).
+    /// torchao's names work too (Float8BlockScaling, MXFP8BlockScaling, tensorwise,
+    /// rowwise_with_gw_hp: rowwise with the weight gradient in f32 when training, ...).
     /// Per-tile recipes train too (backward GEMMs re-tiled along their own contraction axis)
     /// and run on CPU and CUDA. [default: current for compile
     /// and run; delayed for train, and for run with --calibrate or a delayed-only flag]
@@ -76,9 +76,14 @@ pub struct Fp8Args {
     /// Do not run the fusion pass (every amax/scale/quantize node stays its own kernel).
     #[arg(long = "no-fuse")]
     pub no_fuse: bool,
-    /// GEMMs with fewer FLOPs (2·M·N·K) stay high.
-    #[arg(long = "min-fp8-flops", value_name = "N", default_value_t = DEFAULT_MIN_FP8_FLOPS)]
-    pub min_fp8_flops: u64,
+    /// GEMMs with fewer FLOPs (2·M·N·K) stay high; 0 puts every eligible GEMM in FP8.
+    /// Replaces the default size rules: convolutions and attention below 2^24 FLOPs stay
+    /// high; in training, linear layers follow torchao's H100 filter for the recipe
+    /// (tensorwise and delayed: high when K ≤ 4096 and N ≤ 1024; rowwise, block, mxfp8,
+    /// rowwise_with_gw_hp: high when N ≤ 2048, K ≤ 1024, or N ≤ 4096 and K ≤ 2048); at
+    /// inference linear layers have no size rule. The reason printed names the rule.
+    #[arg(long = "min-fp8-flops", value_name = "N")]
+    pub min_fp8_flops: Option<u64>,
 }
 
 impl Fp8Args {

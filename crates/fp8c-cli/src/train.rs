@@ -129,7 +129,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub accumulate: u32,
     /// Compute the weight gradient of FP8 GEMMs in f32 from the unquantized activation and
-    /// gradient (torchao's `rowwise_with_gw_hp`); the forward GEMM and dgrad stay FP8.
+    /// gradient; the forward GEMM and dgrad stay FP8. `--recipe rowwise_with_gw_hp`
+    /// (torchao's name) is `--recipe rowwise` with this flag.
     #[arg(long = "wgrad-high-precision")]
     pub wgrad_high_precision: bool,
     /// SGD momentum.
@@ -480,7 +481,8 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
     )?;
     crate::commands::warn_all(model.warnings());
     let output = pick_output(&model, a.output.as_deref())?;
-    let options = a.train_options(&output);
+    let mut options = a.train_options(&output);
+    options.wgrad_high_precision |= a.fp8.recipe_options().wgrad_high_precision()?;
     options.validate()?;
     // Every output target is checked before any step runs: a bad one must not cost the run.
     let data_path = a.data.as_deref().or(a.text.as_deref()).unwrap_or(&a.model);

@@ -164,9 +164,11 @@ impl CompileOptions {
         self
     }
 
-    /// GEMMs with fewer FLOPs (2·M·N·K) stay high; 0 puts every eligible GEMM in FP8.
+    /// GEMMs with fewer FLOPs (2·M·N·K) stay high, in place of the recipe's size rule
+    /// (torchao's H100 filter for linear layers, see `fp8c_passes::precision::size_rule`);
+    /// 0 puts every eligible GEMM in FP8.
     pub fn min_fp8_flops(mut self, flops: u64) -> Self {
-        self.policy.min_fp8_flops = flops;
+        self.policy.min_fp8_flops = Some(flops);
         self
     }
 
@@ -378,6 +380,27 @@ pub fn parse_recipe_config(text: &str) -> Result<Option<Recipe>> {
 }
 
 impl RecipeOptions {
+    /// Whether the recipe asks for the weight gradient in high precision: torchao's
+    /// `rowwise_with_gw_hp`, named by `--recipe` or else by the config's `[recipe] kind`.
+    pub fn wgrad_high_precision(&self) -> Result<bool> {
+        let name = match (&self.kind, &self.config) {
+            (Some(kind), _) => Some(kind.clone()),
+            (None, Some(path)) => {
+                let text = read_config_text(path)?;
+                let table: toml::Table = toml::from_str(&text)
+                    .map_err(Error::invalid)
+                    .with_context(|| format!("{}: invalid config", path.display()))?;
+                table
+                    .get("recipe")
+                    .and_then(|r| r.get("kind"))
+                    .and_then(|k| k.as_str())
+                    .map(str::to_string)
+            }
+            (None, None) => None,
+        };
+        Ok(name.as_deref() == Some("rowwise_with_gw_hp"))
+    }
+
     /// The recipe for `purpose`: the config file's `[recipe]` (if it has one, else the
     /// purpose's default), then each given field on top; validated.
     pub fn recipe_for(&self, purpose: Purpose) -> Result<Recipe> {
@@ -486,13 +509,17 @@ pub fn recipe_name(name: &str) -> Result<(&'static str, Option<Granularity>)> {
         "delayed" | "DelayedScaling" => ("delayed", None),
         "current" => ("current", None),
         "tensorwise" | "Float8CurrentScaling" => ("current", Some(Granularity::Tensorwise)),
-        "rowwise" => ("current", Some(Granularity::Rowwise)),
+        // torchao's rowwise recipe with the weight gradient in high precision: in training
+        // the session also sets `TrainSpec::wgrad_high_precision`
+        // ([`RecipeOptions::wgrad_high_precision`]).
+        "rowwise" | "rowwise_with_gw_hp" => ("current", Some(Granularity::Rowwise)),
         "block" | "Float8BlockScaling" => ("current", Some(Granularity::Block)),
         "mxfp8" | "MXFP8BlockScaling" => ("current", Some(Granularity::Mxfp8)),
         other => bail!(
             "--recipe {other}: expected delayed or current (per tensor), rowwise, block or mxfp8 \
              (per tile), or TransformerEngine's / torchao's names: DelayedScaling, \
-             Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, tensorwise"
+             Float8CurrentScaling, Float8BlockScaling, MXFP8BlockScaling, tensorwise, \
+             rowwise_with_gw_hp"
         ),
     })
 }

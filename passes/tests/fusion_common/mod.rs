@@ -31,7 +31,7 @@ pub fn compile(g: &Graph, recipe: Recipe, fuse: bool) -> (Graph, PassCx) {
         recipe,
         no_fuse: !fuse,
         policy: PolicyOptions {
-            min_fp8_flops: 0,
+            min_fp8_flops: Some(0),
             ..Default::default()
         },
         ..Default::default()
