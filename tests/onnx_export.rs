@@ -404,3 +404,88 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
         assert!(b < a, "{name}: {a} -> {b}");
     }
 }
+
+/// Current scaling exported (issues #16 and #17): `fp8c compile --emit onnx --recipe R` for
+/// R = current (per tensor), rowwise, block (1×128 / 128×128) and mxfp8 (1×32, E8M0 values)
+/// on the Llama-style export. Nothing is calibrated: weights are stored as FP8 codes behind a
+/// (blocked, opset 21) DequantizeLinear, and each activation's scales are computed by the
+/// graph. onnxruntime's output matches `fp8c run --recipe R` (f32 accumulation) to f32
+/// rounding: the same tiles, scales and codes. `--calibrate` with such a recipe is refused.
+#[test]
+fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
+    let root = support::repo_root();
+    let model = root.join("examples/models/llama-tiny.onnx");
+    let dir = support::scratch("onnx_export_current");
+    let reference = support::read_npz(&root.join("examples/models/llama-tiny.ref.npz"));
+    let inputs = dir.join("in.npz");
+    fp8c_session::npy::write_npz(&inputs, &[("input_ids", &reference["input_ids"])]).unwrap();
+    for recipe in ["current", "rowwise", "block", "mxfp8"] {
+        let exported = dir.join(format!("{recipe}.onnx"));
+        let r = support::run_fp8c([
+            "compile".as_ref(),
+            model.as_os_str(),
+            "--emit".as_ref(),
+            "onnx".as_ref(),
+            "--recipe".as_ref(),
+            recipe.as_ref(),
+            "--input-shape".as_ref(),
+            "input_ids=2x16".as_ref(),
+            "-o".as_ref(),
+            exported.as_os_str(),
+        ]);
+        assert!(r.ok, "{recipe}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("14 weights in FP8, 14 activations quantized"),
+            "{recipe}: {}",
+            r.stderr
+        );
+        let info = onnx_check(&exported);
+        assert!(info["opsets"]["ai.onnx"].as_i64().unwrap() >= 21, "{info}");
+        assert_eq!(info["initializers"]["FLOAT8E4M3FN"], 14, "{recipe}: {info}");
+        assert_eq!(info["ops"]["ReduceMax"], 14, "{recipe}: {info}");
+
+        let ort_out = dir.join(format!("{recipe}.ort.npz"));
+        ort_run(&exported, &inputs, &ort_out);
+        let ours = dir.join(format!("{recipe}.fp8c.npz"));
+        let r = support::run_fp8c([
+            "run".as_ref(),
+            model.as_os_str(),
+            "--inputs".as_ref(),
+            inputs.as_os_str(),
+            "--recipe".as_ref(),
+            recipe.as_ref(),
+            "--fast-accum".as_ref(),
+            "none".as_ref(),
+            "-o".as_ref(),
+            ours.as_os_str(),
+        ]);
+        assert!(r.ok, "{recipe}: {}", r.stderr);
+        let (ort, ours) = (support::read_npz(&ort_out), support::read_npz(&ours));
+        let c = fp8c_runtime::compare(&ort["logits"], &ours["logits"]).unwrap();
+        let q = fp8c_runtime::compare(&ort["logits"], &reference["logits"]).unwrap();
+        eprintln!(
+            "llama-tiny --recipe {recipe}: onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}; vs f32 cosine={:.6}",
+            c.rel_l2, q.cosine
+        );
+        assert!(c.rel_l2 < 1e-5, "{recipe}: rel L2 {:.3e}", c.rel_l2);
+        assert!(q.cosine > 0.99, "{recipe}: cosine {:.6}", q.cosine);
+    }
+    let r = support::run_fp8c([
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+        "--recipe".as_ref(),
+        "block".as_ref(),
+        "--calibrate".as_ref(),
+        inputs.as_os_str(),
+        "-o".as_ref(),
+        dir.join("x.onnx").as_os_str(),
+    ]);
+    assert!(
+        !r.ok && r.stderr.contains("drop --calibrate"),
+        "{}",
+        r.stderr
+    );
+}

@@ -193,14 +193,42 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
     let Some(out) = &a.out else {
         bail!("--emit onnx writes a file: give -o FILE.onnx");
     };
-    let Some(cal) = &a.calibrate else {
-        bail!(
-            "--emit onnx freezes the activation scales: give --calibrate FILE.npz (inputs, as fp8c run --inputs takes them)"
-        );
-    };
     if opts.policy.mode != fp8c_session::PrecisionMode::Fp8 {
         bail!("--emit onnx writes FP8 Q/DQ: use --precision fp8 (the default)");
     }
+    // A current-scaling recipe named by the user: the exported graph computes its scales.
+    let named = a.fp8.recipe.is_some() || a.fp8.config.is_some();
+    if named
+        && matches!(
+            a.fp8
+                .recipe_options()
+                .recipe_for(Purpose::Inference { calibrated: false })?,
+            fp8c_session::Recipe::Current(_)
+        )
+    {
+        if a.calibrate.is_some() {
+            bail!(
+                "--calibrate freezes delayed scaling's scales, but the recipe is current scaling, whose scales the exported graph computes: drop --calibrate, or use --recipe delayed"
+            );
+        }
+        let target = fp8c_session::files::Output::check("-o", out, &[&a.model])?;
+        let mut recipe_opts = a.fp8.recipe_options();
+        // Q/DQ MatMuls accumulate in f32 in ONNX's semantics.
+        recipe_opts
+            .fast_accum
+            .get_or_insert_with(|| "none".to_string());
+        opts.recipe = recipe_opts.recipe_for(Purpose::Inference { calibrated: false })?;
+        let r = fp8c_session::export::fp8_onnx(model, &opts, &Default::default())?;
+        target.write_bytes(&r.bytes)?;
+        let how = "current scaling computed in the graph".to_string();
+        print_export(a, out, &r, &how);
+        return Ok(());
+    }
+    let Some(cal) = &a.calibrate else {
+        bail!(
+            "--emit onnx freezes the activation scales: give --calibrate FILE.npz (inputs, as fp8c run --inputs takes them), or name a current-scaling recipe (--recipe current, rowwise, block or mxfp8) whose scales the exported graph computes"
+        );
+    };
     let target = fp8c_session::files::Output::check("-o", out, &[&a.model, cal])?;
     let data: std::collections::BTreeMap<String, fp8c_ir::Tensor> =
         fp8c_session::npy::read_npz(cal)?.into_iter().collect();
@@ -212,11 +240,6 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
             .entry(name.clone())
             .or_insert_with(|| t.shape().to_vec());
     }
-    if a.fp8.recipe.as_deref() == Some("current") {
-        bail!(
-            "--emit onnx freezes scales from calibration: use delayed scaling (the default with --calibrate)"
-        );
-    }
     let mut recipe = a.fp8.recipe_options();
     // A Q/DQ MatMul accumulates in f32 in ONNX's semantics: calibrate as the exported graph
     // computes, unless --fast-accum says otherwise.
@@ -224,15 +247,29 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
     opts.recipe = recipe.recipe_for(Purpose::Inference { calibrated: true })?;
     let r = fp8c_session::export::fp8_onnx(model, &opts, &data)?;
     target.write_bytes(&r.bytes)?;
+    let how = format!(
+        "{} of {} FP8 tensors calibrated from {}",
+        r.calibrated.0,
+        r.calibrated.1,
+        cal.display()
+    );
+    print_export(a, out, &r, &how);
+    Ok(())
+}
+
+/// What `--emit onnx` wrote, how its scales were chosen, and why GEMMs stayed high.
+fn print_export(
+    a: &CompileArgs,
+    out: &std::path::Path,
+    r: &fp8c_session::export::Fp8Onnx,
+    how: &str,
+) {
     eprintln!(
-        "fp8c compile: {} -> {} (FP8 Q/DQ ONNX: {} weights in FP8, {} activations quantized; {} of {} FP8 tensors calibrated from {})",
+        "fp8c compile: {} -> {} (FP8 Q/DQ ONNX: {} weights in FP8, {} activations quantized; {how})",
         a.model.display(),
         out.display(),
         r.weights,
         r.activations,
-        r.calibrated.0,
-        r.calibrated.1,
-        cal.display()
     );
     for line in &r.high_precision {
         eprintln!("  {line}");
@@ -240,7 +277,6 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
     if r.weights == 0 {
         eprintln!("warning: no GEMM went to FP8, so nothing was quantized (the reasons are above)");
     }
-    Ok(())
 }
 
 /// Prints the warnings a model load left, one line each.

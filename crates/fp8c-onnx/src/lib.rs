@@ -19,6 +19,7 @@ mod import;
 mod inspect;
 mod ops;
 pub mod qdq;
+pub mod qdq_current;
 mod shape_inputs;
 mod stream;
 mod tensor;

@@ -15,8 +15,8 @@
 //! attributes to inputs) are rewritten; every other op keeps its meaning across those opsets.
 
 use crate::OnnxError;
-use crate::proto::attribute_proto::AttributeType;
 use crate::proto::{AttributeProto, ModelProto, NodeProto, TensorProto};
+use crate::qdq_current::{Builder, CurrentTiles, int_attr};
 use crate::tensor::{dtype_from_onnx, tensor_to_proto};
 use fp8c_core::Fp8Format;
 use fp8c_ir::{DType, Tensor};
@@ -30,14 +30,29 @@ pub struct QdqInput {
     pub node: String,
     /// Which input of the node (0 or 1 for MatMul/Gemm/Conv).
     pub input: usize,
-    /// The scale, TransformerEngine's convention: `q = cast(x · scale)`.
-    pub scale: f32,
+    /// How its scale is chosen.
+    pub scale: QdqScale,
     /// The FP8 type (`F8E4M3` or `F8E5M2`).
     pub to: DType,
 }
 
+/// How an exported FP8 input is scaled.
+#[derive(Clone, Debug, PartialEq)]
+pub enum QdqScale {
+    /// A frozen scale (calibration, a trained checkpoint), TransformerEngine's convention:
+    /// `q = cast(x · scale)`.
+    Static(f32),
+    /// Current scaling, per tensor or per tile, computed by the exported graph for an
+    /// activation and at export for a weight ([`crate::qdq_current`]).
+    Current(CurrentTiles),
+}
+
 /// The opset FP8 QuantizeLinear/DequantizeLinear need.
 pub const FP8_QDQ_OPSET: i64 = 19;
+
+/// The opset of blocked QuantizeLinear/DequantizeLinear and their `output_dtype` (current
+/// scaling's exports).
+pub const BLOCKED_QDQ_OPSET: i64 = 21;
 
 /// `src` with the inputs in `qdq` quantized (see the module docs); how many weights were
 /// stored in FP8 and how many activation Q/DQ pairs were inserted.
@@ -47,8 +62,14 @@ pub fn export_qdq(
 ) -> Result<(ModelProto, usize, usize), OnnxError> {
     let mut model = src.clone();
     let opset = crate::ai_onnx_opset(&model)?;
-    if opset < FP8_QDQ_OPSET {
-        upgrade_to_19(&mut model, opset)?;
+    let current = qdq.iter().any(|q| matches!(q.scale, QdqScale::Current(_)));
+    let target = if current {
+        BLOCKED_QDQ_OPSET
+    } else {
+        FP8_QDQ_OPSET
+    };
+    if opset < target {
+        upgrade(&mut model, opset, target)?;
     }
     if model.ir_version() < 9 {
         // FLOAT8 element types need IR version 9.
@@ -106,13 +127,65 @@ pub fn export_qdq(
             DType::F8E5M2 => Fp8Format::E5M2,
             other => return Err(err(format!("cannot quantize to {other}"))),
         };
-        if !(q.scale.is_finite() && q.scale > 0.0) {
+        let float_init = inits.get(&value).filter(|t| {
+            dtype_from_onnx(t.data_type()).is_ok_and(|d| matches!(d, DType::F32))
+                && t.data_location != Some(1)
+        });
+        let scale = match &q.scale {
+            QdqScale::Static(s) => *s,
+            QdqScale::Current(tiles) => {
+                let base = sanitize(&format!("{}.in{}", names[k], q.input));
+                let dq_out = match float_init {
+                    Some(init) => {
+                        let w = crate::tensor_from_proto(init, None)
+                            .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
+                        let k_axis = weight_k_axis(&graph.node[k], q.input);
+                        let (codes, inv, attrs) =
+                            crate::qdq_current::weight(&w, k_axis, tiles, q.to)
+                                .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
+                        let (q_name, s_name) = (
+                            fresh(format!("{base}.fp8")),
+                            fresh(format!("{base}.scale_inv")),
+                        );
+                        graph.initializer.push(tensor_to_proto(&q_name, &codes));
+                        graph.initializer.push(tensor_to_proto(&s_name, &inv));
+                        let out = fresh(format!("{base}.dq"));
+                        let name = fresh(format!("{base}.DequantizeLinear"));
+                        new_nodes.push((
+                            k,
+                            node("DequantizeLinear", &name, &[&q_name, &s_name], &out, &attrs),
+                        ));
+                        weights += 1;
+                        out
+                    }
+                    None => {
+                        let k_len = reduction_len(graph, &inits, k, q.input);
+                        let mut b = Builder {
+                            nodes: Vec::new(),
+                            inits: Vec::new(),
+                            fresh: &mut fresh,
+                            base,
+                        };
+                        let out = b
+                            .activation(&value, k_len, tiles, q.to)
+                            .map_err(|e| err(format!("input {} (\"{value}\"): {e}", q.input)))?;
+                        graph.initializer.append(&mut b.inits);
+                        new_nodes.extend(b.nodes.into_iter().map(|n| (k, n)));
+                        acts += 1;
+                        out
+                    }
+                };
+                graph.node[k].input[q.input] = dq_out;
+                continue;
+            }
+        };
+        if !(scale.is_finite() && scale > 0.0) {
             return Err(err(format!(
-                "input {} (\"{value}\") has scale {}: calibrate first",
-                q.input, q.scale
+                "input {} (\"{value}\") has scale {scale}: calibrate first",
+                q.input
             )));
         }
-        let inv = Tensor::scalar_f32(1.0 / q.scale);
+        let inv = Tensor::scalar_f32(1.0 / scale);
         let zero = Tensor::from_bytes(q.to, vec![], vec![0]).expect("one FP8 zero");
         let base = sanitize(&format!("{}.in{}", names[k], q.input));
         let scale_name = fresh(format!("{base}.scale_inv"));
@@ -120,10 +193,6 @@ pub fn export_qdq(
         graph.initializer.push(tensor_to_proto(&scale_name, &inv));
         graph.initializer.push(tensor_to_proto(&zp_name, &zero));
         let dq_out = fresh(format!("{base}.dq"));
-        let float_init = inits.get(&value).filter(|t| {
-            dtype_from_onnx(t.data_type()).is_ok_and(|d| matches!(d, DType::F32))
-                && t.data_location != Some(1)
-        });
         if let Some(init) = float_init {
             // A weight: stored in FP8, dequantized in the graph.
             let w = crate::tensor_from_proto(init, None)
@@ -131,7 +200,7 @@ pub fn export_qdq(
             let v = w.to_f32_vec().map_err(|e| err(e.to_string()))?;
             let codes: Vec<u8> = v
                 .iter()
-                .map(|&x| fp8c_core::encode_f32(fmt, x * q.scale, true))
+                .map(|&x| fp8c_core::encode_f32(fmt, x * scale, true))
                 .collect();
             let qt = Tensor::from_bytes(q.to, w.shape().to_vec(), codes)
                 .map_err(|e| err(e.to_string()))?;
@@ -208,6 +277,41 @@ pub fn export_qdq(
     Ok((model, weights, acts))
 }
 
+/// The reduction axis of GEMM input `input` (a weight) of `n`: 0 for MatMul's `[K, N]` and
+/// Gemm's B unless `transB`, 1 for a transposed Gemm B (`[N, K]`).
+fn weight_k_axis(n: &NodeProto, input: usize) -> usize {
+    let trans = |name: &str| n.attribute.iter().any(|a| a.name() == name && a.i() != 0);
+    match (n.op_type(), input) {
+        ("Gemm", 1) if trans("transB") => 1,
+        ("Gemm", 0) if !trans("transA") => 1,
+        ("MatMul", 0) => 1,
+        _ => 0,
+    }
+}
+
+/// The reduction length K of activation input `input` of node `k`, read from its weight
+/// operand's initializer (MatMul's `[K, N]`, Gemm's B by `transB`); `None` when unknown or when
+/// the activation's K is not its last axis (a Gemm with `transA`).
+fn reduction_len(
+    graph: &crate::proto::GraphProto,
+    inits: &BTreeMap<String, TensorProto>,
+    k: usize,
+    input: usize,
+) -> Option<i64> {
+    let n = &graph.node[k];
+    let trans = |name: &str| n.attribute.iter().any(|a| a.name() == name && a.i() != 0);
+    if input != 0 || !matches!(n.op_type(), "MatMul" | "Gemm") || trans("transA") {
+        return None;
+    }
+    let w = inits.get(n.input.get(1)?)?;
+    let axis = if n.op_type() == "Gemm" && trans("transB") {
+        1
+    } else {
+        0
+    };
+    (w.dims.len() == 2).then(|| w.dims[axis])
+}
+
 /// A name usable as an ONNX value name (ONNX allows any string; keep ours readable).
 fn sanitize(s: &str) -> String {
     s.chars()
@@ -232,25 +336,30 @@ fn node(
     }
 }
 
-fn int_attr(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
-/// Brings an ai.onnx opset ≥ 11 model to opset 19, rewriting the ops whose form changed:
+/// Brings an ai.onnx opset ≥ 11 model to opset `target` (19, or 21 for blocked Q/DQ),
+/// rewriting the ops whose form changed:
 /// Squeeze/Unsqueeze/Split/ReduceSum `axes`/`split` (inputs since 13) and the other reductions'
 /// `axes` (an input since 18). Other ops of the default domain mean the same from 11 to 19.
-fn upgrade_to_19(model: &mut ModelProto, opset: i64) -> Result<(), OnnxError> {
+fn upgrade(model: &mut ModelProto, opset: i64, target: i64) -> Result<(), OnnxError> {
     if opset < 11 {
         return Err(OnnxError::Opset(format!(
             "ai.onnx opset {opset}: FP8 Q/DQ needs opset {FP8_QDQ_OPSET}, and fp8c brings models to it from opset 11 on; upgrade the model first (onnx.version_converter)"
         )));
     }
     let graph = model.graph.as_mut().ok_or(OnnxError::NoGraph)?;
+    // Opset 20 changed DFT's axis (an input) and GridSample's mode names; 21 only widened types.
+    if target > 19
+        && let Some(n) = graph
+            .node
+            .iter()
+            .find(|n| matches!(n.op_type(), "DFT" | "GridSample") && n.domain().is_empty())
+    {
+        return Err(OnnxError::Opset(format!(
+            "ai.onnx opset {opset}: the export needs opset {target}, and node \"{}\" ({}) changed form on the way; upgrade the model first (onnx.version_converter)",
+            n.name(),
+            n.op_type()
+        )));
+    }
     let mut taken: HashSet<String> = graph
         .node
         .iter()
@@ -292,7 +401,7 @@ fn upgrade_to_19(model: &mut ModelProto, opset: i64) -> Result<(), OnnxError> {
     graph.initializer.extend(extra);
     for o in model.opset_import.iter_mut() {
         if o.domain().is_empty() || o.domain() == "ai.onnx" {
-            o.version = Some(FP8_QDQ_OPSET);
+            o.version = Some(target);
         }
     }
     Ok(())

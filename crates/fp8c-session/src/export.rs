@@ -37,27 +37,29 @@ pub struct Fp8Onnx {
     pub high_precision: Vec<String>,
 }
 
-/// The model as standard FP8 Q/DQ ONNX (see `fp8c_onnx::qdq`): compiled with `opts` (FP8;
-/// the recipe must be delayed scaling, whose histories calibration fills), calibrated on
-/// `calibration` through the f32 path (TransformerEngine's `fp8_calibration`), then every
-/// input of every FP8 GEMM quantized with its calibrated scale — weights stored in FP8,
-/// activations given Q/DQ pairs — in a copy of the source ONNX model.
+/// The model as standard FP8 Q/DQ ONNX (see `fp8c_onnx::qdq`), compiled with `opts` (FP8).
+///
+/// Under delayed scaling it is calibrated on `calibration` through the f32 path
+/// (TransformerEngine's `fp8_calibration`), then every input of every FP8 GEMM is quantized
+/// with its calibrated scale — weights stored in FP8, activations given Q/DQ pairs — in a copy
+/// of the source ONNX model. Under current scaling (per tensor or per tile: rowwise, block,
+/// mxfp8) nothing is frozen and `calibration` is not used: each weight is stored quantized by
+/// its own tiles, and each activation's scales are computed by the exported graph
+/// (`fp8c_onnx::qdq_current`), blocked Q/DQ of opset 21 for the per-tile recipes.
 pub fn fp8_onnx(
     model: &crate::Model,
     opts: &crate::CompileOptions,
     calibration: &BTreeMap<String, Tensor>,
 ) -> Result<Fp8Onnx> {
     use fp8c_passes::precision::{Precision, Rule};
-    let fp8c_core::Recipe::Delayed(recipe) = opts.recipe else {
-        crate::error::bail!(
-            "the FP8 ONNX export freezes scales from calibration: it needs delayed scaling (calibrated histories), not current scaling"
-        );
-    };
     let src = model.path().ok_or_else(|| {
         Error::invalid(
             "the FP8 ONNX export rewrites the source ONNX model: load the model from a file",
         )
     })?;
+    let fp8c_core::Recipe::Delayed(recipe) = opts.recipe else {
+        return current_onnx(model, src, opts);
+    };
     // Unfused, every FP8 GEMM reads its operands' scales straight from their state entries.
     let fp8 = model.compile(&opts.clone().no_fuse(true))?;
     let f32 = model.compile(&opts.clone().with_precision(crate::PrecisionMode::F32))?;
@@ -95,7 +97,7 @@ pub fn fp8_onnx(
             qdq.push(fp8c_onnx::qdq::QdqInput {
                 node: d.name.clone(),
                 input,
-                scale,
+                scale: fp8c_onnx::qdq::QdqScale::Static(scale),
                 to,
             });
         }
@@ -110,6 +112,91 @@ pub fn fp8_onnx(
         weights,
         activations,
         calibrated: (cal.calibrated, cal.total),
+        high_precision: fp8.high_precision_summary(),
+    })
+}
+
+/// [`fp8_onnx`] under current scaling: the tiles of every FP8 GEMM's operands, read from the
+/// compiled graph (a `block_scaled_matmul`'s tiling and its `block_quantize`'s scale rule; a
+/// GEMM that kept per-tensor scaling is tensorwise).
+fn current_onnx(model: &crate::Model, src: &Path, opts: &crate::CompileOptions) -> Result<Fp8Onnx> {
+    use fp8c_ir::{BlockScaling, Op};
+    use fp8c_onnx::qdq::{QdqInput, QdqScale};
+    use fp8c_onnx::qdq_current::CurrentTiles;
+    use fp8c_passes::precision::{Precision, Rule};
+    let fp8c_core::Recipe::Current(recipe) = opts.recipe else {
+        unreachable!("current_onnx is called for current scaling");
+    };
+    let fp8 = model.compile(&opts.clone().no_fuse(true))?;
+    let g = &fp8.graph;
+    let forward = match recipe.fp8_format.forward() {
+        fp8c_core::Fp8Format::E4M3 => fp8c_ir::DType::F8E4M3,
+        fp8c_core::Fp8Format::E5M2 => fp8c_ir::DType::F8E5M2,
+    };
+    let tensorwise = CurrentTiles {
+        k_block: 0,
+        other: 0,
+        scaling: if recipe.power_2_scale {
+            BlockScaling::Pow2
+        } else {
+            BlockScaling::Fp32
+        },
+        epsilon: recipe.amax_epsilon,
+    };
+    let mut qdq = Vec::new();
+    for d in fp8.decisions() {
+        if d.precision != Precision::Fp8 || d.rule == Rule::AlreadyFp8 {
+            continue;
+        }
+        let block = g.find_node(&format!("{}.fp8", d.name)).and_then(|id| {
+            let n = g.node(id);
+            let Op::BlockScaledMatMul {
+                k_block,
+                a_rows,
+                b_cols,
+                ..
+            } = n.op
+            else {
+                return None;
+            };
+            let qa = g.node(n.inputs().first()?.node);
+            let Op::BlockQuantize {
+                to,
+                scaling,
+                epsilon,
+                ..
+            } = qa.op
+            else {
+                return None;
+            };
+            let tiles = |other| CurrentTiles {
+                k_block,
+                other,
+                scaling,
+                epsilon,
+            };
+            Some(((tiles(a_rows), tiles(b_cols)), to))
+        });
+        let ((a, b), to) = block.unwrap_or(((tensorwise, tensorwise), forward));
+        for (input, tiles) in [(0, a), (1, b)] {
+            qdq.push(QdqInput {
+                node: d.name.clone(),
+                input,
+                scale: QdqScale::Current(tiles),
+                to,
+            });
+        }
+    }
+    let bytes = std::fs::read(src)
+        .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
+    let source = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
+    let (out, weights, activations) =
+        fp8c_onnx::qdq::export_qdq(&source, &qdq).with_context(|| src.display())?;
+    Ok(Fp8Onnx {
+        bytes: prost::Message::encode_to_vec(&out),
+        weights,
+        activations,
+        calibrated: (0, 0),
         high_precision: fp8.high_precision_summary(),
     })
 }
