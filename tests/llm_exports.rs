@@ -531,12 +531,7 @@ fn decoder_training_resumes_bit_for_bit_and_skips_a_non_finite_step() {
             "--accumulate".as_ref(),
             "2".as_ref(),
         ];
-        let r = train_text(
-            "gpt2-tiny",
-            TEXT,
-            "16",
-            &[&delayed[..], extra].concat(),
-        );
+        let r = train_text("gpt2-tiny", TEXT, "16", &[&delayed[..], extra].concat());
         assert!(r.ok, "{}", r.stderr);
         r.stderr
     };

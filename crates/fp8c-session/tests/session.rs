@@ -411,7 +411,13 @@ fn the_first_fp8_step_measures_its_scales_before_quantizing() {
         loss: TrainOptions::new(&output).loss,
         batch: 16,
     };
-    let data = Dataset::from_text(&repo("examples/data/shakespeare.txt"), 16, &model, &data_opts).unwrap();
+    let data = Dataset::from_text(
+        &repo("examples/data/shakespeare.txt"),
+        16,
+        &model,
+        &data_opts,
+    )
+    .unwrap();
     let forward = data.forward_model(&model, 16, &output).unwrap();
     let trainer = |options: &TrainOptions, opts: CompileOptions| {
         let spec = options.spec();
