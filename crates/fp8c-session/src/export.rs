@@ -102,18 +102,7 @@ pub fn fp8_onnx(
             });
         }
     }
-    let bytes = std::fs::read(src)
-        .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
-    let source = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
-    let (out, weights, activations) =
-        fp8c_onnx::qdq::export_qdq(&source, &qdq).with_context(|| src.display())?;
-    Ok(Fp8Onnx {
-        bytes: prost::Message::encode_to_vec(&out),
-        weights,
-        activations,
-        calibrated: (cal.calibrated, cal.total),
-        high_precision: fp8.high_precision_summary(),
-    })
+    rewrite(src, &qdq, (cal.calibrated, cal.total), &fp8)
 }
 
 /// [`fp8_onnx`] under current scaling: the tiles of every FP8 GEMM's operands, read from the
@@ -187,16 +176,27 @@ fn current_onnx(model: &crate::Model, src: &Path, opts: &crate::CompileOptions) 
             });
         }
     }
+    rewrite(src, &qdq, (0, 0), &fp8)
+}
+
+/// The source model at `src` with the GEMM inputs in `qdq` quantized, encoded, with what the
+/// compiled `fp8` graph says about the rest.
+fn rewrite(
+    src: &Path,
+    qdq: &[fp8c_onnx::qdq::QdqInput],
+    calibrated: (usize, usize),
+    fp8: &crate::Compiled,
+) -> Result<Fp8Onnx> {
     let bytes = std::fs::read(src)
         .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
     let source = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
     let (out, weights, activations) =
-        fp8c_onnx::qdq::export_qdq(&source, &qdq).with_context(|| src.display())?;
+        fp8c_onnx::qdq::export_qdq(&source, qdq).with_context(|| src.display())?;
     Ok(Fp8Onnx {
         bytes: prost::Message::encode_to_vec(&out),
         weights,
         activations,
-        calibrated: (0, 0),
+        calibrated,
         high_precision: fp8.high_precision_summary(),
     })
 }
