@@ -33,6 +33,12 @@ pub const BLOCK: usize = 32;
 pub const BITS: i32 = 14;
 
 /// Batched numpy matmul of decoded FP8 operands with the fast-accumulation model.
+///
+/// Work is split by blocks of [`ROWS`] output rows (rayon); within a block, each group of
+/// [`LANES`] output columns packs its `[K, LANES]` strip of B once ([`pack`]) and reuses it for
+/// every row, so B is read once per row block rather than once per row. With AVX2 available
+/// the same code is compiled for it ([`rows_avx2`]); no step is reassociated or fused (Rust
+/// never contracts `a * b + c`), so every path gives the same bits.
 pub(crate) fn matmul(
     a: &[f32],
     a_shape: &[u64],
@@ -45,15 +51,72 @@ pub(crate) fn matmul(
     if m * n == 0 {
         return Ok((out, s.out));
     }
-    out.par_chunks_mut(n).enumerate().for_each(|(row, o)| {
-        let (bi, i) = (row / m, row % m);
-        let ar = &a[a_idx[bi] * m * k + i * k..][..k];
+    for (bi, ob) in out.chunks_mut(m * n).enumerate() {
+        let am = &a[a_idx[bi] * m * k..][..m * k];
         let bm = &b[b_idx[bi] * k * n..][..k * n];
-        for (g, og) in o.chunks_mut(LANES).enumerate() {
-            lanes(ar, bm, n, g * LANES, og);
-        }
-    });
+        ob.par_chunks_mut(ROWS * n)
+            .enumerate()
+            .for_each(|(t, o)| rows(&am[t * ROWS * k..], bm, k, n, o));
+    }
     Ok((out, s.out))
+}
+
+/// Output rows per task.
+const ROWS: usize = 16;
+
+/// The output rows `o` (`o.len() / n` of them) of `a_rows · bm`, `a_rows` starting at the
+/// first of them.
+fn rows(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { rows_avx2(a_rows, bm, k, n, o) };
+    }
+    rows_generic::<false>(a_rows, bm, k, n, o);
+}
+
+/// [`rows_generic`] compiled for AVX2 (eight f32 lanes in one register), truncating with
+/// `roundps` (`f32::trunc`, which AVX2's SSE4.1 lowers to one instruction).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn rows_avx2(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
+    rows_generic::<true>(a_rows, bm, k, n, o);
+}
+
+/// `ROUND`: truncate with `f32::trunc` (one instruction with SSE4.1) instead of
+/// [`trunc_small`]; both are exact on the scaled terms (|x| < 2^22), so the bits agree.
+///
+/// K is padded to whole blocks: the B strip with zeros, the A rows with −0.0, so a padded
+/// product is −0.0, which leaves every sum, maximum and truncation as it was (x + (−0) = x,
+/// signed zeros included).
+#[inline(always)]
+fn rows_generic<const ROUND: bool>(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
+    let kp = k.div_ceil(BLOCK) * BLOCK;
+    let nrows = o.len() / n;
+    let mut apad = vec![-0.0f32; nrows * kp];
+    for (i, dst) in apad.chunks_mut(kp).enumerate() {
+        dst[..k].copy_from_slice(&a_rows[i * k..][..k]);
+    }
+    let mut strip = vec![[0f32; LANES]; kp];
+    for j0 in (0..n).step_by(LANES) {
+        let w = LANES.min(n - j0);
+        pack(bm, n, j0, w, &mut strip[..k]);
+        for (i, orow) in o.chunks_mut(n).enumerate() {
+            let ar = &apad[i * kp..][..kp];
+            lanes::<ROUND>(ar, k, &strip, &mut orow[j0..j0 + w]);
+        }
+    }
+}
+
+/// Columns `j0 .. j0 + w` of the row-major `[k, n]` matrix `bm`, row by row, zero-padded to
+/// [`LANES`].
+#[inline(always)]
+fn pack(bm: &[f32], n: usize, j0: usize, w: usize, strip: &mut [[f32; LANES]]) {
+    for (kk, row) in strip.iter_mut().enumerate() {
+        let src = &bm[kk * n + j0..][..w];
+        row[..w].copy_from_slice(src);
+        row[w..].fill(0.0);
+    }
 }
 
 /// Output columns computed side by side (SIMD lanes): every step below is lane-wise.
@@ -76,50 +139,70 @@ fn field(x: f32) -> u32 {
     (x.to_bits() >> 23) & 0xff
 }
 
-/// `out[l] = dot(a_row, column j0 + l of the row-major [k, n] matrix bm)` for the lanes of
-/// `out`, with the same result as [`dot`] lane by lane.
-fn lanes(ar: &[f32], bm: &[f32], n: usize, j0: usize, out: &mut [f32]) {
+/// Independent partial sums per block: the maxima and the exact integer sums below do not
+/// depend on their order, and four chains keep the vector units busy.
+const PARTS: usize = 4;
+
+/// `out[l] = dot(a_row, column l of the packed strip)` for the lanes of `out`, with the same
+/// result as [`dot`] lane by lane. `ar` and `strip` are padded to whole blocks (see
+/// [`rows_generic`]); `k` is the true length.
+#[inline(always)]
+fn lanes<const ROUND: bool>(ar: &[f32], k: usize, strip: &[[f32; LANES]], out: &mut [f32]) {
+    let trunc = |x: f32| if ROUND { x.trunc() } else { trunc_small(x) };
     let w = out.len();
     let mut acc = [0f32; LANES];
     let mut prods = [[0f32; LANES]; BLOCK];
-    for (kb, chunk) in ar.chunks(BLOCK).enumerate() {
-        // The largest magnitude per lane gives the largest exponent (f32 max and NaN checks
-        // vectorize on plain SSE2; integer max of exponent fields would not).
-        let mut big = acc.map(f32::abs);
-        let mut nan = [false; LANES];
-        for (kk, &x) in chunk.iter().enumerate() {
-            let src = &bm[(kb * BLOCK + kk) * n + j0..];
-            let row: [f32; LANES] = match src.get(..LANES) {
-                Some(full) if w == LANES => full.try_into().unwrap_or([0.0; LANES]),
-                _ => std::array::from_fn(|l| if l < w { src[l] } else { 0.0 }),
-            };
-            let p = &mut prods[kk];
-            for l in 0..LANES {
-                p[l] = x * row[l];
-                big[l] = big[l].max(p[l].abs());
-                nan[l] |= p[l].is_nan();
+    for (kb, chunk) in ar.chunks_exact(BLOCK).enumerate() {
+        let rows = &strip[kb * BLOCK..][..BLOCK];
+        // The largest magnitude per lane gives the largest exponent (f32 max vectorizes on
+        // plain SSE2; an integer max of exponent fields would not). A NaN product makes the
+        // lane's plain sum NaN (f32::max would skip it); an infinite one makes the maximum
+        // infinite. Both send the lane to the exact path below.
+        let mut big = [[0f32; LANES]; PARTS];
+        let mut sum = [[0f32; LANES]; PARTS];
+        big[0] = acc.map(f32::abs);
+        for c in 0..BLOCK / PARTS {
+            for q in 0..PARTS {
+                let kk = c * PARTS + q;
+                let (x, row) = (chunk[kk], rows[kk]);
+                for l in 0..LANES {
+                    let v = x * row[l];
+                    prods[kk][l] = v;
+                    big[q][l] = big[q][l].max(v.abs());
+                    sum[q][l] += v;
+                }
             }
         }
-        let emax: [u32; LANES] = std::array::from_fn(|l| if nan[l] { 255 } else { field(big[l]) });
-        let len = chunk.len();
+        let emax: [u32; LANES] = std::array::from_fn(|l| {
+            let s = (sum[0][l] + sum[1][l]) + (sum[2][l] + sum[3][l]);
+            let b = big[0][l].max(big[1][l]).max(big[2][l].max(big[3][l]));
+            if s.is_nan() { 255 } else { field(b) }
+        });
         // The f32 path of `block` for every lane at once when every lane's alignment allows
-        // it (fields 13..=254; an all-zero lane, field 0, adds zeros at any quantum).
+        // it (fields 13..=254; an all-zero lane, field 0, adds zeros at any quantum). The
+        // truncated terms are integers below 2^14 in magnitude, at most BLOCK + 1 of them:
+        // every partial sum is exact, so their order does not matter.
         if emax.iter().all(|&e| e == 0 || (13..=254).contains(&e)) {
             let inv =
                 emax.map(|e| f32::from_bits((127 + 127 + (BITS as u32 - 1) - e.max(13)) << 23));
-            let mut units = [0f32; LANES];
+            let mut units = [[-0.0f32; LANES]; PARTS];
             for l in 0..LANES {
-                units[l] = trunc_small(acc[l] * inv[l]);
+                units[0][l] = trunc(acc[l] * inv[l]);
             }
-            for p in &prods[..len] {
-                for l in 0..LANES {
-                    units[l] += trunc_small(p[l] * inv[l]);
+            for c in 0..BLOCK / PARTS {
+                for q in 0..PARTS {
+                    let p = &prods[c * PARTS + q];
+                    for l in 0..LANES {
+                        units[q][l] += trunc(p[l] * inv[l]);
+                    }
                 }
             }
             for l in 0..LANES {
-                acc[l] = units[l] / inv[l];
+                let u = (units[0][l] + units[1][l]) + (units[2][l] + units[3][l]);
+                acc[l] = u / inv[l];
             }
         } else {
+            let len = BLOCK.min(k - kb * BLOCK);
             for l in 0..LANES {
                 let mut col = [0f32; BLOCK];
                 for (c, p) in col.iter_mut().zip(&prods[..len]) {
@@ -214,9 +297,13 @@ mod tests {
         b[5 * n + 3] = f32::INFINITY; // one column takes the non-finite path
         b[7 * n + 4] = 2f32.powi(-60); // one column far below FP8's range: the f64 path
         let mut out = vec![0f32; n];
-        for (g, o) in out.chunks_mut(LANES).enumerate() {
-            lanes(&a, &b, n, g * LANES, o);
-        }
+        rows_generic::<false>(&a, &b, k, n, &mut out);
+        let mut dispatched = vec![0f32; n];
+        rows(&a, &b, k, n, &mut dispatched);
+        assert_eq!(
+            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            dispatched.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
         for j in 0..n {
             let col: Vec<f32> = (0..k).map(|kk| b[kk * n + j]).collect();
             let want = dot(&a, &col);
@@ -225,6 +312,37 @@ mod tests {
                 "column {j}: {} vs {want}",
                 out[j]
             );
+        }
+    }
+
+    /// The whole matmul (row blocks, packing, padding, partial sums, the AVX2 path where the
+    /// CPU has it) against the one-lane model, bit for bit, over shapes around the block and
+    /// lane sizes, batches, and rows that sum to signed zeros.
+    #[test]
+    fn the_blocked_matmul_equals_the_one_lane_model_bit_for_bit() {
+        for (batch, m, k, n) in [(1, 1, 1, 1), (2, 3, 31, 9), (1, 17, 64, 8), (3, 5, 97, 17)] {
+            let mut a = fp8_like(batch * m * k, 3 + k as u64);
+            let b = fp8_like(batch * k * n, 5 + n as u64);
+            // Row 0 of batch 0: −0.0 everywhere (its outputs must stay −0.0 or +0.0 as the
+            // model says).
+            a[..k].fill(-0.0);
+            let shape = |x: usize, y: usize| vec![batch as u64, x as u64, y as u64];
+            let (out, _) = matmul(&a, &shape(m, k), &b, &shape(k, n)).unwrap();
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let row = &a[(bi * m + i) * k..][..k];
+                        let col: Vec<f32> = (0..k).map(|kk| b[(bi * k + kk) * n + j]).collect();
+                        let want = dot(row, &col);
+                        let got = out[(bi * m + i) * n + j];
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{batch}x{m}x{k}x{n} [{bi},{i},{j}]"
+                        );
+                    }
+                }
+            }
         }
     }
 
