@@ -94,16 +94,25 @@ fn rows_generic<const ROUND: bool>(a_rows: &[f32], bm: &[f32], k: usize, n: usiz
     let kp = k.div_ceil(BLOCK) * BLOCK;
     let nrows = o.len() / n;
     let mut apad = vec![-0.0f32; nrows * kp];
+    let mut a_finite = vec![true; nrows];
     for (i, dst) in apad.chunks_mut(kp).enumerate() {
         dst[..k].copy_from_slice(&a_rows[i * k..][..k]);
+        a_finite[i] = dst.iter().all(|x| x.is_finite());
     }
     let mut strip = vec![[0f32; LANES]; kp];
     for j0 in (0..n).step_by(LANES) {
         let w = LANES.min(n - j0);
         pack(bm, n, j0, w, &mut strip[..k]);
+        let b_finite = strip.iter().flatten().all(|x| x.is_finite());
         for (i, orow) in o.chunks_mut(n).enumerate() {
-            let ar = &apad[i * kp..][..kp];
-            lanes::<ROUND>(ar, k, &strip, &mut orow[j0..j0 + w]);
+            let (ar, out) = (&apad[i * kp..][..kp], &mut orow[j0..j0 + w]);
+            // Finite operands make no NaN product (an overflow to ∞ still takes the exact
+            // path through the maximum): the NaN watch can go.
+            if a_finite[i] && b_finite {
+                lanes::<ROUND, true>(ar, k, &strip, out);
+            } else {
+                lanes::<ROUND, false>(ar, k, &strip, out);
+            }
         }
     }
 }
@@ -147,7 +156,15 @@ const PARTS: usize = 4;
 /// result as [`dot`] lane by lane. `ar` and `strip` are padded to whole blocks (see
 /// [`rows_generic`]); `k` is the true length.
 #[inline(always)]
-fn lanes<const ROUND: bool>(ar: &[f32], k: usize, strip: &[[f32; LANES]], out: &mut [f32]) {
+///
+/// `FINITE`: every operand is finite, so no product is NaN and the sums that watch for one
+/// are skipped.
+fn lanes<const ROUND: bool, const FINITE: bool>(
+    ar: &[f32],
+    k: usize,
+    strip: &[[f32; LANES]],
+    out: &mut [f32],
+) {
     let trunc = |x: f32| if ROUND { x.trunc() } else { trunc_small(x) };
     let w = out.len();
     let mut acc = [0f32; LANES];
@@ -168,15 +185,19 @@ fn lanes<const ROUND: bool>(ar: &[f32], k: usize, strip: &[[f32; LANES]], out: &
                 for l in 0..LANES {
                     let v = x * row[l];
                     prods[kk][l] = v;
-                    big[q][l] = big[q][l].max(v.abs());
-                    sum[q][l] += v;
+                    // A plain compare (one maxps); NaN is watched by the sum.
+                    let m = v.abs();
+                    big[q][l] = if m > big[q][l] { m } else { big[q][l] };
+                    if !FINITE {
+                        sum[q][l] += v;
+                    }
                 }
             }
         }
         let emax: [u32; LANES] = std::array::from_fn(|l| {
             let s = (sum[0][l] + sum[1][l]) + (sum[2][l] + sum[3][l]);
             let b = big[0][l].max(big[1][l]).max(big[2][l].max(big[3][l]));
-            if s.is_nan() { 255 } else { field(b) }
+            if !FINITE && s.is_nan() { 255 } else { field(b) }
         });
         // The f32 path of `block` for every lane at once when every lane's alignment allows
         // it (fields 13..=254; an all-zero lane, field 0, adds zeros at any quantum). The
