@@ -355,6 +355,87 @@ mod with_mlir {
         }
     }
 
+    /// A real PyTorch export by someone else: paraphrase-MiniLM-L3 (fetched by
+    /// `scripts/fetch-models.sh`, as the CLI tests fetch it), 2×16 seeded token ids, in f32
+    /// and in FP8 (current scaling, f32 accumulation; every eligible GEMM in FP8), each
+    /// within 1e-5 of the CPU reference on the last hidden state.
+    #[test]
+    fn minilm_runs_on_mlirs_jit_like_the_cpu_in_f32_and_fp8() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = Command::new(root.join("scripts/fetch-models.sh"))
+            .current_dir(&root)
+            .arg("minilm-l3-paraphrase")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap()
+                .trim(),
+        );
+        let ids: Vec<i64> = values(32, 11)
+            .iter()
+            .map(|v| ((v + 1.0) * 15_000.0) as i64)
+            .collect();
+        let inputs = BTreeMap::from([
+            ("input_ids".to_string(), Tensor::from_i64(vec![2, 16], &ids)),
+            (
+                "attention_mask".to_string(),
+                Tensor::from_i64(vec![2, 16], &[1; 32]),
+            ),
+        ]);
+        let mut fp8 = fp8c_core::CurrentScaling::default();
+        fp8.fp8_gemm_fprop.use_split_accumulator = true;
+        let options = [
+            ("f32", CompileOptions::f32()),
+            (
+                "fp8",
+                CompileOptions::fp8()
+                    .min_fp8_flops(0)
+                    .recipe(fp8c_session::Recipe::Current(fp8)),
+            ),
+        ];
+        let model = Model::load(&path).unwrap();
+        let mut cpu_runs = Vec::new();
+        for (name, opts) in options {
+            let opts = opts
+                .input_shape("input_ids", &[2, 16])
+                .input_shape("attention_mask", &[2, 16]);
+            let compiled = model.compile(&opts).unwrap();
+            let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+            let got = compiled
+                .prepare(Device::Mlir)
+                .unwrap()
+                .run(&inputs)
+                .unwrap();
+            // Every float output: the token embeddings' sequence output and the pooled one.
+            let floats: Vec<&String> = cpu.keys().filter(|k| cpu[*k].dtype().is_float()).collect();
+            assert_eq!(floats.len(), 2, "{:?}", cpu.keys());
+            for out in floats {
+                assert_eq!(got[out].ty(), cpu[out].ty());
+                let rel = rel_l2(&got[out], &cpu[out]);
+                eprintln!(
+                    "MiniLM-L3 {name} \"{out}\" on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}"
+                );
+                assert!(rel <= 1e-5, "{name} {out}: rel L2 {rel}");
+            }
+            cpu_runs.push(cpu);
+        }
+        // The FP8 run really quantized: its outputs are not f32's.
+        for (k, t) in &cpu_runs[0] {
+            if t.dtype().is_float() {
+                let rel = rel_l2(&cpu_runs[1][k], t);
+                assert!(rel > 1e-3, "\"{k}\": FP8 equals f32 (rel L2 {rel})");
+            }
+        }
+    }
+
     #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
