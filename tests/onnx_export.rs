@@ -419,20 +419,24 @@ fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
     let reference = support::read_npz(&root.join("examples/models/llama-tiny.ref.npz"));
     let inputs = dir.join("in.npz");
     fp8c_session::npy::write_npz(&inputs, &[("input_ids", &reference["input_ids"])]).unwrap();
-    for recipe in ["current", "rowwise", "block", "mxfp8"] {
-        let exported = dir.join(format!("{recipe}.onnx"));
-        let r = support::run_fp8c([
+    let export = |recipe: &str, extra: &[&std::ffi::OsStr], to: &Path| {
+        let head: [&std::ffi::OsStr; 5] = [
             "compile".as_ref(),
             model.as_os_str(),
             "--emit".as_ref(),
             "onnx".as_ref(),
             "--recipe".as_ref(),
-            recipe.as_ref(),
-            "--input-shape".as_ref(),
-            "input_ids=2x16".as_ref(),
-            "-o".as_ref(),
-            exported.as_os_str(),
-        ]);
+        ];
+        let tail: [&std::ffi::OsStr; 3] = [recipe.as_ref(), "-o".as_ref(), to.as_os_str()];
+        support::run_fp8c([&head[..], &tail[..], extra].concat())
+    };
+    for recipe in ["current", "rowwise", "block", "mxfp8"] {
+        let exported = dir.join(format!("{recipe}.onnx"));
+        let r = export(
+            recipe,
+            &["--input-shape".as_ref(), "input_ids=2x16".as_ref()],
+            &exported,
+        );
         assert!(r.ok, "{recipe}: {}", r.stderr);
         assert!(
             r.stderr
@@ -471,18 +475,11 @@ fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
         assert!(c.rel_l2 < 1e-5, "{recipe}: rel L2 {:.3e}", c.rel_l2);
         assert!(q.cosine > 0.99, "{recipe}: cosine {:.6}", q.cosine);
     }
-    let r = support::run_fp8c([
-        "compile".as_ref(),
-        model.as_os_str(),
-        "--emit".as_ref(),
-        "onnx".as_ref(),
-        "--recipe".as_ref(),
-        "block".as_ref(),
-        "--calibrate".as_ref(),
-        inputs.as_os_str(),
-        "-o".as_ref(),
-        dir.join("x.onnx").as_os_str(),
-    ]);
+    let r = export(
+        "block",
+        &["--calibrate".as_ref(), inputs.as_os_str()],
+        &dir.join("x.onnx"),
+    );
     assert!(
         !r.ok && r.stderr.contains("drop --calibrate"),
         "{}",
