@@ -6,6 +6,7 @@
 use fp8c_ir::{Attr, AttrMap, DType, Op, Tensor};
 use half::{bf16, f16};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 
 /// The case file's text, embedded.
 pub const CASES_JSON: &str = include_str!("../tests/golden/op_cases.json");
@@ -53,6 +54,33 @@ impl Case {
     /// The reference outputs.
     pub fn outputs(&self) -> Vec<Tensor> {
         self.outputs.iter().map(Hex::tensor).collect()
+    }
+
+    /// The case as a one-node program for a backend: float inputs become graph inputs
+    /// `in{i}` (returned with their values, to feed), integer ones (shapes, axes, indices)
+    /// constants, as an import folds them, so shape-taking ops have static shapes; the op's
+    /// results are the outputs `out{k}`. An error when the op refuses its inputs.
+    pub fn program(&self) -> Result<(fp8c_ir::Graph, BTreeMap<String, Tensor>), String> {
+        let op = self.op()?;
+        let mut g = fp8c_ir::Graph::new(&self.name);
+        let mut vals = Vec::new();
+        let mut feed = BTreeMap::new();
+        for (i, t) in self.inputs().iter().enumerate() {
+            let name = format!("in{i}");
+            if t.dtype().is_float() {
+                vals.push(g.add_input(&name, t.ty()).map_err(|e| e.to_string())?);
+                feed.insert(name, t.clone());
+            } else {
+                let c = Op::Constant { value: t.clone() };
+                vals.push(g.add_node(&name, c, &[]).map_err(|e| e.to_string())?[0]);
+            }
+        }
+        let outs = g.add_node("op", op, &vals).map_err(|e| e.to_string())?;
+        for (k, v) in outs.iter().enumerate() {
+            g.set_output(&format!("out{k}"), *v)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok((g, feed))
     }
 }
 

@@ -8,7 +8,6 @@
 //! module lacks fails here too.
 
 use fp8c_eval::golden::{self, mismatch};
-use fp8c_ir::Graph;
 use fp8c_ir::Support;
 use fp8c_runtime::{Backend, CudaBackend, CudaOptions, lower};
 use std::collections::BTreeMap;
@@ -43,32 +42,13 @@ fn golden_op_cases_on_the_cuda_backend() {
                 .or_default() += 1;
             continue;
         }
-        let inputs = case.inputs();
-        let mut g = Graph::new(&case.name);
-        let mut vals = Vec::new();
-        let mut feed = BTreeMap::new();
-        for (i, t) in inputs.iter().enumerate() {
-            let name = format!("in{i}");
-            // Integer inputs (shapes, axes, indices) are constants, as an import folds them,
-            // so shape-taking ops have static shapes; float data is a graph input.
-            if t.dtype().is_float() {
-                vals.push(g.add_input(&name, t.ty()).unwrap());
-                feed.insert(name, t.clone());
-            } else {
-                let c = fp8c_ir::Op::Constant { value: t.clone() };
-                vals.push(g.add_node(&name, c, &[]).unwrap()[0]);
-            }
-        }
-        let outs = match g.add_node("op", op.clone(), &vals) {
-            Ok(o) => o,
+        let (g, feed) = match case.program() {
+            Ok(p) => p,
             Err(e) => {
                 failures.push(format!("{}: {e}", case.name));
                 continue;
             }
         };
-        for (k, v) in outs.iter().enumerate() {
-            g.set_output(&format!("out{k}"), *v).unwrap();
-        }
         // Lowering and preparing say which ops or operand types the backend does not take
         // (with the reason); anything failing later is a failure.
         let prepared = lower(&g)
