@@ -522,6 +522,24 @@ impl<'c, 'b> Scalar<'c, 'b> {
         self.bitcast(byte, f8)
     }
 
+    /// fp8c-core `encode_f32` (ONNX `Cast` to FP8: round to nearest even, `sat` clamps to the
+    /// largest finite value, ±inf included): the code as a value of the FP8 type.
+    pub fn cast_to_fp8(
+        &self,
+        fmt: DType,
+        sat: bool,
+        x: Value<'c, '_>,
+        f8: Type<'c>,
+    ) -> Value<'c, 'b> {
+        let code = self.encode(fmt, sat, x);
+        let byte = self.named(
+            "arith.trunci",
+            &[code],
+            IntegerType::new(self.ctx, 8).into(),
+        );
+        self.bitcast(byte, f8)
+    }
+
     /// The exact f32 of an FP8 code (a value of the FP8 type); every NaN code gives the
     /// sign-preserving quiet NaN, as fp8c-core's decode table.
     pub fn decode(&self, fmt: DType, q: Value<'c, '_>) -> Value<'c, 'b> {

@@ -436,6 +436,91 @@ mod with_mlir {
         }
     }
 
+    /// The evaluator's golden op cases (`fp8c_eval::golden`: onnxruntime, onnx's reference
+    /// evaluator and ml_dtypes outputs) on MLIR's JIT, each a one-node program, within the
+    /// case's own tolerance (bit for bit for the casts and quantizers). Ops the emitter does
+    /// not take are counted with its error, not failed; every FP8 cast, quantize and
+    /// dequantize case must run.
+    #[test]
+    fn golden_op_cases_run_on_mlirs_jit_like_the_references() {
+        use fp8c_eval::golden::{self, mismatch};
+        let cases = golden::cases(golden::CASES_JSON).unwrap();
+        let (mut ran, mut failures) = (Vec::new(), Vec::new());
+        let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
+        for case in &cases {
+            let (g, feed) = match case.program() {
+                Ok(p) => p,
+                Err(e) => {
+                    failures.push(format!("{}: {e}", case.name));
+                    continue;
+                }
+            };
+            let mut exe = match fp8c_mlir::prepare(&g, g.weights()) {
+                Ok(exe) => exe,
+                Err(e) => {
+                    let op = g.node(g.find_node("op").unwrap()).op.name().to_string();
+                    let why = e.to_string();
+                    let why = why.rsplit(": ").next().unwrap_or(&why).to_string();
+                    *skipped.entry(format!("{op}: {why}")).or_default() += 1;
+                    continue;
+                }
+            };
+            let got = match exe.run(&feed) {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!("{}: {e}", case.name));
+                    continue;
+                }
+            };
+            ran.push(case.name.clone());
+            for (k, want) in case.outputs().iter().enumerate() {
+                match got.get(&format!("out{k}")) {
+                    None => failures.push(format!("{}: no output {k}", case.name)),
+                    Some(got) => {
+                        if let Some(why) = mismatch(got, want, case.atol, case.rtol) {
+                            failures.push(format!(
+                                "{} (output {k}, from {}): {why}",
+                                case.name, case.source
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        eprintln!(
+            "{} of {} golden cases ran on MLIR's JIT; skipped (not emitted):",
+            ran.len(),
+            cases.len()
+        );
+        for (why, n) in &skipped {
+            eprintln!("  {n} x {why}");
+            // An op the emitter takes must make a valid module; refusing is for ops it does not.
+            assert!(!why.contains("does not verify"), "{n} x {why}");
+        }
+        assert!(
+            failures.is_empty(),
+            "{} cases differ:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+        for name in [
+            "cast_f32_f8e4m3_sat1",
+            "cast_f32_f8e4m3_sat0",
+            "cast_f8e4m3_f32",
+            "cast_f32_f8e5m2_sat1",
+            "cast_f32_f8e5m2_sat0",
+            "cast_f8e5m2_f32",
+            "quantize_f8e4m3_sat1",
+            "quantize_f8e4m3_sat0",
+            "dequantize_f8e4m3_f32",
+            "quantize_f8e5m2_sat1",
+            "quantize_f8e5m2_sat0",
+            "dequantize_f8e5m2_f32",
+        ] {
+            assert!(ran.iter().any(|r| r == name), "{name} did not run on MLIR");
+        }
+    }
+
     #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.

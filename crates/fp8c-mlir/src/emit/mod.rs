@@ -313,6 +313,17 @@ impl<'c> Emitter<'c, '_> {
             Op::Identity => vec![ins[0]],
             op if Scalar::covers(op) => {
                 f32_only("an elementwise op")?;
+                if let Some(&v) = node
+                    .inputs()
+                    .iter()
+                    .find(|&&v| self.graph.value_type(v).dtype != DType::F32)
+                {
+                    let t = self.graph.value_type(v).dtype;
+                    return Err(unsupported(
+                        node,
+                        format!("an elementwise op on a {t} operand is not emitted yet"),
+                    ));
+                }
                 let op = op.clone();
                 vec![self.generic(
                     block,
@@ -349,6 +360,9 @@ impl<'c> Emitter<'c, '_> {
                 // out[i] = in[j] with j[perm[k]] = i[k]: the input reads dim k at perm[k].
                 let r = out_dims.len();
                 let mut exprs = vec![AffineExpr::dim(ctx, 0); r];
+                // An empty perm reverses the dims (ONNX's default).
+                let reversed: Vec<i64> = (0..r as i64).rev().collect();
+                let perm = if perm.is_empty() { &reversed } else { perm };
                 for (k, &p) in perm.iter().enumerate() {
                     exprs[p as usize] = AffineExpr::dim(ctx, k);
                 }
@@ -542,6 +556,11 @@ impl<'c> Emitter<'c, '_> {
                 let mut at = 0u64;
                 for (k, &v) in node.inputs().iter().enumerate() {
                     let d = self.dims(v, node)?;
+                    if d[ax] == 0 {
+                        // An empty operand adds nothing (and an insert at the end is out of
+                        // bounds for MLIR's verifier).
+                        continue;
+                    }
                     let mut offsets = vec![0i64; d.len()];
                     offsets[ax] = at as i64;
                     dest = self.insert_slice(block, ins[k], dest, &offsets, &d, out_ty, loc);
@@ -576,21 +595,42 @@ impl<'c> Emitter<'c, '_> {
                 }
                 outs
             }
-            Op::Cast { to, .. } => {
+            Op::Cast { to, saturate } => {
                 let from = self.graph.value_type(node.inputs()[0]).dtype;
                 if from == *to {
                     vec![ins[0]]
                 } else {
                     let (fe, te) = (self.elem(from, node)?, self.elem(*to, node)?);
-                    if from.is_fp8() || to.is_fp8() {
-                        return Err(unsupported(
-                            node,
-                            "casts to and from FP8 are not emitted yet (quantize is)",
-                        ));
-                    }
                     let x_dims = self.dims(node.inputs()[0], node)?;
                     let maps = vec![self.broadcast_map(&x_dims, &out_dims)];
-                    let (from, to) = (from, *to);
+                    let (from, to, sat) = (from, *to, *saturate);
+                    if from.is_fp8() || to.is_fp8() {
+                        // The exact encode and decode quantize and dequantize use, with no
+                        // scale: f32 to FP8 and back (other types go through f32 first).
+                        if !matches!((from, to), (DType::F32, t) | (t, DType::F32) if t.is_fp8()) {
+                            return Err(unsupported(
+                                node,
+                                "casts between FP8 and types other than f32 are not emitted yet",
+                            ));
+                        }
+                        return Ok(vec![self.generic(
+                            block,
+                            &ins,
+                            maps,
+                            &parallel,
+                            out_ty,
+                            None,
+                            loc,
+                            move |b, a| {
+                                let s = Scalar { ctx, block: b, loc };
+                                if to.is_fp8() {
+                                    s.cast_to_fp8(to, sat, a[0], te)
+                                } else {
+                                    s.decode(from, a[0])
+                                }
+                            },
+                        )]);
+                    }
                     vec![self.generic(
                         block,
                         &ins,
@@ -671,7 +711,15 @@ impl<'c> Emitter<'c, '_> {
                     ceil_mode: *ceil_mode,
                 };
                 let geo = self.window(node, kernel_shape, &w)?;
-                if out_dims.len() != 4 || geo.iter().any(|a| a.pad_begin + a.pad_end != 0) {
+                // ceil_mode's last window may run past the input: padding too.
+                let past_end = |a: &fp8c_ir::window::Axis| {
+                    a.out > 0 && (a.out - 1) * a.stride + (a.kernel - 1) * a.dilation >= a.input
+                };
+                if out_dims.len() != 4
+                    || geo
+                        .iter()
+                        .any(|a| a.pad_begin + a.pad_end != 0 || past_end(a))
+                {
                     return Err(unsupported(
                         node,
                         "only unpadded 2-D pooling is emitted yet",
