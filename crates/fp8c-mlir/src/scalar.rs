@@ -123,6 +123,11 @@ impl<'c, 'b> Scalar<'c, 'b> {
                 | Op::Erf
                 | Op::Pow
                 | Op::Gelu { .. }
+                | Op::Abs
+                | Op::Floor
+                | Op::Ceil
+                | Op::Sign
+                | Op::LeakyRelu { .. }
         )
     }
 
@@ -182,6 +187,23 @@ impl<'c, 'b> Scalar<'c, 'b> {
                 let zero = self.f32(0.0);
                 let lt = self.cmpf(CmpfPredicate::Olt, a[0], zero);
                 self.select(lt, zero, a[0])
+            }
+            Op::Abs => self.inferred("math.absf", &[a[0]]),
+            Op::Floor => self.inferred("math.floor", &[a[0]]),
+            Op::Ceil => self.inferred("math.ceil", &[a[0]]),
+            Op::Sign => {
+                // x > 0 ? 1 : x < 0 ? -1 : x (zeros and NaN stay), as the CPU's sign.
+                let zero = self.f32(0.0);
+                let gt = self.cmpf(CmpfPredicate::Ogt, a[0], zero);
+                let lt = self.cmpf(CmpfPredicate::Olt, a[0], zero);
+                let neg = self.select(lt, self.f32(-1.0), a[0]);
+                self.select(gt, self.f32(1.0), neg)
+            }
+            Op::LeakyRelu { alpha } => {
+                // x < 0 ? alpha·x : x, as the CPU's leaky_relu.
+                let lt = self.cmpf(CmpfPredicate::Olt, a[0], self.f32(0.0));
+                let scaled = self.push(arith::mulf(self.f32(*alpha), a[0], l));
+                self.select(lt, scaled, a[0])
             }
             _ => return None,
         })
@@ -423,6 +445,9 @@ impl<'c, 'b> Scalar<'c, 'b> {
     pub fn mulf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
         self.push(arith::mulf(a, b, self.loc))
     }
+    pub fn logf64(&self, a: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("math.log", &[a])
+    }
     pub fn sqrtf64(&self, a: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("math.sqrt", &[a])
     }
@@ -432,6 +457,10 @@ impl<'c, 'b> Scalar<'c, 'b> {
     /// max with NaN winning (the CPU's fold).
     pub fn maxf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("arith.maximumf", &[a, b])
+    }
+    /// min with NaN winning (the CPU's fold).
+    pub fn minf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("arith.minimumf", &[a, b])
     }
     /// exp(f64(x) − m), m an f64.
     pub fn exp_diff(&self, x: Value<'c, '_>, m: Value<'c, '_>) -> Value<'c, 'b> {

@@ -381,9 +381,20 @@ impl<'c> Emitter<'c, '_> {
             Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
                 vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
             }
-            Op::ReduceMean { axes, keepdims } | Op::ReduceSum { axes, keepdims } => {
+            Op::ReduceMean { axes, keepdims }
+            | Op::ReduceSum { axes, keepdims }
+            | Op::ReduceProd { axes, keepdims }
+            | Op::ReduceMax { axes, keepdims }
+            | Op::ReduceMin { axes, keepdims } => {
                 f32_only("a reduction")?;
-                let mean = matches!(node.op, Op::ReduceMean { .. });
+                use reduce::Fold;
+                let fold = match node.op {
+                    Op::ReduceMean { .. } => Fold::Mean,
+                    Op::ReduceSum { .. } => Fold::Sum,
+                    Op::ReduceProd { .. } => Fold::Prod,
+                    Op::ReduceMax { .. } => Fold::Max,
+                    _ => Fold::Min,
+                };
                 let in_dims = self.dims(node.inputs()[0], node)?;
                 let r = in_dims.len() as i64;
                 let axes: Vec<usize> = match axes {
@@ -393,7 +404,7 @@ impl<'c> Emitter<'c, '_> {
                         .collect(),
                     None => (0..in_dims.len()).collect(),
                 };
-                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, mean, out_ty, loc)]
+                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, fold, out_ty, loc)]
             }
             Op::Gather { axis } => {
                 let dd = self.dims(node.inputs()[0], node)?;
@@ -728,11 +739,12 @@ impl<'c> Emitter<'c, '_> {
                 let max = matches!(node.op, Op::MaxPool { .. });
                 vec![self.pool2d(block, ins[0], &geo, max, out_ty, &out_dims, loc)]
             }
-            Op::Softmax { axis } => {
+            Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 f32_only("softmax")?;
                 let r = out_dims.len() as i64;
                 let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
-                vec![self.softmax(block, ins[0], &out_dims, ax, out_ty, loc)]
+                let log = matches!(node.op, Op::LogSoftmax { .. });
+                vec![self.softmax(block, ins[0], &out_dims, ax, log, out_ty, loc)]
             }
             Op::Amax => vec![self.amax(block, node, ins[0], loc)?],
             Op::ComputeScale {

@@ -75,7 +75,8 @@ impl<'c> Emitter<'c, '_> {
         )
     }
 
-    /// reduce_sum / reduce_mean: f64 accumulation in index order, one rounding to f32.
+    /// reduce_sum / mean / prod / max / min: f64 accumulation in index order (max and min
+    /// with NaN winning, from ∓inf), one rounding to f32, as the CPU's.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn reduce_f64<'a>(
         &self,
@@ -84,15 +85,27 @@ impl<'c> Emitter<'c, '_> {
         dims: &[u64],
         axes: &[usize],
         keepdims: bool,
-        mean: bool,
+        fold: Fold,
         out_ty: Type<'c>,
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
         let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, dims.len()));
-        let acc = self.accumulate(block, &[x], vec![id], dims, axes, 0.0, loc, |s, a| {
+        let init = match fold {
+            Fold::Sum | Fold::Mean => 0.0,
+            Fold::Prod => 1.0,
+            Fold::Max => f64::NEG_INFINITY,
+            Fold::Min => f64::INFINITY,
+        };
+        let acc = self.accumulate(block, &[x], vec![id], dims, axes, init, loc, move |s, a| {
             let xe = s.extf(a[0]);
-            s.addf64(a[1], xe)
+            match fold {
+                Fold::Sum | Fold::Mean => s.addf64(a[1], xe),
+                Fold::Prod => s.mulf64(a[1], xe),
+                Fold::Max => s.maxf64(a[1], xe),
+                Fold::Min => s.minf64(a[1], xe),
+            }
         });
+        let mean = fold == Fold::Mean;
         let count: u64 = axes.iter().map(|&k| dims[k]).product();
         // Iterate over the kept accumulator (the input's rank, reduced dims of size 1) and
         // write the output through a map that drops those dims unless keepdims.
@@ -126,12 +139,14 @@ impl<'c> Emitter<'c, '_> {
     }
 
     /// softmax over `axis` in f64 (the CPU's): max, Σ exp(x − max), exp(x − max) / Σ.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn softmax<'a>(
         &self,
         block: &'a Block<'c>,
         x: Value<'c, 'a>,
         dims: &[u64],
         axis: usize,
+        log: bool,
         out_ty: Type<'c>,
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
@@ -173,10 +188,17 @@ impl<'c> Emitter<'c, '_> {
             out_ty,
             None,
             loc,
-            |b, a| {
+            move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let e = s.exp_diff(a[0], a[1]);
-                s.truncf(s.divf64(e, a[2]))
+                if log {
+                    // x − max − ln(sum), in f64 and in that order, as the CPU's log_softmax.
+                    let d = s.subf64(s.extf(a[0]), a[1]);
+                    let ls = s.logf64(a[2]);
+                    s.truncf(s.subf64(d, ls))
+                } else {
+                    let e = s.exp_diff(a[0], a[1]);
+                    s.truncf(s.divf64(e, a[2]))
+                }
             },
         )
     }
@@ -262,4 +284,14 @@ impl<'c> Emitter<'c, '_> {
             },
         )
     }
+}
+
+/// What a reduction folds with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Fold {
+    Sum,
+    Mean,
+    Prod,
+    Max,
+    Min,
 }
