@@ -381,6 +381,19 @@ impl<'c> Emitter<'c, '_> {
             Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
                 vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
             }
+            Op::GlobalAveragePool | Op::GlobalMaxPool => {
+                // The CPU's global pools are these reductions over every axis past N and C.
+                f32_only("a global pool")?;
+                use reduce::Fold;
+                let in_dims = self.dims(node.inputs()[0], node)?;
+                let axes: Vec<usize> = (2..in_dims.len()).collect();
+                let fold = if matches!(node.op, Op::GlobalMaxPool) {
+                    Fold::Max
+                } else {
+                    Fold::Mean
+                };
+                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, true, fold, out_ty, loc)]
+            }
             Op::ReduceMean { axes, keepdims }
             | Op::ReduceSum { axes, keepdims }
             | Op::ReduceProd { axes, keepdims }
