@@ -189,6 +189,64 @@ impl<'c> Emitter<'c, '_> {
         Ok(axes)
     }
 
+    /// `x` [N, C, H, W] padded by `low` / `high` elements on H and W with `value` (an f32).
+    #[allow(clippy::too_many_arguments)]
+    fn pad2d<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        xd: &[u64],
+        low: [usize; 2],
+        high: [usize; 2],
+        value: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let f32t = Type::float32(self.ctx);
+        let pd = [
+            xd[0],
+            xd[1],
+            xd[2] + (low[0] + high[0]) as u64,
+            xd[3] + (low[1] + high[1]) as u64,
+        ];
+        let pty: Type = RankedTensorType::new(&pd, f32t, None).into();
+        let arr = |v: &[i64]| -> Attribute<'c> {
+            melior::ir::attribute::DenseI64ArrayAttribute::new(self.ctx, v).into()
+        };
+        let index_t = Type::index(self.ctx);
+        let body = Block::new(&[(index_t, loc); 4]);
+        body.append_operation(
+            OperationBuilder::new("tensor.yield", loc)
+                .add_operands(&[value])
+                .build()
+                .expect("tensor.yield"),
+        );
+        let region = Region::new();
+        region.append_block(body);
+        push(
+            block,
+            OperationBuilder::new("tensor.pad", loc)
+                .add_operands(&[x])
+                .add_results(&[pty])
+                .add_attributes(&[
+                    (
+                        Identifier::new(self.ctx, "static_low"),
+                        arr(&[0, 0, low[0] as i64, low[1] as i64]),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "static_high"),
+                        arr(&[0, 0, high[0] as i64, high[1] as i64]),
+                    ),
+                    (
+                        Identifier::new(self.ctx, "operandSegmentSizes"),
+                        DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),
+                    ),
+                ])
+                .add_regions([region])
+                .build()
+                .expect("tensor.pad"),
+        )
+    }
+
     /// NCHW 2-D convolution: the input zero-padded (`tensor.pad`), then one `linalg.generic`
     /// over (n, f, oh, ow, c, kh, kw) summing in (c, kh, kw) order (the CPU's im2col order),
     /// groups through the input-channel map, the bias added after.
@@ -213,48 +271,15 @@ impl<'c> Emitter<'c, '_> {
         };
         let zero = s.f32(0.0);
         let padded = if g.iter().any(|a| a.pad_begin + a.pad_end != 0) {
-            let pd = [
-                xd[0],
-                xd[1],
-                xd[2] + (g[0].pad_begin + g[0].pad_end) as u64,
-                xd[3] + (g[1].pad_begin + g[1].pad_end) as u64,
-            ];
-            let pty: Type = RankedTensorType::new(&pd, f32t, None).into();
-            let arr = |v: &[i64]| -> Attribute<'c> {
-                melior::ir::attribute::DenseI64ArrayAttribute::new(self.ctx, v).into()
-            };
-            let index_t = Type::index(self.ctx);
-            let body = Block::new(&[(index_t, loc); 4]);
-            body.append_operation(
-                OperationBuilder::new("tensor.yield", loc)
-                    .add_operands(&[zero])
-                    .build()
-                    .expect("tensor.yield"),
-            );
-            let region = Region::new();
-            region.append_block(body);
-            push(
+            let low = [g[0].pad_begin, g[1].pad_begin];
+            self.pad2d(
                 block,
-                OperationBuilder::new("tensor.pad", loc)
-                    .add_operands(&[ins[0]])
-                    .add_results(&[pty])
-                    .add_attributes(&[
-                        (
-                            Identifier::new(self.ctx, "static_low"),
-                            arr(&[0, 0, g[0].pad_begin as i64, g[1].pad_begin as i64]),
-                        ),
-                        (
-                            Identifier::new(self.ctx, "static_high"),
-                            arr(&[0, 0, g[0].pad_end as i64, g[1].pad_end as i64]),
-                        ),
-                        (
-                            Identifier::new(self.ctx, "operandSegmentSizes"),
-                            DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),
-                        ),
-                    ])
-                    .add_regions([region])
-                    .build()
-                    .expect("tensor.pad"),
+                ins[0],
+                &xd,
+                low,
+                [g[0].pad_end, g[1].pad_end],
+                zero,
+                loc,
             )
         } else {
             ins[0]
@@ -325,21 +350,48 @@ impl<'c> Emitter<'c, '_> {
         ))
     }
 
-    /// Unpadded 2-D max / average pooling: one `linalg.generic` over (n, c, oh, ow, kh, kw);
-    /// the average sums in f64 and divides once, as the CPU.
+    /// 2-D max or average pooling, as the CPU computes it: the input padded (max: −inf, so
+    /// padding never wins; average: 0) to cover the declared pads and ceil mode's overhang,
+    /// the window folded in f64 (max with NaN winning), then, where padded, the maximum
+    /// floored at f32::MIN for a window with no input element, or the sum divided by each
+    /// window's count (input elements, plus the declared padding with `include_pad`; never
+    /// the overhang), one rounding to f32.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn pool2d<'a>(
         &self,
         block: &'a Block<'c>,
+        node: &Node,
         x: Value<'c, 'a>,
         g: &[Axis],
-        max: bool,
+        (max, include_pad): (bool, bool),
         out_ty: Type<'c>,
         out_dims: &[u64],
         loc: Location<'c>,
-    ) -> Value<'c, 'a> {
+    ) -> Result<Value<'c, 'a>, Error> {
         let d = |i| AffineExpr::dim(self.ctx, i);
         let c = |v: i64| AffineExpr::constant(self.ctx, v);
+        // Elements past the input end that some window reads (declared pads or overhang).
+        let high: Vec<usize> = g
+            .iter()
+            .map(|a| {
+                let last = (a.out.max(1) - 1) * a.stride + (a.kernel - 1) * a.dilation + 1;
+                last.saturating_sub(a.input + a.pad_begin).max(a.pad_end)
+            })
+            .collect();
+        let padded = g.iter().zip(&high).any(|(a, h)| a.pad_begin + h != 0);
+        let x = if padded {
+            let xd = self.dims(node.inputs()[0], node)?;
+            let s = Scalar {
+                ctx: self.ctx,
+                block,
+                loc,
+            };
+            let fill = s.f32(if max { f32::NEG_INFINITY } else { 0.0 });
+            let low = [g[0].pad_begin, g[1].pad_begin];
+            self.pad2d(block, x, &xd, low, [high[0], high[1]], fill, loc)
+        } else {
+            x
+        };
         let x_map = [
             d(0),
             d(1),
@@ -398,25 +450,59 @@ impl<'c> Emitter<'c, '_> {
                 }
             },
         );
-        let count = (g[0].kernel * g[1].kernel) as f64;
+        // Per output position: the divisor (average) or the floor (max), separable by axis.
+        let counted = |a: &Axis, o: usize, with_pad: bool| {
+            (0..a.kernel)
+                .filter(|&k| match a.tap(o, k) {
+                    fp8c_ir::window::Tap::In(_) => true,
+                    fp8c_ir::window::Tap::Pad => with_pad,
+                    fp8c_ir::window::Tap::Out => false,
+                })
+                .count()
+        };
+        let mut per = Vec::with_capacity(g[0].out * g[1].out);
+        for oh in 0..g[0].out {
+            for ow in 0..g[1].out {
+                per.push(if max {
+                    let any = counted(&g[0], oh, false) * counted(&g[1], ow, false) > 0;
+                    if any {
+                        f64::NEG_INFINITY
+                    } else {
+                        f64::from(f32::MIN)
+                    }
+                } else if padded {
+                    (counted(&g[0], oh, include_pad) * counted(&g[1], ow, include_pad)) as f64
+                } else {
+                    (g[0].kernel * g[1].kernel) as f64
+                });
+            }
+        }
+        // Counts and floors are exact in f32 (the emitter's constants are f32).
+        let per: Vec<f32> = per.iter().map(|&v| v as f32).collect();
+        let plane = [g[0].out as u64, g[1].out as u64];
+        let table = Tensor::from_f32(plane.to_vec(), &per);
+        let table_ty: Type = RankedTensorType::new(&plane, Type::float32(self.ctx), None).into();
+        let table = self.constant(block, &table, table_ty, node, loc)?;
         let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, 4));
-        self.generic(
+        let plane_map = self.map_attr(AffineMap::new(self.ctx, 4, 0, &[d(2), d(3)]));
+        Ok(self.generic(
             block,
-            &[acc],
-            vec![id],
+            &[acc, table],
+            vec![id, plane_map],
             &["parallel"; 4],
             out_ty,
             None,
             loc,
             move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
+                let t = s.extf(a[1]);
                 let v = if max {
-                    a[0]
+                    s.maxf64(a[0], t)
                 } else {
-                    s.divf64(a[0], s.f64c(count))
+                    s.divf64(a[0], t)
                 };
                 s.truncf(v)
             },
-        )
+        ))
     }
 }

@@ -735,22 +735,16 @@ impl<'c> Emitter<'c, '_> {
                     ceil_mode: *ceil_mode,
                 };
                 let geo = self.window(node, kernel_shape, &w)?;
-                // ceil_mode's last window may run past the input: padding too.
-                let past_end = |a: &fp8c_ir::window::Axis| {
-                    a.out > 0 && (a.out - 1) * a.stride + (a.kernel - 1) * a.dilation >= a.input
-                };
-                if out_dims.len() != 4
-                    || geo
-                        .iter()
-                        .any(|a| a.pad_begin + a.pad_end != 0 || past_end(a))
-                {
-                    return Err(unsupported(
-                        node,
-                        "only unpadded 2-D pooling is emitted yet",
-                    ));
+                if out_dims.len() != 4 {
+                    return Err(unsupported(node, "only 2-D pooling is emitted yet"));
                 }
-                let max = matches!(node.op, Op::MaxPool { .. });
-                vec![self.pool2d(block, ins[0], &geo, max, out_ty, &out_dims, loc)]
+                let kind = match node.op {
+                    Op::AveragePool {
+                        count_include_pad, ..
+                    } => (false, count_include_pad),
+                    _ => (true, false),
+                };
+                vec![self.pool2d(block, node, ins[0], &geo, kind, out_ty, &out_dims, loc)?]
             }
             Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 f32_only("softmax")?;
