@@ -543,6 +543,11 @@ impl<'c, 'b> Scalar<'c, 'b> {
         let abs = self.and(bits, self.i32(0x7fff_ffff));
         let is_inf = self.cmpi(CmpiPredicate::Eq, abs, self.i32(0x7f80_0000));
         let code = self.select(is_inf, inf_code, c);
+        self.as_fp8(code, f8)
+    }
+
+    /// An FP8 code held in an i32 as a value of the FP8 type `f8`.
+    fn as_fp8(&self, code: Value<'c, '_>, f8: Type<'c>) -> Value<'c, 'b> {
         let byte = self.named(
             "arith.trunci",
             &[code],
@@ -561,12 +566,7 @@ impl<'c, 'b> Scalar<'c, 'b> {
         f8: Type<'c>,
     ) -> Value<'c, 'b> {
         let code = self.encode(fmt, sat, x);
-        let byte = self.named(
-            "arith.trunci",
-            &[code],
-            IntegerType::new(self.ctx, 8).into(),
-        );
-        self.bitcast(byte, f8)
+        self.as_fp8(code, f8)
     }
 
     /// The exact f32 of an FP8 code (a value of the FP8 type); every NaN code gives the

@@ -630,7 +630,7 @@ impl<'c> Emitter<'c, '_> {
                     let (from, to, sat) = (from, *to, *saturate);
                     if from.is_fp8() || to.is_fp8() {
                         // The exact encode and decode quantize and dequantize use, with no
-                        // scale: f32 to FP8 and back (other types go through f32 first).
+                        // scale: f32 to FP8 and back (other source types are refused).
                         if !matches!((from, to), (DType::F32, t) | (t, DType::F32) if t.is_fp8()) {
                             return Err(unsupported(
                                 node,
