@@ -101,6 +101,17 @@ pub trait Backend {
         p: &Program,
         weights: &BTreeMap<String, Tensor>,
     ) -> Result<Box<dyn Executable>, RuntimeError>;
+    /// Loads `graph`, whose lowering is `p`: backends that compile the graph itself rather
+    /// than the lowered program (MLIR's JIT) override this; the others run `p`.
+    fn prepare_graph(
+        &self,
+        graph: &fp8c_ir::Graph,
+        p: &Program,
+        weights: &BTreeMap<String, Tensor>,
+    ) -> Result<Box<dyn Executable>, RuntimeError> {
+        let _ = graph;
+        self.prepare(p, weights)
+    }
 }
 
 /// A prepared program: runs steps, keeps the scaling state between runs.

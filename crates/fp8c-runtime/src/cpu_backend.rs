@@ -44,18 +44,6 @@ pub struct CpuExecutable {
     state: BTreeMap<BufId, Tensor>,
 }
 
-/// A tensor of `ty`'s static type with every element `init`.
-fn splat(b: &crate::program::Buffer, init: f64) -> Result<Tensor, String> {
-    let n = b.dims.iter().product::<u64>() as usize;
-    if b.ty.dtype.is_fp8() {
-        if init == 0.0 {
-            return Tensor::zeros(b.ty.dtype, b.dims.clone());
-        }
-        return Err(format!("cannot initialise {} state to {init}", b.ty));
-    }
-    Tensor::from_f64_as(b.ty.dtype, b.dims.clone(), &vec![init; n])
-}
-
 impl CpuExecutable {
     /// Prepares `p`: checks and takes the parameter data, initialises the state.
     pub fn new(p: &Program, weights: &BTreeMap<String, Tensor>) -> Result<Self, RuntimeError> {
@@ -76,9 +64,12 @@ impl CpuExecutable {
         }
         let mut state = BTreeMap::new();
         for s in p.state() {
-            let t = splat(p.buffer(s.buf), s.init).map_err(|m| RuntimeError::State {
-                name: s.name.clone(),
-                message: m,
+            let b = p.buffer(s.buf);
+            let t = crate::initial_state(b.ty.dtype, &b.dims, s.init).map_err(|m| {
+                RuntimeError::State {
+                    name: s.name.clone(),
+                    message: m,
+                }
             })?;
             state.insert(s.buf, t);
         }

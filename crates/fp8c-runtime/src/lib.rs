@@ -21,5 +21,6 @@ pub use lower::lower;
 pub use profile::Profile;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,
+    initial_state,
 };
 pub use stats::{Comparison, Fp8TensorStats, WhatIf, compare, fp8_stats, values_f64, what_if};

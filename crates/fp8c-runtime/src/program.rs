@@ -116,6 +116,20 @@ pub struct StateBinding {
     pub update: Option<BufId>,
 }
 
+/// A state entry's value before its first update: every element `init` (an FP8 entry can
+/// only start at zero, which is every FP8 format's all-zero code). Every backend starts its
+/// state from this.
+pub fn initial_state(dtype: fp8c_ir::DType, dims: &[u64], init: f64) -> Result<Tensor, String> {
+    if dtype.is_fp8() {
+        if init == 0.0 {
+            return Tensor::zeros(dtype, dims.to_vec()).map_err(|e| e.to_string());
+        }
+        return Err(format!("cannot initialise {dtype} state to {init}"));
+    }
+    let n = dims.iter().product::<u64>() as usize;
+    Tensor::from_f64_as(dtype, dims.to_vec(), &vec![init; n]).map_err(|e| e.to_string())
+}
+
 /// Sizes the memory plan arrived at.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryPlan {

@@ -101,11 +101,8 @@ impl Compiled {
         let program = self.in_file(fp8c_runtime::lower(&self.graph))?;
         let backend = device.backend();
         backend.check()?;
-        let exe = if device == Device::Mlir {
-            self.in_file(fp8c_mlir::prepare(&self.graph, self.graph.weights()))?
-        } else {
-            self.in_file(backend.prepare(&program, self.graph.weights()))?
-        };
+        let exe =
+            self.in_file(backend.prepare_graph(&self.graph, &program, self.graph.weights()))?;
         Ok(Runner::new(self.graph.clone(), program, exe, device))
     }
 

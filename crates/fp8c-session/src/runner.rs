@@ -146,9 +146,9 @@ impl Runner {
     }
 }
 
-/// The MLIR device as a [`Backend`] for [`Device::check`] and programs: MLIR compiles the
-/// graph, not the lowered program, so [`crate::Compiled::prepare`] hands it the graph
-/// (`fp8c_mlir::prepare`); a program alone (the trainer's) is refused with the reason.
+/// The MLIR device as a [`Backend`]: MLIR compiles the graph, not the lowered program, so
+/// [`Backend::prepare_graph`] hands it the graph (`fp8c_mlir::prepare`), for `fp8c run` and
+/// the trainer alike; a program alone is refused with the reason.
 struct MlirBackend;
 
 impl Backend for MlirBackend {
@@ -174,9 +174,16 @@ impl Backend for MlirBackend {
     ) -> std::result::Result<Box<dyn Executable>, fp8c_runtime::RuntimeError> {
         Err(fp8c_runtime::RuntimeError::Unavailable {
             backend: "mlir",
-            message:
-                "the MLIR JIT runs compiled graphs (fp8c run); training on it is not built yet"
-                    .into(),
+            message: "the MLIR JIT compiles graphs, not lowered programs".into(),
         })
+    }
+
+    fn prepare_graph(
+        &self,
+        graph: &Graph,
+        _p: &Program,
+        weights: &BTreeMap<String, Tensor>,
+    ) -> std::result::Result<Box<dyn Executable>, fp8c_runtime::RuntimeError> {
+        fp8c_mlir::prepare(graph, weights)
     }
 }

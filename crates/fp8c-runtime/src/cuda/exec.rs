@@ -6,7 +6,7 @@ use crate::cuda::device::{Device, DeviceGraph};
 use crate::cuda::gemm::Lt;
 use crate::cuda::lower::{Action, Lowered, Lowerer, step_error};
 use crate::cuda::{CudaOptions, libs};
-use crate::program::{BufId, Buffer, BufferKind, Program};
+use crate::program::{BufId, BufferKind, Program};
 use fp8c_ir::{Op, Tensor};
 use std::collections::BTreeMap;
 
@@ -46,17 +46,6 @@ fn needs_gemm(op: &Op) -> bool {
             | Op::ScaledMatMulEpilogue { .. }
             | Op::BlockScaledMatMul { .. }
     )
-}
-
-fn splat_bytes(b: &Buffer, init: f64) -> Result<Vec<u8>, String> {
-    if b.ty.dtype.is_fp8() {
-        if init == 0.0 {
-            return Ok(vec![0; b.bytes as usize]);
-        }
-        return Err(format!("cannot initialise {} state to {init}", b.ty));
-    }
-    let n = b.dims.iter().product::<u64>() as usize;
-    Ok(Tensor::from_f64_as(b.ty.dtype, b.dims.clone(), &vec![init; n])?.into_bytes())
 }
 
 impl CudaExecutable {
@@ -104,10 +93,13 @@ impl CudaExecutable {
             dev.upload(addr[id.index()], t.bytes())?;
         }
         for s in p.state() {
-            let bytes = splat_bytes(p.buffer(s.buf), s.init).map_err(|m| RuntimeError::State {
-                name: s.name.clone(),
-                message: m,
-            })?;
+            let b = p.buffer(s.buf);
+            let bytes = crate::initial_state(b.ty.dtype, &b.dims, s.init)
+                .map_err(|m| RuntimeError::State {
+                    name: s.name.clone(),
+                    message: m,
+                })?
+                .into_bytes();
             dev.upload(addr[s.buf.index()], &bytes)?;
         }
         for b in p.buffers() {

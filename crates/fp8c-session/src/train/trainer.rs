@@ -91,7 +91,7 @@ impl Trainer {
         let initial = params_to_state(&mut g, &trained)?;
         let program = fp8c_runtime::lower(&g)?;
         backend.check()?;
-        let mut exe = backend.prepare(&program, g.weights())?;
+        let mut exe = backend.prepare_graph(&g, &program, g.weights())?;
         for (name, t) in initial {
             exe.set_state(&name, t)?;
         }
