@@ -66,6 +66,9 @@ mod window;
 pub use crate::block::Tiles as BlockTiles;
 pub use crate::error::{ErrorKind, EvalError};
 use crate::error::{Fail, KResult};
+/// The fast-accumulation model's block length and kept bits (other executions of the model,
+/// such as the MLIR emitter's, read them from here).
+pub use crate::fast_accum::{BITS as FAST_ACCUM_BITS, BLOCK as FAST_ACCUM_BLOCK};
 use fp8c_ir::{Op, OpView, Support, Tensor};
 
 /// Evaluates `op` on `inputs`, giving one tensor per output of the op.

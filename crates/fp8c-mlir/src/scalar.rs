@@ -131,6 +131,58 @@ impl<'c, 'b> Scalar<'c, 'b> {
         )
     }
 
+    /// Whether [`Scalar::program_op`] builds `op`: the elementwise ops, float comparisons and
+    /// `where`, the instructions of the fused ops' elementwise programs (`EwExpr`).
+    pub fn covers_program(op: &Op) -> bool {
+        Self::covers(op)
+            || matches!(
+                op,
+                Op::Equal
+                    | Op::Less
+                    | Op::LessOrEqual
+                    | Op::Greater
+                    | Op::GreaterOrEqual
+                    | Op::Where
+            )
+    }
+
+    /// One instruction of an elementwise program: f32 operands (a comparison gives an i1, which
+    /// `where` selects on), or None for an op [`Scalar::covers_program`] does not cover.
+    pub fn program_op(&self, op: &Op, a: &[Value<'c, '_>]) -> Option<Value<'c, 'b>> {
+        let p = match op {
+            Op::Equal => CmpfPredicate::Oeq,
+            Op::Less => CmpfPredicate::Olt,
+            Op::LessOrEqual => CmpfPredicate::Ole,
+            Op::Greater => CmpfPredicate::Ogt,
+            Op::GreaterOrEqual => CmpfPredicate::Oge,
+            Op::Where => return Some(self.select(a[0], a[1], a[2])),
+            _ => return self.elementwise(op, a),
+        };
+        Some(self.cmpf(p, a[0], a[1]))
+    }
+
+    /// Runs an elementwise program whose inputs are `input(i)` (fp8c-ir `EwExpr`: each
+    /// instruction reads inputs and earlier results); its value, or `input(0)` when empty.
+    pub fn program(
+        &self,
+        insts: &[fp8c_ir::EwInst],
+        input: impl Fn(u32) -> Value<'c, 'b>,
+    ) -> Value<'c, 'b> {
+        let mut temps: Vec<Value<'c, 'b>> = Vec::new();
+        for inst in insts {
+            let args: Vec<Value> = inst
+                .args
+                .iter()
+                .map(|arg| match arg {
+                    fp8c_ir::EwArg::Input(i) => input(*i),
+                    fp8c_ir::EwArg::Temp(t) => temps[*t as usize],
+                })
+                .collect();
+            temps.push(self.program_op(&inst.op, &args).expect("covered"));
+        }
+        temps.last().copied().unwrap_or_else(|| input(0))
+    }
+
     /// An fp8c elementwise op on f32 scalars (the ops the emitter covers), or None.
     pub fn elementwise(&self, op: &Op, a: &[Value<'c, '_>]) -> Option<Value<'c, 'b>> {
         let l = self.loc;
@@ -420,6 +472,14 @@ impl<'c, 'b> Scalar<'c, 'b> {
         )
     }
 
+    /// `x` rounded toward zero (`math.trunc`).
+    pub fn trunc(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("math.trunc", &[x])
+    }
+    /// `a·b + c` rounded once (`math.fma`, LLVM's `llvm.fma`).
+    pub fn fma(&self, a: Value<'c, '_>, b: Value<'c, '_>, c: Value<'c, '_>) -> Value<'c, 'b> {
+        self.inferred("math.fma", &[a, b, c])
+    }
     /// f32 → f64 (exact).
     pub fn extf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
         self.named("arith.extf", &[v], Type::float64(self.ctx))
