@@ -54,8 +54,13 @@ pub(crate) struct MlirExecutable {
     inputs: Vec<(String, TensorType)>,
     /// The params' data, in argument order after the inputs (f32 bytes as the graph holds them).
     params: Vec<Tensor>,
-    /// The outputs (name, type), in result order.
+    /// The state entries (name, value), in argument order after the params: the values the
+    /// next run reads.
+    state: Vec<(String, Tensor)>,
+    /// Every result (name, type): the graph outputs, then the state updates.
     outputs: Vec<(String, TensorType)>,
+    /// The results after the outputs: the index in `state` each one updates.
+    updates: Vec<usize>,
 }
 
 /// Emits `graph`, lowers it with MLIR's passes and JIT-compiles it.
@@ -102,10 +107,32 @@ pub(crate) fn prepare(
         }
         params.push(data.clone());
     }
-    let outputs = graph
-        .outputs()
+    let mut state = Vec::new();
+    for &(id, init) in graph.state() {
+        let n = graph.node(id);
+        let ty = static_type(&n.name, &n.outputs[0])?;
+        let t = fp8c_runtime::initial_state(ty.dtype, &ty.known_dims().unwrap_or_default(), init)
+            .map_err(|message| RuntimeError::State {
+            name: n.name.clone(),
+            message,
+        })?;
+        state.push((fp8c_ir::interface_name(&n.op).to_string(), t));
+    }
+    // Results: the outputs, then the state updates (emit::result_values' order).
+    let results = emit::result_values(graph);
+    let n_outputs = graph.outputs().len();
+    let outputs = results
         .iter()
-        .map(|o| (o.name.clone(), graph.value_type(o.value).clone()))
+        .map(|&(name, v)| (name.to_string(), graph.value_type(v).clone()))
+        .collect();
+    let updates = results[n_outputs..]
+        .iter()
+        .map(|&(name, _)| {
+            state
+                .iter()
+                .position(|(n, _)| n == name)
+                .expect("every update names a state entry")
+        })
         .collect();
 
     let ctx = emit::context();
@@ -146,7 +173,9 @@ pub(crate) fn prepare(
         symbol,
         inputs,
         params,
+        state,
         outputs,
+        updates,
     }))
 }
 
@@ -193,7 +222,7 @@ impl Executable for MlirExecutable {
             data.push(t.bytes().to_vec());
             dims.push(ty.known_dims().unwrap_or_default());
         }
-        for p in &self.params {
+        for p in self.params.iter().chain(self.state.iter().map(|(_, t)| t)) {
             data.push(p.bytes().to_vec());
             dims.push(p.shape().to_vec());
         }
@@ -216,7 +245,7 @@ impl Executable for MlirExecutable {
         // results struct only.
         unsafe { self.engine.invoke_packed(&self.symbol, &mut args) }
             .map_err(|e| RuntimeError::Other(format!("the JIT-compiled function failed: {e}")))?;
-        let mut out = BTreeMap::new();
+        let mut got = Vec::with_capacity(self.outputs.len());
         let mut at = 0;
         for (name, ty) in &self.outputs {
             let r = ty.rank();
@@ -251,19 +280,40 @@ impl Executable for MlirExecutable {
             }
             let t = Tensor::from_bytes(ty.dtype, shape, bytes)
                 .map_err(|e| RuntimeError::Other(format!("output \"{name}\": {e}")))?;
-            out.insert(name.clone(), t);
+            got.push((name.clone(), t));
         }
-        Ok(out)
+        // The results after the outputs are the state's new values.
+        let updated = got.split_off(got.len() - self.updates.len());
+        for ((_, t), &i) in updated.into_iter().zip(&self.updates) {
+            self.state[i].1 = t;
+        }
+        Ok(got.into_iter().collect())
     }
 
     fn state(&self) -> BTreeMap<String, Tensor> {
-        BTreeMap::new()
+        self.state.iter().cloned().collect()
     }
 
-    fn set_state(&mut self, name: &str, _value: Tensor) -> Result<(), RuntimeError> {
-        Err(RuntimeError::State {
-            name: name.into(),
-            message: "the MLIR backend holds no scaling state yet".into(),
-        })
+    fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
+        let entry = self
+            .state
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| RuntimeError::State {
+                name: name.into(),
+                message: "no such state entry".into(),
+            })?;
+        if value.ty() != entry.1.ty() {
+            return Err(RuntimeError::State {
+                name: name.into(),
+                message: format!(
+                    "new value has type {}, the state is {}",
+                    value.ty(),
+                    entry.1.ty()
+                ),
+            });
+        }
+        entry.1 = value;
+        Ok(())
     }
 }

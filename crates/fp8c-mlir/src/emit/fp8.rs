@@ -8,17 +8,10 @@ impl<'c> Emitter<'c, '_> {
     pub(super) fn amax<'a>(
         &self,
         block: &'a Block<'c>,
-        node: &Node,
         x: Value<'c, 'a>,
+        dims: &[u64],
         loc: Location<'c>,
-    ) -> Result<Value<'c, 'a>, Error> {
-        if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
-            return Err(unsupported(
-                node,
-                "only the amax of f32 tensors is emitted yet",
-            ));
-        }
-        let dims = self.dims(node.inputs()[0], node)?;
+    ) -> Value<'c, 'a> {
         let i32t: Type = melior::ir::r#type::IntegerType::new(self.ctx, 32).into();
         let acc_ty: Type = RankedTensorType::new(&[], i32t, None).into();
         let s = Scalar {
@@ -55,7 +48,59 @@ impl<'c> Emitter<'c, '_> {
             s.i32(0x7f80_0000),
         );
         let v = s.select(nan, s.i32(0x7fc0_0000), m);
-        Ok(self.scalar_tensor(block, s.float(v), loc))
+        self.scalar_tensor(block, s.float(v), loc)
+    }
+
+    /// `quantize { to, saturate }(x, scale)` of an f32 `x` of `dims` (fp8c-core `quantize`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn quantize<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (x, scale): (Value<'c, 'a>, Value<'c, 'a>),
+        dims: &[u64],
+        to: DType,
+        saturate: bool,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let f8 = if to == DType::F8E4M3 {
+            Type::float8_e4m3fn(self.ctx)
+        } else {
+            Type::float8_e5m2(self.ctx)
+        };
+        let out_ty: Type = RankedTensorType::new(dims, f8, None).into();
+        let maps = vec![
+            self.broadcast_map(dims, dims),
+            self.broadcast_map(&[], dims),
+        ];
+        let ctx = self.ctx;
+        self.generic(
+            block,
+            &[x, scale],
+            maps,
+            &vec!["parallel"; dims.len()],
+            out_ty,
+            None,
+            loc,
+            |b, a| Scalar { ctx, block: b, loc }.quantize(to, saturate, a[0], a[1], f8),
+        )
+    }
+
+    /// An error unless every instruction of an elementwise program is emitted.
+    pub(super) fn check_program(
+        &self,
+        node: &Node,
+        insts: &[fp8c_ir::EwInst],
+    ) -> Result<(), Error> {
+        match insts.iter().find(|i| !Scalar::covers_program(&i.op)) {
+            Some(inst) => Err(unsupported(
+                node,
+                format!(
+                    "`{}` in the elementwise program is not emitted to MLIR yet",
+                    inst.op.name()
+                ),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// `compute_scale` from this step's amax (fp8c-core `compute_scale`, TE's rules) and its
@@ -106,10 +151,10 @@ impl<'c> Emitter<'c, '_> {
         ]
     }
 
-    /// `scaled_matmul` (2-D): the decoded product times `scale_inv_a · scale_inv_b`, then the
+    /// `scaled_matmul`: the decoded product times `scale_inv_a · scale_inv_b`, then the
     /// epilogue program (its `a0` the product, `a1…` the extra operands, broadcast). The
-    /// accumulation is f32 in K order: a `fast_accum` GEMM (Hopper's tensor-core truncation,
-    /// which the CPU reference models) is emitted with f32 accumulation too.
+    /// accumulation is f32 in K order, or for a `fast_accum` GEMM the CPU reference's model of
+    /// Hopper's tensor-core accumulation (`fast_accum.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn scaled_matmul<'a>(
         &self,
@@ -124,16 +169,38 @@ impl<'c> Emitter<'c, '_> {
         let fa = self.graph.value_type(node.inputs()[0]).dtype;
         let fb = self.graph.value_type(node.inputs()[1]).dtype;
         let r = out_dims.len();
-        let product = self.batched_matmul(
-            block,
-            node,
-            ins,
-            (false, false),
-            Some((fa, fb)),
-            out_ty,
-            out_dims,
-            loc,
-        )?;
+        let fast = matches!(
+            node.op,
+            Op::ScaledMatMul {
+                fast_accum: true,
+                ..
+            } | Op::ScaledMatMulEpilogue {
+                fast_accum: true,
+                ..
+            }
+        );
+        let product = if fast {
+            self.fast_accum_matmul(
+                block,
+                node,
+                (ins[0], ins[1]),
+                (fa, fb),
+                out_ty,
+                out_dims,
+                loc,
+            )?
+        } else {
+            self.batched_matmul(
+                block,
+                node,
+                ins,
+                (false, false),
+                Some((fa, fb)),
+                out_ty,
+                out_dims,
+                loc,
+            )?
+        };
         let f32t = Type::float32(self.ctx);
         let s = Scalar {
             ctx: self.ctx,
@@ -150,21 +217,13 @@ impl<'c> Emitter<'c, '_> {
             self.broadcast_map(&[], out_dims),
         ];
         let insts: Vec<fp8c_ir::EwInst> = expr.map(|e| e.insts().to_vec()).unwrap_or_default();
-        for (k, &v) in node.inputs().iter().enumerate().skip(4) {
+        // The epilogue's extra operands (a D scale after them is not the program's).
+        let extras = expr.map_or(0, |e| e.num_inputs().saturating_sub(1));
+        for (k, &v) in node.inputs().iter().enumerate().skip(4).take(extras) {
             ops.push(ins[k]);
             maps.push(self.broadcast_map(&self.dims(v, node)?, out_dims));
         }
-        for inst in &insts {
-            if !Scalar::covers(&inst.op) {
-                return Err(unsupported(
-                    node,
-                    format!(
-                        "`{}` in the epilogue is not emitted to MLIR yet",
-                        inst.op.name()
-                    ),
-                ));
-            }
-        }
+        self.check_program(node, &insts)?;
         let ctx = self.ctx;
         Ok(self.generic(
             block,
@@ -178,20 +237,7 @@ impl<'c> Emitter<'c, '_> {
                 let s = Scalar { ctx, block: b, loc };
                 let y = s.elementwise(&Op::Mul, &[a[0], a[1]]).expect("mul");
                 // a0 is the scaled product, a1… the extra operands (after the alpha slot).
-                let operand = |i: u32| if i == 0 { y } else { a[i as usize + 1] };
-                let mut temps: Vec<Value> = Vec::new();
-                for inst in &insts {
-                    let args: Vec<Value> = inst
-                        .args
-                        .iter()
-                        .map(|arg| match arg {
-                            fp8c_ir::EwArg::Input(i) => operand(*i),
-                            fp8c_ir::EwArg::Temp(t) => temps[*t as usize],
-                        })
-                        .collect();
-                    temps.push(s.elementwise(&inst.op, &args).expect("covered"));
-                }
-                temps.last().copied().unwrap_or(y)
+                s.program(&insts, |i| if i == 0 { y } else { a[i as usize + 1] })
             },
         ))
     }

@@ -159,8 +159,7 @@ impl<'c> Emitter<'c, '_> {
                     Some((fa, fb)) => (s.decode(fa, v[0]), s.decode(fb, v[1])),
                     None => (v[0], v[1]),
                 };
-                let p = s.elementwise(&Op::Mul, &[x, y]).expect("mul");
-                s.elementwise(&Op::Add, &[v[2], p]).expect("add")
+                s.fma(x, y, v[2])
             },
         ))
     }
@@ -201,19 +200,33 @@ impl<'c> Emitter<'c, '_> {
         value: Value<'c, 'a>,
         loc: Location<'c>,
     ) -> Value<'c, 'a> {
-        let f32t = Type::float32(self.ctx);
-        let pd = [
-            xd[0],
-            xd[1],
-            xd[2] + (low[0] + high[0]) as u64,
-            xd[3] + (low[1] + high[1]) as u64,
-        ];
-        let pty: Type = RankedTensorType::new(&pd, f32t, None).into();
+        let (low, high) = (
+            [0, 0, low[0] as i64, low[1] as i64],
+            [0, 0, high[0] as i64, high[1] as i64],
+        );
+        self.pad(block, x, xd, (&low, &high), value, loc)
+    }
+
+    /// `x` of dims `xd` padded by `low[k]` / `high[k]` (≥ 0) elements on each axis with the
+    /// scalar `value` (`tensor.pad`).
+    pub(super) fn pad<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        xd: &[u64],
+        (low, high): (&[i64], &[i64]),
+        value: Value<'c, 'a>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let pd: Vec<u64> = (0..xd.len())
+            .map(|k| xd[k] + (low[k] + high[k]) as u64)
+            .collect();
+        let pty: Type = RankedTensorType::new(&pd, value.r#type(), None).into();
         let arr = |v: &[i64]| -> Attribute<'c> {
             melior::ir::attribute::DenseI64ArrayAttribute::new(self.ctx, v).into()
         };
         let index_t = Type::index(self.ctx);
-        let body = Block::new(&[(index_t, loc); 4]);
+        let body = Block::new(&vec![(index_t, loc); xd.len()]);
         body.append_operation(
             OperationBuilder::new("tensor.yield", loc)
                 .add_operands(&[value])
@@ -228,14 +241,8 @@ impl<'c> Emitter<'c, '_> {
                 .add_operands(&[x])
                 .add_results(&[pty])
                 .add_attributes(&[
-                    (
-                        Identifier::new(self.ctx, "static_low"),
-                        arr(&[0, 0, low[0] as i64, low[1] as i64]),
-                    ),
-                    (
-                        Identifier::new(self.ctx, "static_high"),
-                        arr(&[0, 0, high[0] as i64, high[1] as i64]),
-                    ),
+                    (Identifier::new(self.ctx, "static_low"), arr(low)),
+                    (Identifier::new(self.ctx, "static_high"), arr(high)),
                     (
                         Identifier::new(self.ctx, "operandSegmentSizes"),
                         DenseI32ArrayAttribute::new(self.ctx, &[1, 0, 0]).into(),

@@ -1,10 +1,13 @@
 //! The melior builder behind `fp8c_mlir::emit` (feature `mlir`): see the crate docs for the
 //! module's shape and the ops covered.
 
+mod fast_accum;
 mod fp8;
 mod linalg;
 mod movement;
 mod reduce;
+mod scaling;
+mod train;
 
 use crate::Error;
 use crate::scalar::Scalar;
@@ -61,6 +64,17 @@ pub(crate) fn module_text(graph: &Graph) -> Result<String, Error> {
         .as_operation()
         .to_string_with_flags(OperationPrintingFlags::new().enable_debug_info(true, false))
         .map_err(|e| Error::Invalid(e.to_string()))
+}
+
+/// The function's results in order: the graph's outputs (by output name), then the update
+/// of each state entry that has one, in the graph's state order (by state name).
+pub(crate) fn result_values(g: &Graph) -> Vec<(&str, IrValue)> {
+    let outputs = g.outputs().iter().map(|o| (o.name.as_str(), o.value));
+    let updates = g.state().iter().filter_map(|(id, _)| {
+        let name = fp8c_ir::interface_name(&g.node(*id).op);
+        g.state_updates().get(name).map(|&v| (name, v))
+    });
+    outputs.chain(updates).collect()
 }
 
 struct Emitter<'c, 'g> {
@@ -131,15 +145,9 @@ impl<'c> Emitter<'c, '_> {
             .inputs()
             .iter()
             .chain(g.params())
+            .chain(g.state().iter().map(|(id, _)| id))
             .map(|&id| IrValue::new(id, 0))
             .collect();
-        if !g.state().is_empty() {
-            let id = g.state()[0].0;
-            return Err(unsupported(
-                g.node(id),
-                "scaling state (delayed scaling) is not emitted yet: use current scaling",
-            ));
-        }
         let mut arg_types = Vec::new();
         for &v in &args {
             let node = g.node(v.node);
@@ -152,7 +160,7 @@ impl<'c> Emitter<'c, '_> {
         }
         for id in order {
             let node = g.node(id);
-            if g.inputs().contains(&id) || g.params().contains(&id) {
+            if node.op.is_interface() {
                 continue;
             }
             let outs = self.op(&block, node, id, &env)?;
@@ -162,16 +170,17 @@ impl<'c> Emitter<'c, '_> {
         }
         let mut results = Vec::new();
         let mut result_types = Vec::new();
-        for out in g.outputs() {
-            let node = g.node(out.value.node);
-            let ty = self.tensor(out.value, node)?;
-            let mut v = env[&out.value];
-            // A result that is an argument (an input passed through) gets a buffer of its own:
-            // the caller frees every result, and bufferization cannot return an argument.
-            if g.inputs().contains(&out.value.node) || g.params().contains(&out.value.node) {
-                let rank = self.dims(out.value, node)?.len();
+        for (name, value) in result_values(g) {
+            let node = g.node(value.node);
+            let ty = self.tensor(value, node)?;
+            let mut v = env[&value];
+            // A result that is an argument (an input passed through, a state entry left as
+            // it was) gets a buffer of its own: the caller frees every result, and
+            // bufferization cannot return an argument.
+            if node.op.is_interface() {
+                let rank = self.dims(value, node)?.len();
                 let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, rank));
-                let loc = self.loc(&out.name);
+                let loc = self.loc(name);
                 v = self.generic(
                     &block,
                     &[v],
@@ -208,6 +217,91 @@ impl<'c> Emitter<'c, '_> {
             self.loc(g.name()),
         );
         Ok((op, name))
+    }
+
+    /// `transpose { perm }` of `x` into `out_ty` (an empty perm reverses the dims, ONNX's
+    /// default).
+    fn transpose<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        perm: &[i64],
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        // out[i] = in[j] with j[perm[k]] = i[k]: the input reads dim k at perm[k].
+        let r = RankedTensorType::try_from(out_ty).map_or(0, |t| t.rank());
+        let mut exprs = vec![AffineExpr::dim(self.ctx, 0); r];
+        let reversed: Vec<i64> = (0..r as i64).rev().collect();
+        let perm = if perm.is_empty() { &reversed[..] } else { perm };
+        for (k, &p) in perm.iter().enumerate() {
+            exprs[p as usize] = AffineExpr::dim(self.ctx, k);
+        }
+        let maps = vec![self.map_attr(AffineMap::new(self.ctx, r, 0, &exprs))];
+        self.generic(
+            block,
+            &[x],
+            maps,
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            |_, a| a[0],
+        )
+    }
+
+    /// `[y, quantize(y, scale), amax(y)]`: what the fused FP8-emitting producers output.
+    #[allow(clippy::too_many_arguments)]
+    fn quantized<'a>(
+        &self,
+        block: &'a Block<'c>,
+        y: Value<'c, 'a>,
+        scale: Value<'c, 'a>,
+        dims: &[u64],
+        to: DType,
+        saturate: bool,
+        loc: Location<'c>,
+    ) -> Vec<Value<'c, 'a>> {
+        let q = self.quantize(block, (y, scale), dims, to, saturate, loc);
+        let amax = self.amax(block, y, dims, loc);
+        vec![y, q, amax]
+    }
+
+    /// An error unless input `k` of `node` is f32 (`what`: what is done to it).
+    fn f32_operand(&self, node: &Node, k: usize, what: &str) -> Result<(), Error> {
+        let d = self.graph.value_type(node.inputs()[k]).dtype;
+        if d == DType::F32 {
+            Ok(())
+        } else {
+            Err(unsupported(
+                node,
+                format!("only f32 inputs are {what} yet, got {d}"),
+            ))
+        }
+    }
+
+    /// The values of `v` when a constant node of integers makes it.
+    fn constant_ints(&self, v: IrValue) -> Option<Vec<i64>> {
+        match &self.graph.node(v.node).op {
+            Op::Constant { value } => value.to_i64_vec().ok(),
+            _ => None,
+        }
+    }
+
+    /// A zero of `d`, whose MLIR element type is `elem`.
+    fn zero_of<'a>(
+        &self,
+        block: &'a Block<'c>,
+        elem: Type<'c>,
+        d: DType,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let attr: Attribute = if d.is_float() || d.is_fp8() {
+            FloatAttribute::new(self.ctx, elem, 0.0).into()
+        } else {
+            IntegerAttribute::new(elem, 0).into()
+        };
+        push(block, arith::constant(self.ctx, attr, loc))
     }
 
     /// `tensor.empty` of `ty`.
@@ -356,28 +450,7 @@ impl<'c> Emitter<'c, '_> {
                 f32_only("a matmul")?;
                 vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
             }
-            Op::Transpose { perm } => {
-                // out[i] = in[j] with j[perm[k]] = i[k]: the input reads dim k at perm[k].
-                let r = out_dims.len();
-                let mut exprs = vec![AffineExpr::dim(ctx, 0); r];
-                // An empty perm reverses the dims (ONNX's default).
-                let reversed: Vec<i64> = (0..r as i64).rev().collect();
-                let perm = if perm.is_empty() { &reversed } else { perm };
-                for (k, &p) in perm.iter().enumerate() {
-                    exprs[p as usize] = AffineExpr::dim(ctx, k);
-                }
-                let maps = vec![self.map_attr(AffineMap::new(ctx, r, 0, &exprs))];
-                vec![self.generic(
-                    block,
-                    &ins[..1],
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    |_, a| a[0],
-                )]
-            }
+            Op::Transpose { perm } => vec![self.transpose(block, ins[0], perm, out_ty, loc)],
             Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
                 vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
             }
@@ -753,7 +826,32 @@ impl<'c> Emitter<'c, '_> {
                 let log = matches!(node.op, Op::LogSoftmax { .. });
                 vec![self.softmax(block, ins[0], &out_dims, ax, log, out_ty, loc)]
             }
-            Op::Amax => vec![self.amax(block, node, ins[0], loc)?],
+            Op::Amax => {
+                if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+                    return Err(unsupported(
+                        node,
+                        "only the amax of f32 tensors is emitted yet",
+                    ));
+                }
+                let dims = self.dims(node.inputs()[0], node)?;
+                vec![self.amax(block, ins[0], &dims, loc)]
+            }
+            Op::AmaxHistoryUpdate => {
+                self.amax_history_update(block, node, (ins[0], ins[1]), loc)?
+            }
+            Op::BatchedScaleUpdate {
+                fmt,
+                margin,
+                source,
+                epsilon,
+                power_2,
+            } => self.batched_scale_update(
+                block,
+                node,
+                &ins,
+                (*fmt, *margin, *source, *epsilon, *power_2),
+                loc,
+            )?,
             Op::ComputeScale {
                 fmt,
                 margin,
@@ -761,15 +859,15 @@ impl<'c> Emitter<'c, '_> {
                 epsilon,
                 power_2,
             } => {
-                if *source != fp8c_ir::AmaxSource::Current {
-                    return Err(unsupported(
-                        node,
-                        "delayed scaling (amax histories) is not emitted yet: use --recipe current",
-                    ));
-                }
+                let amax = if *source == fp8c_ir::AmaxSource::Current {
+                    ins[0]
+                } else {
+                    self.history_len(node, node.inputs()[0])?;
+                    self.history_amax(block, ins[0], *source, loc)
+                };
                 self.compute_scale(
                     block,
-                    (ins[0], ins[1]),
+                    (amax, ins[1]),
                     *fmt,
                     *margin,
                     *epsilon,
@@ -778,20 +876,8 @@ impl<'c> Emitter<'c, '_> {
                 )
             }
             Op::Quantize { to, saturate } => {
-                let (to, sat, f8) = (*to, *saturate, self.elem(out_dtype, node)?);
-                let x_dims = self.dims(node.inputs()[0], node)?;
-                if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
-                    return Err(unsupported(node, "only f32 inputs are quantized yet"));
-                }
-                let maps = vec![
-                    self.broadcast_map(&x_dims, &out_dims),
-                    self.broadcast_map(&[], &out_dims),
-                ];
-                vec![
-                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
-                        Scalar { ctx, block: b, loc }.quantize(to, sat, a[0], a[1], f8)
-                    }),
-                ]
+                self.f32_operand(node, 0, "quantized")?;
+                vec![self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc)]
             }
             Op::Dequantize { .. } => {
                 f32_only("dequantize")?;
@@ -814,16 +900,129 @@ impl<'c> Emitter<'c, '_> {
                 let _ = out;
                 vec![self.scaled_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
             }
-            Op::ScaledMatMulEpilogue { expr, to, .. } => {
+            Op::ScaledMatMulEpilogue {
+                expr, to, saturate, ..
+            } => {
                 f32_only("scaled_matmul_epilogue")?;
-                if to.is_some() {
+                let d =
+                    self.scaled_matmul(block, node, &ins, Some(expr), out_ty, &out_dims, loc)?;
+                match to {
+                    // cuBLASLt's D scale: D quantized, and its amax.
+                    Some(to) => {
+                        self.quantized(block, d, ins[ins.len() - 1], &out_dims, *to, *saturate, loc)
+                    }
+                    None => vec![d],
+                }
+            }
+            Op::QuantizeAmax { to, saturate } => {
+                self.f32_operand(node, 0, "quantized")?;
+                let q = self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc);
+                vec![q, self.amax(block, ins[0], &out_dims, loc)]
+            }
+            Op::CastTranspose { perm, to, saturate } => {
+                self.f32_operand(node, 0, "quantized")?;
+                let q = self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc);
+                let t_ty = self.tensor(IrValue::new(id, 1), node)?;
+                let t = self.transpose(block, q, perm, t_ty, loc);
+                vec![q, t, self.amax(block, ins[0], &out_dims, loc)]
+            }
+            Op::ElementwiseQuantize { expr, to, saturate } => {
+                f32_only("elementwise_quantize")?;
+                let insts = expr.insts().to_vec();
+                self.check_program(node, &insts)?;
+                let n = ins.len() - 1;
+                let maps = in_maps(self)?[..n].to_vec();
+                let y = self.generic(
+                    block,
+                    &ins[..n],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| Scalar { ctx, block: b, loc }.program(&insts, |i| a[i as usize]),
+                );
+                self.quantized(block, y, ins[n], &out_dims, *to, *saturate, loc)
+            }
+            Op::LayerNormQuantize {
+                axis,
+                epsilon,
+                to,
+                saturate,
+            } => {
+                f32_only("layer_norm_quantize")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut ln_ins = vec![ins[0]];
+                ln_ins.extend_from_slice(&ins[2..]);
+                let mut pdims = Vec::new();
+                for &v in &node.inputs()[2..] {
+                    pdims.push(self.dims(v, node)?);
+                }
+                let y =
+                    self.layer_norm(block, &ln_ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc);
+                self.quantized(block, y, ins[1], &out_dims, *to, *saturate, loc)
+            }
+            Op::Pad { mode } => {
+                // Constant mode with constant, non-negative pads (what canonicalize leaves of
+                // an export's Pad and what --pad-to-16 inserts).
+                if *mode != fp8c_ir::PadMode::Constant {
                     return Err(unsupported(
                         node,
-                        "an FP8 epilogue output is not emitted yet",
+                        format!("{} padding is not emitted yet", mode.word()),
                     ));
                 }
-                vec![self.scaled_matmul(block, node, &ins, Some(expr), out_ty, &out_dims, loc)?]
+                let xd = self.dims(node.inputs()[0], node)?;
+                let pads = self
+                    .constant_ints(node.inputs()[1])
+                    .filter(|p| p.len() == 2 * xd.len() && p.iter().all(|&v| v >= 0))
+                    .ok_or_else(|| {
+                        unsupported(node, "only constant, non-negative pads are emitted yet")
+                    })?;
+                let (low, high) = pads.split_at(xd.len());
+                let elem = self.elem(out_dtype, node)?;
+                let value = match ins.get(2) {
+                    Some(&v) => {
+                        let s = Scalar { ctx, block, loc };
+                        let zeros =
+                            vec![s.index_const(0); self.dims(node.inputs()[2], node)?.len()];
+                        s.extract(v, &zeros, elem)
+                    }
+                    None => self.zero_of(block, elem, out_dtype, loc),
+                };
+                vec![self.pad(block, ins[0], &xd, (low, high), value, loc)]
             }
+            Op::SoftmaxCrossEntropy => self.cross_entropy(block, node, (ins[0], ins[1]), loc)?,
+            Op::SoftmaxCrossEntropyGrad => {
+                f32_only("softmax_cross_entropy_grad")?;
+                vec![self.cross_entropy_grad(block, node, &ins, out_ty, loc)?]
+            }
+            Op::AdamwUpdate {
+                beta1,
+                beta2,
+                epsilon,
+                weight_decay,
+            } => self.adamw(
+                block,
+                node,
+                &ins,
+                (*beta1, *beta2, *epsilon, *weight_decay),
+                out_ty,
+                loc,
+            )?,
+            Op::SgdUpdate {
+                momentum,
+                weight_decay,
+                nesterov,
+            } => self.sgd(
+                block,
+                node,
+                &ins,
+                (*momentum, *weight_decay, *nesterov),
+                out_ty,
+                loc,
+            )?,
+            Op::AllFinite => vec![self.all_finite(block, node, &ins, out_ty, loc)?],
             other => {
                 return Err(unsupported(
                     node,
