@@ -1,5 +1,6 @@
 //! fp8c graphs as MLIR modules (issue #18): one `func.func` per graph whose arguments are the
-//! graph's inputs and params (in that order) and whose results are its outputs, each op as
+//! graph's inputs, params and state entries (in that order) and whose results are its outputs
+//! then the state's updates, each op as
 //! `linalg.generic` over `tensor` values with an `arith`/`math` body, every operation located
 //! at the fp8c node it comes from (`loc("node name")`). Built with melior's builders and
 //! checked by MLIR's verifier before it is printed.
@@ -8,10 +9,12 @@
 //! prints the variables `mlir-sys` reads), so the builder is behind the `mlir` cargo feature;
 //! without it [`emit`] returns [`Error::Unavailable`] saying how to build it.
 //!
-//! What is covered so far (static shapes; GEMMs, broadcasting elementwise ops, and FP8 with
-//! current scaling: amax, compute_scale, quantize / dequantize as exact bit arithmetic, the
-//! scaled GEMMs with their epilogues) and what is left: ARCHITECTURE.md, "MLIR out". Any
-//! other node is an error naming the node and its op.
+//! What is covered so far (static shapes; GEMMs, convolutions, pooling, broadcasting
+//! elementwise ops, reductions and normalisations; FP8 with current and delayed scaling:
+//! amax, scales, history updates, quantize / dequantize as exact bit arithmetic, the scaled
+//! GEMMs with their epilogues and the CPU's fast-accumulation model; a training step's loss,
+//! optimizer and guard) and what is left: ARCHITECTURE.md, "MLIR out". Any other node is an
+//! error naming the node and its op.
 
 #[cfg(feature = "mlir")]
 mod emit;
