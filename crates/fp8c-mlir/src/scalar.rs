@@ -472,6 +472,41 @@ impl<'c, 'b> Scalar<'c, 'b> {
         )
     }
 
+    /// fp8c-core `compute_scale` (TE's rules) from an f32 `amax` floored at `epsilon`: `fmt_max
+    /// / amax / 2^margin`; amax 0, inf or NaN keeps `prev`; an infinite scale becomes f32::MAX;
+    /// `power_2` clears the mantissa.
+    pub fn scale_from_amax(
+        &self,
+        amax: Value<'c, '_>,
+        prev: Value<'c, '_>,
+        fmt: DType,
+        margin: f32,
+        epsilon: f32,
+        power_2: bool,
+    ) -> Value<'c, 'b> {
+        // max(amax, epsilon): NaN stays NaN.
+        let eps = self.f32(epsilon);
+        let below = self.cmpf(CmpfPredicate::Olt, amax, eps);
+        let amax = self.select(below, eps, amax);
+        let fmax = self.f32(if fmt == DType::F8E4M3 { 448.0 } else { 57344.0 });
+        let pow2_margin = self.f32(2f64.powf(f64::from(margin)) as f32);
+        let sf = self.push(arith::divf(fmax, amax, self.loc));
+        let sf = self.push(arith::divf(sf, pow2_margin, self.loc));
+        // amax > 0 and finite, else the previous scale; an infinite scale becomes f32::MAX.
+        let positive = self.cmpf(CmpfPredicate::Ogt, amax, self.f32(0.0));
+        let finite = self.cmpf(CmpfPredicate::One, amax, self.f32(f32::INFINITY));
+        let ok = self.and(positive, finite);
+        let sf = self.select(ok, sf, prev);
+        let abs = self.and(self.bits(sf), self.i32(0x7fff_ffff));
+        let inf = self.cmpi(CmpiPredicate::Eq, abs, self.i32(0x7f80_0000));
+        let scale = self.select(inf, self.f32(f32::MAX), sf);
+        if power_2 {
+            self.float(self.and(self.bits(scale), self.i32(0xff80_0000)))
+        } else {
+            scale
+        }
+    }
+
     /// `x` rounded toward zero (`math.trunc`).
     pub fn trunc(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("math.trunc", &[x])

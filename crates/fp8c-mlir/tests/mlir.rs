@@ -523,6 +523,34 @@ mod with_mlir {
     /// case's own tolerance (bit for bit for the casts and quantizers). Ops the emitter does
     /// not take are counted with its error, not failed; every FP8 cast, quantize and
     /// dequantize case must run.
+    /// The block-scaling golden cases (numpy + ml_dtypes, `crates/fp8c-eval/tests/gen/
+    /// gen_block_cases.py`: tile amaxes and scales, TE's power-of-two scales, OCP MX's E8M0
+    /// rule with subnormal and clamped amaxes, DeepSeek-V3's per-block promotion) on the JIT:
+    /// every case emitted, every element as the reference (any NaN matching any NaN).
+    #[test]
+    fn block_scaling_golden_cases_run_on_mlirs_jit_bit_for_bit() {
+        use fp8c_eval::golden::{self, mismatch};
+        let cases = golden::cases(include_str!(
+            "../../fp8c-eval/tests/golden/block_cases.json"
+        ))
+        .unwrap();
+        assert!(cases.len() >= 20, "{} cases", cases.len());
+        let mut failures = Vec::new();
+        for case in &cases {
+            let (g, feed) = case.program().unwrap();
+            let mut exe = fp8c_mlir::prepare(&g, g.weights())
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            let got = exe.run(&feed).unwrap();
+            for (k, want) in case.outputs().iter().enumerate() {
+                if let Some(why) = mismatch(&got[&format!("out{k}")], want, case.atol, case.rtol) {
+                    failures.push(format!("{} (output {k}): {why}", case.name));
+                }
+            }
+        }
+        eprintln!("{} block-scaling golden cases on MLIR's JIT", cases.len());
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
     #[test]
     fn golden_op_cases_run_on_mlirs_jit_like_the_references() {
         use fp8c_eval::golden::{self, mismatch};
@@ -600,6 +628,75 @@ mod with_mlir {
             "dequantize_f8e5m2_f32",
         ] {
             assert!(ran.iter().any(|r| r == name), "{name} did not run on MLIR");
+        }
+    }
+
+    /// The per-tile recipes (#16: rowwise, DeepSeek's 1×128 / 128×128 blocks, MXFP8's 1×32
+    /// with E8M0 scales): `block_quantize`, `block_scaled_matmul` (and in training the
+    /// re-tiled backward GEMMs) on the JIT. Inference with every GEMM in FP8 gives the CPU's
+    /// logits bit for bit; a training step its loss, gradients and updated weights bit for
+    /// bit (block sums in K order, as the CPU's block kernel).
+    #[test]
+    fn per_tile_recipes_run_and_train_on_mlirs_jit_like_the_cpu() {
+        use fp8c_session::train::{DataOptions, Dataset, TrainOptions, Trainer};
+        use fp8c_session::{Granularity, Recipe};
+        let model = Model::load(example("mlp_digits.onnx")).unwrap();
+        let options = TrainOptions::new("logits");
+        let data = Dataset::load(
+            &example("../data/digits_train.npz"),
+            &model,
+            &DataOptions {
+                inputs: BTreeMap::new(),
+                labels: "y".into(),
+                loss: options.loss,
+                batch: 16,
+            },
+        )
+        .unwrap();
+        let forward = data.forward_model(&model, 16, "logits").unwrap();
+        let mut spec = options.spec();
+        spec.expose_grads = true;
+        for g in [Granularity::Rowwise, Granularity::Block, Granularity::Mxfp8] {
+            let mut opts = CompileOptions::fp8()
+                .input_shape("x", &[16, 64])
+                .min_fp8_flops(0)
+                .recipe(Recipe::Current(fp8c_core::CurrentScaling::tiled(g)));
+            opts.policy.pad_to_16 = true;
+            let compiled = model.compile(&opts).unwrap();
+            let g_ = &compiled.graph;
+            let ops: Vec<&str> = g_
+                .topo_order()
+                .unwrap()
+                .into_iter()
+                .map(|id| g_.node(id).op.name())
+                .collect();
+            assert!(ops.contains(&"block_scaled_matmul"), "{g:?}: {ops:?}");
+            let x = Tensor::from_f32(vec![16, 64], &values(16 * 64, 5));
+            let inputs = BTreeMap::from([("x".to_string(), x)]);
+            let a = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+            let b = compiled
+                .prepare(Device::Mlir)
+                .unwrap()
+                .run(&inputs)
+                .unwrap();
+            assert!(a["logits"].bytes() == b["logits"].bytes(), "{g:?}: logits");
+            let mut cpu = Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
+            let mut jit = Trainer::for_model(&forward, &spec, &opts, Device::Mlir).unwrap();
+            for step in 0..2 {
+                let feed = data.batch(16, 3, step).feed(&spec);
+                let (oa, ob) = (
+                    cpu.step_outputs(&feed).unwrap(),
+                    jit.step_outputs(&feed).unwrap(),
+                );
+                for (k, v) in &oa {
+                    assert!(v.bytes() == ob[k].bytes(), "{g:?} step {step}: output {k}");
+                }
+                let (sa, sb) = (cpu.state(), jit.state());
+                for (k, v) in &sa {
+                    assert!(v.bytes() == sb[k].bytes(), "{g:?} step {step}: state {k}");
+                }
+            }
+            eprintln!("{g:?}: logits, 2 training steps' outputs and state bit for bit");
         }
     }
 

@@ -134,16 +134,16 @@ impl<'c> Emitter<'c, '_> {
 
 /// The operands of a fast-accumulation GEMM as one output element reads them: each FP8
 /// tensor with its format, MLIR type and batch coordinates, and the element's row and column.
-struct Operands<'c, 'v> {
-    a: (Value<'c, 'v>, DType, Type<'c>, Vec<Value<'c, 'v>>),
-    b: (Value<'c, 'v>, DType, Type<'c>, Vec<Value<'c, 'v>>),
-    m: Value<'c, 'v>,
-    n: Value<'c, 'v>,
+pub(super) struct Operands<'c, 'v> {
+    pub(super) a: (Value<'c, 'v>, DType, Type<'c>, Vec<Value<'c, 'v>>),
+    pub(super) b: (Value<'c, 'v>, DType, Type<'c>, Vec<Value<'c, 'v>>),
+    pub(super) m: Value<'c, 'v>,
+    pub(super) n: Value<'c, 'v>,
 }
 
 impl<'c> Operands<'c, '_> {
     /// `a[.., m, j] · b[.., j, n]`, decoded (exact in f32).
-    fn product<'x>(&self, s: &Scalar<'c, 'x>, j: Value<'c, '_>) -> Value<'c, 'x> {
+    pub(super) fn product<'x>(&self, s: &Scalar<'c, 'x>, j: Value<'c, '_>) -> Value<'c, 'x> {
         let (qa, fa, ta, pa) = &self.a;
         let (qb, fb, tb, pb) = &self.b;
         let mut ac = pa.clone();
@@ -169,7 +169,7 @@ fn field<'c, 'b>(s: &Scalar<'c, 'b>, v: Value<'c, '_>) -> Value<'c, 'b> {
 
 /// `scf.for` from `lb` to `ub` (step 1) carrying `inits`; `body(s, iv, carried)` returns the
 /// next carried values. Returns the final ones.
-fn scf_for<'c, 'b>(
+pub(super) fn scf_for<'c, 'b>(
     s: &Scalar<'c, 'b>,
     (lb, ub): (Value<'c, '_>, Value<'c, '_>),
     inits: &[Value<'c, '_>],

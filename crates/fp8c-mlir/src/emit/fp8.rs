@@ -116,7 +116,6 @@ impl<'c> Emitter<'c, '_> {
         power_2: bool,
         loc: Location<'c>,
     ) -> Vec<Value<'c, 'a>> {
-        use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
         let f32t = Type::float32(self.ctx);
         let s = Scalar {
             ctx: self.ctx,
@@ -125,25 +124,7 @@ impl<'c> Emitter<'c, '_> {
         };
         let amax = self.extract(block, amax_t, f32t, loc);
         let prev = self.extract(block, prev_t, f32t, loc);
-        // max(amax, epsilon): NaN stays NaN.
-        let eps = s.f32(epsilon);
-        let below = s.cmpf(F::Olt, amax, eps);
-        let amax = s.select(below, eps, amax);
-        let fmax = s.f32(if fmt == DType::F8E4M3 { 448.0 } else { 57344.0 });
-        let pow2_margin = s.f32(2f64.powf(f64::from(margin)) as f32);
-        let sf = s.float(s.bits(push(block, melior::dialect::arith::divf(fmax, amax, loc))));
-        let sf: Value = push(block, melior::dialect::arith::divf(sf, pow2_margin, loc));
-        // amax > 0 and finite, else the previous scale; an infinite scale becomes f32::MAX.
-        let positive = s.cmpf(F::Ogt, amax, s.f32(0.0));
-        let finite = s.cmpf(F::One, amax, s.f32(f32::INFINITY));
-        let ok = s.and(positive, finite);
-        let sf = s.select(ok, sf, prev);
-        let abs = s.and(s.bits(sf), s.i32(0x7fff_ffff));
-        let inf = s.cmpi(I::Eq, abs, s.i32(0x7f80_0000));
-        let mut scale = s.select(inf, s.f32(f32::MAX), sf);
-        if power_2 {
-            scale = s.float(s.and(s.bits(scale), s.i32(0xff80_0000)));
-        }
+        let scale = s.scale_from_amax(amax, prev, fmt, margin, epsilon, power_2);
         let inv: Value = push(block, melior::dialect::arith::divf(s.f32(1.0), scale, loc));
         vec![
             self.scalar_tensor(block, scale, loc),

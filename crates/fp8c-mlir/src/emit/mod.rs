@@ -1,6 +1,7 @@
 //! The melior builder behind `fp8c_mlir::emit` (feature `mlir`): see the crate docs for the
 //! module's shape and the ops covered.
 
+mod block;
 mod fast_accum;
 mod fp8;
 mod linalg;
@@ -991,6 +992,47 @@ impl<'c> Emitter<'c, '_> {
                     None => self.zero_of(block, elem, out_dtype, loc),
                 };
                 vec![self.pad(block, ins[0], &xd, (low, high), value, loc)]
+            }
+            Op::BlockQuantize {
+                to,
+                saturate,
+                rows,
+                cols,
+                scaling,
+                epsilon,
+            } => self.block_quantize(
+                block,
+                node,
+                ins[0],
+                (*to, *saturate, *rows, *cols, *scaling, *epsilon),
+                loc,
+            )?,
+            Op::BlockDequantize { rows, cols, .. } => {
+                f32_only("block_dequantize")?;
+                vec![self.block_dequantize(
+                    block,
+                    node,
+                    (ins[0], ins[1]),
+                    (*rows, *cols),
+                    out_ty,
+                    loc,
+                )?]
+            }
+            Op::BlockScaledMatMul {
+                k_block,
+                a_rows,
+                b_cols,
+                ..
+            } => {
+                f32_only("block_scaled_matmul")?;
+                vec![self.block_scaled_matmul(
+                    block,
+                    node,
+                    &ins,
+                    (*k_block, *a_rows, *b_cols),
+                    out_ty,
+                    loc,
+                )?]
             }
             Op::SoftmaxCrossEntropy => self.cross_entropy(block, node, (ins[0], ins[1]), loc)?,
             Op::SoftmaxCrossEntropyGrad => {
