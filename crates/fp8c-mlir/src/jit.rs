@@ -20,25 +20,6 @@ use melior::{
 };
 use std::collections::BTreeMap;
 
-/// MLIR's lowering, from tensors on linalg to the LLVM dialect.
-const PIPELINE: &str = "builtin.module(\
-    one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
-    buffer-deallocation-pipeline,\
-    convert-bufferization-to-memref,\
-    convert-linalg-to-loops,\
-    lower-affine,\
-    convert-scf-to-cf,\
-    expand-strided-metadata,\
-    finalize-memref-to-llvm,\
-    convert-math-to-llvm,\
-    convert-math-to-libm,\
-    convert-arith-to-llvm,\
-    convert-index-to-llvm,\
-    convert-cf-to-llvm,\
-    convert-func-to-llvm,\
-    convert-ub-to-llvm,\
-    reconcile-unrealized-casts)";
-
 fn unavailable(message: String) -> RuntimeError {
     RuntimeError::Unavailable {
         backend: "mlir",
@@ -141,7 +122,7 @@ pub(crate) fn prepare(
     register_all_passes();
     register_all_llvm_translations(&ctx);
     let pm = PassManager::new(&ctx);
-    parse_pass_pipeline(pm.as_operation_pass_manager(), PIPELINE)
+    parse_pass_pipeline(pm.as_operation_pass_manager(), crate::LOWERING)
         .map_err(|e| unavailable(format!("MLIR's pass pipeline does not parse: {e}")))?;
     pm.run(&mut module)
         .map_err(|e| RuntimeError::Other(format!("MLIR's lowering failed: {e}")))?;

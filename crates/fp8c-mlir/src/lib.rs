@@ -27,6 +27,27 @@ use fp8c_ir::{Graph, Tensor};
 use fp8c_runtime::{Executable, RuntimeError};
 use std::collections::BTreeMap;
 
+/// MLIR's lowering of an emitted module, from tensors on linalg to the LLVM dialect: the pass
+/// pipeline `--device mlir` runs before the JIT, and what MLIR's own tools take to lower
+/// [`emit`]'s text (`mlir-opt --pass-pipeline=<this>`, then `mlir-translate --mlir-to-llvmir`).
+pub const LOWERING: &str = "builtin.module(\
+    one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion=identity-layout-map},\
+    buffer-deallocation-pipeline,\
+    convert-bufferization-to-memref,\
+    convert-linalg-to-loops,\
+    lower-affine,\
+    convert-scf-to-cf,\
+    expand-strided-metadata,\
+    finalize-memref-to-llvm,\
+    convert-math-to-llvm,\
+    convert-math-to-libm,\
+    convert-arith-to-llvm,\
+    convert-index-to-llvm,\
+    convert-cf-to-llvm,\
+    convert-func-to-llvm,\
+    convert-ub-to-llvm,\
+    reconcile-unrealized-casts)";
+
 /// Why a graph cannot be emitted.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

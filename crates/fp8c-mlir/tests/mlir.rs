@@ -117,6 +117,51 @@ mod with_mlir {
         );
     }
 
+    /// MLIR's own tools take the emitted text without fp8c: `mlir-opt` lowers an FP8 module
+    /// with delayed scaling (state arguments and results, the fast-accumulation loops) through
+    /// `fp8c_mlir::LOWERING`, and `mlir-translate` turns the result into LLVM IR.
+    #[test]
+    fn mlirs_tools_lower_an_fp8_module_with_state_to_llvm_ir() {
+        let compiled = Model::load(example("mlp_digits.onnx"))
+            .unwrap()
+            .compile(
+                &CompileOptions::fp8_training()
+                    .input_shape("x", &[16, 64])
+                    .min_fp8_flops(0),
+            )
+            .unwrap();
+        let text = fp8c_mlir::emit(&compiled.graph).unwrap();
+        assert!(text.contains("scf.for") && text.contains("f8E4M3FN"));
+        let dir = tempfile::tempdir().unwrap();
+        let (src, low) = (dir.path().join("m.mlir"), dir.path().join("m.llvm.mlir"));
+        std::fs::write(&src, &text).unwrap();
+        let run = |cmd: &mut Command| {
+            let out = cmd
+                .output()
+                .expect("LLVM 22's tools, on PATH through mlir-env.sh");
+            assert!(
+                out.status.success(),
+                "{cmd:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        run(Command::new("mlir-opt")
+            .arg(&src)
+            .arg(format!("--pass-pipeline={}", fp8c_mlir::LOWERING))
+            .arg("-o")
+            .arg(&low));
+        let ir = run(Command::new("mlir-translate")
+            .arg("--mlir-to-llvmir")
+            .arg(&low));
+        let ir = String::from_utf8_lossy(&ir);
+        assert!(
+            ir.contains("define void @_mlir_ciface_mlp_digits"),
+            "{}",
+            &ir[..ir.len().min(400)]
+        );
+    }
+
     #[test]
     fn mlirs_jit_runs_the_mlp_like_the_cpu_reference() {
         let compiled = mlp();
