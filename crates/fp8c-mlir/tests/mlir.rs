@@ -676,6 +676,75 @@ mod with_mlir {
         }
     }
 
+    /// A decoder's training step on the JIT: the GPT-2-style PyTorch export trained on text
+    /// (byte tokens, next-byte labels) exercises the backward ops of normalisations and
+    /// embeddings (`layer_norm_grad`, `softmax_grad`, `gather_grad`) besides the loss and
+    /// AdamW. Two steps: losses and the whole state against the CPU reference (f32 GEMMs:
+    /// summation order may differ, so within 1e-5; what is bit for bit is counted).
+    #[test]
+    fn a_decoder_export_trains_on_mlirs_jit_like_the_cpu() {
+        use fp8c_session::train::{DataOptions, Dataset, TrainOptions, Trainer};
+        let model = Model::load(example("gpt2-tiny.onnx")).unwrap();
+        let out = model.outputs()[0].clone();
+        let options = TrainOptions::new(&out);
+        let text = example("../data/shakespeare.txt");
+        let data = Dataset::from_text(
+            &text,
+            16,
+            &model,
+            &DataOptions {
+                inputs: BTreeMap::new(),
+                labels: "labels".into(),
+                loss: options.loss,
+                batch: 2,
+            },
+        )
+        .unwrap();
+        let forward = data.forward_model(&model, 2, &out).unwrap();
+        let spec = options.spec();
+        let opts = CompileOptions::fp8().recipe(fp8c_session::Recipe::Delayed(Default::default()));
+        let mut cpu = Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
+        let mut jit = Trainer::for_model(&forward, &spec, &opts, Device::Mlir).unwrap();
+        let g = jit.graph();
+        let ops: Vec<&str> = g
+            .topo_order()
+            .unwrap()
+            .into_iter()
+            .map(|id| g.node(id).op.name())
+            .collect();
+        for op in [
+            "layer_norm_grad",
+            "softmax_grad",
+            "gather_grad",
+            "adamw_update",
+        ] {
+            assert!(ops.contains(&op), "{op} in the training graph");
+        }
+        for step in 0..2 {
+            let feed = data.batch(2, 1, step).feed(&spec);
+            let (a, b) = (cpu.step(&feed).unwrap(), jit.step(&feed).unwrap());
+            assert!(
+                ((a.loss - b.loss) / a.loss).abs() <= 1e-6,
+                "step {step}: {a:?} {b:?}"
+            );
+            let (sa, sb) = (cpu.state(), jit.state());
+            let mut exact = 0;
+            for (k, v) in &sa {
+                if v.bytes() == sb[k].bytes() {
+                    exact += 1;
+                } else {
+                    let rel = rel_l2(&sb[k], v);
+                    assert!(rel <= 1e-5, "step {step}: {k} rel L2 {rel:.3e}");
+                }
+            }
+            eprintln!(
+                "gpt2-tiny step {step}: loss {} on both; {exact}/{} state entries bit for bit",
+                a.loss,
+                sa.len()
+            );
+        }
+    }
+
     /// The per-tile recipes (#16: rowwise, DeepSeek's 1×128 / 128×128 blocks, MXFP8's 1×32
     /// with E8M0 scales): `block_quantize`, `block_scaled_matmul` (and in training the
     /// re-tiled backward GEMMs) on the JIT. Inference with every GEMM in FP8 gives the CPU's

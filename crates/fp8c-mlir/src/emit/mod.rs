@@ -4,6 +4,7 @@
 mod block;
 mod fast_accum;
 mod fp8;
+mod grad;
 mod linalg;
 mod movement;
 mod reduce;
@@ -1031,6 +1032,33 @@ impl<'c> Emitter<'c, '_> {
                     &ins,
                     (*k_block, *a_rows, *b_cols),
                     out_ty,
+                    loc,
+                )?]
+            }
+            Op::SoftmaxGrad { axis, log } => {
+                f32_only("softmax_grad")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                vec![self.softmax_grad(block, (ins[0], ins[1]), &out_dims, ax, *log, out_ty, loc)]
+            }
+            Op::LayerNormGrad { axis, epsilon } => {
+                f32_only("layer_norm_grad")?;
+                for k in 0..3 {
+                    self.f32_operand(node, k, "differentiated")?;
+                }
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                self.layer_norm_grad(block, node, &ins, &out_dims, (ax, *epsilon), out_ty, loc)?
+            }
+            Op::GatherGrad { axis, size } => {
+                f32_only("gather_grad")?;
+                vec![self.gather_grad(
+                    block,
+                    node,
+                    (ins[0], ins[1]),
+                    *axis,
+                    *size,
+                    (out_ty, &out_dims),
                     loc,
                 )?]
             }
