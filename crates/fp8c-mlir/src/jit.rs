@@ -20,6 +20,15 @@ use melior::{
 };
 use std::collections::BTreeMap;
 
+/// LLVM's optimisation level for the JIT. 0: the JIT checks fp8c's graphs and its compile
+/// time dominates what it is used for (a few runs, a few steps); at -O2 LLVM's time grows
+/// steeply with the function's size. Measured on the 2-core VM (BENCHMARKS.md): Llama-style
+/// FP8 training graph 81 s to compile at -O2 against 20 s at -O0 (3.1 vs 2.2 steps/s),
+/// GPT-2-style f32 20 s against 6 s (11–13 vs 5.5 steps/s), the digits MLP 4 s against 1.2 s
+/// (20–25 vs 18 steps/s). -O1 compiles as slowly as -O2. The numerics do not depend on it (no
+/// fast-math flags are emitted, so no level contracts or reorders floating-point operations).
+const OPT_LEVEL: usize = 0;
+
 fn unavailable(message: String) -> RuntimeError {
     RuntimeError::Unavailable {
         backend: "mlir",
@@ -138,7 +147,7 @@ pub(crate) fn prepare(
             "{utils} (MLIR's runtime utilities, package libmlir-22) is missing"
         )));
     }
-    let engine = ExecutionEngine::new(&module, 2, &[utils.as_str()], false, false);
+    let engine = ExecutionEngine::new(&module, OPT_LEVEL, &[utils.as_str()], false, false);
     let ciface = format!("_mlir_ciface_{symbol}");
     if engine.lookup(&ciface).is_null() {
         return Err(RuntimeError::Other(format!(
