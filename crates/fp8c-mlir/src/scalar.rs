@@ -507,6 +507,37 @@ impl<'c, 'b> Scalar<'c, 'b> {
         }
     }
 
+    /// The bits of `|x|` (an f32) as an i32: ordered like the magnitudes, NaNs above +inf.
+    pub fn abs_bits(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        self.and(self.bits(x), self.i32(0x7fff_ffff))
+    }
+
+    /// fp8c's `dequantize` of one code: `decode(q) · scale_inv`, a NaN keeping its sign.
+    pub fn dequantize(
+        &self,
+        fmt: DType,
+        q: Value<'c, '_>,
+        scale_inv: Value<'c, '_>,
+    ) -> Value<'c, 'b> {
+        let v = self.decode(fmt, q);
+        self.mul_keep_nan(v, scale_inv)
+    }
+
+    /// A normalised row's mean and `1/√(var + ε)` (f64) from its sums `Σx` and `Σ(x − mean)²`
+    /// over `n` elements, as fp8c-eval's layer_norm computes them.
+    pub fn mean_inv(
+        &self,
+        sum: Value<'c, '_>,
+        sq: Value<'c, '_>,
+        n: f64,
+        eps: f64,
+    ) -> (Value<'c, 'b>, Value<'c, 'b>) {
+        let mean = self.divf64(sum, self.f64c(n));
+        let var = self.divf64(sq, self.f64c(n));
+        let sd = self.sqrtf64(self.addf64(var, self.f64c(eps)));
+        (mean, self.divf64(self.f64c(1.0), sd))
+    }
+
     /// `x` rounded toward zero (`math.trunc`).
     pub fn trunc(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("math.trunc", &[x])

@@ -83,6 +83,44 @@ mod with_mlir {
             .collect()
     }
 
+    /// The digits MLP, its training data (batch 16), its forward model bound to that batch
+    /// and the default cross-entropy options on its logits.
+    fn digits() -> (
+        Model,
+        fp8c_session::train::Dataset,
+        Model,
+        fp8c_session::train::TrainOptions,
+    ) {
+        use fp8c_session::train::{DataOptions, Dataset, TrainOptions};
+        let model = Model::load(example("mlp_digits.onnx")).unwrap();
+        let options = TrainOptions::new("logits");
+        let data = Dataset::load(
+            &example("../data/digits_train.npz"),
+            &model,
+            &DataOptions {
+                inputs: BTreeMap::new(),
+                labels: "y".into(),
+                loss: options.loss,
+                batch: 16,
+            },
+        )
+        .unwrap();
+        let forward = data.forward_model(&model, 16, "logits").unwrap();
+        (model, data, forward, options)
+    }
+
+    /// The digits MLP in FP8 with delayed scaling (amax histories as state), batch 16.
+    fn delayed_mlp() -> fp8c_session::Compiled {
+        Model::load(example("mlp_digits.onnx"))
+            .unwrap()
+            .compile(
+                &CompileOptions::fp8_training()
+                    .input_shape("x", &[16, 64])
+                    .min_fp8_flops(0),
+            )
+            .unwrap()
+    }
+
     fn mlp() -> fp8c_session::Compiled {
         Model::load(example("mlp_digits.onnx"))
             .unwrap()
@@ -122,14 +160,7 @@ mod with_mlir {
     /// `fp8c_mlir::LOWERING`, and `mlir-translate` turns the result into LLVM IR.
     #[test]
     fn mlirs_tools_lower_an_fp8_module_with_state_to_llvm_ir() {
-        let compiled = Model::load(example("mlp_digits.onnx"))
-            .unwrap()
-            .compile(
-                &CompileOptions::fp8_training()
-                    .input_shape("x", &[16, 64])
-                    .min_fp8_flops(0),
-            )
-            .unwrap();
+        let compiled = delayed_mlp();
         let text = fp8c_mlir::emit(&compiled.graph).unwrap();
         assert!(text.contains("scf.for") && text.contains("f8E4M3FN"));
         let dir = tempfile::tempdir().unwrap();
@@ -221,21 +252,8 @@ mod with_mlir {
     /// why the head is in FP8 here (f32 GEMMs are checked to 1e-5 by the inference tests).
     #[test]
     fn fp8_training_steps_of_the_mlp_on_mlirs_jit_match_the_cpu_bit_for_bit() {
-        use fp8c_session::train::{DataOptions, Dataset, TrainOptions, Trainer};
-        let model = Model::load(example("mlp_digits.onnx")).unwrap();
-        let options = TrainOptions::new("logits");
-        let data = Dataset::load(
-            &example("../data/digits_train.npz"),
-            &model,
-            &DataOptions {
-                inputs: BTreeMap::new(),
-                labels: "y".into(),
-                loss: options.loss,
-                batch: 16,
-            },
-        )
-        .unwrap();
-        let forward = data.forward_model(&model, 16, "logits").unwrap();
+        use fp8c_session::train::Trainer;
+        let (_, data, forward, options) = digits();
         let mut spec = options.spec();
         spec.expose_grads = true;
         spec.keep_output = true;
@@ -752,22 +770,9 @@ mod with_mlir {
     /// bit (block sums in K order, as the CPU's block kernel).
     #[test]
     fn per_tile_recipes_run_and_train_on_mlirs_jit_like_the_cpu() {
-        use fp8c_session::train::{DataOptions, Dataset, TrainOptions, Trainer};
+        use fp8c_session::train::Trainer;
         use fp8c_session::{Granularity, Recipe};
-        let model = Model::load(example("mlp_digits.onnx")).unwrap();
-        let options = TrainOptions::new("logits");
-        let data = Dataset::load(
-            &example("../data/digits_train.npz"),
-            &model,
-            &DataOptions {
-                inputs: BTreeMap::new(),
-                labels: "y".into(),
-                loss: options.loss,
-                batch: 16,
-            },
-        )
-        .unwrap();
-        let forward = data.forward_model(&model, 16, "logits").unwrap();
+        let (model, data, forward, options) = digits();
         let mut spec = options.spec();
         spec.expose_grads = true;
         for g in [Granularity::Rowwise, Granularity::Block, Granularity::Mxfp8] {
@@ -820,14 +825,7 @@ mod with_mlir {
     /// fast-accumulation model), the logits of the f32 head within 1e-5.
     #[test]
     fn delayed_scaling_state_carries_across_runs_like_the_cpus() {
-        let compiled = Model::load(example("mlp_digits.onnx"))
-            .unwrap()
-            .compile(
-                &CompileOptions::fp8_training()
-                    .input_shape("x", &[16, 64])
-                    .min_fp8_flops(0),
-            )
-            .unwrap();
+        let compiled = delayed_mlp();
         assert!(
             !compiled.graph.state().is_empty(),
             "delayed scaling has state"

@@ -76,7 +76,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let abs = s.and(s.bits(a[0]), s.i32(0x7fff_ffff));
+                let abs = s.abs_bits(a[0]);
                 s.int("arith.maxui", abs, a[1])
             },
         );
@@ -159,11 +159,7 @@ impl<'c> Emitter<'c, '_> {
             out_ty,
             None,
             loc,
-            move |b, a| {
-                let s = Scalar { ctx, block: b, loc };
-                let v = s.decode(fmt, a[0]);
-                s.mul_keep_nan(v, a[1])
-            },
+            move |b, a| Scalar { ctx, block: b, loc }.dequantize(fmt, a[0], a[1]),
         ))
     }
 

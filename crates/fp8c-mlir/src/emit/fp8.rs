@@ -37,7 +37,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let abs = s.and(s.bits(a[0]), s.i32(0x7fff_ffff));
+                let abs = s.abs_bits(a[0]);
                 s.int("arith.maxui", abs, a[1])
             },
         );

@@ -80,19 +80,6 @@ impl<'c> Emitter<'c, '_> {
         let row = || self.reduced_map(r, &axes, true);
         let col = || self.reduced_map(r, &lead, false);
         let (sum, var) = self.row_stats(block, x, dims, &axes, loc);
-        // (mean, inv) of a row from its kept sums.
-        fn stats<'c, 'b>(
-            s: &Scalar<'c, 'b>,
-            sum: Value<'c, '_>,
-            var: Value<'c, '_>,
-            nf: f64,
-            eps: f64,
-        ) -> (Value<'c, 'b>, Value<'c, 'b>) {
-            let mean = s.divf64(sum, s.f64c(nf));
-            let v = s.divf64(var, s.f64c(nf));
-            let sd = s.sqrtf64(s.addf64(v, s.f64c(eps)));
-            (mean, s.divf64(s.f64c(1.0), sd))
-        }
         // Σ dy·scale and Σ dy·scale·(x − mean)·inv per row.
         let sg = self.accumulate(
             block,
@@ -113,7 +100,7 @@ impl<'c> Emitter<'c, '_> {
             0.0,
             loc,
             move |s, a| {
-                let (mean, inv) = stats(s, a[3], a[4], nf, eps);
+                let (mean, inv) = s.mean_inv(a[3], a[4], nf, eps);
                 let g = s.mulf64(s.extf(a[1]), s.extf(a[2]));
                 let t = s.mulf64(s.mulf64(g, s.subf64(s.extf(a[0]), mean)), inv);
                 s.addf64(a[5], t)
@@ -130,7 +117,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let (mean, inv) = stats(&s, a[3], a[4], nf, eps);
+                let (mean, inv) = s.mean_inv(a[3], a[4], nf, eps);
                 let (mg, mgx) = (s.divf64(a[5], s.f64c(nf)), s.divf64(a[6], s.f64c(nf)));
                 let xhat = s.mulf64(s.subf64(s.extf(a[0]), mean), inv);
                 let g = s.mulf64(s.extf(a[1]), s.extf(a[2]));
@@ -148,7 +135,7 @@ impl<'c> Emitter<'c, '_> {
             0.0,
             loc,
             move |s, a| {
-                let (mean, inv) = stats(s, a[2], a[3], nf, eps);
+                let (mean, inv) = s.mean_inv(a[2], a[3], nf, eps);
                 let t = s.mulf64(s.mulf64(s.extf(a[1]), s.subf64(s.extf(a[0]), mean)), inv);
                 s.addf64(a[4], t)
             },
@@ -174,40 +161,6 @@ impl<'c> Emitter<'c, '_> {
             )
         };
         Ok(vec![dx, round(ds), round(db)])
-    }
-
-    /// `Σ x` and `Σ (x − mean)²` over `axes` in f64, kept with size-1 dims: the statistics
-    /// `layer_norm` computes.
-    pub(super) fn row_stats<'a>(
-        &self,
-        block: &'a Block<'c>,
-        x: Value<'c, 'a>,
-        dims: &[u64],
-        axes: &[usize],
-        loc: Location<'c>,
-    ) -> (Value<'c, 'a>, Value<'c, 'a>) {
-        let r = dims.len();
-        let nf = axes.iter().map(|&k| dims[k]).product::<u64>() as f64;
-        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
-        let kept = || self.reduced_map(r, axes, true);
-        let sum = self.accumulate(block, &[x], vec![id()], dims, axes, 0.0, loc, |s, a| {
-            s.addf64(a[1], s.extf(a[0]))
-        });
-        let var = self.accumulate(
-            block,
-            &[x, sum],
-            vec![id(), kept()],
-            dims,
-            axes,
-            0.0,
-            loc,
-            move |s, a| {
-                let mean = s.divf64(a[1], s.f64c(nf));
-                let d = s.subf64(s.extf(a[0]), mean);
-                s.addf64(a[2], s.mulf64(d, d))
-            },
-        );
-        (sum, var)
     }
 
     /// `gather_grad { axis, size }(dy, indices)`: zeros of the data's shape with each gathered

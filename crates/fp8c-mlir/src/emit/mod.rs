@@ -891,9 +891,7 @@ impl<'c> Emitter<'c, '_> {
                 ];
                 vec![
                     self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
-                        let s = Scalar { ctx, block: b, loc };
-                        let v = s.decode(fmt, a[0]);
-                        s.mul_keep_nan(v, a[1])
+                        Scalar { ctx, block: b, loc }.dequantize(fmt, a[0], a[1])
                     }),
                 ]
             }

@@ -203,6 +203,40 @@ impl<'c> Emitter<'c, '_> {
         )
     }
 
+    /// `Σ x` and `Σ (x − mean)²` over `axes` in f64, kept with size-1 dims: the statistics
+    /// `layer_norm` computes.
+    pub(super) fn row_stats<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axes: &[usize],
+        loc: Location<'c>,
+    ) -> (Value<'c, 'a>, Value<'c, 'a>) {
+        let r = dims.len();
+        let nf = axes.iter().map(|&k| dims[k]).product::<u64>() as f64;
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, axes, true);
+        let sum = self.accumulate(block, &[x], vec![id()], dims, axes, 0.0, loc, |s, a| {
+            s.addf64(a[1], s.extf(a[0]))
+        });
+        let var = self.accumulate(
+            block,
+            &[x, sum],
+            vec![id(), kept()],
+            dims,
+            axes,
+            0.0,
+            loc,
+            move |s, a| {
+                let mean = s.divf64(a[1], s.f64c(nf));
+                let d = s.subf64(s.extf(a[0]), mean);
+                s.addf64(a[2], s.mulf64(d, d))
+            },
+        );
+        (sum, var)
+    }
+
     /// layer_norm over axes `axis..` in f64 (the CPU's): mean, variance about the mean,
     /// `(x − mean) · inv · scale (+ bias)`, one rounding.
     #[allow(clippy::too_many_arguments)]
@@ -222,35 +256,8 @@ impl<'c> Emitter<'c, '_> {
         let n: u64 = dims[axis..].iter().product();
         let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
         let kept = || self.reduced_map(r, &axes, true);
-        let sum = self.accumulate(
-            block,
-            &ins[..1],
-            vec![id()],
-            dims,
-            &axes,
-            0.0,
-            loc,
-            |s, a| {
-                let xe = s.extf(a[0]);
-                s.addf64(a[1], xe)
-            },
-        );
+        let (sum, var) = self.row_stats(block, ins[0], dims, &axes, loc);
         let nf = n as f64;
-        let var = self.accumulate(
-            block,
-            &[ins[0], sum],
-            vec![id(), kept()],
-            dims,
-            &axes,
-            0.0,
-            loc,
-            move |s, a| {
-                let mean = s.divf64(a[1], s.f64c(nf));
-                let d = s.subf64(s.extf(a[0]), mean);
-                let sq = s.mulf64(d, d);
-                s.addf64(a[2], sq)
-            },
-        );
         let mut ops = vec![ins[0], sum, var];
         let mut maps = vec![id(), kept(), kept()];
         for (k, pd) in pdims.iter().enumerate() {
@@ -270,10 +277,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let mean = s.divf64(a[1], s.f64c(nf));
-                let var = s.divf64(a[2], s.f64c(nf));
-                let sd = s.sqrtf64(s.addf64(var, s.f64c(eps)));
-                let inv = s.divf64(s.f64c(1.0), sd);
+                let (mean, inv) = s.mean_inv(a[1], a[2], nf, eps);
                 let t = s.mulf64(s.mulf64(s.subf64(s.extf(a[0]), mean), inv), s.extf(a[3]));
                 let y = if has_bias {
                     s.addf64(t, s.extf(a[4]))

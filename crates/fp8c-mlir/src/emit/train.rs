@@ -401,7 +401,7 @@ impl<'c> Emitter<'c, '_> {
                 loc,
                 move |b, a| {
                     let s = Scalar { ctx, block: b, loc };
-                    let abs = s.and(s.bits(a[0]), s.i32(0x7fff_ffff));
+                    let abs = s.abs_bits(a[0]);
                     let finite = s.cmpi(I::Ult, abs, s.i32(0x7f80_0000));
                     s.and(a[1], finite)
                 },
