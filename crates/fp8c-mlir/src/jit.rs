@@ -8,6 +8,11 @@
 //! results one struct of such descriptors. The results are buffers the JIT code allocated
 //! with `malloc` (bufferization gives every result its own buffer; the deallocation pipeline
 //! frees every intermediate): they are copied out and freed here.
+//!
+//! State: the executable holds the graph's state entries (amax histories, scales, and in
+//! training the weights, optimizer moments and counters), passes them as the arguments after
+//! the params and replaces each with its update from the results after the outputs, so state
+//! persists across runs as on the other backends (`state` / `set_state` read and write it).
 
 use crate::emit;
 use fp8c_ir::{Graph, Tensor, TensorType};
