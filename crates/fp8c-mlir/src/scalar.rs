@@ -131,6 +131,95 @@ impl<'c, 'b> Scalar<'c, 'b> {
         )
     }
 
+    /// `op` over `a` (f32), a variadic `max` / `min` folded left to right as the CPU does.
+    pub fn variadic(&self, op: &Op, a: &[Value<'c, '_>]) -> Value<'c, 'b> {
+        let mut y = self.elementwise(op, a).expect("covered");
+        if matches!(op, Op::Max | Op::Min) {
+            for &v in &a[2.min(a.len())..] {
+                y = self.elementwise(op, &[y, v]).expect("covered");
+            }
+        }
+        y
+    }
+
+    /// Whether [`Scalar::int_elementwise`] builds `op`.
+    pub fn covers_int(op: &Op) -> bool {
+        matches!(
+            op,
+            Op::Add
+                | Op::Sub
+                | Op::Mul
+                | Op::Div
+                | Op::Max
+                | Op::Min
+                | Op::Neg
+                | Op::Abs
+                | Op::Relu
+        )
+    }
+
+    /// An elementwise op on integers as fp8c-eval computes it: wrapping `add` / `sub` / `mul` /
+    /// `neg` / `abs`, `div` truncating toward zero (`MIN / −1` wraps to MIN), `max` / `min`
+    /// (variadic, folded), `relu`. A zero divisor, which fails the CPU's run, divides by 1
+    /// here (integer division by zero must not trap in the JIT code).
+    pub fn int_elementwise(&self, op: &Op, a: &[Value<'c, '_>], unsigned: bool) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        let ty = a[0].r#type();
+        let k = |v: i64| {
+            self.push(arith::constant(
+                self.ctx,
+                IntegerAttribute::new(ty, v).into(),
+                self.loc,
+            ))
+        };
+        let (zero, one) = (k(0), k(1));
+        let lt0 = |x| self.cmpi(CmpiPredicate::Slt, x, zero);
+        let fold = |name: &str| {
+            let mut y = self.int(name, a[0], a[1]);
+            for &v in &a[2..] {
+                y = self.int(name, y, v);
+            }
+            y
+        };
+        match op {
+            Op::Add => self.int("arith.addi", a[0], a[1]),
+            Op::Sub => self.int("arith.subi", a[0], a[1]),
+            Op::Mul => self.int("arith.muli", a[0], a[1]),
+            Op::Max => fold(if unsigned {
+                "arith.maxui"
+            } else {
+                "arith.maxsi"
+            }),
+            Op::Min => fold(if unsigned {
+                "arith.minui"
+            } else {
+                "arith.minsi"
+            }),
+            Op::Neg => self.int("arith.subi", zero, a[0]),
+            Op::Abs | Op::Relu if unsigned => self.int("arith.addi", a[0], zero),
+            Op::Abs => {
+                let neg = self.int("arith.subi", zero, a[0]);
+                self.select(lt0(a[0]), neg, a[0])
+            }
+            Op::Relu => self.select(lt0(a[0]), zero, a[0]),
+            Op::Div => {
+                let b0 = self.cmpi(CmpiPredicate::Eq, a[1], zero);
+                let d = self.select(b0, one, a[1]);
+                if unsigned {
+                    self.int("arith.divui", a[0], d)
+                } else {
+                    // x / −1 is −x, wrapping (divsi would trap on MIN / −1).
+                    let m1 = self.cmpi(CmpiPredicate::Eq, d, k(-1));
+                    let d = self.select(m1, one, d);
+                    let q = self.int("arith.divsi", a[0], d);
+                    let neg = self.int("arith.subi", zero, a[0]);
+                    self.select(m1, neg, q)
+                }
+            }
+            _ => unreachable!("covers_int"),
+        }
+    }
+
     /// Whether [`Scalar::program_op`] builds `op`: the elementwise ops, float comparisons and
     /// `where`, the instructions of the fused ops' elementwise programs (`EwExpr`).
     pub fn covers_program(op: &Op) -> bool {

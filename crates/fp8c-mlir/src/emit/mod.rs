@@ -68,6 +68,16 @@ pub(crate) fn module_text(graph: &Graph) -> Result<String, Error> {
         .map_err(|e| Error::Invalid(e.to_string()))
 }
 
+/// How an elementwise op computes on its element type.
+#[derive(Clone, Copy)]
+enum Num<'c> {
+    F32,
+    /// f16 / bf16 (this MLIR type): widened to f32, rounded once.
+    Narrow(Type<'c>),
+    /// An integer type, unsigned or not.
+    Int(bool),
+}
+
 /// The function's results in order: the graph's outputs (by output name), then the update
 /// of each state entry that has one, in the graph's state order (by state name).
 pub(crate) fn result_values(g: &Graph) -> Vec<(&str, IrValue)> {
@@ -408,11 +418,12 @@ impl<'c> Emitter<'c, '_> {
             Op::Constant { value } => vec![self.constant(block, value, out_ty, node, loc)?],
             Op::Identity => vec![ins[0]],
             op if Scalar::covers(op) => {
-                f32_only("an elementwise op")?;
+                // Every operand of the result's type (the CPU's rule); f16/bf16 computed in
+                // f32 and rounded once, integers wrapping (Scalar::int_elementwise).
                 if let Some(&v) = node
                     .inputs()
                     .iter()
-                    .find(|&&v| self.graph.value_type(v).dtype != DType::F32)
+                    .find(|&&v| self.graph.value_type(v).dtype != out_dtype)
                 {
                     let t = self.graph.value_type(v).dtype;
                     return Err(unsupported(
@@ -420,7 +431,21 @@ impl<'c> Emitter<'c, '_> {
                         format!("an elementwise op on a {t} operand is not emitted yet"),
                     ));
                 }
-                let op = op.clone();
+                let kind = match out_dtype {
+                    DType::F32 => Num::F32,
+                    DType::F16 | DType::BF16 => Num::Narrow(self.elem(out_dtype, node)?),
+                    d if d.is_int() && Scalar::covers_int(op) => Num::Int(matches!(
+                        d,
+                        DType::U8 | DType::U16 | DType::U32 | DType::U64
+                    )),
+                    d => {
+                        return Err(unsupported(
+                            node,
+                            format!("an elementwise op with a {d} result is not emitted yet"),
+                        ));
+                    }
+                };
+                let (op, n) = (op.clone(), ins.len());
                 vec![self.generic(
                     block,
                     &ins,
@@ -429,9 +454,20 @@ impl<'c> Emitter<'c, '_> {
                     out_ty,
                     None,
                     loc,
-                    |b, a| {
+                    move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
-                        s.elementwise(&op, a).expect("covered")
+                        match kind {
+                            Num::F32 => s.variadic(&op, &a[..n]),
+                            Num::Narrow(t) => {
+                                let f32t = Type::float32(ctx);
+                                let w: Vec<Value> = a[..n]
+                                    .iter()
+                                    .map(|&v| s.named_pub("arith.extf", v, f32t))
+                                    .collect();
+                                s.named_pub("arith.truncf", s.variadic(&op, &w), t)
+                            }
+                            Num::Int(unsigned) => s.int_elementwise(&op, &a[..n], unsigned),
+                        }
                     },
                 )]
             }
