@@ -80,19 +80,23 @@ pub(crate) fn prepare(
         .iter()
         .map(|&id| {
             let n = graph.node(id);
-            Ok((n.name.clone(), static_type(&n.name, &n.outputs[0])?))
+            let name = fp8c_ir::interface_name(&n.op);
+            Ok((name.to_string(), static_type(name, &n.outputs[0])?))
         })
         .collect::<Result<Vec<_>, RuntimeError>>()?;
     let mut params = Vec::new();
     for &id in graph.params() {
         let n = graph.node(id);
-        let data = weights.get(&n.name).ok_or_else(|| RuntimeError::Param {
-            name: n.name.clone(),
+        // Weights are keyed by the param's own name, which a node renamed by a pass (`w1.1`)
+        // keeps.
+        let name = fp8c_ir::interface_name(&n.op);
+        let data = weights.get(name).ok_or_else(|| RuntimeError::Param {
+            name: name.to_string(),
             message: "no data".into(),
         })?;
         if data.ty() != n.outputs[0] {
             return Err(RuntimeError::Param {
-                name: n.name.clone(),
+                name: name.to_string(),
                 message: format!(
                     "data has type {}, the graph declares {}",
                     data.ty(),
@@ -105,13 +109,14 @@ pub(crate) fn prepare(
     let mut state = Vec::new();
     for &(id, init) in graph.state() {
         let n = graph.node(id);
-        let ty = static_type(&n.name, &n.outputs[0])?;
+        let name = fp8c_ir::interface_name(&n.op);
+        let ty = static_type(name, &n.outputs[0])?;
         let t = fp8c_runtime::initial_state(ty.dtype, &ty.known_dims().unwrap_or_default(), init)
             .map_err(|message| RuntimeError::State {
-            name: n.name.clone(),
+            name: name.to_string(),
             message,
         })?;
-        state.push((fp8c_ir::interface_name(&n.op).to_string(), t));
+        state.push((name.to_string(), t));
     }
     // Results: the outputs, then the state updates (emit::result_values' order).
     let results = emit::result_values(graph);

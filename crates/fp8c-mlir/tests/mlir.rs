@@ -311,6 +311,23 @@ mod with_mlir {
         assert_ne!(st["fc2.fp8.dy.scale"].to_f64_vec().unwrap()[0], 1.0);
     }
 
+    /// An FP8 Q/DQ model made by another tool (onnx's Python API,
+    /// `scripts/make_qdq_model.py`: FP8 weights behind DequantizeLinear, QuantizeLinear /
+    /// DequantizeLinear pairs with FP8 zero points on the activations) runs on the JIT like
+    /// the CPU: ONNX's Q/DQ ops, FP8 constants and the model's own scales.
+    #[test]
+    fn a_third_party_fp8_qdq_model_runs_on_mlirs_jit_like_the_cpu() {
+        let compiled = Model::load(example("qdq_mlp_fp8.onnx"))
+            .unwrap()
+            .compile(&CompileOptions::fp8().input_shape("x", &[4, 64]))
+            .unwrap();
+        let x = Tensor::from_f32(vec![4, 64], &values(4 * 64, 9));
+        let inputs = BTreeMap::from([("x".to_string(), x)]);
+        let rel = jit_vs_cpu(&compiled, &inputs, "y");
+        eprintln!("qdq_mlp_fp8 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
+        assert!(rel <= 1e-5, "rel L2 {rel}");
+    }
+
     /// quantize, dequantize, amax and compute_scale bit for bit against the CPU reference on
     /// every f32 class: zeros of both signs, subnormals of f32 and of FP8, ties, the saturation
     /// edge, ±inf, NaNs of both signs; both formats, both saturation modes (the scale from a

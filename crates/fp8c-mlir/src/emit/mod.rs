@@ -292,6 +292,42 @@ impl<'c> Emitter<'c, '_> {
         }
     }
 
+    /// How an element of a Q/DQ node's output reads its f32 scale: one scale (per tensor), or
+    /// one per index of `axis` (per axis). Blocked scales are not emitted yet.
+    fn qdq_scale_map(
+        &self,
+        node: &Node,
+        axis: i64,
+        block_size: i64,
+        out_dims: &[u64],
+    ) -> Result<Attribute<'c>, Error> {
+        self.f32_operand(node, 1, "read as the scale")?;
+        let sd = self.dims(node.inputs()[1], node)?;
+        let r = out_dims.len();
+        let n: u64 = sd.iter().product();
+        if block_size == 0 && n == 1 {
+            return Ok(self.map_attr(AffineMap::new(
+                self.ctx,
+                r,
+                0,
+                &vec![AffineExpr::constant(self.ctx, 0); sd.len()],
+            )));
+        }
+        let ax = if axis < 0 { axis + r as i64 } else { axis } as usize;
+        if block_size == 0 && sd.len() == 1 && ax < r && sd[0] == out_dims[ax] {
+            return Ok(self.map_attr(AffineMap::new(
+                self.ctx,
+                r,
+                0,
+                &[AffineExpr::dim(self.ctx, ax)],
+            )));
+        }
+        Err(unsupported(
+            node,
+            "only per-tensor and per-axis Q/DQ scales are emitted yet",
+        ))
+    }
+
     /// The values of `v` when a constant node of integers makes it.
     fn constant_ints(&self, v: IrValue) -> Option<Vec<i64>> {
         match &self.graph.node(v.node).op {
@@ -1096,6 +1132,57 @@ impl<'c> Emitter<'c, '_> {
                     loc,
                 )?]
             }
+            Op::QuantizeLinear {
+                axis,
+                saturate,
+                to,
+                block_size,
+            } if to.is_fp8() => {
+                // ONNX's FP8 QuantizeLinear: x / y_scale (in f64, rounded to f32, as the CPU),
+                // then the Cast's encoding; the zero point is 0 (the CPU checks it).
+                self.f32_operand(node, 0, "quantized")?;
+                let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
+                let (to, sat, f8) = (*to, *saturate, self.elem(*to, node)?);
+                let maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
+                vec![self.generic(
+                    block,
+                    &ins[..2],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        let q = s.truncf(s.divf64(s.extf(a[0]), s.extf(a[1])));
+                        s.cast_to_fp8(to, sat, q, f8)
+                    },
+                )]
+            }
+            Op::DequantizeLinear { axis, block_size }
+                if self.graph.value_type(node.inputs()[0]).dtype.is_fp8() =>
+            {
+                // ONNX's FP8 DequantizeLinear: code × x_scale (exact in f64, rounded once:
+                // the f32 product).
+                f32_only("dequantize_linear")?;
+                let fmt = self.graph.value_type(node.inputs()[0]).dtype;
+                let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
+                let maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
+                vec![self.generic(
+                    block,
+                    &ins[..2],
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        s.elementwise(&Op::Mul, &[s.decode(fmt, a[0]), a[1]])
+                            .expect("mul")
+                    },
+                )]
+            }
             Op::SoftmaxCrossEntropy => self.cross_entropy(block, node, (ins[0], ins[1]), loc)?,
             Op::SoftmaxCrossEntropyGrad => {
                 f32_only("softmax_cross_entropy_grad")?;
@@ -1270,6 +1357,33 @@ impl<'c> Emitter<'c, '_> {
                 .into_iter()
                 .map(|v| IntegerAttribute::new(elem, v).into())
                 .collect(),
+            d if d.is_fp8() => {
+                // The codes as an i8 constant, each bitcast to the FP8 type.
+                let i8t: Type = IntegerType::new(self.ctx, 8).into();
+                let dims = value.shape().to_vec();
+                let codes_ty: Type = RankedTensorType::new(&dims, i8t, None).into();
+                let vals: Vec<Attribute> = value
+                    .bytes()
+                    .iter()
+                    .map(|&b| IntegerAttribute::new(i8t, i64::from(b as i8)).into())
+                    .collect();
+                let dense = DenseElementsAttribute::new(codes_ty, &vals)
+                    .map_err(|e| unsupported(node, e.to_string()))?;
+                let codes = push(block, arith::constant(self.ctx, dense.into(), loc));
+                let r = dims.len();
+                let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+                let ctx = self.ctx;
+                return Ok(self.generic(
+                    block,
+                    &[codes],
+                    vec![id],
+                    &vec!["parallel"; r],
+                    ty,
+                    None,
+                    loc,
+                    move |b, a| Scalar { ctx, block: b, loc }.bitcast(a[0], elem),
+                ));
+            }
             other => {
                 return Err(unsupported(
                     node,
