@@ -220,6 +220,47 @@ impl<'c, 'b> Scalar<'c, 'b> {
         }
     }
 
+    /// Integer `mod`: C's remainder (`fmod`, the dividend's sign) or Python's (the divisor's
+    /// sign), wrapping as fp8c-eval's; a zero divisor (an error on the CPU) and `MIN % −1`
+    /// (0) cannot trap.
+    pub fn int_rem(
+        &self,
+        a: Value<'c, '_>,
+        b: Value<'c, '_>,
+        unsigned: bool,
+        fmod: bool,
+    ) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        let ty = a.r#type();
+        let k = |v: i64| {
+            self.push(arith::constant(
+                self.ctx,
+                IntegerAttribute::new(ty, v).into(),
+                self.loc,
+            ))
+        };
+        let (zero, one) = (k(0), k(1));
+        let b0 = self.cmpi(CmpiPredicate::Eq, b, zero);
+        let d = self.select(b0, one, b);
+        if unsigned {
+            return self.int("arith.remui", a, d);
+        }
+        let m1 = self.cmpi(CmpiPredicate::Eq, d, k(-1));
+        let d = self.select(m1, one, d);
+        let r = self.int("arith.remsi", a, d);
+        if fmod {
+            return r;
+        }
+        // A nonzero remainder whose sign differs from the divisor's moves by the divisor.
+        let nz = self.cmpi(CmpiPredicate::Ne, r, zero);
+        let rn = self.cmpi(CmpiPredicate::Slt, r, zero);
+        let bn = self.cmpi(CmpiPredicate::Slt, d, zero);
+        let differ = self.int("arith.xori", rn, bn);
+        let fix = self.and(nz, differ);
+        let moved = self.int("arith.addi", r, d);
+        self.select(fix, moved, r)
+    }
+
     /// Whether [`Scalar::program_op`] builds `op`: the elementwise ops, float comparisons and
     /// `where`, the instructions of the fused ops' elementwise programs (`EwExpr`).
     pub fn covers_program(op: &Op) -> bool {

@@ -711,6 +711,101 @@ impl<'c> Emitter<'c, '_> {
                     },
                 )]
             }
+            Op::IsInf {
+                detect_negative,
+                detect_positive,
+            } => {
+                self.f32_operand(node, 0, "classified")?;
+                let maps = in_maps(self)?;
+                let (neg, pos) = (*detect_negative, *detect_positive);
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        use melior::dialect::arith::CmpfPredicate as F;
+                        let s = Scalar { ctx, block: b, loc };
+                        let p = s.cmpf(F::Oeq, a[0], s.f32(f32::INFINITY));
+                        let n = s.cmpf(F::Oeq, a[0], s.f32(f32::NEG_INFINITY));
+                        let (p, n) = (s.and(p, s.bool_const(pos)), s.and(n, s.bool_const(neg)));
+                        s.or(p, n)
+                    },
+                )]
+            }
+            Op::Mod { fmod } => {
+                let d = out_dtype;
+                if node
+                    .inputs()
+                    .iter()
+                    .any(|&v| self.graph.value_type(v).dtype != d)
+                {
+                    return Err(unsupported(node, "mod of mixed types is not emitted yet"));
+                }
+                let unsigned = matches!(d, DType::U8 | DType::U16 | DType::U32 | DType::U64);
+                let (float, fmod) = (d == DType::F32, *fmod);
+                if !(float && fmod || d.is_int()) {
+                    return Err(unsupported(
+                        node,
+                        format!("mod on {d} (fmod={fmod}) is not emitted yet"),
+                    ));
+                }
+                let maps = in_maps(self)?;
+                vec![self.generic(
+                    block,
+                    &ins,
+                    maps,
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        if float {
+                            s.int("arith.remf", a[0], a[1])
+                        } else {
+                            s.int_rem(a[0], a[1], unsigned, fmod)
+                        }
+                    },
+                )]
+            }
+            Op::Shape { start, end } => {
+                // Static shapes: the dims as an i64 constant (ONNX's clamped start / end).
+                let xd = self.dims(node.inputs()[0], node)?;
+                let r = xd.len() as i64;
+                let norm = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                let (a, b) = (norm(*start), norm(end.unwrap_or(r)));
+                let dims: Vec<i64> = xd[a..b.max(a)].iter().map(|&d| d as i64).collect();
+                let t = Tensor::from_i64(vec![dims.len() as u64], &dims);
+                vec![self.constant(block, &t, out_ty, node, loc)?]
+            }
+            Op::Tile => {
+                // out[i] = x[i mod dims] on every axis.
+                let xd = self.dims(node.inputs()[0], node)?;
+                let r = xd.len();
+                let exprs: Vec<AffineExpr> = (0..r)
+                    .map(|k| {
+                        AffineExpr::modulo(
+                            AffineExpr::dim(ctx, k),
+                            AffineExpr::constant(ctx, xd[k].max(1) as i64),
+                        )
+                    })
+                    .collect();
+                let map = self.map_attr(AffineMap::new(ctx, r, 0, &exprs));
+                vec![self.generic(
+                    block,
+                    &ins[..1],
+                    vec![map],
+                    &parallel,
+                    out_ty,
+                    None,
+                    loc,
+                    |_, a| a[0],
+                )]
+            }
             Op::IsNaN => {
                 let maps = in_maps(self)?;
                 vec![
