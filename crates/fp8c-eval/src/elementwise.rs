@@ -20,8 +20,8 @@ use crate::cast;
 use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64, tensor};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
-    self as table, BinaryKernel, CompareKernel, Int, Kind, PredicateKernel, Real, SQRT_2_OVER_PI,
-    UnaryKernel,
+    self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, PredicateKernel, Real,
+    SQRT_2_OVER_PI, UnaryKernel,
 };
 use fp8c_ir::{DType, ElementwiseOp as E, GeluApprox, Support, Tensor};
 
@@ -703,9 +703,6 @@ fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
     };
     out.store(x.dtype(), x.shape().to_vec())
 }
-
-/// 1/√(2π), the standard normal density at 0.
-const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
 /// `gelu` backward: `dy · gelu'(x)`.
 fn gelu_grad(x: &Tensor, dy: &Tensor, approximate: GeluApprox) -> KResult<Tensor> {

@@ -248,6 +248,9 @@ pub trait PredicateKernel<T> {
 /// √(2/π), the tanh-GELU constant.
 pub const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
+/// 1/√(2π), the normal density's factor (the exact GELU's derivative).
+pub const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
+
 /// NaN-propagating max (the first operand's NaN wins, as the CPU reference and CUDA agree).
 fn fmax_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
     #[allow(clippy::eq_op)]

@@ -711,6 +711,37 @@ mod with_mlir {
         }
     }
 
+    /// `gelu_grad` (both GELUs, an encoder's backward) on the JIT against the CPU reference's
+    /// kernel: f64 formulas rounded once; `erf` / `tanh` come from different C libraries, so
+    /// within 1e-6 (measured on this machine: equal).
+    #[test]
+    fn gelu_gradients_run_on_mlirs_jit_like_the_cpu() {
+        use fp8c_ir::{DType, GeluApprox, Graph, Op, TensorType};
+        for approximate in [GeluApprox::None, GeluApprox::Tanh] {
+            let mut g = Graph::new("g");
+            let ty = TensorType::fixed(DType::F32, &[8, 32]);
+            let x = g.add_input("x", ty.clone()).unwrap();
+            let dy = g.add_input("dy", ty).unwrap();
+            let op = Op::GeluGrad { approximate };
+            let dx = g.add_node("dx", op.clone(), &[x, dy]).unwrap()[0];
+            g.set_output("dx", dx).unwrap();
+            let xv: Vec<f32> = values(256, 3).iter().map(|v| 4.0 * v).collect();
+            let xt = Tensor::from_f32(vec![8, 32], &xv);
+            let dt = Tensor::from_f32(vec![8, 32], &values(256, 4));
+            let want = fp8c_eval::eval_op(&op, &[&xt, &dt]).unwrap().remove(0);
+            let inputs = BTreeMap::from([("x".to_string(), xt), ("dy".to_string(), dt)]);
+            let got = fp8c_mlir::prepare(&g, g.weights())
+                .unwrap()
+                .run(&inputs)
+                .unwrap()
+                .remove("dx")
+                .unwrap();
+            let rel = rel_l2(&got, &want);
+            eprintln!("gelu_grad ({approximate:?}) on the JIT vs the CPU: rel L2 {rel:.3e}");
+            assert!(rel <= 1e-6, "{approximate:?}: {rel:.3e}");
+        }
+    }
+
     /// A decoder's training step on the JIT: the GPT-2-style PyTorch export trained on text
     /// (byte tokens, next-byte labels) exercises the backward ops of normalisations and
     /// embeddings (`layer_norm_grad`, `softmax_grad`, `gather_grad`) besides the loss and

@@ -57,6 +57,67 @@ impl<'c> Emitter<'c, '_> {
         )
     }
 
+    /// `gelu_grad { approximate }(x, dy)`: `dy · gelu'(x)` in f64 (fp8c-eval's formulas,
+    /// operation for operation; `erf` and `tanh` are the C library's), rounded once.
+    pub(super) fn gelu_grad<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (x, dy): (Value<'c, 'a>, Value<'c, 'a>),
+        dims: &[u64],
+        approximate: fp8c_ir::GeluApprox,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        use fp8c_ir::elementwise::{INV_SQRT_2PI, SQRT_2_OVER_PI};
+        let r = dims.len();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let ctx = self.ctx;
+        self.generic(
+            block,
+            &[x, dy],
+            vec![id(), id()],
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let (x, g) = (s.extf(a[0]), s.extf(a[1]));
+                let (c, mul, add) = (
+                    |v: f64| s.f64c(v),
+                    |p, q| s.mulf64(p, q),
+                    |p, q| s.addf64(p, q),
+                );
+                let half_one_plus = |t| mul(c(0.5), add(c(1.0), t));
+                let d = match approximate {
+                    fp8c_ir::GeluApprox::None => {
+                        let e = s
+                            .elementwise(&Op::Erf, &[mul(x, c(std::f64::consts::FRAC_1_SQRT_2))])
+                            .expect("erf");
+                        let p = s
+                            .elementwise(&Op::Exp, &[mul(mul(c(-0.5), x), x)])
+                            .expect("exp");
+                        add(half_one_plus(e), mul(mul(x, c(INV_SQRT_2PI)), p))
+                    }
+                    fp8c_ir::GeluApprox::Tanh => {
+                        let cube = mul(mul(mul(c(0.044715), x), x), x);
+                        let t = s
+                            .elementwise(&Op::Tanh, &[mul(c(SQRT_2_OVER_PI), add(x, cube))])
+                            .expect("tanh");
+                        let one_minus = s.subf64(c(1.0), mul(t, t));
+                        let slope = add(c(1.0), mul(mul(c(3.0 * 0.044715), x), x));
+                        let tail = mul(
+                            mul(mul(mul(c(0.5), x), one_minus), c(SQRT_2_OVER_PI)),
+                            slope,
+                        );
+                        add(half_one_plus(t), tail)
+                    }
+                };
+                s.truncf(mul(g, d))
+            },
+        )
+    }
+
     /// `layer_norm_grad { axis, epsilon }(x, scale, dy)`: `[dx, dscale, dbias]`, with the
     /// forward's statistics (mean, `1/√(var + ε)`) recomputed as `layer_norm` computes them.
     #[allow(clippy::too_many_arguments)]

@@ -1200,6 +1200,20 @@ impl<'c> Emitter<'c, '_> {
                     loc,
                 )?]
             }
+            Op::GeluGrad { approximate } => {
+                f32_only("gelu_grad")?;
+                for k in 0..2 {
+                    self.f32_operand(node, k, "differentiated")?;
+                }
+                vec![self.gelu_grad(
+                    block,
+                    (ins[0], ins[1]),
+                    &out_dims,
+                    *approximate,
+                    out_ty,
+                    loc,
+                )]
+            }
             Op::SoftmaxGrad { axis, log } => {
                 f32_only("softmax_grad")?;
                 let r = out_dims.len() as i64;
