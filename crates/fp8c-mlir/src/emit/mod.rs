@@ -231,6 +231,30 @@ impl<'c> Emitter<'c, '_> {
         Ok((op, name))
     }
 
+    /// [`Self::generic`] with every iterator parallel over `out_ty`'s dims into a fresh tensor:
+    /// an elementwise map of `ins` (read through `maps`).
+    fn per_element<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        maps: Vec<Attribute<'c>>,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&'b Block<'c>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
+        let rank = RankedTensorType::try_from(out_ty).map_or(0, |r| r.rank());
+        self.generic(
+            block,
+            ins,
+            maps,
+            &vec!["parallel"; rank],
+            out_ty,
+            None,
+            loc,
+            body,
+        )
+    }
+
     /// `transpose { perm }` of `x` into `out_ty` (an empty perm reverses the dims, ONNX's
     /// default).
     fn transpose<'a>(
@@ -432,7 +456,6 @@ impl<'c> Emitter<'c, '_> {
         let out_ty = self.tensor(out_v, node)?;
         let out_dims = self.dims(out_v, node)?;
         let out_dtype = self.graph.value_type(out_v).dtype;
-        let parallel = vec!["parallel"; out_dims.len()];
         let in_maps = |s: &Self| -> Result<Vec<Attribute<'c>>, Error> {
             node.inputs()
                 .iter()
@@ -482,15 +505,8 @@ impl<'c> Emitter<'c, '_> {
                     }
                 };
                 let (op, n) = (op.clone(), ins.len());
-                vec![self.generic(
-                    block,
-                    &ins,
-                    in_maps(self)?,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, in_maps(self)?, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         match kind {
                             Num::F32 => s.variadic(&op, &a[..n]),
@@ -504,8 +520,8 @@ impl<'c> Emitter<'c, '_> {
                             }
                             Num::Int(unsigned) => s.int_elementwise(&op, &a[..n], unsigned),
                         }
-                    },
-                )]
+                    }),
+                ]
             }
             Op::MatMul if out_dims.len() > 2 => {
                 f32_only("a matmul")?;
@@ -600,35 +616,21 @@ impl<'c> Emitter<'c, '_> {
                 let n = if matches!(node.op, Op::Where) { 3 } else { 1 };
                 let maps = in_maps(self)?[..n].to_vec();
                 let is_where = n == 3;
-                vec![self.generic(
-                    block,
-                    &ins[..n],
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins[..n], maps, out_ty, loc, move |b, a| {
                         if is_where {
                             Scalar { ctx, block: b, loc }.select(a[0], a[1], a[2])
                         } else {
                             a[0]
                         }
-                    },
-                )]
+                    }),
+                ]
             }
             Op::And | Op::Or | Op::Xor | Op::Not => {
                 let maps = in_maps(self)?;
                 let op = node.op.clone();
-                vec![self.generic(
-                    block,
-                    &ins,
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         match op {
                             Op::And => s.and(a[0], a[1]),
@@ -639,8 +641,8 @@ impl<'c> Emitter<'c, '_> {
                                 s.int("arith.xori", a[0], one)
                             }
                         }
-                    },
-                )]
+                    }),
+                ]
             }
             Op::Equal | Op::Less | Op::LessOrEqual | Op::Greater | Op::GreaterOrEqual => {
                 use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
@@ -664,38 +666,24 @@ impl<'c> Emitter<'c, '_> {
                     _ => (F::Oge, if unsigned { I::Uge } else { I::Sge }),
                 };
                 let maps = in_maps(self)?;
-                vec![self.generic(
-                    block,
-                    &ins,
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         if float {
                             s.cmpf(fp, a[0], a[1])
                         } else {
                             s.cmpi(ip, a[0], a[1])
                         }
-                    },
-                )]
+                    }),
+                ]
             }
             Op::Clip => {
                 // y = x; if y < lo { y = lo }; if y > hi { y = hi } (NaN passes), as the CPU.
                 f32_only("clip")?;
                 let maps = in_maps(self)?;
                 let n = ins.len();
-                vec![self.generic(
-                    block,
-                    &ins,
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
                         use melior::dialect::arith::CmpfPredicate as F;
                         let s = Scalar { ctx, block: b, loc };
                         let mut y = a[0];
@@ -708,8 +696,8 @@ impl<'c> Emitter<'c, '_> {
                             y = s.select(gt, a[2], y);
                         }
                         y
-                    },
-                )]
+                    }),
+                ]
             }
             Op::IsInf {
                 detect_negative,
@@ -718,23 +706,16 @@ impl<'c> Emitter<'c, '_> {
                 self.f32_operand(node, 0, "classified")?;
                 let maps = in_maps(self)?;
                 let (neg, pos) = (*detect_negative, *detect_positive);
-                vec![self.generic(
-                    block,
-                    &ins,
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
                         use melior::dialect::arith::CmpfPredicate as F;
                         let s = Scalar { ctx, block: b, loc };
                         let p = s.cmpf(F::Oeq, a[0], s.f32(f32::INFINITY));
                         let n = s.cmpf(F::Oeq, a[0], s.f32(f32::NEG_INFINITY));
                         let (p, n) = (s.and(p, s.bool_const(pos)), s.and(n, s.bool_const(neg)));
                         s.or(p, n)
-                    },
-                )]
+                    }),
+                ]
             }
             Op::Mod { fmod } => {
                 let d = out_dtype;
@@ -754,23 +735,16 @@ impl<'c> Emitter<'c, '_> {
                     ));
                 }
                 let maps = in_maps(self)?;
-                vec![self.generic(
-                    block,
-                    &ins,
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         if float {
                             s.int("arith.remf", a[0], a[1])
                         } else {
                             s.int_rem(a[0], a[1], unsigned, fmod)
                         }
-                    },
-                )]
+                    }),
+                ]
             }
             Op::Shape { start, end } => {
                 // Static shapes: the dims as an i64 constant (ONNX's clamped start / end).
@@ -795,25 +769,14 @@ impl<'c> Emitter<'c, '_> {
                     })
                     .collect();
                 let map = self.map_attr(AffineMap::new(ctx, r, 0, &exprs));
-                vec![self.generic(
-                    block,
-                    &ins[..1],
-                    vec![map],
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    |_, a| a[0],
-                )]
+                vec![self.per_element(block, &ins[..1], vec![map], out_ty, loc, |_, a| a[0])]
             }
             Op::IsNaN => {
                 let maps = in_maps(self)?;
-                vec![
-                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
-                        let s = Scalar { ctx, block: b, loc };
-                        s.cmpf(melior::dialect::arith::CmpfPredicate::Uno, a[0], a[0])
-                    }),
-                ]
+                vec![self.per_element(block, &ins, maps, out_ty, loc, |b, a| {
+                    let s = Scalar { ctx, block: b, loc };
+                    s.cmpf(melior::dialect::arith::CmpfPredicate::Uno, a[0], a[0])
+                })]
             }
             Op::Concat { axis } => {
                 let r = out_dims.len() as i64;
@@ -879,13 +842,11 @@ impl<'c> Emitter<'c, '_> {
                                 "casts between FP8 and types other than f32 are not emitted yet",
                             ));
                         }
-                        return Ok(vec![self.generic(
+                        return Ok(vec![self.per_element(
                             block,
                             &ins,
                             maps,
-                            &parallel,
                             out_ty,
-                            None,
                             loc,
                             move |b, a| {
                                 let s = Scalar { ctx, block: b, loc };
@@ -897,16 +858,11 @@ impl<'c> Emitter<'c, '_> {
                             },
                         )]);
                     }
-                    vec![self.generic(
-                        block,
-                        &ins,
-                        maps,
-                        &parallel,
-                        out_ty,
-                        None,
-                        loc,
-                        move |b, a| Scalar { ctx, block: b, loc }.cast(a[0], from, to, fe, te),
-                    )]
+                    vec![
+                        self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
+                            Scalar { ctx, block: b, loc }.cast(a[0], from, to, fe, te)
+                        }),
+                    ]
                 }
             }
             Op::GatherNd { batch_dims } => {
@@ -1056,11 +1012,9 @@ impl<'c> Emitter<'c, '_> {
                     self.broadcast_map(&q_dims, &out_dims),
                     self.broadcast_map(&[], &out_dims),
                 ];
-                vec![
-                    self.generic(block, &ins, maps, &parallel, out_ty, None, loc, |b, a| {
-                        Scalar { ctx, block: b, loc }.dequantize(fmt, a[0], a[1])
-                    }),
-                ]
+                vec![self.per_element(block, &ins, maps, out_ty, loc, |b, a| {
+                    Scalar { ctx, block: b, loc }.dequantize(fmt, a[0], a[1])
+                })]
             }
             Op::ScaledMatMul { out, .. } => {
                 f32_only("scaled_matmul")?;
@@ -1099,16 +1053,9 @@ impl<'c> Emitter<'c, '_> {
                 self.check_program(node, &insts)?;
                 let n = ins.len() - 1;
                 let maps = in_maps(self)?[..n].to_vec();
-                let y = self.generic(
-                    block,
-                    &ins[..n],
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| Scalar { ctx, block: b, loc }.program(&insts, |i| a[i as usize]),
-                );
+                let y = self.per_element(block, &ins[..n], maps, out_ty, loc, move |b, a| {
+                    Scalar { ctx, block: b, loc }.program(&insts, |i| a[i as usize])
+                });
                 self.quantized(block, y, ins[n], &out_dims, *to, *saturate, loc)
             }
             Op::LayerNormQuantize {
@@ -1253,20 +1200,13 @@ impl<'c> Emitter<'c, '_> {
                 let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
                 let (to, sat, f8) = (*to, *saturate, self.elem(*to, node)?);
                 let maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
-                vec![self.generic(
-                    block,
-                    &ins[..2],
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins[..2], maps, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         let q = s.truncf(s.divf64(s.extf(a[0]), s.extf(a[1])));
                         s.cast_to_fp8(to, sat, q, f8)
-                    },
-                )]
+                    }),
+                ]
             }
             Op::DequantizeLinear { axis, block_size }
                 if self.graph.value_type(node.inputs()[0]).dtype.is_fp8() =>
@@ -1277,20 +1217,13 @@ impl<'c> Emitter<'c, '_> {
                 let fmt = self.graph.value_type(node.inputs()[0]).dtype;
                 let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
                 let maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
-                vec![self.generic(
-                    block,
-                    &ins[..2],
-                    maps,
-                    &parallel,
-                    out_ty,
-                    None,
-                    loc,
-                    move |b, a| {
+                vec![
+                    self.per_element(block, &ins[..2], maps, out_ty, loc, move |b, a| {
                         let s = Scalar { ctx, block: b, loc };
                         s.elementwise(&Op::Mul, &[s.decode(fmt, a[0]), a[1]])
                             .expect("mul")
-                    },
-                )]
+                    }),
+                ]
             }
             Op::SoftmaxCrossEntropy => self.cross_entropy(block, node, (ins[0], ins[1]), loc)?,
             Op::SoftmaxCrossEntropyGrad => {
