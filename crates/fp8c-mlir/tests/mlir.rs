@@ -74,6 +74,18 @@ mod with_mlir {
         rel_l2(&got[output], &cpu[output])
     }
 
+    /// A digits model of examples/models (input `x`: 4 images of 64 pixels, seeded values)
+    /// compiled with `opts`: the relative L2 distance of `output` between the JIT and the CPU.
+    fn digits_model_on_the_jit(name: &str, opts: CompileOptions, output: &str, seed: u64) -> f64 {
+        let compiled = Model::load(example(name))
+            .unwrap()
+            .compile(&opts.input_shape("x", &[4, 64]))
+            .unwrap();
+        let x = Tensor::from_f32(vec![4, 64], &values(4 * 64, seed));
+        let inputs = BTreeMap::from([("x".to_string(), x)]);
+        jit_vs_cpu(&compiled, &inputs, output)
+    }
+
     /// An example export's inputs (its `.ref.npz` without the reference `output`).
     fn ref_inputs(name: &str, output: &str) -> BTreeMap<String, Tensor> {
         fp8c_session::npy::read_npz(&example(&format!("{name}.ref.npz")))
@@ -317,13 +329,7 @@ mod with_mlir {
     /// the CPU: ONNX's Q/DQ ops, FP8 constants and the model's own scales.
     #[test]
     fn a_third_party_fp8_qdq_model_runs_on_mlirs_jit_like_the_cpu() {
-        let compiled = Model::load(example("qdq_mlp_fp8.onnx"))
-            .unwrap()
-            .compile(&CompileOptions::fp8().input_shape("x", &[4, 64]))
-            .unwrap();
-        let x = Tensor::from_f32(vec![4, 64], &values(4 * 64, 9));
-        let inputs = BTreeMap::from([("x".to_string(), x)]);
-        let rel = jit_vs_cpu(&compiled, &inputs, "y");
+        let rel = digits_model_on_the_jit("qdq_mlp_fp8.onnx", CompileOptions::fp8(), "y", 9);
         eprintln!("qdq_mlp_fp8 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
         assert!(rel <= 1e-5, "rel L2 {rel}");
     }
@@ -483,13 +489,7 @@ mod with_mlir {
     /// The CNN of examples/models (conv 3×3 with padding, max and average pooling, GEMM).
     #[test]
     fn a_cnn_runs_on_mlirs_jit_like_the_cpu() {
-        let compiled = Model::load(example("cnn_digits.onnx"))
-            .unwrap()
-            .compile(&CompileOptions::f32().input_shape("x", &[4, 64]))
-            .unwrap();
-        let x = Tensor::from_f32(vec![4, 64], &values(4 * 64, 5));
-        let inputs = BTreeMap::from([("x".to_string(), x)]);
-        let rel = jit_vs_cpu(&compiled, &inputs, "logits");
+        let rel = digits_model_on_the_jit("cnn_digits.onnx", CompileOptions::f32(), "logits", 5);
         eprintln!("cnn_digits f32 on MLIR's JIT vs the CPU reference: rel L2 {rel:.3e}");
         assert!(rel <= 1e-5, "rel L2 {rel}");
     }
