@@ -56,7 +56,11 @@ for line in sys.stdin:
     [ -n "$exe" ] || { echo "gpu-check: could not build the $t test binary" >&2; exit 1; }
     cp "$exe" "$carry/$t"
   done
-  strip --strip-debug "$carry"/* 2>/dev/null || true
+  # One file at a time: a failure on one must not leave the others (the 100+ MiB fp8c binary
+  # among them) unstripped and the carry over the device tool's 64 MiB.
+  for f in "$carry"/*; do
+    strip --strip-debug "$f" || echo "gpu-check: could not strip $f" >&2
+  done
   du -ch "$carry"/* | tail -1
   echo "carry .gpu-carry and run: scripts/gpu-check.sh"
   exit 0
