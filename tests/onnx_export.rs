@@ -356,10 +356,16 @@ fn decoder_and_encoder_exports_run_in_onnxruntime_like_fp8c() {
 /// three random batches): onnxruntime dequantizes each operand (code × scale, rounded to f32)
 /// and sums in its own convolution order, fp8c sums exact code products and scales once; the
 /// ulp-level differences of one layer move a few activations across FP8 rounding boundaries in
-/// the next, and seven quantized layers compound them. The bound here is 3e-3.
+/// the next, and seven quantized layers compound them (measured on the cached batch: the first
+/// two quantized layers agree code for code, the third has 5 codes of 819,200 on a neighbour,
+/// the logits end 2.1e-3 apart). The bound here is 3e-3.
+///
+/// With `--power-2-scale` (both sides) every dequantized operand and every QuantizeLinear
+/// division is exact, so onnxruntime produces fp8c's codes in every layer and only the f32
+/// summation order is left: the bound is 1e-5 (measured 1.9e-7 on orinet).
 #[test]
 fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
-    for (name, args, bound) in [
+    for (name, args, extra, bound) in [
         (
             "minilm-l3-paraphrase",
             &[
@@ -370,14 +376,21 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
                 "--vocab",
                 "1000",
             ][..],
+            &[][..],
             1e-3,
         ),
-        ("orinet", &["--dim", "batch=2"][..], 3e-3),
+        ("orinet", &["--dim", "batch=2"][..], &[][..], 3e-3),
+        (
+            "orinet",
+            &["--dim", "batch=2"][..],
+            &["--power-2-scale"][..],
+            1e-5,
+        ),
     ] {
         let model = support::fetched_model(name);
         let (inputs, _) = support::ort_reference(&model, &format!("{name}_export"), args);
-        let dir = support::scratch(&format!("onnx_export_{name}"));
-        let e = export_and_run(&model, &inputs, &dir, &[]);
+        let dir = support::scratch(&format!("onnx_export_{name}{}", extra.join("")));
+        let e = export_and_run(&model, &inputs, &dir, extra);
         assert!(
             e.info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 7,
             "{name}: {}",
@@ -391,7 +404,7 @@ fn fetched_bert_and_cnn_exports_run_in_onnxruntime_like_fp8c() {
             }
             let c = fp8c_runtime::compare(o, &e.ours[k]).unwrap();
             eprintln!(
-                "{name} \"{k}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}",
+                "{name} {extra:?} \"{k}\": onnxruntime(FP8 Q/DQ) vs fp8c run rel_l2={:.3e}",
                 c.rel_l2
             );
             assert!(c.rel_l2 < bound, "{name} \"{k}\": rel L2 {:.3e}", c.rel_l2);

@@ -366,7 +366,7 @@ pub fn insert_quantize(
                 margin: r.margin,
                 source,
                 epsilon: 0.0,
-                power_2: false,
+                power_2: r.power_2_scale,
             };
             let new = g.add_node(&format!("{t}.compute_scale"), cs, &[hist[0], sc])?;
             g.set_state_update(&format!("{t}.amax_history"), hist[1])?;

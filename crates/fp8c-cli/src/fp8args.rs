@@ -38,7 +38,8 @@ pub struct Fp8Args {
     /// Current scaling: lower bound on amax [default: 0].
     #[arg(long = "amax-epsilon", value_name = "E", allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub amax_epsilon: Option<f32>,
-    /// Current scaling: round scales down to powers of two.
+    /// Round scales down to powers of two (current, delayed and calibrated scaling): an
+    /// exported FP8 Q/DQ model then quantizes to fp8c's very codes in any engine.
     #[arg(long = "power-2-scale")]
     pub power_2_scale: bool,
     /// FP8 GEMMs that use Hopper's fast accumulation (about 14 significant bits in the tensor

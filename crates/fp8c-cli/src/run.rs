@@ -470,10 +470,15 @@ pub fn run(a: RunArgs) -> Result<()> {
 fn recipe_word(r: &Recipe) -> String {
     match r {
         Recipe::Delayed(d) => format!(
-            "delayed {} (history {}, {})",
+            "delayed {} (history {}, {}{})",
             d.fp8_format.name(),
             d.amax_history_len,
-            d.amax_compute_algo.name()
+            d.amax_compute_algo.name(),
+            if d.power_2_scale {
+                ", power-of-two scales"
+            } else {
+                ""
+            }
         ),
         Recipe::Current(c) if c.granularity.tiling().is_some() => format!(
             "current {} per tile ({}{})",

@@ -18,7 +18,7 @@
 //! amax_compute_algo = "max" # or "most_recent"; delayed only
 //! reduce_amax = true        # delayed only
 //! # amax_epsilon = 0.0      # current only
-//! # power_2_scale = false   # current only
+//! # power_2_scale = false   # both: round scales down to powers of two (TE: current only)
 //! # granularity = "tensorwise"  # current only: or "rowwise", "block", "mxfp8" (issue #16)
 //! # How each GEMM of a linear layer accumulates (TE's MMParams; both kinds):
 //! fp8_gemm_fprop.use_split_accumulator = false  # forward: Hopper's fast accumulation
@@ -225,6 +225,12 @@ pub struct DelayedScaling {
     /// Reduce amaxes across data-parallel ranks before the update; TE default true. Carried
     /// for the runtime: a single-process run has nothing to reduce.
     pub reduce_amax: bool,
+    /// Round each scale down to a power of two; default false. Not in TE's `DelayedScaling`
+    /// (its current and block recipes have it; torchao's `round_scales_to_power_of_2` applies
+    /// to every scaling type): with power-of-two scales, multiplying by the scale and dividing
+    /// by its inverse (ONNX QuantizeLinear) are both exact, so an exported FP8 Q/DQ model
+    /// quantizes and dequantizes to the very codes fp8c computes in any engine.
+    pub power_2_scale: bool,
     /// Accumulation of the forward GEMM; TE default fast (`use_split_accumulator = false`).
     pub fp8_gemm_fprop: MMParams,
     /// Accumulation of the input-gradient GEMM; TE default split (f32).
@@ -241,6 +247,7 @@ impl Default for DelayedScaling {
             amax_history_len: 1024,
             amax_compute_algo: AmaxComputeAlgo::Max,
             reduce_amax: true,
+            power_2_scale: false,
             fp8_gemm_fprop: DEFAULT_GEMMS[0],
             fp8_gemm_dgrad: DEFAULT_GEMMS[1],
             fp8_gemm_wgrad: DEFAULT_GEMMS[2],
@@ -290,6 +297,7 @@ struct DelayedScalingFields {
     amax_history_len: usize,
     amax_compute_algo: AmaxComputeAlgo,
     reduce_amax: bool,
+    power_2_scale: bool,
     fp8_gemm_fprop: MMParams,
     fp8_gemm_dgrad: MMParams,
     fp8_gemm_wgrad: MMParams,
@@ -304,6 +312,7 @@ impl Default for DelayedScalingFields {
             amax_history_len: d.amax_history_len,
             amax_compute_algo: d.amax_compute_algo,
             reduce_amax: d.reduce_amax,
+            power_2_scale: d.power_2_scale,
             fp8_gemm_fprop: d.fp8_gemm_fprop,
             fp8_gemm_dgrad: d.fp8_gemm_dgrad,
             fp8_gemm_wgrad: d.fp8_gemm_wgrad,
@@ -316,6 +325,7 @@ impl TryFrom<DelayedScalingFields> for DelayedScaling {
 
     fn try_from(f: DelayedScalingFields) -> Result<Self, Self::Error> {
         let recipe = DelayedScaling {
+            power_2_scale: f.power_2_scale,
             fp8_gemm_fprop: f.fp8_gemm_fprop,
             fp8_gemm_dgrad: f.fp8_gemm_dgrad,
             fp8_gemm_wgrad: f.fp8_gemm_wgrad,

@@ -134,6 +134,9 @@ pub fn delayed_update(
     }
     let amax = history_amax(&state.amax_history, recipe.amax_compute_algo);
     state.scale = compute_scale(amax, fmt.max(), recipe.margin, state.scale);
+    if recipe.power_2_scale {
+        state.scale = f32::from_bits(state.scale.to_bits() & 0xFF80_0000);
+    }
     state.scale_inv = 1.0 / state.scale;
     roll_history(&mut state.amax_history);
     Ok(())

@@ -88,6 +88,10 @@ fn toml_round_trips() {
             amax_compute_algo: AmaxComputeAlgo::MostRecent,
             ..Default::default()
         }),
+        Recipe::Delayed(DelayedScaling {
+            power_2_scale: true,
+            ..Default::default()
+        }),
         Recipe::Current(CurrentScaling::new(Format::E4M3, 0.25, true).unwrap()),
     ] {
         let text = toml::to_string(&Config { recipe }).unwrap();

@@ -173,6 +173,29 @@ fn length_one_history_is_most_recent_and_zeroed_by_the_roll() {
 }
 
 #[test]
+fn delayed_power_of_two_scales_round_down_and_keep_the_previous_scale_rules() {
+    let recipe = DelayedScaling {
+        amax_history_len: 2,
+        power_2_scale: true,
+        ..Default::default()
+    };
+    let mut s = ScalingState::for_recipe(&recipe).unwrap();
+    record_amax(&mut s, 3.0).unwrap();
+    delayed_update(&mut s, Fp8Format::E4M3, &recipe).unwrap();
+    // 448 / 3 = 149.33 rounds down to 128; scale_inv is its exact reciprocal.
+    assert_eq!((s.scale, s.scale_inv), (128.0, 1.0 / 128.0));
+    // E5M2: 57344 / 3 = 19114.67 -> 16384.
+    let mut g = ScalingState::for_recipe(&recipe).unwrap();
+    record_amax(&mut g, 3.0).unwrap();
+    delayed_update(&mut g, Fp8Format::E5M2, &recipe).unwrap();
+    assert_eq!(g.scale, 16384.0);
+    // No amax in the window: the previous (already power-of-two) scale stays.
+    delayed_update(&mut s, Fp8Format::E4M3, &recipe).unwrap();
+    delayed_update(&mut s, Fp8Format::E4M3, &recipe).unwrap();
+    assert_eq!(s.scale, 128.0);
+}
+
+#[test]
 fn invalid_recipe_or_state_is_an_error_not_a_panic() {
     assert_eq!(ScalingState::new(0), Err(CoreError::AmaxHistoryLen(0)));
     let mut s = ScalingState::new(4).unwrap();

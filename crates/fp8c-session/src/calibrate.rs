@@ -101,6 +101,6 @@ fn compute_scale_op(recipe: &DelayedScaling) -> Op {
             AmaxComputeAlgo::MostRecent => AmaxSource::HistoryMostRecent,
         },
         epsilon: 0.0,
-        power_2: false,
+        power_2: recipe.power_2_scale,
     }
 }

@@ -261,7 +261,7 @@ pub struct RecipeOptions {
     pub margin: Option<f32>,
     /// Current scaling: lower bound on amax (`--amax-epsilon`).
     pub amax_epsilon: Option<f32>,
-    /// Current scaling: round scales down to powers of two (`--power-2-scale`).
+    /// Round scales down to powers of two, current, delayed or calibrated (`--power-2-scale`).
     pub power_2_scale: bool,
     /// Which FP8 GEMMs use fast accumulation, comma-separated `fprop`, `dgrad`, `wgrad`, or
     /// `none` (`--fast-accum`; default the recipe's, TE's `fprop`).
@@ -432,19 +432,22 @@ impl RecipeOptions {
                     Some(a) => parsed(a.parse(), || format!("--amax-algo {a}"))?,
                     None => d.amax_compute_algo,
                 };
-                if self.amax_epsilon.is_some() || self.power_2_scale {
-                    bail!("--amax-epsilon and --power-2-scale apply to --recipe current only");
+                if self.amax_epsilon.is_some() {
+                    bail!("--amax-epsilon applies to --recipe current only");
                 }
-                Recipe::Delayed(parsed(
-                    DelayedScaling::new(
-                        self.margin.unwrap_or(d.margin),
-                        format,
-                        self.amax_history.unwrap_or(d.amax_history_len),
-                        algo,
-                        d.reduce_amax,
-                    ),
-                    || "invalid delayed-scaling recipe",
-                )?)
+                Recipe::Delayed(DelayedScaling {
+                    power_2_scale: self.power_2_scale || d.power_2_scale,
+                    ..parsed(
+                        DelayedScaling::new(
+                            self.margin.unwrap_or(d.margin),
+                            format,
+                            self.amax_history.unwrap_or(d.amax_history_len),
+                            algo,
+                            d.reduce_amax,
+                        ),
+                        || "invalid delayed-scaling recipe",
+                    )?
+                })
             }
             "current" => {
                 let mut c = match base {
