@@ -19,35 +19,8 @@
 //   contraction: __fadd_rn / __fmul_rn), then one rounding to D's type.
 #include "common.cuh"
 
-#define SCALING_FP32 0
-#define SCALING_POW2 1
-#define SCALING_E8M0 2
-
-// The tiling of a [mats, r, c] tensor into tr × tc tiles, nr × nc of them per matrix.
-struct Tiling {
-  u64 mats, r, c, tr, tc, nr, nc;
-};
-
-// The scale of a tile from its amax (header comment).
-__device__ __forceinline__ float tile_scale(float amax, int scaling, float epsilon, float fmt_max, int emax) {
-  if (scaling == SCALING_E8M0) {
-    if (!(fp8c_isfinite(amax) && amax > 0.0f)) return 1.0f;
-    const u32 bits = __float_as_uint(amax);
-    const int exp = (int)(bits >> 23);
-    // floor(log2 amax): the exponent, or for a subnormal its top mantissa bit's place.
-    const int floor_log2 = exp == 0 ? (31 - __clz((int)(bits & 0x7fffffu))) - 149 : exp - 127;
-    int shared = floor_log2 - emax;
-    shared = shared < -127 ? -127 : (shared > 127 ? 127 : shared);
-    const int e = -shared; // 2^e, e in [-127, 127]: 2^-127 is the one subnormal
-    return e >= -126 ? __uint_as_float((u32)(e + 127) << 23) : __uint_as_float(0x00400000u);
-  }
-  const float a = amax < epsilon ? epsilon : amax;
-  float s = __fdiv_rn(fmt_max, a);
-  if (!(a > 0.0f && fp8c_isfinite(a))) s = 1.0f;
-  if (fp8c_isinf(s)) s = FP8C_FLT_MAX;
-  if (scaling == SCALING_POW2) s = __uint_as_float(__float_as_uint(s) & 0xff800000u);
-  return s;
-}
+// SCALING_FP32 / POW2 / E8M0 and tile_scale (a tile's scale from its amax) are in common.cuh,
+// shared with elementwise.cu's fused elementwise_block_quantize.
 
 // One block per tile (grid-stride over tiles): the tile's amax, its scale, then its codes.
 template <int IN, int FMT, bool SAT>

@@ -1,7 +1,7 @@
 // elementwise.cu — every elementwise op and fused elementwise chain, with optional FP8 output.
 //
 // IR ops: the unary and binary elementwise ops, where, clip, gelu_grad, elementwise_quantize,
-// and the epilogue of scaled_matmul_epilogue when cuBLASLt's own epilogues cannot express it.
+// elementwise_block_quantize (per-tile FP8 of a 1×N tiling, issue #16), and the epilogue of scaled_matmul_epilogue when cuBLASLt's own epilogues cannot express it.
 //
 // The runtime generates `ew_expr.cuh` for each distinct program (crates/fp8c-runtime/src/cuda/
 // codegen.rs): the program as straight-line calls of the `ew_*` functions below, the storage
@@ -319,6 +319,45 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
     }
   }
   if (EW_Q_FMT >= 0) block_amax_commit(m, p.amax);
+}
+
+// elementwise_block_quantize (issue #16): y = the program, then block_quantize(y) with tiles of
+// one row and `tc` columns of the last axis (length c): one warp per tile (grid-stride over
+// tiles), y computed once to take the tile's amax (and written if p.y is set), the tile's
+// scale by block_scaling.cu's rules (tile_scale), then y computed again, the same f32 bits,
+// and quantized. scale_inv[tile] = 1 / scale, tiles numbered row-major as block_quantize's.
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_elementwise_block_quantize(EwParams p, u64 c, u64 tc, float* scale_inv, int scaling, float epsilon) {
+#if EW_Q_FMT >= 0
+  const float fmt_max = EW_Q_FMT == FMT_E4M3 ? 448.0f : 57344.0f;
+  const int emax = EW_Q_FMT == FMT_E4M3 ? 8 : 15;
+  const int lane = threadIdx.x & 31;
+  const u64 per_block = blockDim.x >> 5, nc = (c + tc - 1) / tc, tiles = (p.n / c) * nc;
+  for (u64 tile = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); tile < tiles; tile += (u64)gridDim.x * per_block) {
+    const u64 col0 = (tile % nc) * tc, base = (tile / nc) * c + col0;
+    const u64 w = tc < c - col0 ? tc : c - col0;
+    u32 bits = 0u;
+    for (u64 e = lane; e < w; e += 32) {
+      float args[EW_NIN];
+#pragma unroll
+      for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load1(p, k, base + e);
+      const float y = ew_program(args);
+      if (p.y != nullptr) store_elem<EW_OUT_KIND>(p.y, base + e, y);
+      bits = max(bits, abs_bits(y));
+    }
+    bits = warp_max_u32(bits);
+    const float s = tile_scale(__uint_as_float(bits), scaling, epsilon, fmt_max, emax);
+    if (lane == 0) scale_inv[tile] = __fdiv_rn(1.0f, s);
+    for (u64 e = lane; e < w; e += 32) {
+      float args[EW_NIN];
+#pragma unroll
+      for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load1(p, k, base + e);
+      const float y = ew_program(args);
+      p.q[base + e] = (u8)(EW_Q_FMT == FMT_E4M3 ? fp8_quantize<FMT_E4M3, EW_Q_SAT>(y, s)
+                                                : fp8_quantize<FMT_E5M2, EW_Q_SAT>(y, s));
+    }
+  }
+#endif
 }
 #else
 // One element per thread: integer programs are index and mask arithmetic, not bandwidth.

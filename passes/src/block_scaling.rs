@@ -3,8 +3,9 @@
 //!
 //! `matmul(a [..., M, K], w [K, N])` becomes
 //! ```text
-//! a2        = reshape(a, [-1, K])                        # when a has batch dims
-//! qa, sa    = block_quantize(a2)  tiles a_rows × k_block  (1×128, 1×K, 1×32)
+//! qa, sa    = block_quantize(a)   tiles a_rows × k_block  (1×128, 1×K, 1×32)
+//! qa, sa    = reshape(qa, [-1, K]), reshape(sa, [-1, KB]) # when a has batch dims
+//!                                  (tiles of several rows: a is flattened before instead)
 //! qw, sw    = block_quantize(w)   tiles k_block × b_cols  (128×128, K×1, 32×1)
 //! y2        = block_scaled_matmul(qa, qw, sa, sw)
 //! y         = reshape(y2, [..., M, N])
@@ -144,10 +145,26 @@ pub(crate) fn rewrite(
     } else {
         ad[ad.len() - 2]
     };
-    if !lead.is_empty() {
+    // Tiles of one row are the same in A [..., M, K] and in its 2-D view, so such A is
+    // quantized as it comes (its producer can then emit the tiles: fusion's
+    // `elementwise-block-quantize`) and its codes and scales are flattened, views both.
+    let (qa, sa) = if lead.is_empty() {
+        e.quantize(g, a, a_name, (t.a_rows, t.k_block))?
+    } else if t.a_rows == 1 && !trans_a {
+        let (q, s) = e.quantize(g, a, a_name, (1, t.k_block))?;
+        let kb = if t.k_block == 0 {
+            1
+        } else {
+            k.div_ceil(t.k_block as u64) as i64
+        };
+        (
+            e.reshape(g, q, &[-1, k as i64], "x.q.2d")?,
+            e.reshape(g, s, &[-1, kb], "x.scale_inv.2d")?,
+        )
+    } else {
         a = e.reshape(g, a, &[-1, k as i64], "x.2d")?;
-    }
-    let (qa, sa) = e.quantize(g, a, a_name, (t.a_rows, t.k_block))?;
+        e.quantize(g, a, a_name, (t.a_rows, t.k_block))?
+    };
     // B as [K, N] codes and [KB, NB] scales.
     let (qb, sb) = if trans_b {
         let (q, s) = e.quantize(g, ins[1], b_name, (t.b_cols, t.k_block))?;

@@ -112,6 +112,55 @@ fn bert_current_scaling_is_bit_identical() {
     check_model("bert (current)", &g, current(), &bert_inputs(1));
 }
 
+/// The per-tile recipes (issue #16): TE's 1×128 / 128×128 blocks, torchao's rowwise and MX's
+/// 1×32 tiles.
+fn per_tile_recipes() -> [(&'static str, fp8c_core::Recipe); 3] {
+    use fp8c_core::{CurrentScaling, Granularity, Recipe};
+    [
+        (
+            "block",
+            Recipe::Current(CurrentScaling::tiled(Granularity::Block)),
+        ),
+        (
+            "rowwise",
+            Recipe::Current(CurrentScaling::tiled(Granularity::Rowwise)),
+        ),
+        (
+            "mxfp8",
+            Recipe::Current(CurrentScaling::tiled(Granularity::Mxfp8)),
+        ),
+    ]
+}
+
+/// How many nodes of `g` run `op`.
+fn count_op(g: &fp8c_ir::Graph, op: &str) -> usize {
+    g.node_ids()
+        .into_iter()
+        .filter(|&id| g.node(id).op.name() == op)
+        .count()
+}
+
+/// MiniLM under each per-tile recipe: the GELU and LayerNorm-fed activations' one-row tiles
+/// are emitted by their elementwise producers (`elementwise_block_quantize`), and the fused
+/// graph computes the unfused one's bits.
+#[test]
+fn bert_per_tile_recipes_are_bit_identical_with_producers_emitting_the_tiles() {
+    let Some(path) = cached_model("minilm-l3-paraphrase") else {
+        return;
+    };
+    let g = load_onnx(
+        &path,
+        &[("input_ids", &[2, 64]), ("attention_mask", &[2, 64])],
+    );
+    for (name, recipe) in per_tile_recipes() {
+        let (fused, _) = compile(&g, recipe, true);
+        let n = count_op(&fused, "elementwise_block_quantize");
+        eprintln!("bert ({name}): {n} elementwise_block_quantize nodes");
+        assert!(n >= 3, "bert ({name}): {n} fused tile quantizers");
+        check_model(&format!("bert ({name})"), &g, recipe, &bert_inputs(1));
+    }
+}
+
 /// The training step of the example MLP: forward, loss, FP8 dgrad/wgrad, AdamW, guard.
 fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
     use fp8c_passes::autodiff::{Loss, TrainSpec};
@@ -138,7 +187,8 @@ fn training_graph(fuse: bool, recipe: fp8c_core::Recipe) -> fp8c_ir::Graph {
 
 #[test]
 fn training_step_is_bit_identical_with_fusion() {
-    for recipe in [delayed(), current()] {
+    let tiled = per_tile_recipes().map(|(_, r)| r);
+    for recipe in [delayed(), current()].into_iter().chain(tiled) {
         let fused = training_graph(true, recipe);
         let unfused = training_graph(false, recipe);
         let before = fp8c_passes::fusion::step_cost(&unfused);

@@ -252,3 +252,41 @@ fn an_epilogue_never_broadcasts_the_product() {
     let t = "(add (scaled_matmul {out=f32,fast_accum=true} %qa %qb %sa %sb) %big)";
     assert_eq!(fuse(&[t], &leaves), [t]);
 }
+
+const BQ: &str = "{to=f8e4m3,saturate=true,rows=1,cols=8,scaling=pow2,epsilon=0.0}";
+
+#[test]
+fn an_elementwise_producer_emits_per_tile_fp8() {
+    // block_quantize[1×8](relu(x)) = elementwise_block_quantize[relu](x).1, .2
+    let t = format!("(block_quantize {BQ} (relu %x))");
+    let out = fuse(
+        &[&format!("(proj 0 {t})"), &format!("(proj 1 {t})")],
+        &[("x", f32s(&[8, 16]))],
+    );
+    let ewbq = r#"(elementwise_block_quantize {expr="relu[a0]",to=f8e4m3,saturate=true,cols=8,scaling=pow2,epsilon=0.0} %x)"#;
+    assert_eq!(
+        out,
+        [format!("(proj 1 {ewbq})"), format!("(proj 2 {ewbq})")]
+    );
+}
+
+#[test]
+fn per_tile_fp8_of_a_batched_activation_grows_the_program() {
+    // block_quantize[1×8](mul(w, mul(x, r))) for x [2, 4, 16] (an RMSNorm's last two steps):
+    // the whole chain emits the tiles; the scaling pass flattens the codes afterwards.
+    let y = "(mul %w (mul %x %r))";
+    let t = format!("(block_quantize {BQ} {y})");
+    let out = fuse(
+        &[&format!("(proj 0 {t})"), &format!("(proj 1 {t})")],
+        &[
+            ("x", f32s(&[2, 4, 16])),
+            ("r", f32s(&[2, 4, 1])),
+            ("w", f32s(&[16])),
+        ],
+    );
+    let ewbq = r#"(elementwise_block_quantize {expr="mul[a1,a2];mul[a0,t0]",to=f8e4m3,saturate=true,cols=8,scaling=pow2,epsilon=0.0} %w %x %r)"#;
+    assert_eq!(
+        out,
+        [format!("(proj 1 {ewbq})"), format!("(proj 2 {ewbq})")]
+    );
+}

@@ -49,6 +49,30 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
             let y = run_expr(expr, &inputs[..n])?;
             quantized(y, inputs[n], *to, *saturate)
         }
+        FusedOp::ElementwiseBlockQuantize {
+            expr,
+            to,
+            saturate,
+            cols,
+            scaling,
+            epsilon,
+        } => {
+            let n = expr.num_inputs();
+            if inputs.len() != n {
+                return Fail::arity(&format!("{n} (the program's)"), inputs.len());
+            }
+            let y = run_expr(expr, inputs)?;
+            let mut outs = crate::block::block_quantize(
+                &[&y],
+                *to,
+                *saturate,
+                (1, *cols),
+                *scaling,
+                *epsilon,
+            )?;
+            outs.insert(0, y);
+            Ok(outs)
+        }
         FusedOp::ScaledMatMulEpilogue {
             out,
             fast_accum,
@@ -121,6 +145,7 @@ pub(crate) fn support(op: FusedOp<'_>) -> Support {
         | FusedOp::CastTranspose { .. }
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
+        | FusedOp::ElementwiseBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::Yes,
         FusedOp::__Lifetime(never, _) => match never {},

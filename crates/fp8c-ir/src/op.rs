@@ -503,6 +503,12 @@ define_ops! {
         /// Elementwise ops emitting FP8: inputs a0..a(n-1) and scale; outputs `y = expr(a..)`,
         /// `quantize(y, scale)` and `amax(y)`.
         ElementwiseQuantize { expr: EwExpr, to: DType, saturate: bool } => "elementwise_quantize",
+        /// Elementwise ops emitting per-tile FP8 (issue #16): inputs a0..a(n-1); outputs
+        /// `y = expr(a..)` (f32) and the codes and per-tile `scale_inv` of
+        /// `block_quantize { rows: 1, cols }(y)`: tiles of one row and `cols` columns of the
+        /// last axis (0: the whole row), an activation's or gradient's tiles along a GEMM's K
+        /// (1×128, 1×32, rowwise).
+        ElementwiseBlockQuantize { expr: EwExpr, to: DType, saturate: bool, cols: i64, scaling: BlockScaling, epsilon: f32 } => "elementwise_block_quantize",
         /// `scaled_matmul` with an elementwise epilogue, and optionally cuBLASLt's D scale and amax
         /// of D: inputs qa, qb, scale_inv_a, scale_inv_b, the epilogue's extra inputs, then (when
         /// `to` is set) the D scale. `expr` reads the product as `a0` and the extras as `a1..`.

@@ -326,6 +326,15 @@ pub fn fp8_stats(step: &Step, inputs: &[&Tensor], outputs: &[Tensor]) -> Option<
                 outputs.first()?,
             )
         }
+        Op::ElementwiseBlockQuantize { cols, .. } => {
+            let y = outputs.first()?;
+            let inv = outputs.get(2)?.to_f32_vec().ok()?;
+            (
+                y,
+                Scaling::Tiles(TileScales::new(y.shape(), (1, *cols), inv)?),
+                outputs.get(1)?,
+            )
+        }
         Op::LayerNormQuantize { .. } => (
             outputs.first()?,
             Scaling::Mul(scalar(inputs.get(1)?)?),

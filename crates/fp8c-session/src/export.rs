@@ -148,7 +148,11 @@ fn current_onnx(model: &crate::Model, src: &Path, opts: &crate::CompileOptions) 
             else {
                 return None;
             };
-            let qa = g.node(n.inputs().first()?.node);
+            let mut qa = g.node(n.inputs().first()?.node);
+            // One-row tiles are quantized before the activation is flattened to 2-D.
+            if let Op::Reshape { .. } = qa.op {
+                qa = g.node(qa.inputs().first()?.node);
+            }
             let Op::BlockQuantize {
                 to,
                 scaling,

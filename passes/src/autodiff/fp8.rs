@@ -182,8 +182,9 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
 }
 
 /// The high-precision tensor whose per-tile quantization made `q`, and that quantization's
-/// scaling and epsilon: `q` is `block_quantize(x).0`, or a 2-D transpose of one (a Gemm weight
-/// stored `[N, K]`), whose source is then transposed the same way.
+/// scaling and epsilon: `q` is `block_quantize(x).0`, a 2-D transpose of one (a Gemm weight
+/// stored `[N, K]`) or a reshape of one (an activation's one-row tiles flattened to 2-D),
+/// whose source is then transposed or reshaped the same way.
 fn block_source(
     e: &mut Emit<'_>,
     at: &At<'_>,
@@ -199,6 +200,19 @@ fn block_source(
             let (x, scaling, epsilon) = block_source(e, at, node.inputs()[0], what)?;
             let xt = e.transpose(&at.n(&format!("{what}.src.t")), x, vec![1, 0])?;
             Ok((xt, scaling, epsilon))
+        }
+        // Codes of one-row tiles flattened to 2-D (the scaling pass's `x.q.2d`): the source
+        // is flattened the same way.
+        Op::Reshape { allowzero } => {
+            let (x, scaling, epsilon) = block_source(e, at, node.inputs()[0], what)?;
+            let x2 = e.op(
+                &at.n(&format!("{what}.src.2d")),
+                Op::Reshape {
+                    allowzero: *allowzero,
+                },
+                &[x, node.inputs()[1]],
+            )?;
+            Ok((x2, scaling, epsilon))
         }
         other => Err(at.err(format!(
             "the block-scaled GEMM's {what} comes from {} (not a block_quantize): its backward \

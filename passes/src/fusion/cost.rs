@@ -63,6 +63,7 @@ pub fn kernel_class(op: &Op) -> KernelClass {
             | FusedOp::CastTranspose { .. }
             | FusedOp::LayerNormQuantize { .. }
             | FusedOp::ElementwiseQuantize { .. }
+            | FusedOp::ElementwiseBlockQuantize { .. }
             | FusedOp::ScaledMatMulEpilogue { .. } => KernelClass::Kernel,
             FusedOp::__Lifetime(never, _) => match never {},
         },

@@ -9,7 +9,7 @@
 //! the nodes they replace are gone.
 
 use super::extract::Selection;
-use super::lang::{Fx, FxGraph, lookup_proj, node_op};
+use super::lang::{Fx, FxGraph, lookup_proj, node_op, slot_of};
 use super::region::Region;
 use egg::{FromOp, Id, Language};
 use fp8c_ir::{Graph, IrError, NodeId, Op, Value};
@@ -152,6 +152,15 @@ impl Rebuilder<'_> {
                 self.original_name(g, proj(0))
             }
             Op::ElementwiseQuantize { .. } => self.original_name(g, proj(1)),
+            // Its codes are output 0 of the block_quantize it replaces, a tuple node.
+            Op::ElementwiseBlockQuantize { .. } => proj(1).and_then(|q| {
+                self.eg[q].nodes.iter().find_map(|n| match n {
+                    Fx::Proj([k, t]) if slot_of(self.eg, *k) == Some(0) => {
+                        self.original_name(g, Some(*t))
+                    }
+                    _ => None,
+                })
+            }),
             Op::ScaledMatMulEpilogue { .. } => self.gemm_name(g, c),
             Op::BatchedScaleUpdate { .. } => Some(BATCHED_UPDATE_NAME.to_string()),
             _ => None,

@@ -1,7 +1,7 @@
 //! From the graph to the e-graph: which nodes take part, and how they become e-nodes.
 //!
-//! The region is every node whose op some rule can look at: the FP8 ops of the scaling pass,
-//! `scaled_matmul`, `transpose`, `layer_norm` and the elementwise ops (the producers and
+//! The region is every node whose op some rule can look at: the FP8 ops of the scaling pass
+//! (per-tile `block_quantize` included), `scaled_matmul`, `transpose`, `layer_norm` and the elementwise ops (the producers and
 //! consumers that fuse into quantizers and GEMM epilogues). Every other value, interface
 //! nodes and constants included, enters as an opaque leaf `%name`. One e-graph holds the whole
 //! region; its connected parts simply do not touch. The roots are the region's values read
@@ -24,6 +24,7 @@ pub fn is_region_op(op: &Op) -> bool {
                 | Op::AmaxHistoryUpdate
                 | Op::ComputeScale { .. }
                 | Op::ScaledMatMul { .. }
+                | Op::BlockQuantize { .. }
         )
 }
 
@@ -31,7 +32,11 @@ pub fn is_region_op(op: &Op) -> bool {
 fn is_fp8_op(op: &Op) -> bool {
     matches!(
         op,
-        Op::Quantize { .. } | Op::Amax | Op::ComputeScale { .. } | Op::ScaledMatMul { .. }
+        Op::Quantize { .. }
+            | Op::Amax
+            | Op::ComputeScale { .. }
+            | Op::ScaledMatMul { .. }
+            | Op::BlockQuantize { .. }
     )
 }
 

@@ -51,6 +51,41 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
             let y = ew_expr(expr, &inputs[..n])?;
             quantized_outputs(y, inputs[n], *to, *saturate)?
         }
+        FusedOp::ElementwiseBlockQuantize {
+            expr,
+            to,
+            saturate,
+            cols,
+            scaling,
+            epsilon,
+        } => {
+            let n = expr.num_inputs();
+            if inputs.len() != n {
+                return Err(format!(
+                    "expects the program's {n} inputs, got {}",
+                    inputs.len()
+                ));
+            }
+            let y = ew_expr(expr, inputs)?;
+            if y.dtype != DType::F32 {
+                return Err(format!(
+                    "the program's result must be f32 (its tiles are quantized from f32), got {}",
+                    y.dtype
+                ));
+            }
+
+            let bq = Op::BlockQuantize {
+                to: *to,
+                saturate: *saturate,
+                rows: 1,
+                cols: *cols,
+                scaling: *scaling,
+                epsilon: *epsilon,
+            };
+            let mut outs = super::infer(&bq, &[InferInput::new(&y)])?;
+            outs.insert(0, y);
+            outs
+        }
         FusedOp::ScaledMatMulEpilogue {
             out,
             fast_accum,

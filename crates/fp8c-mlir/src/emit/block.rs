@@ -37,17 +37,19 @@ impl<'c> Emitter<'c, '_> {
 
     /// `block_quantize`: `[q, scale_inv]`.
     #[allow(clippy::too_many_arguments)]
+    /// `block_quantize` of `x`, whose IR value (for its shape) is `src`: an input of `node`
+    /// (block_quantize) or its output 0 (elementwise_block_quantize); the caller checks that
+    /// it is f32.
     pub(super) fn block_quantize<'a>(
         &self,
         block: &'a Block<'c>,
         node: &Node,
-        x: Value<'c, 'a>,
+        (x, src): (Value<'c, 'a>, IrValue),
         (to, saturate, rows, cols, scaling, epsilon): (DType, bool, i64, i64, BlockScaling, f32),
         loc: Location<'c>,
     ) -> Result<Vec<Value<'c, 'a>>, Error> {
-        self.f32_operand(node, 0, "quantized")?;
-        let dims = self.dims(node.inputs()[0], node)?;
-        let t = self.tiles(node, node.inputs()[0], rows, cols)?;
+        let dims = self.dims(src, node)?;
+        let t = self.tiles(node, src, rows, cols)?;
         let r = dims.len();
         let grid = Self::grid(&dims, &t);
         let f32t = Type::float32(self.ctx);

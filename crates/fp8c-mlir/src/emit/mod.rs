@@ -903,13 +903,41 @@ impl<'c> Emitter<'c, '_> {
                 cols,
                 scaling,
                 epsilon,
-            } => self.block_quantize(
-                block,
-                node,
-                ins[0],
-                (*to, *saturate, *rows, *cols, *scaling, *epsilon),
-                loc,
-            )?,
+            } => {
+                self.f32_operand(node, 0, "quantized")?;
+                self.block_quantize(
+                    block,
+                    node,
+                    (ins[0], node.inputs()[0]),
+                    (*to, *saturate, *rows, *cols, *scaling, *epsilon),
+                    loc,
+                )?
+            }
+            Op::ElementwiseBlockQuantize {
+                expr,
+                to,
+                saturate,
+                cols,
+                scaling,
+                epsilon,
+            } => {
+                // y = the program (f32 by the op's typing), then its one-row tiles.
+                let insts = expr.insts().to_vec();
+                self.check_program(node, &insts)?;
+                let maps = in_maps(self)?;
+                let y = self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
+                    Scalar { ctx, block: b, loc }.program(&insts, |i| a[i as usize])
+                });
+                let mut outs = vec![y];
+                outs.extend(self.block_quantize(
+                    block,
+                    node,
+                    (y, IrValue::new(id, 0)),
+                    (*to, *saturate, 1, *cols, *scaling, *epsilon),
+                    loc,
+                )?);
+                outs
+            }
             Op::BlockDequantize { rows, cols, .. } => {
                 f32_only("block_dequantize")?;
                 vec![self.block_dequantize(

@@ -11,6 +11,7 @@ pub(super) fn support(o: FusedOp<'_>) -> Support {
         | FusedOp::CastTranspose { .. }
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
+        | FusedOp::ElementwiseBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::No(WHY),
         FusedOp::__Lifetime(never, _) => match never {},

@@ -1,4 +1,5 @@
-//! Producers that emit FP8 directly: LayerNorm, and any chain (or DAG) of elementwise ops.
+//! Producers that emit FP8 directly: LayerNorm, and any chain (or DAG) of elementwise ops,
+//! per tensor or (for 1×N tiles) per tile.
 
 use super::{Rule, class_rule, has_generic_op, multi, union_into};
 use crate::fusion::lang::{Data, Fx, FxGraph, add_op, add_proj, check_op, node_op, op_name};
@@ -30,8 +31,17 @@ pub fn rules() -> Vec<Rule> {
             |eg, n| matches!(n, Fx::Quantize([_, y, _]) if has_generic_op(eg, *y)),
             elementwise_quantize,
         ),
-        // elementwise_quantize[P](.., g(b..), .., s) = elementwise_quantize[P ∘ g](.., b.., .., s):
-        // a producer of an input joins the program (chains and DAGs, one op per iteration).
+        // block_quantize[rows=1](f(a..)) = outputs 1 and 2 of elementwise_block_quantize[f](a..),
+        // whose first output is f(a..): per-tile FP8 (1×N tiles of the last axis) straight
+        // from the producer.
+        class_rule(
+            "elementwise-block-quantize",
+            |eg, n| row_block_source(eg, n).is_some(),
+            elementwise_block_quantize,
+        ),
+        // elementwise_quantize[P](.., g(b..), .., s) = elementwise_quantize[P ∘ g](.., b.., .., s),
+        // and the same for elementwise_block_quantize: a producer of an input joins the
+        // program (chains and DAGs, one op per iteration).
         class_rule("elementwise-quantize-grow", |_, n| is_ewq(n), grow),
         // amax(y) = the amax output of a fused kernel whose first output is y
         // (layer_norm_quantize, elementwise_quantize, scaled_matmul_epilogue with a D scale).
@@ -48,7 +58,97 @@ fn is_quantize(n: &Fx) -> bool {
 }
 
 fn is_ewq(n: &Fx) -> bool {
-    op_name(n) == Some("elementwise_quantize")
+    matches!(
+        op_name(n),
+        Some("elementwise_quantize" | "elementwise_block_quantize")
+    )
+}
+
+/// The elementwise class a `block_quantize` with tiles of one row quantizes (None for any
+/// other node, or another producer).
+fn row_block_source(eg: &FxGraph, n: &Fx) -> Option<Id> {
+    if op_name(n) != Some("block_quantize") {
+        return None;
+    }
+    let (Op::BlockQuantize { rows: 1, .. }, ins) = node_op(eg, n).ok()? else {
+        return None;
+    };
+    let x = eg.find(*ins.first()?);
+    (has_generic_op(eg, x) && ew_node(eg, x).is_some()).then_some(x)
+}
+
+/// The program-independent attributes of an elementwise block quantize:
+/// (to, saturate, cols, scaling, epsilon).
+type BlockAttrs = (fp8c_ir::DType, bool, i64, fp8c_ir::BlockScaling, f32);
+
+/// Adds `elementwise_block_quantize[p](p.inputs..)`; None if it does not type-check.
+fn add_ewbq(
+    eg: &mut FxGraph,
+    p: Program,
+    (to, saturate, cols, scaling, epsilon): BlockAttrs,
+) -> Option<Id> {
+    let op = Op::ElementwiseBlockQuantize {
+        expr: p.expr,
+        to,
+        saturate,
+        cols,
+        scaling,
+        epsilon,
+    };
+    check_op(eg, &op, &p.inputs)?;
+    add_op(eg, &op, &p.inputs).ok()
+}
+
+fn elementwise_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
+    let mut changed = Vec::new();
+    let nodes: Vec<Fx> = eg[class].nodes.clone();
+    for n in &nodes {
+        let Some(y) = row_block_source(eg, n) else {
+            continue;
+        };
+        let Ok((
+            Op::BlockQuantize {
+                to,
+                saturate,
+                cols,
+                scaling,
+                epsilon,
+                ..
+            },
+            _,
+        )) = node_op(eg, n)
+        else {
+            continue;
+        };
+        let Some(p) = build(eg, y, &BTreeSet::from([y]), &[]) else {
+            continue;
+        };
+        let op = Op::ElementwiseBlockQuantize {
+            expr: p.expr.clone(),
+            to,
+            saturate,
+            cols,
+            scaling,
+            epsilon,
+        };
+        // The fused codes and scales must have the very types of the block_quantize's.
+        let same = match (check_op(eg, &op, &p.inputs), &eg[class].data) {
+            (Some(t), Data::Values(old)) => t.len() == 3 && t[1..] == old[..],
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let Some(t) = add_ewbq(eg, p, (to, saturate, cols, scaling, epsilon)) else {
+            continue;
+        };
+        let (y_out, q_out, s_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t), add_proj(eg, 2, t));
+        let (q_old, s_old) = (add_proj(eg, 0, class), add_proj(eg, 1, class));
+        union_into(eg, q_old, q_out, &mut changed);
+        union_into(eg, s_old, s_out, &mut changed);
+        union_into(eg, y, y_out, &mut changed);
+    }
+    changed
 }
 
 /// The `to` and `saturate` of a quantize's attribute leaf.
@@ -99,15 +199,43 @@ fn elementwise_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
     changed
 }
 
+/// How `grow` makes an elementwise quantizer again around a grown program.
+#[derive(Clone, Copy)]
+enum Remake {
+    /// elementwise_quantize with (to, saturate) and the scale's class.
+    Scaled(fp8c_ir::DType, bool, Id),
+    /// elementwise_block_quantize with its attributes.
+    Tiled(BlockAttrs),
+}
+
 fn grow(eg: &mut FxGraph, class: Id) -> Vec<Id> {
     let mut changed = Vec::new();
     let nodes: Vec<Fx> = eg[class].nodes.clone();
     for n in nodes.iter().filter(|n| is_ewq(n)) {
-        let Ok((Op::ElementwiseQuantize { expr, to, saturate }, ins)) = node_op(eg, n) else {
+        let Ok((op, ins)) = node_op(eg, n) else {
             continue;
         };
-        let Some((&s, inputs)) = ins.split_last() else {
-            continue;
+        // The program's inputs, and how to make the op again around a grown program.
+        let (expr, inputs, remake): (_, &[Id], Remake) = match op {
+            Op::ElementwiseQuantize { expr, to, saturate } => {
+                let Some((&s, inputs)) = ins.split_last() else {
+                    continue;
+                };
+                (expr, inputs, Remake::Scaled(to, saturate, s))
+            }
+            Op::ElementwiseBlockQuantize {
+                expr,
+                to,
+                saturate,
+                cols,
+                scaling,
+                epsilon,
+            } => (
+                expr,
+                &ins[..],
+                Remake::Tiled((to, saturate, cols, scaling, epsilon)),
+            ),
+            _ => continue,
         };
         let Some(temps) = recover(eg, &expr, inputs) else {
             continue;
@@ -124,7 +252,11 @@ fn grow(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             let Some(p) = build(eg, root, &more, &[]) else {
                 continue;
             };
-            if let Some(t) = add_ewq(eg, p, to, saturate, s) {
+            let t = match remake {
+                Remake::Scaled(to, saturate, s) => add_ewq(eg, p, to, saturate, s),
+                Remake::Tiled(attrs) => add_ewbq(eg, p, attrs),
+            };
+            if let Some(t) = t {
                 union_into(eg, class, t, &mut changed);
             }
         }

@@ -5,7 +5,7 @@
 
 use super::{Action, BLOCK, Lowerer, R, not_supported, numel, word};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
-use crate::cuda::device::{KernelArgs, Launch};
+use crate::cuda::device::{KernelArgs, KernelRef, Launch};
 use crate::cuda::kernels::{self, is_kernel_float};
 use crate::program::{BufId, Step};
 use fp8c_ir::{DType, ElementwiseOp, EwInst, Op, Support};
@@ -253,7 +253,74 @@ impl Lowerer<'_> {
         self.ew_launch(&header, p, 1)
     }
 
-    pub(super) fn ew_launch(&self, header: &str, p: EwParams, n: u64) -> R<Vec<Action>> {
+    /// elementwise_block_quantize: the program's result `y` (written if `y` is set; `y_ref`
+    /// gives the shape), its codes `q` and per-tile `scale_inv` for tiles of one row and `cols`
+    /// columns of the last axis (0: the whole row), in `elementwise.cu`'s fused kernel.
+    pub(super) fn elementwise_block_quantize(
+        &self,
+        program: Vec<EwInst>,
+        ins: &[BufId],
+        (y, y_ref, q, scale_inv): (Option<BufId>, BufId, BufId, BufId),
+        (to, saturate): (DType, bool),
+        (cols, scaling, epsilon): (i64, fp8c_ir::BlockScaling, f32),
+    ) -> R<Vec<Action>> {
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
+            return Err(format!("epsilon={epsilon} must be finite and ≥ 0"));
+        }
+        let out_dims = self.buf(y_ref).dims.clone();
+        let c = *out_dims.last().ok_or("y must have rank ≥ 2")?;
+        let n = numel(self.buf(y_ref));
+        if n == 0 || c == 0 {
+            return Ok(vec![]);
+        }
+        let tc = if cols == 0 { c } else { cols as u64 };
+        let access: Vec<Access> = ins
+            .iter()
+            .map(|&b| Access::for_shapes(&self.buf(b).dims, &out_dims))
+            .collect();
+        let spec = EwSpec {
+            program,
+            inputs: ins.iter().map(|&b| self.buf(b).ty.dtype).collect(),
+            access: access.clone(),
+            out: self.buf(y_ref).ty.dtype,
+            quant: Some((to, saturate)),
+        };
+        let header = codegen::header(&spec)?;
+        let mut p = EwParams::new(&access, &out_dims)?;
+        for (k, &b) in ins.iter().enumerate() {
+            p.inputs[k] = self.ptr(b);
+        }
+        p.y = y.map_or(0, |b| self.ptr(b));
+        p.q = self.ptr(q);
+        let func = self.ew_function(&header, "fp8c_elementwise_block_quantize")?;
+        let mut a = KernelArgs::new();
+        a.push(p)
+            .u64(c)
+            .u64(tc)
+            .ptr(self.ptr(scale_inv))
+            .i32(match scaling {
+                fp8c_ir::BlockScaling::Fp32 => 0,
+                fp8c_ir::BlockScaling::Pow2 => 1,
+                fp8c_ir::BlockScaling::E8m0 => 2,
+            })
+            .f32(epsilon);
+        // One warp per tile.
+        let tiles = n / c * c.div_ceil(tc);
+        let warps = u64::from(BLOCK / 32);
+        let grid = tiles
+            .div_ceil(warps)
+            .min(u64::from(self.dev.info.sm_count) * 32) as u32;
+        Ok(vec![Action::Launch(Launch {
+            func,
+            grid: (grid, 1, 1),
+            block: (BLOCK, 1, 1),
+            shared: 0,
+            args: a,
+        })])
+    }
+
+    /// A function of the elementwise module built with the generated `header`.
+    fn ew_function(&self, header: &str, name: &str) -> R<KernelRef> {
         let mut headers = kernels::fixed_headers();
         headers.push((kernels::GENERATED_EW_HEADER, header));
         let m = self
@@ -264,10 +331,13 @@ impl Lowerer<'_> {
                 &headers,
             )
             .map_err(|e| e.to_string())?;
-        let func = self
-            .dev
-            .function(&m, kernels::ELEMENTWISE.name, "fp8c_elementwise")
-            .map_err(|e| e.to_string())?;
+        self.dev
+            .function(&m, kernels::ELEMENTWISE.name, name)
+            .map_err(|e| e.to_string())
+    }
+
+    pub(super) fn ew_launch(&self, header: &str, p: EwParams, n: u64) -> R<Vec<Action>> {
+        let func = self.ew_function(header, "fp8c_elementwise")?;
         let mut a = KernelArgs::new();
         a.push(p);
         Ok(vec![Action::Launch(Launch {

@@ -30,6 +30,7 @@ pub(crate) fn support(op: FusedOp<'_>) -> Support {
         | FusedOp::CastTranspose { .. }
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
+        | FusedOp::ElementwiseBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::Yes,
         FusedOp::__Lifetime(never, _) => match never {},
@@ -59,6 +60,27 @@ impl Lowerer<'_> {
                         ref_out: outs[0],
                     }),
                     0,
+                )
+            }
+            FusedOp::ElementwiseBlockQuantize {
+                expr,
+                to,
+                saturate,
+                cols,
+                scaling,
+                epsilon,
+            } => {
+                let n = expr.num_inputs().max(1);
+                if ins.len() != n || outs.len() != 3 {
+                    return Err(format!("expects {n} inputs and 3 outputs"));
+                }
+                let y = self.used(outs[0]).then_some(outs[0]);
+                self.elementwise_block_quantize(
+                    codegen::program_of(expr),
+                    ins,
+                    (y, outs[0], outs[1], outs[2]),
+                    (*to, *saturate),
+                    (*cols, *scaling, *epsilon),
                 )
             }
             FusedOp::QuantizeAmax { to, saturate } => {
