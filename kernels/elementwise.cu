@@ -205,6 +205,9 @@ struct EwParams {
 // EW_OUT_BOOL, EW_HAS_STRIDED, ew_in_bool(k), ew_in_mode(k) and
 // `ew_int_t ew_program(const ew_int_t* a, bool& bad)`.
 #include "ew_expr.cuh"
+#ifndef EW_TILES
+#define EW_TILES 0
+#endif
 
 __device__ __forceinline__ u64 ew_strided_offset(const EwParams& p, int k, u64 i) {
   u64 off = 0;
@@ -321,44 +324,55 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK) fp8c_elementwise(EwPara
   if (EW_Q_FMT >= 0) block_amax_commit(m, p.amax);
 }
 
-// elementwise_block_quantize (issue #16): y = the program, then block_quantize(y) with tiles of
-// one row and `tc` columns of the last axis (length c): one warp per tile (grid-stride over
-// tiles), y computed once to take the tile's amax (and written if p.y is set), the tile's
-// scale by block_scaling.cu's rules (tile_scale), then y computed again, the same f32 bits,
-// and quantized. scale_inv[tile] = 1 / scale, tiles numbered row-major as block_quantize's.
+// elementwise_block_quantize (issue #16): y = the program (f32), then block_quantize(y) with
+// tiles of one row and `tc` columns of the last axis (length c): one warp per tile
+// (grid-stride over tiles); each lane computes and writes its elements of y (p.y is always
+// set) and takes their amax, the warp reduces it to the tile's scale by block_scaling.cu's
+// rules (tile_scale), then each lane quantizes the very elements it wrote, read back (from L2)
+// rather than computed again. scale_inv[tile] = 1 / scale, tiles numbered row-major as
+// block_quantize's. Compiled only where the lowering asks for it (`EW_TILES` appended to the
+// generated header): around a program with sinf/cosf's slow path it spills registers, and
+// fusion never gives it one (no FP8 GEMM reads a rotary table).
+#if EW_TILES
 extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
     fp8c_elementwise_block_quantize(EwParams p, u64 c, u64 tc, float* scale_inv, int scaling, float epsilon) {
 #if EW_Q_FMT >= 0
   const float fmt_max = EW_Q_FMT == FMT_E4M3 ? 448.0f : 57344.0f;
   const int emax = EW_Q_FMT == FMT_E4M3 ? 8 : 15;
   const int lane = threadIdx.x & 31;
-  const u64 per_block = blockDim.x >> 5, nc = (c + tc - 1) / tc, tiles = (p.n / c) * nc;
-  for (u64 tile = (u64)blockIdx.x * per_block + (threadIdx.x >> 5); tile < tiles; tile += (u64)gridDim.x * per_block) {
-    const u64 col0 = (tile % nc) * tc, base = (tile / nc) * c + col0;
-    const u64 w = tc < c - col0 ? tc : c - col0;
+  // Few values live across the program (its calls clobber registers): the tile's element
+  // range [start, end), the loop state, the amax; the grid geometry is re-read from params.
+  const u64 nc = (c + tc - 1) / tc;
+  float* const y = static_cast<float*>(p.y);
+#pragma unroll 1
+  for (u64 tile = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); tile < (p.n / c) * nc;
+       tile += (u64)gridDim.x * (blockDim.x >> 5)) {
+    const u64 col0 = (tile % nc) * tc;
+    const u64 start = (tile / nc) * c + col0;
+    const u64 end = start + (tc < c - col0 ? tc : c - col0);
     u32 bits = 0u;
-    for (u64 e = lane; e < w; e += 32) {
+#pragma unroll 1
+    for (u64 i = start + lane; i < end; i += 32) {
       float args[EW_NIN];
 #pragma unroll
-      for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load1(p, k, base + e);
-      const float y = ew_program(args);
-      if (p.y != nullptr) store_elem<EW_OUT_KIND>(p.y, base + e, y);
-      bits = max(bits, abs_bits(y));
+      for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load1(p, k, i);
+      const float v = ew_program(args);
+      y[i] = v;
+      bits = max(bits, abs_bits(v));
     }
     bits = warp_max_u32(bits);
     const float s = tile_scale(__uint_as_float(bits), scaling, epsilon, fmt_max, emax);
     if (lane == 0) scale_inv[tile] = __fdiv_rn(1.0f, s);
-    for (u64 e = lane; e < w; e += 32) {
-      float args[EW_NIN];
-#pragma unroll
-      for (int k = 0; k < EW_NIN; ++k) args[k] = ew_load1(p, k, base + e);
-      const float y = ew_program(args);
-      p.q[base + e] = (u8)(EW_Q_FMT == FMT_E4M3 ? fp8_quantize<FMT_E4M3, EW_Q_SAT>(y, s)
-                                                : fp8_quantize<FMT_E5M2, EW_Q_SAT>(y, s));
+#pragma unroll 1
+    for (u64 i = start + lane; i < end; i += 32) {
+      const float v = y[i];
+      p.q[i] = (u8)(EW_Q_FMT == FMT_E4M3 ? fp8_quantize<FMT_E4M3, EW_Q_SAT>(v, s)
+                                         : fp8_quantize<FMT_E5M2, EW_Q_SAT>(v, s));
     }
   }
 #endif
 }
+#endif
 #else
 // One element per thread: integer programs are index and mask arithmetic, not bandwidth.
 __device__ __forceinline__ ew_int_t ew_load_int(const EwParams& p, int k, u64 i) {

@@ -1,7 +1,7 @@
 // layernorm.cu — LayerNorm forward (optionally emitting FP8: y, quantize(y), amax(y) from one
 // launch) and its backward.
 //
-// IR ops: layer_norm, layer_norm_quantize, layer_norm_grad. x is viewed as [rows, cols] with
+// IR ops: layer_norm, layer_norm_quantize, layer_norm_block_quantize, layer_norm_grad. x is viewed as [rows, cols] with
 // cols the product of the normalised dims; gamma and beta hold cols elements of x's kind.
 //
 // One block per row (grid-stride over rows). Statistics accumulate in f64 like the CPU
@@ -100,6 +100,34 @@ __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, c
 LN_FWD(f32, KIND_F32)
 LN_FWD(bf16, KIND_BF16)
 LN_FWD(f16, KIND_F16)
+
+// layer_norm_block_quantize (f32, the last axis; issue #16): each block writes its rows of y as
+// fp8c_layernorm_fwd_f32 does, then quantizes the one-row tiles (tc columns) of those same
+// rows from the y it wrote (warps take a row's tiles in turn), with block_scaling.cu's rules
+// (tile_scale): the unfused layer_norm + block_quantize bits. scale_inv is [rows, ceil(cols/tc)].
+extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
+    fp8c_layernorm_fwd_tiles_f32(const void* x, const void* gamma, const void* beta, float* y, u8* q,
+                                 float* scale_inv, u64 rows, u64 cols, float eps, u64 tc, int scaling,
+                                 float epsilon, int qfmt, int qsat) {
+  layernorm_fwd_impl<KIND_F32>(x, gamma, beta, y, nullptr, nullptr, nullptr, nullptr, rows, cols, eps, 0, 1);
+  __syncthreads(); // this block's rows of y are written and visible to all its threads
+  const float fmt_max = qfmt == FMT_E4M3 ? 448.0f : 57344.0f;
+  const int emax = qfmt == FMT_E4M3 ? 8 : 15;
+  const int lane = threadIdx.x & 31;
+  const u64 warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, nc = (cols + tc - 1) / tc;
+  for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (u64 t = warp; t < nc; t += nwarps) {
+      const u64 col0 = t * tc, base = r * cols + col0;
+      const u64 w = tc < cols - col0 ? tc : cols - col0;
+      u32 bits = 0u;
+      for (u64 e = lane; e < w; e += 32) bits = max(bits, abs_bits(y[base + e]));
+      bits = warp_max_u32(bits);
+      const float s = tile_scale(__uint_as_float(bits), scaling, epsilon, fmt_max, emax);
+      if (lane == 0) scale_inv[r * nc + t] = __fdiv_rn(1.0f, s);
+      for (u64 e = lane; e < w; e += 32) q[base + e] = (u8)fp8_quantize_rt(qfmt, qsat != 0, y[base + e], s);
+    }
+  }
+}
 
 // ---------------------------------------------------------------- backward
 // dx = inv · (dŷ − mean(dŷ) − x̂ · mean(dŷ · x̂)) with x̂ = (x − mean) · inv and dŷ = dy · gamma.

@@ -143,8 +143,9 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
 
 /// Per-tile recipes on CUDA (issue #16): `fp8c run --recipe rowwise|block|mxfp8 --device
 /// cuda-emulated` gives the CPU reference's outputs bit for bit on the digits MLP and within
-/// 1e-5 on the Llama-style export (host math library in its transcendental kernels): the
-/// tile quantize kernels, the exact block-scaled GEMM kernel and the cuBLASLt block-scaled
+/// 1e-5 on the Llama-style and BERT-style exports (host math library in its transcendental
+/// kernels): the tile quantize kernels, the producers fused with them (elementwise and
+/// LayerNorm), the exact block-scaled GEMM kernel and the cuBLASLt block-scaled
 /// requests (their scale layouts read back by the emulated cuBLASLt) all agree with the CPU.
 #[test]
 fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
@@ -156,6 +157,17 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
         &[("input_ids", &fp8c_ir::Tensor::from_i64(vec![4, 16], &ids))],
     )
     .unwrap();
+    // The BERT-style encoder (LayerNorm feeding block-scaled GEMMs: the fused
+    // layer_norm_block_quantize kernel; GELU feeding one: elementwise_block_quantize).
+    let bert_inputs = dir.path().join("bert_in.npz");
+    let reference =
+        fp8c_session::npy::read_npz(&root().join("examples/models/bert-tiny-enc.ref.npz")).unwrap();
+    let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
+        .iter()
+        .filter(|(_, t)| !t.dtype().is_float())
+        .map(|(k, t)| (k.as_str(), t))
+        .collect();
+    fp8c_session::npy::write_npz(&bert_inputs, &ints).unwrap();
     let cases = [
         (
             "examples/models/mlp_digits.onnx",
@@ -163,6 +175,7 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
             0.0,
         ),
         ("examples/models/llama-tiny.onnx", llama_inputs, 1e-5),
+        ("examples/models/bert-tiny-enc.onnx", bert_inputs, 1e-5),
     ];
     for (model, inputs, tol) in &cases {
         // The MLP takes every recipe; the decoder (slower on the emulated device) the block

@@ -49,6 +49,30 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
             let y = run_expr(expr, &inputs[..n])?;
             quantized(y, inputs[n], *to, *saturate)
         }
+        FusedOp::LayerNormBlockQuantize {
+            axis,
+            epsilon,
+            to,
+            saturate,
+            cols,
+            scaling,
+            amax_epsilon,
+        } => {
+            if !(2..=3).contains(&inputs.len()) {
+                return Fail::arity("2 or 3", inputs.len());
+            }
+            let y = normalize::layer_norm(inputs, *axis, *epsilon)?;
+            let mut outs = crate::block::block_quantize(
+                &[&y],
+                *to,
+                *saturate,
+                (1, *cols),
+                *scaling,
+                *amax_epsilon,
+            )?;
+            outs.insert(0, y);
+            Ok(outs)
+        }
         FusedOp::ElementwiseBlockQuantize {
             expr,
             to,
@@ -146,6 +170,7 @@ pub(crate) fn support(op: FusedOp<'_>) -> Support {
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
         | FusedOp::ElementwiseBlockQuantize { .. }
+        | FusedOp::LayerNormBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::Yes,
         FusedOp::__Lifetime(never, _) => match never {},

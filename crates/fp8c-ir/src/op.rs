@@ -500,6 +500,11 @@ define_ops! {
         /// LayerNorm emitting FP8: inputs x, scale, gamma and an optional beta; outputs
         /// `y = layer_norm(x, gamma, beta)`, `quantize(y, scale)` and `amax(y)`.
         LayerNormQuantize { axis: i64, epsilon: f32, to: DType, saturate: bool } => "layer_norm_quantize",
+        /// LayerNorm over the last axis emitting per-tile FP8 (issue #16): inputs x, gamma and an
+        /// optional beta; outputs `y = layer_norm(x, gamma, beta)` (f32) and the codes and
+        /// per-tile `scale_inv` of `block_quantize { rows: 1, cols, scaling, epsilon:
+        /// amax_epsilon }(y)` (TE's LayerNorm feeding a block-scaled Linear).
+        LayerNormBlockQuantize { axis: i64, epsilon: f32, to: DType, saturate: bool, cols: i64, scaling: BlockScaling, amax_epsilon: f32 } => "layer_norm_block_quantize",
         /// Elementwise ops emitting FP8: inputs a0..a(n-1) and scale; outputs `y = expr(a..)`,
         /// `quantize(y, scale)` and `amax(y)`.
         ElementwiseQuantize { expr: EwExpr, to: DType, saturate: bool } => "elementwise_quantize",

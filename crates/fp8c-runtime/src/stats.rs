@@ -326,7 +326,7 @@ pub fn fp8_stats(step: &Step, inputs: &[&Tensor], outputs: &[Tensor]) -> Option<
                 outputs.first()?,
             )
         }
-        Op::ElementwiseBlockQuantize { cols, .. } => {
+        Op::ElementwiseBlockQuantize { cols, .. } | Op::LayerNormBlockQuantize { cols, .. } => {
             let y = outputs.first()?;
             let inv = outputs.get(2)?.to_f32_vec().ok()?;
             (

@@ -196,8 +196,17 @@ fn matches(pattern: &str, name: &str) -> bool {
 /// fails here rather than at `prepare` on a GPU.
 #[test]
 fn every_fixed_kernel_file_compiles_for_the_emulated_device() {
-    let mut names: Vec<String> = vec!["fp8c_elementwise".into()];
+    // The elementwise module needs a generated header; its two entry points by name.
+    let mut names: Vec<String> = vec![
+        "fp8c_elementwise".into(),
+        "fp8c_elementwise_block_quantize".into(),
+    ];
     assert!(kernels::ELEMENTWISE.source.contains("fp8c_elementwise("));
+    assert!(
+        kernels::ELEMENTWISE
+            .source
+            .contains("fp8c_elementwise_block_quantize(")
+    );
     let mut total = 0;
     for f in kernels::FILES {
         if f.name == kernels::ELEMENTWISE.name {

@@ -289,6 +289,29 @@ fn elementwise_kernel_compiles_for_generated_programs() {
             );
             assert_eq!(entries, 1);
             headers_checked += 1;
+            // With an FP8 output, the fused per-tile kernel too (what the lowering of
+            // elementwise_block_quantize compiles: an f32 result, EW_TILES set).
+            if spec.quant.is_some() && !trig {
+                let tiled = codegen::header(&EwSpec {
+                    out: DType::F32,
+                    ..spec.clone()
+                })
+                .unwrap()
+                    + "#define EW_TILES 1\n";
+                let mut headers = kernels::fixed_headers();
+                headers.push((kernels::GENERATED_EW_HEADER, tiled.as_str()));
+                let (entries, _) = compile_clean(
+                    kernels::ELEMENTWISE.name,
+                    kernels::ELEMENTWISE.source,
+                    &headers,
+                    false,
+                );
+                assert_eq!(
+                    entries, 2,
+                    "fp8c_elementwise and fp8c_elementwise_block_quantize"
+                );
+                headers_checked += 1;
+            }
         }
     }
     // Integer programs (every integer type, the ops with integer forms, a bool result, a bool

@@ -64,6 +64,7 @@ pub fn kernel_class(op: &Op) -> KernelClass {
             | FusedOp::LayerNormQuantize { .. }
             | FusedOp::ElementwiseQuantize { .. }
             | FusedOp::ElementwiseBlockQuantize { .. }
+            | FusedOp::LayerNormBlockQuantize { .. }
             | FusedOp::ScaledMatMulEpilogue { .. } => KernelClass::Kernel,
             FusedOp::__Lifetime(never, _) => match never {},
         },

@@ -153,14 +153,15 @@ impl Rebuilder<'_> {
             }
             Op::ElementwiseQuantize { .. } => self.original_name(g, proj(1)),
             // Its codes are output 0 of the block_quantize it replaces, a tuple node.
-            Op::ElementwiseBlockQuantize { .. } => proj(1).and_then(|q| {
-                self.eg[q].nodes.iter().find_map(|n| match n {
-                    Fx::Proj([k, t]) if slot_of(self.eg, *k) == Some(0) => {
-                        self.original_name(g, Some(*t))
-                    }
-                    _ => None,
-                })
-            }),
+            Op::ElementwiseBlockQuantize { .. } | Op::LayerNormBlockQuantize { .. } => proj(1)
+                .and_then(|q| {
+                    self.eg[q].nodes.iter().find_map(|n| match n {
+                        Fx::Proj([k, t]) if slot_of(self.eg, *k) == Some(0) => {
+                            self.original_name(g, Some(*t))
+                        }
+                        _ => None,
+                    })
+                }),
             Op::ScaledMatMulEpilogue { .. } => self.gemm_name(g, c),
             Op::BatchedScaleUpdate { .. } => Some(BATCHED_UPDATE_NAME.to_string()),
             _ => None,

@@ -51,6 +51,28 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
             let y = ew_expr(expr, &inputs[..n])?;
             quantized_outputs(y, inputs[n], *to, *saturate)?
         }
+        FusedOp::LayerNormBlockQuantize {
+            axis,
+            epsilon: _,
+            to,
+            saturate,
+            cols,
+            scaling,
+            amax_epsilon,
+        } => {
+            if !(2..=3).contains(&inputs.len()) {
+                return Err(arity_msg(&["x", "gamma", "beta"], 2, inputs.len()));
+            }
+            let rank = inputs[0].ty.shape.len() as i64;
+            if *axis != -1 && *axis != rank - 1 {
+                return Err(format!(
+                    "attribute axis={axis} must be the last axis (-1 or {}): the tiles are rows",
+                    rank - 1
+                ));
+            }
+            let y = layer_norm(inputs, *axis)?;
+            tiles_of(y, (*to, *saturate, *cols, *scaling, *amax_epsilon))?
+        }
         FusedOp::ElementwiseBlockQuantize {
             expr,
             to,
@@ -67,24 +89,7 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
                 ));
             }
             let y = ew_expr(expr, inputs)?;
-            if y.dtype != DType::F32 {
-                return Err(format!(
-                    "the program's result must be f32 (its tiles are quantized from f32), got {}",
-                    y.dtype
-                ));
-            }
-
-            let bq = Op::BlockQuantize {
-                to: *to,
-                saturate: *saturate,
-                rows: 1,
-                cols: *cols,
-                scaling: *scaling,
-                epsilon: *epsilon,
-            };
-            let mut outs = super::infer(&bq, &[InferInput::new(&y)])?;
-            outs.insert(0, y);
-            outs
+            tiles_of(y, (*to, *saturate, *cols, *scaling, *epsilon))?
         }
         FusedOp::ScaledMatMulEpilogue {
             out,
@@ -158,6 +163,30 @@ pub(super) fn infer(op: FusedOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tenso
         }
         FusedOp::__Lifetime(never, _) => match never {},
     })
+}
+
+/// `[y, block_quantize { rows: 1, cols, .. }(y)'s codes and scale_inv]` for an f32 `y`.
+fn tiles_of(
+    y: TensorType,
+    (to, saturate, cols, scaling, epsilon): (DType, bool, i64, crate::BlockScaling, f32),
+) -> Res<Vec<TensorType>> {
+    if y.dtype != DType::F32 {
+        return Err(format!(
+            "the result must be f32 (its tiles are quantized from f32), got {}",
+            y.dtype
+        ));
+    }
+    let bq = Op::BlockQuantize {
+        to,
+        saturate,
+        rows: 1,
+        cols,
+        scaling,
+        epsilon,
+    };
+    let mut outs = super::infer(&bq, &[InferInput::new(&y)])?;
+    outs.insert(0, y);
+    Ok(outs)
 }
 
 /// The one output of an op that has one.

@@ -375,13 +375,38 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             a_rows: i(1),
             b_cols: i(2),
         },
+        114 => Op::ElementwiseBlockQuantize {
+            expr: fused_expr(flag),
+            to: dtype,
+            saturate: flag,
+            cols: i(1),
+            scaling: [
+                fp8c_ir::BlockScaling::Fp32,
+                fp8c_ir::BlockScaling::Pow2,
+                fp8c_ir::BlockScaling::E8m0,
+            ][i(2).rem_euclid(3) as usize],
+            epsilon: i(2) as f32,
+        },
+        115 => Op::LayerNormBlockQuantize {
+            axis: i(0),
+            epsilon: 1e-5,
+            to: dtype,
+            saturate: flag,
+            cols: i(1),
+            scaling: [
+                fp8c_ir::BlockScaling::Fp32,
+                fp8c_ir::BlockScaling::Pow2,
+                fp8c_ir::BlockScaling::E8m0,
+            ][i(0).rem_euclid(3) as usize],
+            amax_epsilon: i(2) as f32,
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 114;
+const OP_KINDS: usize = 116;
 
 #[test]
 fn the_fuzzer_covers_every_op() {

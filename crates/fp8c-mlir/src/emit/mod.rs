@@ -867,6 +867,33 @@ impl<'c> Emitter<'c, '_> {
                     self.layer_norm(block, &ln_ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc);
                 self.quantized(block, y, ins[1], &out_dims, *to, *saturate, loc)
             }
+            Op::LayerNormBlockQuantize {
+                axis,
+                epsilon,
+                to,
+                saturate,
+                cols,
+                scaling,
+                amax_epsilon,
+            } => {
+                f32_only("layer_norm_block_quantize")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let mut pdims = Vec::new();
+                for &v in &node.inputs()[1..] {
+                    pdims.push(self.dims(v, node)?);
+                }
+                let y = self.layer_norm(block, &ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc);
+                let mut outs = vec![y];
+                outs.extend(self.block_quantize(
+                    block,
+                    node,
+                    (y, IrValue::new(id, 0)),
+                    (*to, *saturate, 1, *cols, *scaling, *amax_epsilon),
+                    loc,
+                )?);
+                outs
+            }
             Op::Pad { mode } => {
                 // Constant mode with constant, non-negative pads (what canonicalize leaves of
                 // an export's Pad and what --pad-to-16 inserts).

@@ -12,6 +12,7 @@ pub(super) fn support(o: FusedOp<'_>) -> Support {
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
         | FusedOp::ElementwiseBlockQuantize { .. }
+        | FusedOp::LayerNormBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::No(WHY),
         FusedOp::__Lifetime(never, _) => match never {},

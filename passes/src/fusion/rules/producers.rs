@@ -39,6 +39,13 @@ pub fn rules() -> Vec<Rule> {
             |eg, n| row_block_source(eg, n).is_some(),
             elementwise_block_quantize,
         ),
+        // block_quantize[rows=1](layer_norm(x, g, b)) over the last axis = outputs 1 and 2 of
+        // layer_norm_block_quantize(x, g, b), whose first output is layer_norm(x, g, b).
+        class_rule(
+            "layer-norm-block-quantize",
+            |eg, n| row_block_layer_norm(eg, n).is_some(),
+            layer_norm_block_quantize,
+        ),
         // elementwise_quantize[P](.., g(b..), .., s) = elementwise_quantize[P ∘ g](.., b.., .., s),
         // and the same for elementwise_block_quantize: a producer of an input joins the
         // program (chains and DAGs, one op per iteration).
@@ -75,6 +82,77 @@ fn row_block_source(eg: &FxGraph, n: &Fx) -> Option<Id> {
     };
     let x = eg.find(*ins.first()?);
     (has_generic_op(eg, x) && ew_node(eg, x).is_some()).then_some(x)
+}
+
+/// The LayerNorm (its class, axis, epsilon and inputs) whose output a `block_quantize` with
+/// tiles of one row quantizes (None for any other node).
+fn row_block_layer_norm(eg: &FxGraph, n: &Fx) -> Option<(Id, i64, f32, Vec<Id>)> {
+    if op_name(n) != Some("block_quantize") {
+        return None;
+    }
+    let (Op::BlockQuantize { rows: 1, .. }, ins) = node_op(eg, n).ok()? else {
+        return None;
+    };
+    let y = eg.find(*ins.first()?);
+    eg[y].nodes.iter().find_map(|m| {
+        if op_name(m) != Some("layer_norm") {
+            return None;
+        }
+        match node_op(eg, m).ok()? {
+            (Op::LayerNormalization { axis, epsilon }, ins) => Some((y, axis, epsilon, ins)),
+            _ => None,
+        }
+    })
+}
+
+fn layer_norm_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
+    let mut changed = Vec::new();
+    let nodes: Vec<Fx> = eg[class].nodes.clone();
+    for n in &nodes {
+        let Some((y, axis, ln_eps, ins)) = row_block_layer_norm(eg, n) else {
+            continue;
+        };
+        let Ok((
+            Op::BlockQuantize {
+                to,
+                saturate,
+                cols,
+                scaling,
+                epsilon,
+                ..
+            },
+            _,
+        )) = node_op(eg, n)
+        else {
+            continue;
+        };
+        let op = Op::LayerNormBlockQuantize {
+            axis,
+            epsilon: ln_eps,
+            to,
+            saturate,
+            cols,
+            scaling,
+            amax_epsilon: epsilon,
+        };
+        // The fused codes and scales must have the very types of the block_quantize's.
+        let same = match (check_op(eg, &op, &ins), &eg[class].data) {
+            (Some(t), Data::Values(old)) => t.len() == 3 && t[1..] == old[..],
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let Ok(t) = add_op(eg, &op, &ins) else {
+            continue;
+        };
+        let (y_out, q_out, s_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t), add_proj(eg, 2, t));
+        let (q_old, s_old) = (add_proj(eg, 0, class), add_proj(eg, 1, class));
+        union_into(eg, q_old, q_out, &mut changed);
+        union_into(eg, s_old, s_out, &mut changed);
+        union_into(eg, y, y_out, &mut changed);
+    }
+    changed
 }
 
 /// The program-independent attributes of an elementwise block quantize:

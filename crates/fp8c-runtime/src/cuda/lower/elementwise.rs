@@ -253,23 +253,26 @@ impl Lowerer<'_> {
         self.ew_launch(&header, p, 1)
     }
 
-    /// elementwise_block_quantize: the program's result `y` (written if `y` is set; `y_ref`
-    /// gives the shape), its codes `q` and per-tile `scale_inv` for tiles of one row and `cols`
-    /// columns of the last axis (0: the whole row), in `elementwise.cu`'s fused kernel.
+    /// elementwise_block_quantize: the program's result `y` (always written: the kernel reads
+    /// it back to quantize), its codes `q` and per-tile `scale_inv` for tiles of one row and
+    /// `cols` columns of the last axis (0: the whole row), in `elementwise.cu`'s fused kernel.
     pub(super) fn elementwise_block_quantize(
         &self,
         program: Vec<EwInst>,
         ins: &[BufId],
-        (y, y_ref, q, scale_inv): (Option<BufId>, BufId, BufId, BufId),
+        (y, q, scale_inv): (BufId, BufId, BufId),
         (to, saturate): (DType, bool),
         (cols, scaling, epsilon): (i64, fp8c_ir::BlockScaling, f32),
     ) -> R<Vec<Action>> {
         if !(epsilon.is_finite() && epsilon >= 0.0) {
             return Err(format!("epsilon={epsilon} must be finite and ≥ 0"));
         }
-        let out_dims = self.buf(y_ref).dims.clone();
+        if self.buf(y).ty.dtype != DType::F32 {
+            return Err("per-tile FP8 from an elementwise program needs an f32 result".into());
+        }
+        let out_dims = self.buf(y).dims.clone();
         let c = *out_dims.last().ok_or("y must have rank ≥ 2")?;
-        let n = numel(self.buf(y_ref));
+        let n = numel(self.buf(y));
         if n == 0 || c == 0 {
             return Ok(vec![]);
         }
@@ -282,15 +285,16 @@ impl Lowerer<'_> {
             program,
             inputs: ins.iter().map(|&b| self.buf(b).ty.dtype).collect(),
             access: access.clone(),
-            out: self.buf(y_ref).ty.dtype,
+            out: DType::F32,
             quant: Some((to, saturate)),
         };
-        let header = codegen::header(&spec)?;
+        // The fused tile kernel is compiled only for the programs that ask for it.
+        let header = format!("{}#define EW_TILES 1\n", codegen::header(&spec)?);
         let mut p = EwParams::new(&access, &out_dims)?;
         for (k, &b) in ins.iter().enumerate() {
             p.inputs[k] = self.ptr(b);
         }
-        p.y = y.map_or(0, |b| self.ptr(b));
+        p.y = self.ptr(y);
         p.q = self.ptr(q);
         let func = self.ew_function(&header, "fp8c_elementwise_block_quantize")?;
         let mut a = KernelArgs::new();

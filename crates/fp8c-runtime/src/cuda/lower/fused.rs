@@ -31,6 +31,7 @@ pub(crate) fn support(op: FusedOp<'_>) -> Support {
         | FusedOp::LayerNormQuantize { .. }
         | FusedOp::ElementwiseQuantize { .. }
         | FusedOp::ElementwiseBlockQuantize { .. }
+        | FusedOp::LayerNormBlockQuantize { .. }
         | FusedOp::ScaledMatMulEpilogue { .. }
         | FusedOp::BatchedScaleUpdate { .. } => Support::Yes,
         FusedOp::__Lifetime(never, _) => match never {},
@@ -74,11 +75,10 @@ impl Lowerer<'_> {
                 if ins.len() != n || outs.len() != 3 {
                     return Err(format!("expects {n} inputs and 3 outputs"));
                 }
-                let y = self.used(outs[0]).then_some(outs[0]);
                 self.elementwise_block_quantize(
                     codegen::program_of(expr),
                     ins,
-                    (y, outs[0], outs[1], outs[2]),
+                    (outs[0], outs[1], outs[2]),
                     (*to, *saturate),
                     (*cols, *scaling, *epsilon),
                 )
@@ -138,6 +138,25 @@ impl Lowerer<'_> {
                 to,
                 saturate,
             } => self.scaled_matmul(ins, outs, (*out, *fast_accum), expr, *to, *saturate),
+            FusedOp::LayerNormBlockQuantize {
+                axis,
+                epsilon,
+                to,
+                saturate,
+                cols,
+                scaling,
+                amax_epsilon,
+            } => {
+                if outs.len() != 3 || !(2..=3).contains(&ins.len()) {
+                    return Err("expects x, gamma, an optional beta and 3 outputs".into());
+                }
+                self.layer_norm_tiles(
+                    (ins[0], ins[1], ins.get(2).copied()),
+                    (outs[0], outs[1], outs[2]),
+                    (*axis, *epsilon),
+                    (*to, *saturate, *cols, *scaling, *amax_epsilon),
+                )
+            }
             FusedOp::LayerNormQuantize {
                 axis,
                 epsilon,

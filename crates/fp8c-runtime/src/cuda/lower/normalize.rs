@@ -178,6 +178,68 @@ impl Lowerer<'_> {
         Ok(actions)
     }
 
+    /// layer_norm_block_quantize (f32, over the last axis): y, its one-row tiles' codes and
+    /// `scale_inv`, in one launch (`kernels/layernorm.cu`).
+    pub(super) fn layer_norm_tiles(
+        &self,
+        (x, gamma, beta): (BufId, BufId, Option<BufId>),
+        (y, q, scale_inv): (BufId, BufId, BufId),
+        (axis, eps): (i64, f32),
+        (to, saturate, cols, scaling, amax_eps): (DType, bool, i64, fp8c_ir::BlockScaling, f32),
+    ) -> R<Vec<Action>> {
+        let dims = self.buf(x).dims.clone();
+        let ax = norm_axis(axis, dims.len())?;
+        if ax + 1 != dims.len() || self.buf(x).ty.dtype != DType::F32 {
+            return Err("per-tile FP8 from a LayerNorm needs f32 and the last axis".into());
+        }
+        let c = dims[ax];
+        let rows: u64 = dims[..ax].iter().product();
+        for p in std::iter::once(gamma).chain(beta) {
+            if self.buf(p).ty.dtype != DType::F32 || numel(self.buf(p)) != c {
+                return Err(format!(
+                    "scale and bias must be f32 with the {c} normalised elements on CUDA (no broadcasting)"
+                ));
+            }
+        }
+        if !(amax_eps.is_finite() && amax_eps >= 0.0) {
+            return Err(format!("amax_epsilon={amax_eps} must be finite and ≥ 0"));
+        }
+        let fmt = match to {
+            DType::F8E4M3 => 0,
+            DType::F8E5M2 => 1,
+            other => return Err(format!("{other} is not an FP8 type")),
+        };
+        if rows * c == 0 {
+            return Ok(vec![]);
+        }
+        let tc = if cols == 0 { c } else { cols as u64 };
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(gamma))
+            .ptr(beta.map_or(0, |b| self.ptr(b)))
+            .ptr(self.ptr(y))
+            .ptr(self.ptr(q))
+            .ptr(self.ptr(scale_inv))
+            .u64(rows)
+            .u64(c)
+            .f32(eps)
+            .u64(tc)
+            .i32(match scaling {
+                fp8c_ir::BlockScaling::Fp32 => 0,
+                fp8c_ir::BlockScaling::Pow2 => 1,
+                fp8c_ir::BlockScaling::E8m0 => 2,
+            })
+            .f32(amax_eps)
+            .i32(fmt)
+            .i32(i32::from(saturate));
+        Ok(vec![self.launch_rows(
+            kernels::LAYERNORM,
+            "fp8c_layernorm_fwd_tiles_f32",
+            rows,
+            a,
+        )?])
+    }
+
     fn layer_norm_grad(
         &self,
         ins: &[BufId],
