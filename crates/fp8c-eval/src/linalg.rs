@@ -299,6 +299,13 @@ fn matmul(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
         return dtype_err!("input dtypes differ: {} and {}", a.dtype(), b.dtype());
     }
     let dtype = a.dtype();
+    // f32 operands are read in place (issue #19: no copy of either into a fresh Vec).
+    if dtype == DType::F32
+        && let (Ok(x), Ok(y)) = (a.as_slice::<f32>(), b.as_slice::<f32>())
+    {
+        let (v, shape) = matmul_float(x, a.shape(), y, b.shape())?;
+        return Data::F32(v).store(dtype, shape);
+    }
     match (Data::load(a)?, Data::load(b)?) {
         (Data::F32(x), Data::F32(y)) => {
             let (v, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
