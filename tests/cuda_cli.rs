@@ -118,15 +118,7 @@ fn example_models_run_on_the_emulated_cuda_device_like_the_cpu() {
     .unwrap();
     // The BERT-style encoder's integer inputs (ids and the attention mask, which its export
     // feeds through gather_nd) from its reference file.
-    let bert_inputs = dir.path().join("bert_in.npz");
-    let reference =
-        fp8c_session::npy::read_npz(&root().join("examples/models/bert-tiny-enc.ref.npz")).unwrap();
-    let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
-        .iter()
-        .filter(|(_, t)| !t.dtype().is_float())
-        .map(|(k, t)| (k.as_str(), t))
-        .collect();
-    fp8c_session::npy::write_npz(&bert_inputs, &ints).unwrap();
+    let bert_inputs = bert_int_inputs(dir.path());
     let cases = [
         (
             "examples/models/mlp_digits.onnx",
@@ -159,15 +151,7 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
     .unwrap();
     // The BERT-style encoder (LayerNorm feeding block-scaled GEMMs: the fused
     // layer_norm_block_quantize kernel; GELU feeding one: elementwise_block_quantize).
-    let bert_inputs = dir.path().join("bert_in.npz");
-    let reference =
-        fp8c_session::npy::read_npz(&root().join("examples/models/bert-tiny-enc.ref.npz")).unwrap();
-    let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
-        .iter()
-        .filter(|(_, t)| !t.dtype().is_float())
-        .map(|(k, t)| (k.as_str(), t))
-        .collect();
-    fp8c_session::npy::write_npz(&bert_inputs, &ints).unwrap();
+    let bert_inputs = bert_int_inputs(dir.path());
     let cases = [
         (
             "examples/models/mlp_digits.onnx",
@@ -189,6 +173,21 @@ fn per_tile_recipes_run_on_the_emulated_cuda_device_like_the_cpu() {
             cpu_and_emulated_agree(dir.path(), model, inputs, &["--recipe", recipe], *tol);
         }
     }
+}
+
+/// The BERT-style encoder's integer inputs (ids and the attention mask, which its export feeds
+/// through gather_nd) from its reference file, written to `dir/bert_in.npz`.
+fn bert_int_inputs(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("bert_in.npz");
+    let reference =
+        fp8c_session::npy::read_npz(&root().join("examples/models/bert-tiny-enc.ref.npz")).unwrap();
+    let ints: Vec<(&str, &fp8c_ir::Tensor)> = reference
+        .iter()
+        .filter(|(_, t)| !t.dtype().is_float())
+        .map(|(k, t)| (k.as_str(), t))
+        .collect();
+    fp8c_session::npy::write_npz(&path, &ints).unwrap();
+    path
 }
 
 /// `fp8c run MODEL --inputs INPUTS EXTRA` on the CPU and on the emulated CUDA device: every

@@ -135,24 +135,27 @@ fn layer_norm_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             scaling,
             amax_epsilon: epsilon,
         };
-        // The fused codes and scales must have the very types of the block_quantize's.
-        let same = match (check_op(eg, &op, &ins), &eg[class].data) {
-            (Some(t), Data::Values(old)) => t.len() == 3 && t[1..] == old[..],
-            _ => false,
-        };
-        if !same {
-            continue;
-        }
-        let Ok(t) = add_op(eg, &op, &ins) else {
-            continue;
-        };
-        let (y_out, q_out, s_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t), add_proj(eg, 2, t));
-        let (q_old, s_old) = (add_proj(eg, 0, class), add_proj(eg, 1, class));
-        union_into(eg, q_old, q_out, &mut changed);
-        union_into(eg, s_old, s_out, &mut changed);
-        union_into(eg, y, y_out, &mut changed);
+        fuse_tiles(eg, class, y, &op, &ins, &mut changed);
     }
     changed
+}
+
+/// Adds `op` over `inputs`, a fused producer whose outputs are (y, codes, scale_inv), and
+/// makes them equal to the class `y` and to the outputs of the block_quantize tuple `class`,
+/// if its codes and scales have the very types of that block_quantize's.
+fn fuse_tiles(eg: &mut FxGraph, class: Id, y: Id, op: &Op, inputs: &[Id], changed: &mut Vec<Id>) {
+    let same = match (check_op(eg, op, inputs), &eg[class].data) {
+        (Some(t), Data::Values(old)) => t.len() == 3 && t[1..] == old[..],
+        _ => false,
+    };
+    let Some(t) = same.then(|| add_op(eg, op, inputs).ok()).flatten() else {
+        return;
+    };
+    let (y_out, q_out, s_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t), add_proj(eg, 2, t));
+    let (q_old, s_old) = (add_proj(eg, 0, class), add_proj(eg, 1, class));
+    union_into(eg, q_old, q_out, changed);
+    union_into(eg, s_old, s_out, changed);
+    union_into(eg, y, y_out, changed);
 }
 
 /// The program-independent attributes of an elementwise block quantize:
@@ -202,29 +205,14 @@ fn elementwise_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
             continue;
         };
         let op = Op::ElementwiseBlockQuantize {
-            expr: p.expr.clone(),
+            expr: p.expr,
             to,
             saturate,
             cols,
             scaling,
             epsilon,
         };
-        // The fused codes and scales must have the very types of the block_quantize's.
-        let same = match (check_op(eg, &op, &p.inputs), &eg[class].data) {
-            (Some(t), Data::Values(old)) => t.len() == 3 && t[1..] == old[..],
-            _ => false,
-        };
-        if !same {
-            continue;
-        }
-        let Some(t) = add_ewbq(eg, p, (to, saturate, cols, scaling, epsilon)) else {
-            continue;
-        };
-        let (y_out, q_out, s_out) = (add_proj(eg, 0, t), add_proj(eg, 1, t), add_proj(eg, 2, t));
-        let (q_old, s_old) = (add_proj(eg, 0, class), add_proj(eg, 1, class));
-        union_into(eg, q_old, q_out, &mut changed);
-        union_into(eg, s_old, s_out, &mut changed);
-        union_into(eg, y, y_out, &mut changed);
+        fuse_tiles(eg, class, y, &op, &p.inputs, &mut changed);
     }
     changed
 }
