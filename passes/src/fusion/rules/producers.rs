@@ -112,18 +112,7 @@ fn layer_norm_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
         let Some((y, axis, ln_eps, ins)) = row_block_layer_norm(eg, n) else {
             continue;
         };
-        let Ok((
-            Op::BlockQuantize {
-                to,
-                saturate,
-                cols,
-                scaling,
-                epsilon,
-                ..
-            },
-            _,
-        )) = node_op(eg, n)
-        else {
+        let Some((to, saturate, cols, scaling, epsilon)) = block_attrs(eg, n) else {
             continue;
         };
         let op = Op::LayerNormBlockQuantize {
@@ -162,6 +151,21 @@ fn fuse_tiles(eg: &mut FxGraph, class: Id, y: Id, op: &Op, inputs: &[Id], change
 /// (to, saturate, cols, scaling, epsilon).
 type BlockAttrs = (fp8c_ir::DType, bool, i64, fp8c_ir::BlockScaling, f32);
 
+/// The attributes of a `block_quantize` node, but its tile's rows.
+fn block_attrs(eg: &FxGraph, n: &Fx) -> Option<BlockAttrs> {
+    match node_op(eg, n).ok()?.0 {
+        Op::BlockQuantize {
+            to,
+            saturate,
+            cols,
+            scaling,
+            epsilon,
+            ..
+        } => Some((to, saturate, cols, scaling, epsilon)),
+        _ => None,
+    }
+}
+
 /// Adds `elementwise_block_quantize[p](p.inputs..)`; None if it does not type-check.
 fn add_ewbq(
     eg: &mut FxGraph,
@@ -187,18 +191,7 @@ fn elementwise_block_quantize(eg: &mut FxGraph, class: Id) -> Vec<Id> {
         let Some(y) = row_block_source(eg, n) else {
             continue;
         };
-        let Ok((
-            Op::BlockQuantize {
-                to,
-                saturate,
-                cols,
-                scaling,
-                epsilon,
-                ..
-            },
-            _,
-        )) = node_op(eg, n)
-        else {
+        let Some((to, saturate, cols, scaling, epsilon)) = block_attrs(eg, n) else {
             continue;
         };
         let Some(p) = build(eg, y, &BTreeSet::from([y]), &[]) else {
