@@ -357,11 +357,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             saturate: flag,
             rows: i(0),
             cols: i(1),
-            scaling: [
-                fp8c_ir::BlockScaling::Fp32,
-                fp8c_ir::BlockScaling::Pow2,
-                fp8c_ir::BlockScaling::E8m0,
-            ][i(2).rem_euclid(3) as usize],
+            scaling: scaling_of(i(2)),
             epsilon: i(2) as f32,
         },
         112 => Op::BlockDequantize {
@@ -380,11 +376,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             to: dtype,
             saturate: flag,
             cols: i(1),
-            scaling: [
-                fp8c_ir::BlockScaling::Fp32,
-                fp8c_ir::BlockScaling::Pow2,
-                fp8c_ir::BlockScaling::E8m0,
-            ][i(2).rem_euclid(3) as usize],
+            scaling: scaling_of(i(2)),
             epsilon: i(2) as f32,
         },
         115 => Op::LayerNormBlockQuantize {
@@ -393,11 +385,7 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             to: dtype,
             saturate: flag,
             cols: i(1),
-            scaling: [
-                fp8c_ir::BlockScaling::Fp32,
-                fp8c_ir::BlockScaling::Pow2,
-                fp8c_ir::BlockScaling::E8m0,
-            ][i(0).rem_euclid(3) as usize],
+            scaling: scaling_of(i(0)),
             amax_epsilon: i(2) as f32,
         },
         _ => Op::Constant {
@@ -407,6 +395,15 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
 }
 
 const OP_KINDS: usize = 116;
+
+/// One of the per-tile scale rules, picked by `k`.
+fn scaling_of(k: i64) -> fp8c_ir::BlockScaling {
+    [
+        fp8c_ir::BlockScaling::Fp32,
+        fp8c_ir::BlockScaling::Pow2,
+        fp8c_ir::BlockScaling::E8m0,
+    ][k.rem_euclid(3) as usize]
+}
 
 #[test]
 fn the_fuzzer_covers_every_op() {
