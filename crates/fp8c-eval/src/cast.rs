@@ -17,6 +17,7 @@ use crate::data::{Data, f64_to_bf16, f64_to_f16, tensor};
 use crate::error::KResult;
 use crate::fp8;
 use fp8c_ir::{DType, Tensor};
+use std::borrow::Cow;
 
 /// Evaluates `cast { to, saturate }`.
 pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool) -> KResult<Tensor> {
@@ -39,7 +40,7 @@ pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool) -> KResult<Tensor> {
     }
     if fp8::format_of(from).is_some() || fp8::narrow_of(from).is_some() {
         let v = fp8::float_values_any(x, "input")?;
-        return tensor(to, shape, convert(Data::F32(v), to));
+        return tensor(to, shape, convert(Data::F32(Cow::from(v)), to));
     }
     // f16/bf16 sources load as f32 exactly, so each pair below rounds at most once.
     tensor(to, shape, convert(Data::load(x)?, to))
@@ -107,18 +108,18 @@ fn convert(data: Data, to: DType) -> Vec<u8> {
         };
     }
     match data {
-        Data::F64(v) => from!(v, f64, x != 0.0, |x| x),
-        Data::F32(v) => from!(v, f32, x != 0.0, |x| x as f64),
-        Data::I64(v) => from!(v, i64, x != 0, |x| i64_to_f64_round_odd(x)),
-        Data::I32(v) => from!(v, i32, x != 0, |x| x as f64),
-        Data::I16(v) => from!(v, i16, x != 0, |x| x as f64),
-        Data::I8(v) => from!(v, i8, x != 0, |x| x as f64),
-        Data::U8(v) => from!(v, u8, x != 0, |x| x as f64),
-        Data::U16(v) => from!(v, u16, x != 0, |x| x as f64),
-        Data::U32(v) => from!(v, u32, x != 0, |x| x as f64),
-        Data::U64(v) => from!(v, u64, x != 0, |x| u64_to_f64_round_odd(x)),
+        Data::F64(v) => from!(v.into_owned(), f64, x != 0.0, |x| x),
+        Data::F32(v) => from!(v.into_owned(), f32, x != 0.0, |x| x as f64),
+        Data::I64(v) => from!(v.into_owned(), i64, x != 0, |x| i64_to_f64_round_odd(x)),
+        Data::I32(v) => from!(v.into_owned(), i32, x != 0, |x| x as f64),
+        Data::I16(v) => from!(v.into_owned(), i16, x != 0, |x| x as f64),
+        Data::I8(v) => from!(v.into_owned(), i8, x != 0, |x| x as f64),
+        Data::U8(v) => from!(v.into_owned(), u8, x != 0, |x| x as f64),
+        Data::U16(v) => from!(v.into_owned(), u16, x != 0, |x| x as f64),
+        Data::U32(v) => from!(v.into_owned(), u32, x != 0, |x| x as f64),
+        Data::U64(v) => from!(v.into_owned(), u64, x != 0, |x| u64_to_f64_round_odd(x)),
         Data::Bool(v) => {
-            let v: Vec<u8> = v.into_iter().map(u8::from).collect();
+            let v: Vec<u8> = v.iter().copied().map(u8::from).collect();
             from!(v, u8, x != 0, |x| x as f64)
         }
     }

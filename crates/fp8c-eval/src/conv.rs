@@ -15,6 +15,7 @@ use crate::linalg::{GemmElem, Mat, gemm_into};
 use crate::window::{self, Tap, WindowAttrs};
 use fp8c_ir::{AutoPad, ConvOp, DType, Support, Tensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Evaluates an op of the conv family.
 pub(crate) fn eval(op: ConvOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -211,14 +212,14 @@ fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
                 Some(Data::F32(b)) => Some(b),
                 _ => None,
             };
-            Data::F32(conv_t(&xv, &wv, b.as_deref(), &geo)).store(dtype, out_shape)
+            Data::F32(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo))).store(dtype, out_shape)
         }
         (Data::F64(xv), Data::F64(wv), b) => {
             let b = match b {
                 Some(Data::F64(b)) => Some(b),
                 _ => None,
             };
-            Data::F64(conv_t(&xv, &wv, b.as_deref(), &geo)).store(dtype, out_shape)
+            Data::F64(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo))).store(dtype, out_shape)
         }
         _ => dtype_err!("expects float inputs (f64, f32, f16, bf16), got {dtype}"),
     }
@@ -308,8 +309,12 @@ fn conv_grad_input(
     }
     let shape = shape_u64(&x_dims);
     match (Data::load(dy)?, Data::load(w)?) {
-        (Data::F32(d), Data::F32(wv)) => Data::F32(dgrad_t(&d, &wv, &geo)).store(w.dtype(), shape),
-        (Data::F64(d), Data::F64(wv)) => Data::F64(dgrad_t(&d, &wv, &geo)).store(DType::F64, shape),
+        (Data::F32(d), Data::F32(wv)) => {
+            Data::F32(Cow::from(dgrad_t(&d, &wv, &geo))).store(w.dtype(), shape)
+        }
+        (Data::F64(d), Data::F64(wv)) => {
+            Data::F64(Cow::from(dgrad_t(&d, &wv, &geo))).store(DType::F64, shape)
+        }
         _ => dtype_err!("expects float inputs, got {}", w.dtype()),
     }
 }
@@ -404,8 +409,12 @@ fn conv_grad_weight(x: &Tensor, dy: &Tensor, attrs: &ConvAttrs<'_>) -> KResult<T
     }
     let shape = shape_u64(&w_dims);
     match (Data::load(x)?, Data::load(dy)?) {
-        (Data::F32(xv), Data::F32(d)) => Data::F32(wgrad_t(&xv, &d, &geo)).store(x.dtype(), shape),
-        (Data::F64(xv), Data::F64(d)) => Data::F64(wgrad_t(&xv, &d, &geo)).store(DType::F64, shape),
+        (Data::F32(xv), Data::F32(d)) => {
+            Data::F32(Cow::from(wgrad_t(&xv, &d, &geo))).store(x.dtype(), shape)
+        }
+        (Data::F64(xv), Data::F64(d)) => {
+            Data::F64(Cow::from(wgrad_t(&xv, &d, &geo))).store(DType::F64, shape)
+        }
         _ => dtype_err!("expects float inputs, got {}", x.dtype()),
     }
 }

@@ -2,30 +2,34 @@
 //! them and a [`Tensor`]'s raw little-endian bytes.
 //!
 //! Kernels compute in [`Data`]: f16 and bf16 load as f32 (exactly) and are rounded once, to
-//! nearest even, when stored back. FP8 never loads as `Data` implicitly: the few ops that
+//! nearest even, when stored back. Every other type is borrowed from the tensor's bytes (no
+//! copy; a kernel that wants to write in place takes it with `Cow::into_owned`), and a result
+//! vector becomes its tensor's storage as it is (`Tensor::from_vec`, no copy). FP8 never loads as `Data` implicitly: the few ops that
 //! accept FP8 decode it explicitly through fp8c-core (see `fp8.rs`).
 
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
 use fp8c_ir::{DType, Tensor};
 use half::{bf16, f16};
+use std::borrow::Cow;
 
 /// Element counts from which loops run on rayon's pool.
 pub(crate) const PAR_MIN: usize = 1 << 15;
 
-/// A tensor's values in the type kernels compute in.
+/// A tensor's values in the type kernels compute in, borrowed from the tensor where its
+/// bytes are already of that type.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Data {
-    F64(Vec<f64>),
-    F32(Vec<f32>),
-    I64(Vec<i64>),
-    I32(Vec<i32>),
-    I16(Vec<i16>),
-    I8(Vec<i8>),
-    U8(Vec<u8>),
-    U16(Vec<u16>),
-    U32(Vec<u32>),
-    U64(Vec<u64>),
-    Bool(Vec<bool>),
+pub(crate) enum Data<'a> {
+    F64(Cow<'a, [f64]>),
+    F32(Cow<'a, [f32]>),
+    I64(Cow<'a, [i64]>),
+    I32(Cow<'a, [i32]>),
+    I16(Cow<'a, [i16]>),
+    I8(Cow<'a, [i8]>),
+    U8(Cow<'a, [u8]>),
+    U16(Cow<'a, [u16]>),
+    U32(Cow<'a, [u32]>),
+    U64(Cow<'a, [u64]>),
+    Bool(Cow<'a, [bool]>),
 }
 
 /// One element type of [`Data`].
@@ -66,33 +70,33 @@ pub(crate) fn write_vec<T: Elem>(v: &[T]) -> Vec<u8> {
     out
 }
 
-impl Data {
+impl<'a> Data<'a> {
     /// Loads a tensor's values; f16/bf16 widen to f32 exactly; FP8 is refused.
-    pub(crate) fn load(t: &Tensor) -> KResult<Data> {
+    pub(crate) fn load(t: &'a Tensor) -> KResult<Data<'a>> {
         let b = t.bytes();
         let pod = |m: String| Fail::new(ErrorKind::DType, m);
         Ok(match t.dtype() {
-            DType::F64 => Data::F64(t.as_slice().map_err(pod)?.to_vec()),
-            DType::F32 => Data::F32(t.as_slice().map_err(pod)?.to_vec()),
-            DType::F16 => Data::F32(
+            DType::F64 => Data::F64(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::F32 => Data::F32(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::F16 => Data::F32(Cow::Owned(
                 b.chunks_exact(2)
                     .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
                     .collect(),
-            ),
-            DType::BF16 => Data::F32(
+            )),
+            DType::BF16 => Data::F32(Cow::Owned(
                 b.chunks_exact(2)
                     .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
                     .collect(),
-            ),
-            DType::I64 => Data::I64(t.as_slice().map_err(pod)?.to_vec()),
-            DType::I32 => Data::I32(t.as_slice().map_err(pod)?.to_vec()),
-            DType::I16 => Data::I16(t.as_slice().map_err(pod)?.to_vec()),
-            DType::I8 => Data::I8(t.as_slice().map_err(pod)?.to_vec()),
-            DType::U8 => Data::U8(b.to_vec()),
-            DType::U16 => Data::U16(t.as_slice().map_err(pod)?.to_vec()),
-            DType::U32 => Data::U32(t.as_slice().map_err(pod)?.to_vec()),
-            DType::U64 => Data::U64(t.as_slice().map_err(pod)?.to_vec()),
-            DType::Bool => Data::Bool(b.iter().map(|&x| x != 0).collect()),
+            )),
+            DType::I64 => Data::I64(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::I32 => Data::I32(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::I16 => Data::I16(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::I8 => Data::I8(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::U8 => Data::U8(Cow::Borrowed(b)),
+            DType::U16 => Data::U16(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::U32 => Data::U32(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::U64 => Data::U64(Cow::Borrowed(t.as_slice().map_err(pod)?)),
+            DType::Bool => Data::Bool(Cow::Owned(b.iter().map(|&x| x != 0).collect())),
             d @ (DType::F8E4M3
             | DType::F8E5M2
             | DType::F8E4M3Fnuz
@@ -107,37 +111,41 @@ impl Data {
     }
 
     /// Stores the values as a tensor of `dtype` (which must compute in this variant's type);
-    /// f32 values stored as f16/bf16 are rounded to nearest even.
+    /// f32 values stored as f16/bf16 are rounded to nearest even. An owned vector becomes the
+    /// tensor's storage without a copy.
     pub(crate) fn store(self, dtype: DType, shape: Vec<u64>) -> KResult<Tensor> {
-        let pod = |r: Result<Tensor, String>| r.map_err(|m| Fail::new(ErrorKind::TooLarge, m));
-        let bytes = match (self, dtype) {
-            (Data::F64(v), DType::F64) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::F32(v), DType::F32) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::F32(v), DType::F16) => v
-                .iter()
-                .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-                .collect(),
-            (Data::F32(v), DType::BF16) => v
-                .iter()
-                .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
-                .collect(),
-            (Data::I64(v), DType::I64) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::I32(v), DType::I32) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::I16(v), DType::I16) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::I8(v), DType::I8) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::U8(v), DType::U8) => v,
-            (Data::U16(v), DType::U16) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::U32(v), DType::U32) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::U64(v), DType::U64) => return pod(Tensor::from_pod(dtype, shape, &v)),
-            (Data::Bool(v), DType::Bool) => write_vec(&v),
-            (d, t) => {
-                return Err(Fail::new(
-                    ErrorKind::Unsupported,
-                    format!("internal: cannot store {} values as {t}", d.type_name()),
-                ));
+        fn own<T: bytemuck::Pod>(d: DType, s: Vec<u64>, v: Cow<'_, [T]>) -> KResult<Tensor> {
+            Tensor::from_vec(d, s, v.into_owned()).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+        }
+        match (self, dtype) {
+            (Data::F64(v), DType::F64) => own(dtype, shape, v),
+            (Data::F32(v), DType::F32) => own(dtype, shape, v),
+            (Data::F32(v), DType::F16) => {
+                let h: Vec<u16> = v.iter().map(|&x| f16::from_f32(x).to_bits()).collect();
+                own(dtype, shape, Cow::Owned(h))
             }
-        };
-        tensor(dtype, shape, bytes)
+            (Data::F32(v), DType::BF16) => {
+                let h: Vec<u16> = v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect();
+                own(dtype, shape, Cow::Owned(h))
+            }
+            (Data::I64(v), DType::I64) => own(dtype, shape, v),
+            (Data::I32(v), DType::I32) => own(dtype, shape, v),
+            (Data::I16(v), DType::I16) => own(dtype, shape, v),
+            (Data::I8(v), DType::I8) => own(dtype, shape, v),
+            (Data::U8(v), DType::U8) => own(dtype, shape, v),
+            (Data::U16(v), DType::U16) => own(dtype, shape, v),
+            (Data::U32(v), DType::U32) => own(dtype, shape, v),
+            (Data::U64(v), DType::U64) => own(dtype, shape, v),
+            (Data::Bool(v), DType::Bool) => own(
+                dtype,
+                shape,
+                Cow::Owned(v.iter().map(|&b| b as u8).collect()),
+            ),
+            (d, t) => Err(Fail::new(
+                ErrorKind::Unsupported,
+                format!("internal: cannot store {} values as {t}", d.type_name()),
+            )),
+        }
     }
 
     /// Name of the compute type, for messages.
@@ -213,8 +221,8 @@ pub(crate) fn int_scalar(t: &Tensor, what: &str) -> KResult<i64> {
 /// Values of a float tensor (f64, f32, f16, bf16; not FP8) as f32.
 pub(crate) fn float_values_f32(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
     match Data::load(t)? {
-        Data::F32(v) => Ok(v),
-        Data::F64(v) => Ok(v.into_iter().map(|x| x as f32).collect()),
+        Data::F32(v) => Ok(v.into_owned()),
+        Data::F64(v) => Ok(v.iter().copied().map(|x| x as f32).collect()),
         _ => dtype_err!("{what} must be a float tensor, got {}", t.dtype()),
     }
 }
@@ -231,8 +239,8 @@ pub(crate) fn float_scalar_f32(t: &Tensor, what: &str) -> KResult<f32> {
 /// Kernels that compute in f64 and round once read their inputs with it.
 pub(crate) fn float_values_f64(t: &Tensor, what: &str) -> KResult<Vec<f64>> {
     match Data::load(t)? {
-        Data::F32(v) => Ok(v.into_iter().map(f64::from).collect()),
-        Data::F64(v) => Ok(v),
+        Data::F32(v) => Ok(v.iter().copied().map(f64::from).collect()),
+        Data::F64(v) => Ok(v.into_owned()),
         _ => dtype_err!("{what} must be a float tensor, got {}", t.dtype()),
     }
 }

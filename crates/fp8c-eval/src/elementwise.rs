@@ -24,6 +24,7 @@ use fp8c_ir::elementwise::{
     SQRT_2_OVER_PI, UnaryKernel,
 };
 use fp8c_ir::{DType, ElementwiseOp as E, GeluApprox, Support, Tensor};
+use std::borrow::Cow;
 
 /// Evaluates an op of the elementwise family.
 pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -219,13 +220,13 @@ fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
     }
     let signed = ints != Ints::None;
     let out = match Data::load(x)? {
-        Data::F32(v) => Data::F32(float(op, &v)?),
-        Data::F64(v) => Data::F64(float(op, &v)?),
-        Data::I64(v) if signed => Data::I64(int(op, &v)?),
-        Data::I32(v) if signed => Data::I32(int(op, &v)?),
-        Data::I16(v) if signed => Data::I16(int(op, &v)?),
-        Data::I8(v) if signed => Data::I8(int(op, &v)?),
-        Data::U8(v) if ints == Ints::SignedAndU8 => Data::U8(int(op, &v)?),
+        Data::F32(v) => Data::F32(Cow::from(float(op, &v)?)),
+        Data::F64(v) => Data::F64(Cow::from(float(op, &v)?)),
+        Data::I64(v) if signed => Data::I64(Cow::from(int(op, &v)?)),
+        Data::I32(v) if signed => Data::I32(Cow::from(int(op, &v)?)),
+        Data::I16(v) if signed => Data::I16(Cow::from(int(op, &v)?)),
+        Data::I8(v) if signed => Data::I8(Cow::from(int(op, &v)?)),
+        Data::U8(v) if ints == Ints::SignedAndU8 => Data::U8(Cow::from(int(op, &v)?)),
         other if signed => {
             return dtype_err!(
                 "expects a float or signed integer input, got {}",
@@ -249,7 +250,7 @@ fn erf(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
 /// `not`: bool to bool.
 fn not(x: &Tensor) -> KResult<Tensor> {
     let out = match Data::load(x)? {
-        Data::Bool(v) => Data::Bool(par_map(&v, |&b| !b)),
+        Data::Bool(v) => Data::Bool(Cow::from(par_map(&v, |&b| !b))),
         d => return dtype_err!("expects a bool input, got {}", d.type_name()),
     };
     out.store(x.dtype(), x.shape().to_vec())
@@ -259,7 +260,7 @@ fn not(x: &Tensor) -> KResult<Tensor> {
 fn classify(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
     let v = crate::fp8::float_values_any(x, "input")?;
     let out = table::dispatch_predicate(op, Map(&v)).ok_or_else(|| no_row(op, "predicate"))?;
-    Data::Bool(out).store(DType::Bool, x.shape().to_vec())
+    Data::Bool(Cow::from(out)).store(DType::Bool, x.shape().to_vec())
 }
 
 // ---------------------------------------------------------------- binary
@@ -352,11 +353,17 @@ fn binary_pair(op: E<'_>, how: Binary, a: &Tensor, b: &Tensor) -> KResult<Tensor
             .ok_or_else(|| no_row(op, "logic"))?
         }
     };
-    Data::Bool(out).store(DType::Bool, out_shape)
+    Data::Bool(Cow::from(out)).store(DType::Bool, out_shape)
 }
 
 /// Arithmetic on two same-typed numeric operands.
-fn arith(op: E<'_>, rule: Arith, plan: &Plan, da: Data, db: Data) -> KResult<Data> {
+fn arith(
+    op: E<'_>,
+    rule: Arith,
+    plan: &Plan,
+    da: Data<'_>,
+    db: Data<'_>,
+) -> KResult<Data<'static>> {
     fn float<F: Real + Default>(
         op: E<'_>,
         rule: Arith,
@@ -386,16 +393,16 @@ fn arith(op: E<'_>, rule: Arith, plan: &Plan, da: Data, db: Data) -> KResult<Dat
         }
     }
     Ok(match (da, db) {
-        (Data::F32(a), Data::F32(b)) => Data::F32(float(op, rule, plan, &a, &b)?),
-        (Data::F64(a), Data::F64(b)) => Data::F64(float(op, rule, plan, &a, &b)?),
-        (Data::I64(a), Data::I64(b)) => Data::I64(int(op, rule, plan, &a, &b)?),
-        (Data::I32(a), Data::I32(b)) => Data::I32(int(op, rule, plan, &a, &b)?),
-        (Data::I16(a), Data::I16(b)) => Data::I16(int(op, rule, plan, &a, &b)?),
-        (Data::I8(a), Data::I8(b)) => Data::I8(int(op, rule, plan, &a, &b)?),
-        (Data::U8(a), Data::U8(b)) => Data::U8(int(op, rule, plan, &a, &b)?),
-        (Data::U16(a), Data::U16(b)) => Data::U16(int(op, rule, plan, &a, &b)?),
-        (Data::U32(a), Data::U32(b)) => Data::U32(int(op, rule, plan, &a, &b)?),
-        (Data::U64(a), Data::U64(b)) => Data::U64(int(op, rule, plan, &a, &b)?),
+        (Data::F32(a), Data::F32(b)) => Data::F32(Cow::from(float(op, rule, plan, &a, &b)?)),
+        (Data::F64(a), Data::F64(b)) => Data::F64(Cow::from(float(op, rule, plan, &a, &b)?)),
+        (Data::I64(a), Data::I64(b)) => Data::I64(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::I32(a), Data::I32(b)) => Data::I32(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::I16(a), Data::I16(b)) => Data::I16(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::I8(a), Data::I8(b)) => Data::I8(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::U8(a), Data::U8(b)) => Data::U8(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::U16(a), Data::U16(b)) => Data::U16(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::U32(a), Data::U32(b)) => Data::U32(Cow::from(int(op, rule, plan, &a, &b)?)),
+        (Data::U64(a), Data::U64(b)) => Data::U64(Cow::from(int(op, rule, plan, &a, &b)?)),
         (a, b) => {
             return dtype_err!(
                 "expects numeric inputs, got {} and {}",
@@ -501,14 +508,30 @@ fn pow_wrapping<T: Copy>(mut base: T, mut e: u64, one: T, mul: impl Fn(T, T) -> 
 /// Applies an f64 function to integer data, truncating the result back to the type.
 fn int_unary(data: Data, f: impl Fn(f64) -> f64 + Sync + Send) -> KResult<Data> {
     Ok(match data {
-        Data::I64(v) => Data::I64(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::I32(v) => Data::I32(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::I16(v) => Data::I16(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::I8(v) => Data::I8(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::U8(v) => Data::U8(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::U16(v) => Data::U16(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::U32(v) => Data::U32(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
-        Data::U64(v) => Data::U64(par_map(&v, |&x| IntOps::from_f64_trunc(f(x.as_f64())))),
+        Data::I64(v) => Data::I64(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::I32(v) => Data::I32(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::I16(v) => Data::I16(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::I8(v) => Data::I8(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::U8(v) => Data::U8(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::U16(v) => Data::U16(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::U32(v) => Data::U32(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
+        Data::U64(v) => Data::U64(Cow::from(par_map(&v, |&x| {
+            IntOps::from_f64_trunc(f(x.as_f64()))
+        }))),
         other => return dtype_err!("expects a numeric input, got {}", other.type_name()),
     })
 }
@@ -547,7 +570,7 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     }
     let (sa, sb) = ((a.shape()), (b.shape()));
     let exp_f64: Vec<f64> = match &db {
-        Data::F64(v) => v.clone(),
+        Data::F64(v) => v.clone().into_owned(),
         Data::F32(v) => v.iter().map(|&x| x as f64).collect(),
         _ => Vec::new(),
     };
@@ -563,7 +586,7 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
                     IntOps::from_f64_trunc(x.as_f64().powf(e))
                 })?,
             };
-            (Data::$var(v), s)
+            (Data::$var(Cow::from(v)), s)
         }};
     }
     let (out, shape) = match da {
@@ -573,14 +596,14 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
                 (_, Some(e)) => zip2((&x, sa), (e, sb), |x, e| x.powf(e as f32))?,
                 _ => zip2((&x, sa), (&exp_f64, sb), |x, e| x.powf(e as f32))?,
             };
-            (Data::F32(v), s)
+            (Data::F32(Cow::from(v)), s)
         }
         Data::F64(x) => {
             let (v, s) = match &exp_int {
                 Some(e) => zip2((&x, sa), (e, sb), |x, e| x.powf(e as f64))?,
                 None => zip2((&x, sa), (&exp_f64, sb), |x, e| x.powf(e))?,
             };
-            (Data::F64(v), s)
+            (Data::F64(Cow::from(v)), s)
         }
         Data::I64(v) => int_base!(v, I64),
         Data::I32(v) => int_base!(v, I32),
@@ -672,7 +695,7 @@ fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
                 _ => None,
             };
             let (lo, hi): (Option<$t>, Option<$t>) = (get(&lo), get(&hi));
-            Data::$var(par_map(&$v, |&x| {
+            Data::$var(Cow::from(par_map(&$v, |&x| {
                 let mut y = x;
                 if let Some(l) = lo {
                     if y < l {
@@ -685,7 +708,7 @@ fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
                     }
                 }
                 y
-            }))
+            })))
         }};
     }
     let out = match Data::load(x)? {

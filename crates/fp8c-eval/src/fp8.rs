@@ -176,17 +176,21 @@ pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
     }
     Ok(
         match Data::load(t).map_err(|f| Fail::new(f.kind, format!("{what}: {}", f.message)))? {
-            Data::F32(v) => v,
-            Data::F64(v) => v.into_iter().map(|x| x as f32).collect(),
-            Data::I64(v) => v.into_iter().map(|x| x as f32).collect(),
-            Data::I32(v) => v.into_iter().map(|x| x as f32).collect(),
-            Data::I16(v) => v.into_iter().map(f32::from).collect(),
-            Data::I8(v) => v.into_iter().map(f32::from).collect(),
-            Data::U8(v) => v.into_iter().map(f32::from).collect(),
-            Data::U16(v) => v.into_iter().map(f32::from).collect(),
-            Data::U32(v) => v.into_iter().map(|x| x as f32).collect(),
-            Data::U64(v) => v.into_iter().map(|x| x as f32).collect(),
-            Data::Bool(v) => v.into_iter().map(|b| if b { 1.0 } else { 0.0 }).collect(),
+            Data::F32(v) => v.into_owned(),
+            Data::F64(v) => v.iter().copied().map(|x| x as f32).collect(),
+            Data::I64(v) => v.iter().copied().map(|x| x as f32).collect(),
+            Data::I32(v) => v.iter().copied().map(|x| x as f32).collect(),
+            Data::I16(v) => v.iter().copied().map(f32::from).collect(),
+            Data::I8(v) => v.iter().copied().map(f32::from).collect(),
+            Data::U8(v) => v.iter().copied().map(f32::from).collect(),
+            Data::U16(v) => v.iter().copied().map(f32::from).collect(),
+            Data::U32(v) => v.iter().copied().map(|x| x as f32).collect(),
+            Data::U64(v) => v.iter().copied().map(|x| x as f32).collect(),
+            Data::Bool(v) => v
+                .iter()
+                .copied()
+                .map(|b| if b { 1.0 } else { 0.0 })
+                .collect(),
         },
     )
 }

@@ -19,6 +19,7 @@ use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
 use crate::fp8;
 use fp8c_ir::{DType, LinalgOp, Support, Tensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Evaluates an op of the linalg family.
 pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -304,16 +305,16 @@ fn matmul(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
         && let (Ok(x), Ok(y)) = (a.as_slice::<f32>(), b.as_slice::<f32>())
     {
         let (v, shape) = matmul_float(x, a.shape(), y, b.shape())?;
-        return Data::F32(v).store(dtype, shape);
+        return Data::F32(Cow::from(v)).store(dtype, shape);
     }
     match (Data::load(a)?, Data::load(b)?) {
         (Data::F32(x), Data::F32(y)) => {
             let (v, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
-            Data::F32(v).store(dtype, shape)
+            Data::F32(Cow::from(v)).store(dtype, shape)
         }
         (Data::F64(x), Data::F64(y)) => {
             let (v, shape) = matmul_float(&x, a.shape(), &y, b.shape())?;
-            Data::F64(v).store(dtype, shape)
+            Data::F64(Cow::from(v)).store(dtype, shape)
         }
         (Data::Bool(_), _) => dtype_err!("expects numeric inputs, got bool"),
         _ => {
@@ -409,7 +410,7 @@ fn gemm_op(
                     .collect(),
                 None => acc.iter().map(|&p| alpha * p).collect(),
             };
-            Data::F32(out).store(dtype, out_shape)
+            Data::F32(Cow::from(out)).store(dtype, out_shape)
         }
         Data::F64(x) => {
             let Data::F64(y) = Data::load(b)? else {
@@ -448,7 +449,7 @@ fn gemm_op(
                     .collect(),
                 None => acc.iter().map(|&p| al * p).collect(),
             };
-            Data::F64(out).store(dtype, out_shape)
+            Data::F64(Cow::from(out)).store(dtype, out_shape)
         }
         Data::Bool(_) => dtype_err!("expects numeric inputs, got bool"),
         _ => {

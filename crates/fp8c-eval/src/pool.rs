@@ -22,6 +22,7 @@ use crate::reduce::{self, Reduction};
 use crate::window::{self, Tap, WindowAttrs};
 use fp8c_ir::{DType, PoolOp, Support, Tensor};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Evaluates an op of the pool family.
 pub(crate) fn eval(op: PoolOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -165,10 +166,10 @@ fn pool(
     let out_plane: usize = axes.iter().map(|a| a.out).product();
     let dtype = x.dtype();
     let v: Vec<f64> = match Data::load(x)? {
-        Data::F32(v) => v.into_iter().map(f64::from).collect(),
-        Data::F64(v) => v,
-        Data::I8(v) if kind == PoolKind::Max => v.into_iter().map(f64::from).collect(),
-        Data::U8(v) if kind == PoolKind::Max => v.into_iter().map(f64::from).collect(),
+        Data::F32(v) => v.iter().copied().map(f64::from).collect(),
+        Data::F64(v) => v.into_owned(),
+        Data::I8(v) if kind == PoolKind::Max => v.iter().copied().map(f64::from).collect(),
+        Data::U8(v) if kind == PoolKind::Max => v.iter().copied().map(f64::from).collect(),
         _ => {
             return dtype_err!(
                 "expects a float input{}, got {dtype}",
@@ -223,7 +224,7 @@ fn pool(
             });
     }
     // One rounding from the f64 result to the input's type (i8/u8 maxima are exact).
-    let t = Data::F64(out).store(DType::F64, out_shape)?;
+    let t = Data::F64(Cow::from(out)).store(DType::F64, out_shape)?;
     cast(&t, dtype, false)
 }
 

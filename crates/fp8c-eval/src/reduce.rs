@@ -19,6 +19,7 @@ use crate::cast::cast;
 use crate::data::{Data, dims_of, norm_axis, numel, par_map, strides_of};
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, value_err};
 use fp8c_ir::{DType, ReduceOp, Support, Tensor};
+use std::borrow::Cow;
 
 /// Evaluates an op of the reduce family.
 pub(crate) fn eval(op: ReduceOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -307,16 +308,52 @@ fn cum_sum(x: &Tensor, axis: &Tensor, exclusive: bool, reverse: bool) -> KResult
     }
     let g = (outer, d, inner);
     let out = match Data::load(x)? {
-        Data::F64(v) => Data::F64(scan(&v, g, exclusive, reverse, |a, b| a + b)),
-        Data::F32(v) => Data::F32(scan(&v, g, exclusive, reverse, |a, b| a + b)),
-        Data::I64(v) => Data::I64(scan(&v, g, exclusive, reverse, i64::wrapping_add)),
-        Data::I32(v) => Data::I32(scan(&v, g, exclusive, reverse, i32::wrapping_add)),
-        Data::I16(v) => Data::I16(scan(&v, g, exclusive, reverse, i16::wrapping_add)),
-        Data::I8(v) => Data::I8(scan(&v, g, exclusive, reverse, i8::wrapping_add)),
-        Data::U8(v) => Data::U8(scan(&v, g, exclusive, reverse, u8::wrapping_add)),
-        Data::U16(v) => Data::U16(scan(&v, g, exclusive, reverse, u16::wrapping_add)),
-        Data::U32(v) => Data::U32(scan(&v, g, exclusive, reverse, u32::wrapping_add)),
-        Data::U64(v) => Data::U64(scan(&v, g, exclusive, reverse, u64::wrapping_add)),
+        Data::F64(v) => Data::F64(Cow::from(scan(&v, g, exclusive, reverse, |a, b| a + b))),
+        Data::F32(v) => Data::F32(Cow::from(scan(&v, g, exclusive, reverse, |a, b| a + b))),
+        Data::I64(v) => Data::I64(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            i64::wrapping_add,
+        ))),
+        Data::I32(v) => Data::I32(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            i32::wrapping_add,
+        ))),
+        Data::I16(v) => Data::I16(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            i16::wrapping_add,
+        ))),
+        Data::I8(v) => Data::I8(Cow::from(scan(&v, g, exclusive, reverse, i8::wrapping_add))),
+        Data::U8(v) => Data::U8(Cow::from(scan(&v, g, exclusive, reverse, u8::wrapping_add))),
+        Data::U16(v) => Data::U16(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            u16::wrapping_add,
+        ))),
+        Data::U32(v) => Data::U32(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            u32::wrapping_add,
+        ))),
+        Data::U64(v) => Data::U64(Cow::from(scan(
+            &v,
+            g,
+            exclusive,
+            reverse,
+            u64::wrapping_add,
+        ))),
         Data::Bool(_) => return dtype_err!("cum_sum takes numbers, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())
@@ -347,15 +384,15 @@ fn arg_extreme(x: &Tensor, axis: i64, keepdims: bool, last: bool, max: bool) -> 
     }
     let vals = match Data::load(x)? {
         Data::F64(v) => v,
-        Data::F32(v) => v.into_iter().map(f64::from).collect(),
-        Data::I64(v) => v.into_iter().map(|a| a as f64).collect(),
-        Data::I32(v) => v.into_iter().map(f64::from).collect(),
-        Data::I16(v) => v.into_iter().map(f64::from).collect(),
-        Data::I8(v) => v.into_iter().map(f64::from).collect(),
-        Data::U8(v) => v.into_iter().map(f64::from).collect(),
-        Data::U16(v) => v.into_iter().map(f64::from).collect(),
-        Data::U32(v) => v.into_iter().map(f64::from).collect(),
-        Data::U64(v) => v.into_iter().map(|a| a as f64).collect(),
+        Data::F32(v) => v.iter().copied().map(f64::from).collect(),
+        Data::I64(v) => v.iter().copied().map(|a| a as f64).collect(),
+        Data::I32(v) => v.iter().copied().map(f64::from).collect(),
+        Data::I16(v) => v.iter().copied().map(f64::from).collect(),
+        Data::I8(v) => v.iter().copied().map(f64::from).collect(),
+        Data::U8(v) => v.iter().copied().map(f64::from).collect(),
+        Data::U16(v) => v.iter().copied().map(f64::from).collect(),
+        Data::U32(v) => v.iter().copied().map(f64::from).collect(),
+        Data::U64(v) => v.iter().copied().map(|a| a as f64).collect(),
         Data::Bool(_) => return dtype_err!("arg_max/arg_min take numbers, got bool"),
     };
     // i64 values beyond 2^53 compare exactly in i64, not f64.
@@ -412,16 +449,16 @@ enum Keys {
 impl Keys {
     fn of(x: &Tensor) -> KResult<Keys> {
         Ok(match Data::load(x)? {
-            Data::F64(v) => Keys::Float(v),
-            Data::F32(v) => Keys::Float(v.into_iter().map(f64::from).collect()),
-            Data::I64(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::I32(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::I16(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::I8(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::U8(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::U16(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::U32(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
-            Data::U64(v) => Keys::Int(v.into_iter().map(i128::from).collect()),
+            Data::F64(v) => Keys::Float(v.into_owned()),
+            Data::F32(v) => Keys::Float(v.iter().copied().map(f64::from).collect()),
+            Data::I64(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::I32(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::I16(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::I8(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::U8(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::U16(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::U32(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
+            Data::U64(v) => Keys::Int(v.iter().copied().map(i128::from).collect()),
             Data::Bool(_) => return dtype_err!("top_k takes numbers, got bool"),
         })
     }

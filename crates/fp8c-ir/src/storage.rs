@@ -1,14 +1,17 @@
-//! [`Storage`]: the bytes of a tensor, shared between clones and 64-byte aligned.
+//! [`Storage`]: the bytes of a tensor, shared between clones and aligned for their elements.
 //!
 //! Graphs are cloned often (the pass manager keeps the last graph that verified; fusion and
 //! the session copy graphs), and a clone must not copy weights: a `Storage` is an `Arc` over
-//! one aligned allocation, so cloning costs a reference count. Writing copies first if the
-//! bytes are shared (`Arc::make_mut`), so a clone never sees another clone's writes.
+//! one allocation, so cloning costs a reference count. Writing copies first if the bytes are
+//! shared (`Arc::make_mut`), so a clone never sees another clone's writes.
 //!
-//! The allocation is a `Vec` of 64-byte blocks, so the bytes can be viewed as any
-//! plain-old-data element type up to 64-byte alignment (`bytemuck::cast_slice`) — what the
-//! CPU kernels and the CUDA uploads read without a copy. Tensors are little-endian; so is
-//! every target fp8c builds for (checked below).
+//! An allocation is either one made here (a `Vec` of 64-byte blocks, zero-filled by the
+//! allocator, so the bytes can be viewed as any plain-old-data element type up to 64-byte
+//! alignment) or a kernel's result `Vec` of 1-, 2-, 4- or 8-byte elements adopted as it is
+//! ([`Storage::from_vec`]), aligned for its own elements: a CPU kernel's output becomes a
+//! tensor without a copy. Typed views (`bytemuck`) check alignment and report a mismatch as
+//! an error, never a panic. Tensors are little-endian; so is every target fp8c builds for
+//! (checked below).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -20,52 +23,93 @@ compile_error!(
 );
 
 /// One 64-byte block of an allocation.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
 #[repr(C, align(64))]
 struct Block([u8; 64]);
 
-/// An aligned, owned byte buffer of `len` bytes (the tail of the last block is unused).
+/// An owned allocation: 64-byte blocks made here, or an adopted vector of words.
+#[derive(Clone)]
+enum Words {
+    Blocks(Vec<Block>),
+    W8(Vec<u8>),
+    W16(Vec<u16>),
+    W32(Vec<u32>),
+    W64(Vec<u64>),
+}
+
+/// An owned byte buffer of `len` bytes (the tail of the last block is unused).
 #[derive(Clone)]
 struct Aligned {
-    blocks: Vec<Block>,
+    words: Words,
     len: usize,
 }
 
 impl Aligned {
     fn zeroed(len: usize) -> Self {
+        // `zeroed_vec` asks the allocator for zeroed memory (calloc): large buffers come as
+        // fresh zero pages, with no memset.
         Aligned {
-            blocks: vec![Block([0; 64]); len.div_ceil(64)],
+            words: Words::Blocks(bytemuck::zeroed_vec(len.div_ceil(64))),
             len,
         }
     }
 
     fn bytes(&self) -> &[u8] {
-        // SAFETY: `blocks` holds at least `len` initialised bytes (blocks are arrays of u8,
-        // zero-filled on creation), and u8 has alignment 1.
-        unsafe { std::slice::from_raw_parts(self.blocks.as_ptr().cast::<u8>(), self.len) }
+        let all: &[u8] = match &self.words {
+            Words::Blocks(v) => bytemuck::cast_slice(v),
+            Words::W8(v) => v,
+            Words::W16(v) => bytemuck::cast_slice(v),
+            Words::W32(v) => bytemuck::cast_slice(v),
+            Words::W64(v) => bytemuck::cast_slice(v),
+        };
+        &all[..self.len]
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; the borrow of `self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr().cast::<u8>(), self.len) }
+        let all: &mut [u8] = match &mut self.words {
+            Words::Blocks(v) => bytemuck::cast_slice_mut(v),
+            Words::W8(v) => v,
+            Words::W16(v) => bytemuck::cast_slice_mut(v),
+            Words::W32(v) => bytemuck::cast_slice_mut(v),
+            Words::W64(v) => bytemuck::cast_slice_mut(v),
+        };
+        &mut all[..self.len]
     }
 }
 
-/// Shared, 64-byte-aligned tensor bytes (see the module docs).
+/// Shared tensor bytes (see the module docs).
 #[derive(Clone)]
 pub struct Storage(Arc<Aligned>);
 
 impl Storage {
-    /// `len` zero bytes.
+    /// `len` zero bytes, 64-byte aligned.
     pub fn zeroed(len: usize) -> Self {
         Storage(Arc::new(Aligned::zeroed(len)))
     }
 
-    /// A copy of `bytes`.
+    /// A copy of `bytes`, 64-byte aligned.
     pub fn from_slice(bytes: &[u8]) -> Self {
         let mut a = Aligned::zeroed(bytes.len());
         a.bytes_mut().copy_from_slice(bytes);
         Storage(Arc::new(a))
+    }
+
+    /// Takes `values`' allocation as it is when its elements are 1, 2, 4 or 8 bytes with
+    /// natural alignment (every primitive number type); copies other element types.
+    pub fn from_vec<T: bytemuck::Pod>(values: Vec<T>) -> Self {
+        use bytemuck::allocation::try_cast_vec;
+        let len = std::mem::size_of_val(values.as_slice());
+        let words = match std::mem::size_of::<T>() {
+            1 => try_cast_vec(values).map(Words::W8),
+            2 => try_cast_vec(values).map(Words::W16),
+            4 => try_cast_vec(values).map(Words::W32),
+            8 => try_cast_vec(values).map(Words::W64),
+            _ => Err((bytemuck::PodCastError::SizeMismatch, values)),
+        };
+        match words {
+            Ok(words) => Storage(Arc::new(Aligned { words, len })),
+            Err((_, values)) => Self::from_slice(bytemuck::cast_slice(&values)),
+        }
     }
 
     /// The bytes.
@@ -91,6 +135,11 @@ impl Storage {
     /// True if `self` and `other` share one allocation (a clone of the other).
     pub fn shares(&self, other: &Storage) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// True if no other `Storage` shares the allocation (a write would not copy).
+    pub fn is_unique(&mut self) -> bool {
+        Arc::get_mut(&mut self.0).is_some()
     }
 }
 
@@ -141,5 +190,23 @@ mod tests {
             assert_eq!(s.bytes().as_ptr() as usize % 64, 0);
             assert_eq!(s.len(), len);
         }
+    }
+
+    #[test]
+    fn adopted_vectors_keep_their_bytes() {
+        let v: Vec<f32> = vec![1.5, -2.0, 3.25];
+        let ptr = v.as_ptr() as usize;
+        let s = Storage::from_vec(v);
+        assert_eq!(s.bytes().as_ptr() as usize, ptr, "no copy");
+        assert_eq!(s.len(), 12);
+        assert_eq!(
+            bytemuck::cast_slice::<u8, f32>(s.bytes()),
+            &[1.5, -2.0, 3.25]
+        );
+        let w = Storage::from_vec(vec![[1u8, 2, 3]; 2]); // 3-byte elements: copied
+        assert_eq!(w.bytes(), &[1, 2, 3, 1, 2, 3]);
+        let mut c = s.clone();
+        c.bytes_mut()[0] = 7;
+        assert_ne!(c.bytes(), s.bytes());
     }
 }

@@ -89,6 +89,23 @@ impl Tensor {
         )
     }
 
+    /// A tensor holding `values` (plain-old-data elements of `dtype`'s size) in their own
+    /// allocation, with no copy (see [`Storage::from_vec`]).
+    pub fn from_vec<T: bytemuck::Pod>(
+        dtype: DType,
+        shape: Vec<u64>,
+        values: Vec<T>,
+    ) -> Result<Self, String> {
+        if std::mem::size_of::<T>() != dtype.size() {
+            return Err(format!(
+                "{dtype} elements are {} bytes, not {}",
+                dtype.size(),
+                std::mem::size_of::<T>()
+            ));
+        }
+        Self::from_storage(dtype, shape, Storage::from_vec(values))
+    }
+
     /// A tensor of zeros (all bits zero).
     pub fn zeros(dtype: DType, shape: Vec<u64>) -> Result<Self, String> {
         let n =
@@ -205,8 +222,9 @@ impl Tensor {
         Tensor::from_bytes(dtype, shape, data).expect("value count must match the shape")
     }
 
-    /// The elements as a typed slice, without a copy (the storage is 64-byte aligned). Errors
-    /// if `T`'s size is not the dtype's.
+    /// The elements as a typed slice, without a copy. Errors if `T`'s size is not the
+    /// dtype's, or if the storage is not aligned for `T` (storage is aligned for its dtype's
+    /// elements, so only a `T` with stricter alignment than its size can meet that).
     pub fn as_slice<T: bytemuck::Pod>(&self) -> Result<&[T], String> {
         if std::mem::size_of::<T>() != self.dtype.size() {
             return Err(format!(
@@ -216,7 +234,12 @@ impl Tensor {
                 std::mem::size_of::<T>()
             ));
         }
-        Ok(bytemuck::cast_slice(self.data.bytes()))
+        bytemuck::try_cast_slice(self.data.bytes()).map_err(|e| {
+            format!(
+                "{} storage is not aligned for this view ({e:?})",
+                self.dtype
+            )
+        })
     }
 
     /// The shared storage (cloning it shares the bytes).

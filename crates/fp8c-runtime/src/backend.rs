@@ -87,7 +87,7 @@ impl RuntimeError {
 }
 
 /// The observer `run_observed` calls after each step with the step, its inputs and outputs.
-pub type Observer<'a> = dyn FnMut(&Step, &[&Tensor], &[Tensor]) + 'a;
+pub type Observer<'a> = dyn FnMut(&Step, &[&Tensor], &[Tensor]) + Send + 'a;
 
 /// A machine that can run programs.
 pub trait Backend {

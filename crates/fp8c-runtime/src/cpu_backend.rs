@@ -92,6 +92,50 @@ impl Executable for CpuExecutable {
         inputs: &BTreeMap<String, Tensor>,
         obs: &mut Observer<'_>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        // The steps run on one of rayon's worker threads: a kernel's parallel loop then
+        // starts from inside the pool (its pieces go to the worker's own queue, and with one
+        // thread run inline) instead of being handed to the pool and waited for with a
+        // blocking latch, two context switches per op that dominated small models.
+        rayon::scope(|_| self.run_steps(inputs, obs))
+    }
+
+    fn state(&self) -> BTreeMap<String, Tensor> {
+        self.program
+            .state()
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), self.state.get(&s.buf)?.clone())))
+            .collect()
+    }
+
+    fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
+        let s = self
+            .program
+            .state()
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| RuntimeError::State {
+                name: name.to_string(),
+                message: "no such state entry".into(),
+            })?;
+        let b = self.program.buffer(s.buf);
+        if value.dtype() != b.ty.dtype || value.shape() != b.dims {
+            return Err(RuntimeError::State {
+                name: name.to_string(),
+                message: format!("new value has type {}, the state is {}", value.ty(), b.ty),
+            });
+        }
+        self.state.insert(s.buf, value);
+        Ok(())
+    }
+}
+
+impl CpuExecutable {
+    /// Runs every step of the program on the calling thread (see `run_observed`).
+    fn run_steps(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        obs: &mut Observer<'_>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
         self.program.check_inputs(inputs)?;
         let p = &self.program;
         let mut slots: Vec<Option<Cow<'_, Tensor>>> = vec![None; p.buffers().len()];
@@ -179,34 +223,5 @@ impl Executable for CpuExecutable {
             self.state.insert(buf, t);
         }
         Ok(out)
-    }
-
-    fn state(&self) -> BTreeMap<String, Tensor> {
-        self.program
-            .state()
-            .iter()
-            .filter_map(|s| Some((s.name.clone(), self.state.get(&s.buf)?.clone())))
-            .collect()
-    }
-
-    fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
-        let s = self
-            .program
-            .state()
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| RuntimeError::State {
-                name: name.to_string(),
-                message: "no such state entry".into(),
-            })?;
-        let b = self.program.buffer(s.buf);
-        if value.dtype() != b.ty.dtype || value.shape() != b.dims {
-            return Err(RuntimeError::State {
-                name: name.to_string(),
-                message: format!("new value has type {}, the state is {}", value.ty(), b.ty),
-            });
-        }
-        self.state.insert(s.buf, value);
-        Ok(())
     }
 }

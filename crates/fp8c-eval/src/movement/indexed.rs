@@ -11,6 +11,7 @@
 use crate::data::{Data, dims_of, strides_of, tensor};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::{DType, ScatterReduction, Tensor};
+use std::borrow::Cow;
 
 /// `index` counted from the front of an axis of size `size`, or an error naming `axis`.
 fn index_in(index: i64, size: usize, axis: usize) -> KResult<usize> {
@@ -188,13 +189,13 @@ fn scatter(
         ScatterReduction::Min => Combine::Min,
     };
     let data = match (Data::load(x)?, Data::load(updates)?) {
-        (Data::F64(d), Data::F64(u)) => Data::F64(apply(d, &u, moves, how)),
-        (Data::F32(d), Data::F32(u)) => Data::F32(apply(d, &u, moves, how)),
-        (Data::I64(d), Data::I64(u)) => Data::I64(apply(d, &u, moves, how)),
-        (Data::I32(d), Data::I32(u)) => Data::I32(apply(d, &u, moves, how)),
-        (Data::I16(d), Data::I16(u)) => Data::I16(apply(d, &u, moves, how)),
-        (Data::I8(d), Data::I8(u)) => Data::I8(apply(d, &u, moves, how)),
-        (Data::U8(d), Data::U8(u)) => Data::U8(apply(d, &u, moves, how)),
+        (Data::F64(d), Data::F64(u)) => Data::F64(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::F32(d), Data::F32(u)) => Data::F32(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::I64(d), Data::I64(u)) => Data::I64(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::I32(d), Data::I32(u)) => Data::I32(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::I16(d), Data::I16(u)) => Data::I16(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::I8(d), Data::I8(u)) => Data::I8(Cow::from(apply(d.into_owned(), &u, moves, how))),
+        (Data::U8(d), Data::U8(u)) => Data::U8(Cow::from(apply(d.into_owned(), &u, moves, how))),
         (d, _) => {
             return dtype_err!(
                 "reduction={} needs numeric data, got {} ({} values)",
