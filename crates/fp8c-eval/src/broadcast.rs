@@ -155,10 +155,34 @@ impl Plan {
     ) -> Vec<O> {
         let mut out = vec![O::default(); self.numel];
         self.fill(&mut out, |r, chunk| {
+            let n = chunk.len();
             let (oa, sa) = self.row(r, 0);
             let (ob, sb) = self.row(r, 1);
-            for (j, o) in chunk.iter_mut().enumerate() {
-                *o = f(a[oa + j * sa], b[ob + j * sb]);
+            // Contiguous and scalar operands get loops the compiler vectorises.
+            match (sa, sb) {
+                (1, 1) => {
+                    let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
+                    for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                        *o = f(x, y);
+                    }
+                }
+                (1, 0) => {
+                    let y = b[ob];
+                    for (o, &x) in chunk.iter_mut().zip(&a[oa..oa + n]) {
+                        *o = f(x, y);
+                    }
+                }
+                (0, 1) => {
+                    let x = a[oa];
+                    for (o, &y) in chunk.iter_mut().zip(&b[ob..ob + n]) {
+                        *o = f(x, y);
+                    }
+                }
+                _ => {
+                    for (j, o) in chunk.iter_mut().enumerate() {
+                        *o = f(a[oa + j * sa], b[ob + j * sb]);
+                    }
+                }
             }
         });
         out
@@ -177,6 +201,14 @@ impl Plan {
             let (oa, sa) = self.row(r, 0);
             let (ob, sb) = self.row(r, 1);
             let (oc, sc) = self.row(r, 2);
+            let n = chunk.len();
+            if (sa, sb, sc) == (1, 1, 1) {
+                let (a, b, c) = (&a[oa..oa + n], &b[ob..ob + n], &c[oc..oc + n]);
+                for (((o, &x), &y), &z) in chunk.iter_mut().zip(a).zip(b).zip(c) {
+                    *o = f(x, y, z);
+                }
+                return;
+            }
             for (j, o) in chunk.iter_mut().enumerate() {
                 *o = f(a[oa + j * sa], b[ob + j * sb], c[oc + j * sc]);
             }

@@ -17,7 +17,7 @@
 use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
 use crate::cast;
-use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64, tensor};
+use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
     self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, PredicateKernel, Real,
@@ -635,34 +635,31 @@ fn where_(inputs: &[&Tensor]) -> KResult<Tensor> {
     }
     let shape = broadcast_shapes(&[c.shape(), a.shape(), b.shape()])?;
     let plan = Plan::new(&shape, &[c.shape(), a.shape(), b.shape()])?;
-    let cond: Vec<bool> = c.bytes().iter().map(|&x| x != 0).collect();
-    let bytes = match a.dtype().size() {
-        1 => where_raw::<1>(&plan, &cond, a.bytes(), b.bytes()),
-        2 => where_raw::<2>(&plan, &cond, a.bytes(), b.bytes()),
-        4 => where_raw::<4>(&plan, &cond, a.bytes(), b.bytes()),
-        _ => where_raw::<8>(&plan, &cond, a.bytes(), b.bytes()),
-    };
-    tensor(a.dtype(), shape, bytes)
-}
-
-/// One element of `N` raw bytes, for dtype-agnostic selection.
-#[derive(Clone, Copy)]
-struct Raw<const N: usize>([u8; N]);
-
-impl<const N: usize> Default for Raw<N> {
-    fn default() -> Self {
-        Raw([0; N])
+    let cond = c.bytes();
+    let dtype = a.dtype();
+    match dtype.size() {
+        1 => where_typed::<u8>(&plan, cond, a, b, shape),
+        2 => where_typed::<u16>(&plan, cond, a, b, shape),
+        4 => where_typed::<u32>(&plan, cond, a, b, shape),
+        _ => where_typed::<u64>(&plan, cond, a, b, shape),
     }
 }
 
-fn where_raw<const N: usize>(plan: &Plan, cond: &[bool], a: &[u8], b: &[u8]) -> Vec<u8> {
-    let view = |x: &[u8]| -> Vec<Raw<N>> {
-        x.chunks_exact(N)
-            .map(|c| Raw(c.try_into().unwrap_or([0; N])))
-            .collect()
-    };
-    let out = plan.map3(cond, &view(a), &view(b), |c, x, y| if c { x } else { y });
-    out.iter().flat_map(|r| r.0).collect()
+/// Selection of raw elements of `T`'s size (any dtype of that size), without decoding.
+fn where_typed<T: bytemuck::Pod + Default + Send + Sync>(
+    plan: &Plan,
+    cond: &[u8],
+    a: &Tensor,
+    b: &Tensor,
+    shape: Vec<u64>,
+) -> KResult<Tensor> {
+    let dt = |m| Fail::new(ErrorKind::DType, m);
+    let (a_v, b_v) = (
+        a.as_slice::<T>().map_err(dt)?,
+        b.as_slice::<T>().map_err(dt)?,
+    );
+    let out = plan.map3(cond, a_v, b_v, |c, x, y| if c != 0 { x } else { y });
+    Tensor::from_vec(a.dtype(), shape, out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }
 
 /// `clip(x, min, max)`: bounds are one-element tensors of x's dtype (absent ones: no bound).

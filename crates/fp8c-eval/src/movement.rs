@@ -207,7 +207,9 @@ fn with_shape(x: &Tensor, shape: Vec<u64>) -> KResult<Tensor> {
             x.shape()
         );
     }
-    tensor(x.dtype(), shape, x.bytes().to_vec())
+    // The result shares the input's bytes (no copy; a later write copies first).
+    Tensor::from_storage(x.dtype(), shape, x.storage().clone())
+        .map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }
 
 /// `shape { start, end }`: the input's dims as i64, sliced with clamping.
@@ -269,7 +271,8 @@ fn reshape(x: &Tensor, target: &Tensor, allowzero: bool) -> KResult<Tensor> {
     if fp8c_ir::checked_numel(&out) != Some(n) {
         return shape_err!("cannot reshape {:?} ({n} elements) to {t:?}", x.shape());
     }
-    tensor(x.dtype(), out, x.bytes().to_vec())
+    Tensor::from_storage(x.dtype(), out, x.storage().clone())
+        .map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }
 
 /// `transpose { perm }`; an empty perm reverses the axes.

@@ -69,41 +69,35 @@ fn optimizer_operands(ts: &[&Tensor], names: &[&str], lr: &Tensor) -> KResult<f6
 const CHUNK: usize = 1 << 14;
 
 /// `f(operands[..][i]) -> outputs[..][i]` over f32 tensors of `n` elements, in parallel
-/// chunks, straight from and into little-endian bytes.
+/// chunks, reading the operands in place and writing each output once.
 fn f32_map<const I: usize, const O: usize>(
-    ins: [&[u8]; I],
-    n: usize,
+    ins: [&Tensor; I],
     f: impl Fn([f32; I]) -> [f32; O] + Sync + Send,
-) -> [Vec<u8>; O] {
+) -> KResult<[Tensor; O]> {
     use rayon::prelude::*;
-    let mut outs: [Vec<u8>; O] = std::array::from_fn(|_| vec![0u8; n * 4]);
+    let n = ins[0].len();
+    let mut views: [&[f32]; I] = [&[]; I];
+    for (v, t) in views.iter_mut().zip(ins) {
+        *v = t
+            .as_slice::<f32>()
+            .map_err(|m| crate::error::Fail::new(crate::error::ErrorKind::DType, m))?;
+    }
+    let mut outs: [Vec<f32>; O] = std::array::from_fn(|_| vec![0f32; n]);
     // Chunk c of every output, together.
-    let mut chunks: Vec<Vec<&mut [u8]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
+    let mut chunks: Vec<Vec<&mut [f32]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
     for out in outs.iter_mut() {
-        for (c, part) in out.chunks_mut(CHUNK * 4).enumerate() {
+        for (c, part) in out.chunks_mut(CHUNK).enumerate() {
             chunks[c].push(part);
         }
     }
-    let body = |(c, parts): (usize, &mut Vec<&mut [u8]>)| {
+    let body = |(c, parts): (usize, &mut Vec<&mut [f32]>)| {
         let lo = c * CHUNK;
-        let len = parts.first().map_or(0, |p| p.len() / 4);
-        // Decoded inputs of this chunk, then one tight loop, then the outputs encoded.
-        let xs: [Vec<f32>; I] = std::array::from_fn(|k| {
-            ins[k][lo * 4..(lo + len) * 4]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect()
-        });
-        let mut ys: [Vec<f32>; O] = std::array::from_fn(|_| vec![0f32; len]);
+        let len = parts.first().map_or(0, |p| p.len());
+        let xs: [&[f32]; I] = std::array::from_fn(|k| &views[k][lo..lo + len]);
         for e in 0..len {
             let y = f(std::array::from_fn(|k| xs[k][e]));
-            for (k, v) in y.into_iter().enumerate() {
-                ys[k][e] = v;
-            }
-        }
-        for (part, y) in parts.iter_mut().zip(&ys) {
-            for (dst, v) in part.chunks_exact_mut(4).zip(y) {
-                dst.copy_from_slice(&v.to_le_bytes());
+            for (part, v) in parts.iter_mut().zip(y) {
+                part[e] = v;
             }
         }
     };
@@ -112,7 +106,17 @@ fn f32_map<const I: usize, const O: usize>(
     } else {
         chunks.iter_mut().enumerate().for_each(body);
     }
-    outs
+    let shape = ins[0].shape().to_vec();
+    let mut res = Vec::with_capacity(O);
+    for out in outs {
+        res.push(
+            Tensor::from_vec(DType::F32, shape.clone(), out)
+                .map_err(|m| crate::error::Fail::new(crate::error::ErrorKind::TooLarge, m))?,
+        );
+    }
+    Ok(res
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one tensor per output")))
 }
 
 /// PyTorch's SGD with momentum (and weight decay, optionally Nesterov).
@@ -130,24 +134,17 @@ fn sgd_update(
         // optimizer.cu's sgd_one: g = grad + wd·p; buf' = (momentum = 0 ? g : momentum·buf + g);
         // p' = p − lr·(nesterov ? g + momentum·buf' : buf').
         let lr = lr as f32;
-        let [np, nb] = f32_map(
-            [p.bytes(), g.bytes(), buf.bytes()],
-            p.len(),
-            |[pv, gv, bv]| {
-                let gg = gv + weight_decay * pv;
-                let nb = if momentum == 0.0 {
-                    gg
-                } else {
-                    momentum * bv + gg
-                };
-                let step = if nesterov { gg + momentum * nb } else { nb };
-                [pv - lr * step, nb]
-            },
-        );
-        return Ok(vec![
-            crate::data::tensor(DType::F32, p.shape().to_vec(), np)?,
-            crate::data::tensor(DType::F32, p.shape().to_vec(), nb)?,
-        ]);
+        let [np, nb] = f32_map([p, g, buf], |[pv, gv, bv]| {
+            let gg = gv + weight_decay * pv;
+            let nb = if momentum == 0.0 {
+                gg
+            } else {
+                momentum * bv + gg
+            };
+            let step = if nesterov { gg + momentum * nb } else { nb };
+            [pv - lr * step, nb]
+        })?;
+        return Ok(vec![np, nb]);
     }
     let (mu, wd) = (f64::from(momentum), f64::from(weight_decay));
     let (pv, gv, bv) = (
@@ -197,23 +194,14 @@ fn adamw_update(ts: [&Tensor; 4], lr: &Tensor, t: &Tensor, h: &AdamHyper) -> KRe
             h.weight_decay as f32,
         );
         let (bc1, bc2) = (1.0 - b1.powf(t), 1.0 - b2.powf(t));
-        let [np, nm, nv] = f32_map(
-            [p.bytes(), g.bytes(), m.bytes(), v.bytes()],
-            p.len(),
-            |[pv, gv, mv, vv]| {
-                let pd = pv - lr * wd * pv;
-                let nm = b1 * mv + (1.0 - b1) * gv;
-                let nv = b2 * vv + (1.0 - b2) * gv * gv;
-                let (mhat, vhat) = (nm / bc1, nv / bc2);
-                [pd - (lr * mhat) / (vhat.sqrt() + eps), nm, nv]
-            },
-        );
-        let shape = p.shape().to_vec();
-        return Ok(vec![
-            crate::data::tensor(DType::F32, shape.clone(), np)?,
-            crate::data::tensor(DType::F32, shape.clone(), nm)?,
-            crate::data::tensor(DType::F32, shape, nv)?,
-        ]);
+        let [np, nm, nv] = f32_map([p, g, m, v], |[pv, gv, mv, vv]| {
+            let pd = pv - lr * wd * pv;
+            let nm = b1 * mv + (1.0 - b1) * gv;
+            let nv = b2 * vv + (1.0 - b2) * gv * gv;
+            let (mhat, vhat) = (nm / bc1, nv / bc2);
+            [pd - (lr * mhat) / (vhat.sqrt() + eps), nm, nv]
+        })?;
+        return Ok(vec![np, nm, nv]);
     }
     let bc1 = 1.0 - h.beta1.powf(step);
     let bc2 = 1.0 - h.beta2.powf(step);
