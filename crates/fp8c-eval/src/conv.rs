@@ -103,6 +103,9 @@ struct ConvAttrs<'a> {
 }
 
 /// The resolved sizes of one convolution `conv(x, w)`.
+/// An im2col entry that reads padding.
+const NO_TAP: usize = usize::MAX;
+
 struct Geometry {
     n: usize,
     c: usize,
@@ -114,8 +117,10 @@ struct Geometry {
     out_plane: usize,
     /// Kernel taps.
     ksize: usize,
-    /// `taps[p * ksize + t]`, see `window::taps`.
-    taps: Vec<Tap>,
+    /// Tap-major input offsets: `offsets[t * out_plane + p]` is the offset within the (N, C)
+    /// plane that tap `t` of output position `p` reads, or `usize::MAX` for padding (see
+    /// `window::taps`). Tap-major, so filling one im2col row reads one contiguous run.
+    offsets: Vec<usize>,
     /// The conv's output shape `[N, M, out spatial...]`.
     out_shape: Vec<u64>,
 }
@@ -173,15 +178,26 @@ fn geometry(
     let mut out_shape = vec![n as u64, m as u64];
     out_shape.extend(axes.iter().map(|a| a.out as u64));
     numel(&out_shape)?;
+    let (out_plane, ksize): (usize, usize) = (
+        axes.iter().map(|a| a.out).product(),
+        kernel.iter().product(),
+    );
+    let taps = window::taps(&axes)?;
+    let mut offsets = vec![NO_TAP; taps.len()];
+    for (i, tap) in taps.iter().enumerate() {
+        if let Tap::In(o) = tap {
+            offsets[(i % ksize) * out_plane + i / ksize] = *o;
+        }
+    }
     let geo = Geometry {
         n,
         c,
         m,
         g,
         plane: spatial.iter().product(),
-        out_plane: axes.iter().map(|a| a.out).product(),
-        ksize: kernel.iter().product(),
-        taps: window::taps(&axes)?,
+        out_plane,
+        ksize,
+        offsets,
         out_shape,
     };
     // im2col scratch: (C/group · kernel) × output positions.
@@ -239,22 +255,13 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
     let (cg, mg) = (c / g, m / g);
     let rows = cg * ksize;
     let mut out = vec![T::default(); n * m * p];
-    let mut col = vec![T::default(); rows * p];
+    // A 1×1 kernel that reads every input position once, in order (stride 1, no padding):
+    // the input planes are the im2col matrix already.
+    let pointwise =
+        ksize == 1 && p == plane && geo.offsets.iter().enumerate().all(|(i, &o)| o == i);
+    let mut col = vec![T::default(); if pointwise { 0 } else { rows * p }];
     for b in 0..n {
         for gi in 0..g {
-            // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
-            col.par_chunks_mut(p.max(1))
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let (ci, t) = (r / ksize, r % ksize);
-                    let base = (b * c + gi * cg + ci) * plane;
-                    for (pos, v) in row.iter_mut().enumerate() {
-                        *v = match geo.taps[pos * ksize + t] {
-                            Tap::In(o) => x[base + o],
-                            Tap::Pad | Tap::Out => T::default(),
-                        };
-                    }
-                });
             let dst = &mut out[(b * m + gi * mg) * p..][..mg * p];
             let wm = Mat {
                 data: w,
@@ -262,6 +269,31 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
                 rs: rows,
                 cs: 1,
             };
+            if pointwise {
+                let xm = Mat {
+                    data: x,
+                    offset: (b * c + gi * cg) * plane,
+                    rs: plane,
+                    cs: 1,
+                };
+                gemm_into(mg, p, rows, wm, xm, dst, true);
+                continue;
+            }
+            // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
+            col.par_chunks_mut(p.max(1))
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let (ci, t) = (r / ksize, r % ksize);
+                    let base = (b * c + gi * cg + ci) * plane;
+                    let offs = &geo.offsets[t * p..][..p];
+                    for (v, &o) in row.iter_mut().zip(offs) {
+                        *v = if o == NO_TAP {
+                            T::default()
+                        } else {
+                            x[base + o]
+                        };
+                    }
+                });
             let cm = Mat {
                 data: &col,
                 offset: 0,
@@ -358,8 +390,9 @@ fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
                 .for_each(|(ci, dst)| {
                     for t in 0..ksize {
                         let row = &col[(ci * ksize + t) * p..][..p];
-                        for (pos, &v) in row.iter().enumerate() {
-                            if let Tap::In(o) = geo.taps[pos * ksize + t] {
+                        let offs = &geo.offsets[t * p..][..p];
+                        for (&v, &o) in row.iter().zip(offs) {
+                            if o != NO_TAP {
                                 dst[o] = dst[o] + v;
                             }
                         }
@@ -442,10 +475,12 @@ fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
                 .for_each(|(r, row)| {
                     let (ci, t) = (r / ksize, r % ksize);
                     let base = (b * c + gi * cg + ci) * plane;
-                    for (pos, v) in row.iter_mut().enumerate() {
-                        *v = match geo.taps[pos * ksize + t] {
-                            Tap::In(o) => x[base + o],
-                            Tap::Pad | Tap::Out => T::default(),
+                    let offs = &geo.offsets[t * p..][..p];
+                    for (v, &o) in row.iter_mut().zip(offs) {
+                        *v = if o == NO_TAP {
+                            T::default()
+                        } else {
+                            x[base + o]
                         };
                     }
                 });

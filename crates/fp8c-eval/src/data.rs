@@ -274,7 +274,11 @@ pub(crate) fn same_type(t: &Tensor, like: &Tensor, what: &str, like_what: &str) 
 
 /// Applies `f(row_index, row_out)` to the independent rows of length `len` of `out`, in
 /// parallel when large (each row by one thread, so results never depend on the thread count).
-pub(crate) fn rows_mut(out: &mut [f64], len: usize, f: impl Fn(usize, &mut [f64]) + Sync + Send) {
+pub(crate) fn rows_mut<T: Send>(
+    out: &mut [T],
+    len: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
     use rayon::prelude::*;
     if len == 0 {
         return;

@@ -14,7 +14,7 @@
 use crate::args;
 use crate::broadcast::broadcast_shapes;
 use crate::cast::cast;
-use crate::data::{Data, float_values_f32, numel};
+use crate::data::{Data, numel};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
 use crate::fp8;
 use fp8c_ir::{DType, LinalgOp, Support, Tensor};
@@ -241,6 +241,30 @@ fn matmul_float<T: GemmElem>(
     if m * n == 0 {
         return Ok((out, s.out));
     }
+    // One shared B (a weight) under A's batch dims, A's matrices in order: a single GEMM
+    // over all rows of A, [batch·m, k]·[k, n], the same sums (each output element is still
+    // one row of A times one column of B) with one call instead of one per matrix.
+    let b0 = b_idx.first().copied().unwrap_or(0);
+    if a_idx.len() > 1
+        && b_idx.iter().all(|&j| j == b0)
+        && a_idx.iter().enumerate().all(|(i, &j)| i == j)
+    {
+        let rows = a_idx.len() * m;
+        let am = Mat {
+            data: a,
+            offset: 0,
+            rs: k,
+            cs: 1,
+        };
+        let bm = Mat {
+            data: b,
+            offset: b0 * k * n,
+            rs: n,
+            cs: 1,
+        };
+        gemm_into(rows, n, k, am, bm, &mut out, true);
+        return Ok((out, s.out));
+    }
     let work = m.saturating_mul(n).saturating_mul(k);
     let one = |(bi, chunk): (usize, &mut [T]), parallel: bool| {
         let am = Mat {
@@ -380,7 +404,9 @@ fn gemm_op(
     let (b_rs, b_cs) = if trans_b { (1, k) } else { (n, 1) };
     match Data::load(a)? {
         Data::F32(x) => {
-            let y = float_values_f32(b, "B")?;
+            let Data::F32(y) = Data::load(b)? else {
+                return dtype_err!("B must be f32");
+            };
             let mut acc = vec![0f32; m * n];
             gemm_into(
                 m,
@@ -401,16 +427,18 @@ fn gemm_op(
                 &mut acc,
                 true,
             );
-            let cv = c.map(|c| float_values_f32(&c, "C")).transpose()?;
-            let out: Vec<f32> = match cv {
-                Some(cv) => acc
-                    .iter()
-                    .zip(&cv)
-                    .map(|(&p, &q)| alpha * p + beta * q)
-                    .collect(),
-                None => acc.iter().map(|&p| alpha * p).collect(),
-            };
-            Data::F32(Cow::from(out)).store(dtype, out_shape)
+            // The epilogue in place: alpha·acc + beta·c.
+            match c.as_ref().map(Data::load).transpose()? {
+                Some(Data::F32(cv)) => {
+                    for (p, &q) in acc.iter_mut().zip(cv.iter()) {
+                        *p = alpha * *p + beta * q;
+                    }
+                }
+                Some(_) => return dtype_err!("C must be f32"),
+                None if alpha != 1.0 => acc.iter_mut().for_each(|p| *p *= alpha),
+                None => {}
+            }
+            Data::F32(Cow::from(acc)).store(dtype, out_shape)
         }
         Data::F64(x) => {
             let Data::F64(y) = Data::load(b)? else {

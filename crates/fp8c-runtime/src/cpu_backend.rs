@@ -6,9 +6,16 @@
 //! after its last reader (the plan's `frees`), so host memory follows the same liveness the
 //! plan's offsets encode. Every step's results are checked against the types the plan was
 //! made for, so a kernel and type inference can never silently disagree.
+//!
+//! Steps that read only parameters, constants and other such steps' results (weights an
+//! export computes with `ConstantOfShape`, a weight's transpose or FP8 cast) give the same
+//! values on every run: `prepare` computes them once and keeps their results, as
+//! onnxruntime's constant folding does, and each run starts from them. The observer still
+//! sees every such step at the start of each run (with its kept inputs and outputs), so
+//! `--stats` and `--profile` list them; they take no time there.
 
 use crate::backend::{Backend, Executable, Observer, RuntimeError};
-use crate::program::{BufId, BufferKind, Program};
+use crate::program::{BufId, BufferKind, Program, Step};
 use fp8c_ir::Tensor;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -42,6 +49,10 @@ pub struct CpuExecutable {
     params: BTreeMap<BufId, Tensor>,
     /// Current state values by buffer index.
     state: BTreeMap<BufId, Tensor>,
+    /// Per step, whether it was computed at prepare (its inputs never change).
+    hoisted: Vec<bool>,
+    /// The results of the hoisted steps, by buffer index.
+    kept: BTreeMap<BufId, Tensor>,
 }
 
 impl CpuExecutable {
@@ -73,10 +84,13 @@ impl CpuExecutable {
             })?;
             state.insert(s.buf, t);
         }
+        let (hoisted, kept) = hoist(p, &params)?;
         Ok(CpuExecutable {
             program: p.clone(),
             params,
             state,
+            hoisted,
+            kept,
         })
     }
 
@@ -145,11 +159,26 @@ impl CpuExecutable {
                 BufferKind::Param(_) => self.params.get(&b.id),
                 BufferKind::State(_) => self.state.get(&b.id),
                 BufferKind::Constant(t) => Some(t),
-                BufferKind::Temp => None,
+                BufferKind::Temp => self.kept.get(&b.id),
             };
             slots[b.id.index()] = v.map(Cow::Borrowed);
         }
+        // The steps computed at prepare, shown to the observer first (see the module docs).
+        for (step, _) in p.steps().iter().zip(&self.hoisted).filter(|(_, h)| **h) {
+            let view = |b: &BufId| slots[b.index()].as_deref();
+            let ins: Option<Vec<&Tensor>> = step.inputs.iter().map(view).collect();
+            let outs: Option<Vec<Tensor>> = step.outputs.iter().map(|b| view(b).cloned()).collect();
+            if let (Some(ins), Some(outs)) = (ins, outs) {
+                obs(step, &ins, &outs);
+            }
+        }
         for (i, step) in p.steps().iter().enumerate() {
+            if self.hoisted[i] {
+                for &b in p.frees_after(i) {
+                    slots[b.index()] = None;
+                }
+                continue;
+            }
             let outs = {
                 let ins = step
                     .inputs
@@ -164,34 +193,7 @@ impl CpuExecutable {
                         })
                     })
                     .collect::<Result<Vec<&Tensor>, _>>()?;
-                let outs = fp8c_eval::eval_op(&step.op, &ins).map_err(|e| {
-                    RuntimeError::node(&step.node, step.op.name(), e.message.clone())
-                })?;
-                if outs.len() != step.outputs.len() {
-                    return Err(RuntimeError::node(
-                        &step.node,
-                        step.op.name(),
-                        format!(
-                            "internal: produced {} outputs, the plan has {}",
-                            outs.len(),
-                            step.outputs.len()
-                        ),
-                    ));
-                }
-                for (t, &b) in outs.iter().zip(&step.outputs) {
-                    let want = p.buffer(b);
-                    if t.dtype() != want.ty.dtype || t.shape() != want.dims {
-                        return Err(RuntimeError::node(
-                            &step.node,
-                            step.op.name(),
-                            format!(
-                                "internal: produced {}, type inference planned {}",
-                                t.ty(),
-                                want.ty
-                            ),
-                        ));
-                    }
-                }
+                let outs = eval_step(p, step, &ins)?;
                 obs(step, &ins, &outs);
                 outs
             };
@@ -224,4 +226,58 @@ impl CpuExecutable {
         }
         Ok(out)
     }
+}
+
+/// Computes, once, every step whose inputs are parameters, constants or results of such
+/// steps (see the module docs). Returns which steps those are and their results.
+fn hoist(
+    p: &Program,
+    params: &BTreeMap<BufId, Tensor>,
+) -> Result<(Vec<bool>, BTreeMap<BufId, Tensor>), RuntimeError> {
+    let mut hoisted = vec![false; p.steps().len()];
+    let mut kept: BTreeMap<BufId, Tensor> = BTreeMap::new();
+    for (i, step) in p.steps().iter().enumerate() {
+        let value = |b: &BufId| match &p.buffer(*b).kind {
+            BufferKind::Param(_) => params.get(b),
+            BufferKind::Constant(t) => Some(t),
+            BufferKind::Temp => kept.get(b),
+            BufferKind::Input(_) | BufferKind::State(_) => None,
+        };
+        let Some(ins) = step
+            .inputs
+            .iter()
+            .map(value)
+            .collect::<Option<Vec<&Tensor>>>()
+        else {
+            continue;
+        };
+        let outs = eval_step(p, step, &ins)?;
+        kept.extend(step.outputs.iter().copied().zip(outs));
+        hoisted[i] = true;
+    }
+    Ok((hoisted, kept))
+}
+
+/// Evaluates one step, checking its results against the types the plan was made for.
+fn eval_step(p: &Program, step: &Step, ins: &[&Tensor]) -> Result<Vec<Tensor>, RuntimeError> {
+    let fail = |m: String| RuntimeError::node(&step.node, step.op.name(), m);
+    let outs = fp8c_eval::eval_op(&step.op, ins).map_err(|e| fail(e.message.clone()))?;
+    if outs.len() != step.outputs.len() {
+        return Err(fail(format!(
+            "internal: produced {} outputs, the plan has {}",
+            outs.len(),
+            step.outputs.len()
+        )));
+    }
+    for (t, &b) in outs.iter().zip(&step.outputs) {
+        let want = p.buffer(b);
+        if t.dtype() != want.ty.dtype || t.shape() != want.dims {
+            return Err(fail(format!(
+                "internal: produced {}, type inference planned {}",
+                t.ty(),
+                want.ty
+            )));
+        }
+    }
+    Ok(outs)
 }
