@@ -7,7 +7,7 @@ use crate::data::{
     strides_of, tensor,
 };
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err, value_err};
-use crate::movement::gather_copy;
+use crate::movement::gather_tensor;
 use fp8c_ir::{DType, Tensor};
 
 /// `gather { axis }(data, indices)`: output `data[:axis] + indices.shape + data[axis+1:]`;
@@ -40,11 +40,7 @@ pub(crate) fn gather(x: &Tensor, indices: &Tensor, axis: i64) -> KResult<Tensor>
         (0..inner).map(Some).collect(),
     ];
     let es = x.dtype().size();
-    tensor(
-        x.dtype(),
-        out_shape,
-        gather_copy(x.bytes(), es, &tables, &vec![0; es]),
-    )
+    gather_tensor(x, &tables, &vec![0; es], out_shape)
 }
 
 /// ONNX GatherND: each length-k index tuple of `indices` (after `batch_dims` shared leading

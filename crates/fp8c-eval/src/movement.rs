@@ -3,7 +3,7 @@
 //! `gather_grad`, the scatter-add gradient of `gather`, which sums in f64. The index-driven
 //! kernels (gathers, `gather_grad`, `trilu`) are in `gather.rs`.
 //!
-//! Most of them are one primitive, [`gather_copy`]: per output axis a table gives the element
+//! Most of them are one primitive, [`gather_tensor`]: per output axis a table gives the element
 //! offset to read along that axis (or `None`: a padding element). Transpose, slice, expand,
 //! tile, pad and gather are each just a way of building those tables. The element-indexed
 //! gathers and scatters and `trilu` are in `movement/indexed.rs`.
@@ -129,29 +129,62 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
     }
 }
 
-/// One output axis of a [`gather_copy`]: the input element offset for each output index.
+/// One output axis of a [`gather_tensor`]: the input element offset for each output index.
 pub(crate) type Table = Vec<Option<usize>>;
 
-/// `out[o] = src[Σ_d table_d[o_d]]`, or `fill` where any table entry is `None`.
-/// Offsets are in elements of `esize` bytes; `out_dims` are the table lengths.
-pub(crate) fn gather_copy(src: &[u8], esize: usize, tables: &[Table], fill: &[u8]) -> Vec<u8> {
+/// `out[o] = x[Σ_d table_d[o_d]]`, or `fill` (one element's bytes) where any table entry is
+/// `None`, as a tensor of `x`'s dtype and shape `shape` (the table lengths). Elements move as
+/// whole 1-, 2-, 4- or 8-byte words, and the result vector becomes the tensor's storage.
+pub(crate) fn gather_tensor(
+    x: &Tensor,
+    tables: &[Table],
+    fill: &[u8],
+    shape: Vec<u64>,
+) -> KResult<Tensor> {
+    fn typed<T: bytemuck::Pod + Send + Sync>(
+        x: &Tensor,
+        tables: &[Table],
+        fill: &[u8],
+        shape: Vec<u64>,
+    ) -> KResult<Tensor> {
+        let src = x
+            .as_slice::<T>()
+            .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+        let fill: T = bytemuck::try_pod_read_unaligned(fill)
+            .map_err(|e| Fail::new(ErrorKind::DType, format!("fill value: {e:?}")))?;
+        let out = gather_typed(src, tables, fill);
+        Tensor::from_vec(x.dtype(), shape, out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+    }
+    match x.dtype().size() {
+        1 => typed::<u8>(x, tables, fill, shape),
+        2 => typed::<u16>(x, tables, fill, shape),
+        4 => typed::<u32>(x, tables, fill, shape),
+        8 => typed::<u64>(x, tables, fill, shape),
+        n => Err(Fail::new(
+            ErrorKind::Unsupported,
+            format!("internal: {n}-byte elements cannot be gathered"),
+        )),
+    }
+}
+
+/// [`gather_tensor`] on typed elements.
+fn gather_typed<T: Copy + Send + Sync>(src: &[T], tables: &[Table], fill: T) -> Vec<T> {
     let dims: Vec<usize> = tables.iter().map(Vec::len).collect();
     let n: usize = dims.iter().product();
-    let mut out = vec![0u8; n * esize];
     if n == 0 {
-        return out;
+        return Vec::new();
     }
     let Some((last, outer)) = tables.split_last() else {
-        out.copy_from_slice(&src[..esize]);
-        return out;
+        return vec![src[0]];
     };
+    let mut out = vec![fill; n];
     let row_len = last.len();
     // A last axis read contiguously copies whole rows at once.
     let contiguous = last
         .windows(2)
         .all(|w| matches!(w, [Some(a), Some(b)] if *b == *a + 1))
         && last.first().is_some_and(Option::is_some);
-    let copy_row = |r: usize, chunk: &mut [u8]| {
+    let copy_row = |r: usize, chunk: &mut [T]| {
         let mut rem = r;
         let mut base = Some(0usize);
         for t in outer.iter().rev() {
@@ -163,35 +196,27 @@ pub(crate) fn gather_copy(src: &[u8], esize: usize, tables: &[Table], fill: &[u8
             };
         }
         let Some(base) = base else {
-            for e in chunk.chunks_exact_mut(esize) {
-                e.copy_from_slice(fill);
-            }
-            return;
+            return; // already `fill`
         };
         if contiguous {
-            let start = (base + last[0].unwrap_or(0)) * esize;
-            chunk.copy_from_slice(&src[start..start + row_len * esize]);
+            let start = base + last[0].unwrap_or(0);
+            chunk.copy_from_slice(&src[start..start + row_len]);
             return;
         }
-        for (e, off) in chunk.chunks_exact_mut(esize).zip(last) {
-            match off {
-                Some(o) => {
-                    let s = (base + o) * esize;
-                    e.copy_from_slice(&src[s..s + esize]);
-                }
-                None => e.copy_from_slice(fill),
+        for (e, off) in chunk.iter_mut().zip(last) {
+            if let Some(o) = off {
+                *e = src[base + o];
             }
         }
     };
-    let row_bytes = row_len * esize;
     if n >= PAR_MIN {
         let min_rows = (PAR_MIN / 4 / row_len).max(1);
-        out.par_chunks_mut(row_bytes)
+        out.par_chunks_mut(row_len)
             .enumerate()
             .with_min_len(min_rows)
             .for_each(|(r, c)| copy_row(r, c));
     } else {
-        out.chunks_mut(row_bytes)
+        out.chunks_mut(row_len)
             .enumerate()
             .for_each(|(r, c)| copy_row(r, c));
     }
@@ -305,11 +330,7 @@ pub(crate) fn transpose(x: &Tensor, perm: &[i64]) -> KResult<Tensor> {
         .collect();
     let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
     let es = x.dtype().size();
-    tensor(
-        x.dtype(),
-        shape_u64(&out_dims),
-        gather_copy(x.bytes(), es, &tables, &vec![0; es]),
-    )
+    gather_tensor(x, &tables, &vec![0; es], shape_u64(&out_dims))
 }
 
 /// `unsqueeze { axes }`: axes are positions in the output.
@@ -536,11 +557,7 @@ fn slice(inputs: &[&Tensor]) -> KResult<Tensor> {
         .collect();
     let out_dims: Vec<usize> = plan.iter().map(|p| p.2).collect();
     let es = x.dtype().size();
-    tensor(
-        x.dtype(),
-        shape_u64(&out_dims),
-        gather_copy(x.bytes(), es, &tables, &vec![0; es]),
-    )
+    gather_tensor(x, &tables, &vec![0; es], shape_u64(&out_dims))
 }
 
 /// `expand(data, shape)`: numpy broadcast of the input with the target shape.
@@ -578,11 +595,7 @@ pub(crate) fn broadcast_to(x: &Tensor, out: &[u64]) -> KResult<Tensor> {
         })
         .collect();
     let es = x.dtype().size();
-    tensor(
-        x.dtype(),
-        out.to_vec(),
-        gather_copy(x.bytes(), es, &tables, &vec![0; es]),
-    )
+    gather_tensor(x, &tables, &vec![0; es], out.to_vec())
 }
 
 /// `constant_of_shape { value }(shape)`: a tensor of `value`'s dtype filled with it.
@@ -632,11 +645,7 @@ fn tile(x: &Tensor, repeats: &Tensor) -> KResult<Tensor> {
         })
         .collect();
     let es = x.dtype().size();
-    tensor(
-        x.dtype(),
-        out,
-        gather_copy(x.bytes(), es, &tables, &vec![0; es]),
-    )
+    gather_tensor(x, &tables, &vec![0; es], out)
 }
 
 /// `pad { mode }(data, pads, constant_value)`: pads are `[begin_0.., end_0..]`; negative pads
@@ -720,7 +729,7 @@ fn pad(inputs: &[&Tensor], mode: PadMode) -> KResult<Tensor> {
                 .collect(),
         );
     }
-    tensor(x.dtype(), out, gather_copy(x.bytes(), es, &tables, &fill))
+    gather_tensor(x, &tables, &fill, out)
 }
 
 /// `range(start, limit, delta)`: `start + i·delta` for `i < max(ceil((limit−start)/delta), 0)`.
