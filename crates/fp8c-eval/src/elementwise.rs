@@ -554,6 +554,13 @@ fn check_no_int_zero(d: &Data) -> KResult<()> {
     Ok(())
 }
 
+/// `x^e` in f32: a square is `x·x`, the correctly rounded result (as PyTorch computes
+/// `pow(x, 2)`; a general `powf` may round a square that lies on a tie the other way). The
+/// CUDA kernel (`ew_pow`) and the MLIR emitter take the same branch.
+fn pow_f32(x: f32, e: f32) -> f32 {
+    if e == 2.0 { x * x } else { x.powf(e) }
+}
+
 /// ONNX Pow: the output has the base's type; the exponent may have another numeric type.
 /// Float bases compute `powf` in their compute type; integer bases with integer exponents
 /// use exact wrapping integer powers; integer bases with float exponents compute in f64 and
@@ -592,9 +599,9 @@ fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     let (out, shape) = match da {
         Data::F32(x) => {
             let (v, s) = match (&db, &exp_int) {
-                (Data::F32(e), _) => zip2((&x, sa), (e, sb), |x, e| x.powf(e))?,
-                (_, Some(e)) => zip2((&x, sa), (e, sb), |x, e| x.powf(e as f32))?,
-                _ => zip2((&x, sa), (&exp_f64, sb), |x, e| x.powf(e as f32))?,
+                (Data::F32(e), _) => zip2((&x, sa), (e, sb), pow_f32)?,
+                (_, Some(e)) => zip2((&x, sa), (e, sb), |x, e| pow_f32(x, e as f32))?,
+                _ => zip2((&x, sa), (&exp_f64, sb), |x, e| pow_f32(x, e as f32))?,
             };
             (Data::F32(Cow::from(v)), s)
         }

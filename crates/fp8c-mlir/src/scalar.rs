@@ -333,7 +333,13 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Cos => self.inferred("math.cos", &[a[0]]),
             Op::Log => self.inferred("math.log", &[a[0]]),
             Op::Erf => self.inferred("math.erf", &[a[0]]),
-            Op::Pow => self.inferred("math.powf", &[a[0], a[1]]),
+            Op::Pow => {
+                // A square is a·a, as the CPU reference's pow_f32.
+                let pw = self.inferred("math.powf", &[a[0], a[1]]);
+                let sq = self.push(arith::mulf(a[0], a[0], l));
+                let two = self.cmpf(CmpfPredicate::Oeq, a[1], self.f32(2.0));
+                self.select(two, sq, pw)
+            }
             Op::Gelu { approximate } => {
                 // The CPU's f32 formulas, operation for operation.
                 let x = a[0];
