@@ -189,7 +189,13 @@ fn a_square_is_correctly_rounded() {
     // pow(x, 2) against the exact square (an f64 product of two f32 is exact) rounded once;
     // x = 1 + 2^-12 squares to 1 + 2^-11 + 2^-24, a tie between two f32s that goes to even.
     let mut xs: Vec<f32> = (0..4000).map(|i| 0.37 + i as f32 * 1.37e-3).collect();
-    xs.extend([1.0 + 2f32.powi(-12), -(1.0 + 3.0 * 2f32.powi(-12)), 0.0, -0.0, 3e-23]);
+    xs.extend([
+        1.0 + 2f32.powi(-12),
+        -(1.0 + 3.0 * 2f32.powi(-12)),
+        0.0,
+        -0.0,
+        3e-23,
+    ]);
     let n = xs.len() as u64;
     let y = vf32(&eval1(Op::Pow, &[&f32s(&[n], &xs), &f32s(&[], &[2.0])]));
     for (x, got) in xs.iter().zip(&y) {
