@@ -462,8 +462,17 @@ fn gemm_op(
                     c.shape()
                 );
             }
-            Some(crate::movement::broadcast_to(c, &out_shape)?)
+            Some(c)
         }
+        _ => None,
+    };
+    // An f32 bias row ([n] or [1, n]) is read per output row in the epilogue; any other C is
+    // broadcast to [m, n] first.
+    let c_row = c.filter(|c| {
+        dtype == DType::F32 && c.len() > 1 && c.len() as u64 == n && c.shape().last() == Some(&n)
+    });
+    let c = match c {
+        Some(c) if c_row.is_none() => Some(crate::movement::broadcast_to(c, &out_shape)?),
         _ => None,
     };
     let (m, k, n) = (m as usize, k as usize, n as usize);
@@ -503,6 +512,16 @@ fn gemm_op(
                     }
                 }
                 Some(_) => return dtype_err!("C must be f32"),
+                None if let Some(row) = c_row => {
+                    let Data::F32(cv) = Data::load(row)? else {
+                        return dtype_err!("C must be f32");
+                    };
+                    for out_row in acc.chunks_mut(n.max(1)) {
+                        for (p, &q) in out_row.iter_mut().zip(cv.iter()) {
+                            *p = alpha * *p + beta * q;
+                        }
+                    }
+                }
                 None if alpha != 1.0 => acc.iter_mut().for_each(|p| *p *= alpha),
                 None => {}
             }
