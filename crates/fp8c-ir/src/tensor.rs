@@ -75,13 +75,7 @@ impl Tensor {
         shape: Vec<u64>,
         values: &[T],
     ) -> Result<Self, String> {
-        if std::mem::size_of::<T>() != dtype.size() {
-            return Err(format!(
-                "{dtype} elements are {} bytes, not {}",
-                dtype.size(),
-                std::mem::size_of::<T>()
-            ));
-        }
+        elem_size_is::<T>(dtype)?;
         Self::from_storage(
             dtype,
             shape,
@@ -96,13 +90,7 @@ impl Tensor {
         shape: Vec<u64>,
         values: Vec<T>,
     ) -> Result<Self, String> {
-        if std::mem::size_of::<T>() != dtype.size() {
-            return Err(format!(
-                "{dtype} elements are {} bytes, not {}",
-                dtype.size(),
-                std::mem::size_of::<T>()
-            ));
-        }
+        elem_size_is::<T>(dtype)?;
         Self::from_storage(dtype, shape, Storage::from_vec(values))
     }
 
@@ -226,14 +214,7 @@ impl Tensor {
     /// dtype's, or if the storage is not aligned for `T` (storage is aligned for its dtype's
     /// elements, so only a `T` with stricter alignment than its size can meet that).
     pub fn as_slice<T: bytemuck::Pod>(&self) -> Result<&[T], String> {
-        if std::mem::size_of::<T>() != self.dtype.size() {
-            return Err(format!(
-                "{} elements are {} bytes, not {}",
-                self.dtype,
-                self.dtype.size(),
-                std::mem::size_of::<T>()
-            ));
-        }
+        elem_size_is::<T>(self.dtype)?;
         bytemuck::try_cast_slice(self.data.bytes()).map_err(|e| {
             format!(
                 "{} storage is not aligned for this view ({e:?})",
@@ -414,4 +395,16 @@ impl Tensor {
             other => return Err(format!("expected an integer tensor, got {other}")),
         })
     }
+}
+
+/// Errors unless `T`'s size is `dtype`'s element size.
+fn elem_size_is<T>(dtype: DType) -> Result<(), String> {
+    if std::mem::size_of::<T>() != dtype.size() {
+        return Err(format!(
+            "{dtype} elements are {} bytes, not {}",
+            dtype.size(),
+            std::mem::size_of::<T>()
+        ));
+    }
+    Ok(())
 }

@@ -237,6 +237,31 @@ impl Program {
         &self.state
     }
 
+    /// The state entry `name`, if `value` has its type: what `Executable::set_state`
+    /// checks before it replaces the entry's value.
+    pub fn state_for_value(
+        &self,
+        name: &str,
+        value: &Tensor,
+    ) -> Result<&StateBinding, RuntimeError> {
+        let s = self
+            .state()
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| RuntimeError::State {
+                name: name.to_string(),
+                message: "no such state entry".into(),
+            })?;
+        let b = self.buffer(s.buf);
+        if value.dtype() != b.ty.dtype || value.shape() != b.dims {
+            return Err(RuntimeError::State {
+                name: name.to_string(),
+                message: format!("new value has type {}, the state is {}", value.ty(), b.ty),
+            });
+        }
+        Ok(s)
+    }
+
     /// Graph outputs in graph order: name and buffer.
     pub fn outputs(&self) -> &[(String, BufId)] {
         &self.outputs

@@ -370,22 +370,7 @@ impl Executable for CudaExecutable {
     }
 
     fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError> {
-        let s = self
-            .program
-            .state()
-            .iter()
-            .find(|s| s.name == name)
-            .ok_or_else(|| RuntimeError::State {
-                name: name.to_string(),
-                message: "no such state entry".into(),
-            })?;
-        let b = self.program.buffer(s.buf);
-        if value.dtype() != b.ty.dtype || value.shape() != b.dims {
-            return Err(RuntimeError::State {
-                name: name.to_string(),
-                message: format!("new value has type {}, the state is {}", value.ty(), b.ty),
-            });
-        }
+        let s = self.program.state_for_value(name, &value)?;
         self.dev.bind()?;
         self.dev.upload(self.addr[s.buf.index()], value.bytes())?;
         self.dev.sync()
