@@ -62,16 +62,7 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
                 return Fail::arity("2 or 3", inputs.len());
             }
             let y = normalize::layer_norm(inputs, *axis, *epsilon)?;
-            let mut outs = crate::block::block_quantize(
-                &[&y],
-                *to,
-                *saturate,
-                (1, *cols),
-                *scaling,
-                *amax_epsilon,
-            )?;
-            outs.insert(0, y);
-            Ok(outs)
+            with_tiles(y, *to, *saturate, *cols, *scaling, *amax_epsilon)
         }
         FusedOp::ElementwiseBlockQuantize {
             expr,
@@ -86,16 +77,7 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
                 return Fail::arity(&format!("{n} (the program's)"), inputs.len());
             }
             let y = run_expr(expr, inputs)?;
-            let mut outs = crate::block::block_quantize(
-                &[&y],
-                *to,
-                *saturate,
-                (1, *cols),
-                *scaling,
-                *epsilon,
-            )?;
-            outs.insert(0, y);
-            Ok(outs)
+            with_tiles(y, *to, *saturate, *cols, *scaling, *epsilon)
         }
         FusedOp::ScaledMatMulEpilogue {
             out,
@@ -182,6 +164,21 @@ fn quantized(y: Tensor, scale: &Tensor, to: DType, saturate: bool) -> KResult<Ve
     let q = fp8::quantize(&[&y, scale], to, saturate)?;
     let a = fp8::amax(&y)?;
     Ok(vec![y, q, a])
+}
+
+/// `y` and its one-row tiles quantized (`block_quantize`'s codes and scales after it): the
+/// outputs of the tile-quantizing fused ops.
+fn with_tiles(
+    y: Tensor,
+    to: DType,
+    saturate: bool,
+    cols: i64,
+    scaling: fp8c_ir::BlockScaling,
+    epsilon: f32,
+) -> KResult<Vec<Tensor>> {
+    let mut outs = crate::block::block_quantize(&[&y], to, saturate, (1, cols), scaling, epsilon)?;
+    outs.insert(0, y);
+    Ok(outs)
 }
 
 /// Runs an elementwise program on its inputs `a0..`; the empty program returns `a0`.
