@@ -785,6 +785,25 @@ fn profile_tables_cover_every_step() {
     );
     assert!(r.stderr.contains("slowest nodes"), "{}", r.stderr);
 
+    // With --repeat the profile covers every run, times per run.
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &root.join("examples/data/digits_test.npz"),
+        &"--profile",
+        &"--repeat",
+        &"3",
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("profile: 3 runs, per run"),
+        "{}",
+        r.stderr
+    );
+    let (_, total) = shares(&r.stderr);
+    assert!((total - 100.0).abs() < 1.0, "shares add to {total}");
+
     let r = run(&[
         &"train",
         &model,

@@ -72,7 +72,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE.json")]
     pub stats: Option<PathBuf>,
     /// Run the model N times on the same inputs (a benchmark: the summary gives the fastest
-    /// and the median run; outputs, --stats and --profile come from the first).
+    /// and the median run; outputs and --stats come from the first; --profile covers every run).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub repeat: u32,
     /// Print where the run's time went: time and share per op kind and for the slowest
@@ -370,13 +370,28 @@ pub fn run(a: RunArgs) -> Result<()> {
         .run_observed(&inputs, &mut observe)
         .with_context(|| format!("{}", a.model.display()))?;
     let run_time = t0.elapsed();
-    // Further runs for --repeat: times only (state carries over, as between calls).
+    if let Some(t) = timer.take() {
+        t.finish();
+    }
+    // Further runs for --repeat: times, and the profile's step times when asked (state
+    // carries over, as between calls). The first run is often slower than the rest (caches,
+    // page faults, the thread pool waking), so the profile covers every run.
     let mut times = vec![run_time];
     for k in 1..a.repeat {
+        let context = || format!("{} (run {})", a.model.display(), k + 1);
         let t = Instant::now();
-        runner
-            .run(&inputs)
-            .with_context(|| format!("{} (run {})", a.model.display(), k + 1))?;
+        if a.profile {
+            let mut timer = profile.start();
+            runner
+                .run_observed(
+                    &inputs,
+                    &mut |s: &Step, ins: &[&Tensor], outs: &[Tensor]| timer.observe(s, ins, outs),
+                )
+                .with_context(context)?;
+            timer.finish();
+        } else {
+            runner.run(&inputs).with_context(context)?;
+        }
         times.push(t.elapsed());
     }
     times.sort();
@@ -390,8 +405,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         String::new()
     };
     let run_time = times[0];
-    if let Some(t) = timer {
-        t.finish();
+    if a.profile {
         eprint!("{}", profile.report(15));
     }
 

@@ -137,11 +137,14 @@ impl Profile {
         rows
     }
 
-    /// The two tables as text: every op kind, then the `top` slowest nodes.
+    /// The two tables as text: every op kind, then the `top` slowest nodes; times are the
+    /// mean per profiled run.
     pub fn report(&self, top: usize) -> String {
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        // Times are per run (the mean over the profiled runs), calls are totals.
+        let runs = self.runs.max(1) as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / runs;
         let mut s = format!(
-            "profile: {} run{}, {:.3} ms in all, {:.3} ms in steps\n",
+            "profile: {} run{}, per run {:.3} ms in all, {:.3} ms in steps\n",
             self.runs,
             if self.runs == 1 { "" } else { "s" },
             ms(self.total),
@@ -149,7 +152,7 @@ impl Profile {
         );
         s += &format!(
             "  {:<28} {:>10} {:>7} {:>9}  nodes\n",
-            "op", "ms", "share", "calls"
+            "op", "ms/run", "share", "calls"
         );
         for r in self.by_op() {
             s += &format!(
@@ -166,7 +169,7 @@ impl Profile {
             "  slowest nodes ({} of {}):\n  {:>10} {:>7} {:>9}  {:<24} node\n",
             top.min(nodes.len()),
             nodes.len(),
-            "ms",
+            "ms/run",
             "share",
             "calls",
             "op"
