@@ -3,9 +3,11 @@
 //!
 //! All compute in f64 (statistics, exponentials, the normalisation itself) and round once to
 //! the input's type: the reference is as close to exact as an f32 output can be, and GPU
-//! kernels (f32 arithmetic) are compared with it within a tolerance. Each row is reduced in
-//! index order by one thread, so results never depend on the thread count; f64 inputs stay
-//! f64 throughout, which is what the gradient checks rely on.
+//! kernels (f32 arithmetic) are compared with it within a tolerance. Each row is reduced by
+//! one thread in a fixed order ([`sum_f64`]: four interleaved partial sums, which vectorise,
+//! added at the end), so results never depend on the thread count; f64 inputs stay f64
+//! throughout, which is what the gradient checks rely on. f32 inputs are read in place and
+//! each result is rounded straight to f32 (no f64 copy of the tensor either way).
 
 use crate::args;
 use crate::broadcast::broadcast_shapes;
@@ -62,6 +64,58 @@ pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
         | NormalizeOp::SoftmaxGrad { .. } => Support::Yes,
         NormalizeOp::__Lifetime(never, _) => match never {},
     }
+}
+
+/// `Σ f(x)` over `xs` in f64: four partial sums over the elements `4i + l`, then
+/// `(s0 + s1) + (s2 + s3)`. A fixed order (one thread, independent of the thread count) whose
+/// four chains vectorise; a sequential f64 sum would wait on each addition.
+#[inline(always)]
+fn sum_f64<T: Copy>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0f64; 4];
+    let chunks = xs.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..4 {
+            acc[l] += f(c[l]);
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        acc[l] += f(v);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// [`sum_f64`] over an iterator (strided lines): the same partial sums, the same result.
+fn sum_lanes(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut acc = [0f64; 4];
+    for (i, v) in xs.enumerate() {
+        acc[i % 4] += v;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+thread_local! {
+    /// Per-thread scratch for a softmax row's exponentials (f64, before the division).
+    static EXPS: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A row's mean (0 for RMS norm) and `1/√(var + ε)` (var: the mean of `(x − mean)²`, the
+/// biased variance), in f64.
+#[inline(always)]
+fn row_stats<T: Copy>(xr: &[T], wide: impl Fn(T) -> f64 + Copy, eps: f64, rms: bool) -> (f64, f64) {
+    let n = xr.len() as f64;
+    let mean = if rms { 0.0 } else { sum_f64(xr, wide) / n };
+    let var = sum_f64(xr, |v| {
+        let d = wide(v) - mean;
+        d * d
+    }) / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// An f32 result vector as a tensor of `shape`.
+fn f32_tensor(shape: &[u64], out: Vec<f32>) -> KResult<Tensor> {
+    Tensor::from_vec(DType::F32, shape.to_vec(), out)
+        .map_err(|m| Fail::new(crate::error::ErrorKind::TooLarge, m))
 }
 
 /// Applies `f(row_in, row_out)` to independent rows, in parallel when large.
@@ -124,8 +178,7 @@ fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
                 *y = ((f64::from(xi) - m) / denom * s + b) as f32;
             }
         });
-        return Tensor::from_vec(DType::F32, x.shape().to_vec(), out)
-            .map_err(|m| Fail::new(crate::error::ErrorKind::TooLarge, m));
+        return f32_tensor(x.shape(), out);
     }
     let xv = values_f64(x, "x")?;
     let out = rows(&xv, inner.max(1), |r, xr, o| {
@@ -178,13 +231,28 @@ fn normalize_rows(inputs: &[&Tensor], axis: i64, epsilon: f32, rms: bool) -> KRe
     };
     let s = param(scale, "scale")?;
     let b = bias.map(|b| param(b, "bias")).transpose()?;
-    let xv = values_f64(x, "x")?;
     let eps = f64::from(epsilon);
+    if x.dtype() == DType::F32
+        && let Ok(xs) = x.as_slice::<f32>()
+    {
+        // The f64 formula below, element for element, with x read in place.
+        let mut out = vec![0f32; xs.len()];
+        rows_mut(&mut out, cols, |r, o| {
+            let xr = &xs[r * cols..][..cols];
+            let (mean, inv) = row_stats(xr, f64::from, eps, rms);
+            for (j, (y, &xi)) in o.iter_mut().zip(xr).enumerate() {
+                let t = (f64::from(xi) - mean) * inv * s[j];
+                *y = match &b {
+                    Some(b) => t + b[j],
+                    None => t,
+                } as f32;
+            }
+        });
+        return f32_tensor(x.shape(), out);
+    }
+    let xv = values_f64(x, "x")?;
     let out = rows(&xv, cols, |_, xr, o| {
-        let n = xr.len() as f64;
-        let mean = if rms { 0.0 } else { xr.iter().sum::<f64>() / n };
-        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / n;
-        let inv = 1.0 / (var + eps).sqrt();
+        let (mean, inv) = row_stats(xr, |v| v, eps, rms);
         for (j, (y, &xi)) in o.iter_mut().zip(xr).enumerate() {
             let t = (xi - mean) * inv * s[j];
             *y = match &b {
@@ -202,6 +270,40 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
     let dims = dims_of(x);
     let ax = norm_axis(axis, dims.len())?;
     let (d, inner): (usize, usize) = (dims[ax], dims[ax + 1..].iter().product());
+    if x.dtype() == DType::F32
+        && inner == 1
+        && let Ok(xs) = x.as_slice::<f32>()
+    {
+        // The last axis of f32 x, read in place: the f64 formula below, row by row.
+        let mut out = vec![0f32; xs.len()];
+        rows_mut(&mut out, d, |r, o| {
+            let xr = &xs[r * d..][..d];
+            let max = xr.iter().fold(f64::NEG_INFINITY, |a, &v| {
+                if a.is_nan() || v.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(f64::from(v))
+                }
+            });
+            if log {
+                let ls = sum_f64(xr, |v| (f64::from(v) - max).exp()).ln();
+                for (y, &v) in o.iter_mut().zip(xr) {
+                    *y = (f64::from(v) - max - ls) as f32;
+                }
+                return;
+            }
+            EXPS.with(|e| {
+                let mut e = e.borrow_mut();
+                e.clear();
+                e.extend(xr.iter().map(|&v| (f64::from(v) - max).exp()));
+                let sum = sum_f64(&e, |v| v);
+                for (y, &v) in o.iter_mut().zip(e.iter()) {
+                    *y = (v / sum) as f32;
+                }
+            });
+        });
+        return f32_tensor(x.shape(), out);
+    }
     let xv = values_f64(x, "x")?;
     // Each outer index owns a contiguous block of d·inner elements; within it, line i reads
     // block[j·inner + i] for j < d. Blocks are independent, lines are reduced in index order.
@@ -215,12 +317,10 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
                     a.max(v)
                 }
             });
-            let mut sum = 0.0;
             for j in 0..d {
-                let e = (at(j) - max).exp();
-                o[j * inner + i] = e;
-                sum += e;
+                o[j * inner + i] = (at(j) - max).exp();
             }
+            let sum = sum_lanes((0..d).map(|j| o[j * inner + i]));
             if log {
                 let ls = sum.ln();
                 for j in 0..d {
@@ -259,13 +359,7 @@ fn layer_norm_grad(
     let s = values_f64(scale, "scale")?;
     let dyv = values_f64(dy, "dy")?;
     let eps = f64::from(epsilon);
-    let stats = |r: usize| {
-        let xr = &xv[r * cols..][..cols];
-        let n = cols as f64;
-        let mean = xr.iter().sum::<f64>() / n;
-        let var = xr.iter().map(|&v| (v - mean) * (v - mean)).sum::<f64>() / n;
-        (mean, 1.0 / (var + eps).sqrt())
-    };
+    let stats = |r: usize| row_stats(&xv[r * cols..][..cols], |v| v, eps, false);
     let mut dx = vec![0f64; xv.len()];
     rows_mut(&mut dx, cols, |r, o| {
         let (mean, inv) = stats(r);

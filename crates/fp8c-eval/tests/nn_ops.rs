@@ -407,6 +407,64 @@ fn batch_and_layer_norm() {
     assert_eq!(fails(op, &[&x, &f32s(&[3], &[1.0; 3])]), ErrorKind::Shape);
 }
 
+/// f32 normalisations are read in place and rounded straight to f32; the result must be the
+/// f64 computation rounded once: the same op on the same values in f64, cast to f32, bit for
+/// bit. Rows of 1..=37 values (every remainder of the four partial sums) over wide
+/// magnitudes, with and without bias, layer and RMS norm, softmax and log-softmax.
+#[test]
+fn f32_normalisations_are_the_f64_result_rounded_once() {
+    let mut seed = 7u64;
+    let mut next = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (seed >> 40) as f32 / (1u64 << 24) as f32;
+        (u - 0.5) * 2f32.powi((seed >> 33) as i32 % 12 - 4)
+    };
+    let as_f64 = |t: &Tensor| typed(DType::F64, t.shape(), &vf64(t));
+    let bits = |v: Vec<f32>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for cols in 1..=37u64 {
+        let x = f32s(
+            &[3, cols],
+            &(0..3 * cols).map(|_| next()).collect::<Vec<_>>(),
+        );
+        let scale = f32s(&[cols], &(0..cols).map(|_| next()).collect::<Vec<_>>());
+        let bias = f32s(&[cols], &(0..cols).map(|_| next()).collect::<Vec<_>>());
+        let ops = [
+            (
+                Op::LayerNormalization {
+                    axis: -1,
+                    epsilon: 1e-5,
+                },
+                vec![&x, &scale, &bias],
+            ),
+            (
+                Op::LayerNormalization {
+                    axis: -1,
+                    epsilon: 1e-5,
+                },
+                vec![&x, &scale],
+            ),
+            (
+                Op::RmsNormalization {
+                    axis: -1,
+                    epsilon: 1e-6,
+                },
+                vec![&x, &scale],
+            ),
+            (Op::Softmax { axis: -1 }, vec![&x]),
+            (Op::LogSoftmax { axis: -1 }, vec![&x]),
+        ];
+        for (op, ins) in ops {
+            let got = vf32(&eval1(op.clone(), &ins));
+            let wide: Vec<Tensor> = ins.iter().map(|t| as_f64(t)).collect();
+            let wide = eval1(op.clone(), &wide.iter().collect::<Vec<_>>());
+            let want: Vec<f32> = vf64(&wide).iter().map(|&v| v as f32).collect();
+            assert_eq!(bits(got), bits(want), "{op:?}, {cols} columns");
+        }
+    }
+}
+
 #[test]
 fn softmax_is_stable_for_large_inputs() {
     // softmax([1000, 1000, 1001]) = [1, 1, e] / (2 + e) (the max is subtracted first, so
