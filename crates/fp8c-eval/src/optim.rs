@@ -68,11 +68,14 @@ fn optimizer_operands(ts: &[&Tensor], names: &[&str], lr: &Tensor) -> KResult<f6
 /// Elements per thread chunk of the f32 updates.
 const CHUNK: usize = 1 << 14;
 
+/// Elements an optimizer pass computes at a time into a local buffer (see `f32_map`).
+const LANE_BLOCK: usize = 64;
+
 /// `f(operands[..][i]) -> outputs[..][i]` over f32 tensors of `n` elements, in parallel
 /// chunks, reading the operands in place and writing each output once.
 fn f32_map<const I: usize, const O: usize>(
     ins: [&Tensor; I],
-    f: impl Fn([f32; I]) -> [f32; O] + Sync + Send,
+    f: impl Fn([f32; I]) -> [f32; O] + Sync + Send + Copy,
 ) -> KResult<[Tensor; O]> {
     use rayon::prelude::*;
     let n = ins[0].len();
@@ -94,11 +97,27 @@ fn f32_map<const I: usize, const O: usize>(
         let lo = c * CHUNK;
         let len = parts.first().map_or(0, |p| p.len());
         let xs: [&[f32]; I] = std::array::from_fn(|k| &views[k][lo..lo + len]);
-        for e in 0..len {
-            let y = f(std::array::from_fn(|k| xs[k][e]));
-            for (part, v) in parts.iter_mut().zip(y) {
-                part[e] = v;
+        let Ok(mut ys): Result<[&mut [f32]; O], _> = std::mem::take(parts).try_into() else {
+            unreachable!("one part per output")
+        };
+        // Blocks of `LANE_BLOCK` elements computed into a local array (which nothing else can
+        // alias, so the loop vectorises) and then copied out.
+        let g = f;
+        let mut block = [[0f32; LANE_BLOCK]; O];
+        let mut lo = 0;
+        while lo < len {
+            let w = LANE_BLOCK.min(len - lo);
+            let ins: [&[f32]; I] = std::array::from_fn(|k| &xs[k][lo..lo + w]);
+            for e in 0..w {
+                let v = g(std::array::from_fn(|k| ins[k][e]));
+                for k in 0..O {
+                    block[k][e] = v[k];
+                }
             }
+            for (y, b) in ys.iter_mut().zip(&block) {
+                y[lo..lo + w].copy_from_slice(&b[..w]);
+            }
+            lo += w;
         }
     };
     if n >= 2 * CHUNK {
