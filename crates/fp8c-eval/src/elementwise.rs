@@ -165,7 +165,46 @@ struct Map<'a, T>(&'a [T]);
 impl<T: Copy + Send + Sync> UnaryKernel<T> for Map<'_, T> {
     type Out = Vec<T>;
     fn run(self, f: impl Fn(T) -> T + Send + Sync + Copy) -> Vec<T> {
-        par_map(self.0, |&x| f(x))
+        let v = self.0;
+        // Every element is overwritten; a copy of the input is as cheap as zeroing.
+        let mut out = v.to_vec();
+        if v.len() >= crate::data::PAR_MIN {
+            use rayon::prelude::*;
+            out.par_chunks_mut(MAP_CHUNK)
+                .zip(v.par_chunks(MAP_CHUNK))
+                .for_each(|(o, x)| map_into(x, o, f));
+        } else {
+            map_into(v, &mut out, f);
+        }
+        out
+    }
+}
+
+/// Elements per task of a parallel unary map.
+const MAP_CHUNK: usize = 1 << 13;
+
+/// `o[i] = f(x[i])`, compiled for AVX2 where the CPU has it: the table's f32 functions
+/// (`fp8c_ir::fmath`) are branch-free f64 arithmetic, twice as wide there as in baseline
+/// x86-64's SSE2. Both paths compute the same IEEE operations (Rust never contracts
+/// `a * b + c`), so the bits do not depend on the path.
+#[inline(always)]
+fn map_into<T: Copy, O>(x: &[T], o: &mut [O], f: impl Fn(T) -> O + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { map_into_avx2(x, o, f) };
+    }
+    for (y, &v) in o.iter_mut().zip(x) {
+        *y = f(v);
+    }
+}
+
+/// [`map_into`]'s loop for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map_into_avx2<T: Copy, O>(x: &[T], o: &mut [O], f: impl Fn(T) -> O + Copy) {
+    for (y, &v) in o.iter_mut().zip(x) {
+        *y = f(v);
     }
 }
 

@@ -92,13 +92,13 @@ pub trait Real:
     fn abs(self) -> Self;
     /// Square root.
     fn sqrt(self) -> Self;
-    /// e^x.
+    /// e^x (f32: [`crate::fmath::exp_f32`]).
     fn exp(self) -> Self;
     /// Natural logarithm.
     fn ln(self) -> Self;
-    /// The error function (musl's `erff`/`erf` through `libm`, < 1 ulp).
+    /// The error function (f32: [`crate::fmath::erf_f32`]; f64: musl's `erf` through `libm`).
     fn erf(self) -> Self;
-    /// Hyperbolic tangent.
+    /// Hyperbolic tangent (f32: [`crate::fmath::tanh_f32`]).
     fn tanh(self) -> Self;
     /// Sine.
     fn sin(self) -> Self;
@@ -117,60 +117,83 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $exp:path, $tanh:path) => {
         impl Real for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
+            #[inline]
             fn from_f64(v: f64) -> Self {
                 v as $t
             }
+            #[inline]
             fn from_f32(v: f32) -> Self {
                 v as $t
             }
+            #[inline]
             fn abs(self) -> Self {
                 <$t>::abs(self)
             }
+            #[inline]
             fn sqrt(self) -> Self {
                 <$t>::sqrt(self)
             }
+            #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
+            #[inline]
             fn ln(self) -> Self {
                 <$t>::ln(self)
             }
+            #[inline(always)]
             fn erf(self) -> Self {
                 $erf(self)
             }
+            #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
+            #[inline]
             fn sin(self) -> Self {
                 <$t>::sin(self)
             }
+            #[inline]
             fn cos(self) -> Self {
                 <$t>::cos(self)
             }
+            #[inline]
             fn floor(self) -> Self {
                 <$t>::floor(self)
             }
+            #[inline]
             fn ceil(self) -> Self {
                 <$t>::ceil(self)
             }
+            #[inline]
             fn powf(self, e: Self) -> Self {
                 <$t>::powf(self, e)
             }
+            #[inline]
             fn is_nan(self) -> bool {
                 <$t>::is_nan(self)
             }
+            #[inline]
             fn is_infinite(self) -> bool {
                 <$t>::is_infinite(self)
             }
         }
     };
 }
-impl_real!(f32, libm::erff);
-impl_real!(f64, libm::erf);
+// f32 `erf`, `exp` and `tanh` are fp8c's own (`fmath`: f64 evaluation rounded once,
+// branch-free so tensor loops vectorise, the same bits on every platform); f64 uses musl's erf
+// (`libm`) and the platform's exp and tanh.
+impl_real!(
+    f32,
+    crate::fmath::erf_f32,
+    crate::fmath::exp_f32,
+    crate::fmath::tanh_f32
+);
+impl_real!(f64, libm::erf, f64::exp, f64::tanh);
 
 /// Integer arithmetic the table's closures use, with numpy's wrapping semantics.
 pub trait Int: Copy + Ord + Send + Sync {
@@ -346,7 +369,8 @@ macro_rules! elementwise_table {
         }
     };
     (@name $variant:ident) => { stringify!($variant) };
-    (@float1 $k:ident, $F:ident, Unary; |$x:ident| $body:expr) => { Some($k.run(move |$x: $F| -> $F { $body })) };
+    // Inlined into the kernel's loop so that it vectorises (some bodies, erf's, are large).
+    (@float1 $k:ident, $F:ident, Unary; |$x:ident| $body:expr) => { Some($k.run(#[inline(always)] move |$x: $F| -> $F { $body })) };
     (@float1 $k:ident, $F:ident, $kind:ident; $($rest:tt)*) => { None };
     (@float2 $k:ident, $F:ident; |$x:ident, $y:ident| $body:expr) => { Some($k.run(move |$x: $F, $y: $F| -> $F { $body })) };
     (@float2 $k:ident, $F:ident; $($rest:tt)*) => { None };
@@ -378,9 +402,10 @@ elementwise_table! {
     // integer handling there), floats use the closure.
     Erf => Unary, cuda Ok("ew_erf({a0})"), float |x| x.erf(), grad Grad::Formulas(&["dy * exp(-(x * x)) * 1.1283791670955126"]);
     Tanh => Unary, cuda Ok("ew_tanh({a0})"), float |x| x.tanh(), grad Grad::Formulas(&["dy * (1 - y * y)"]);
-    // Two branches so that exp never overflows: both are accurate to an ulp or two.
+    // Two branches so that exp never overflows (1/(1 + e^-x) for x ≥ 0, e^x/(1 + e^x) below),
+    // sharing one e^(-|x|) so that the choice is a select and the loop vectorises.
     Sigmoid => Unary, cuda Ok("ew_sigmoid({a0})"),
-        float |x| if x >= F::ZERO { F::ONE / (F::ONE + (-x).exp()) } else { let e = x.exp(); e / (F::ONE + e) },
+        float |x| { let e = (-x.abs()).exp(); if x >= F::ZERO { F::ONE / (F::ONE + e) } else { e / (F::ONE + e) } },
         grad Grad::Formulas(&["dy * (y * (1 - y))"]);
     // `x < 0` keeps NaN (and -0.0) as they are.
     Relu => Unary, cuda Ok("ew_relu({a0})"), float |x| if x < F::ZERO { F::ZERO } else { x },

@@ -9,6 +9,7 @@ mod attr;
 mod dtype;
 pub mod elementwise;
 mod error;
+pub mod fmath;
 pub mod formula;
 pub mod fused;
 mod graph;
