@@ -7,9 +7,10 @@
 //!   as an [`EvalError`] naming the op; outputs (and large scratch buffers) beyond
 //!   `fp8c_ir::MAX_ELEMENTS` elements are refused before anything is allocated.
 //! - Floats: f16 and bf16 widen exactly to f32, compute, and round once to nearest even;
-//!   f64 computes in f64. Elementwise math is f32: `exp`, `tanh` and `erf` are fp8c's own
+//!   f64 computes in f64. Elementwise math is f32: `exp` and `tanh` are fp8c's own
 //!   (`fp8c_ir::fmath`: evaluated in f64 and rounded once, the same bits on every platform,
-//!   vectorised), `ln`, `sin`, `powf`, ... the platform's. GEMMs (matmul, gemm, conv, scaled_matmul)
+//!   vectorised), `erf` is musl's `erff` (the `libm` crate), `ln`, `sin`, `powf`, ... the
+//!   platform's. GEMMs (matmul, gemm, conv, scaled_matmul)
 //!   accumulate in f32 like the GPU kernels they check. Reductions, pools and normalisations
 //!   accumulate in f64 and round once: the reference is the nearly exact value.
 //! - Integers wrap on overflow (numpy); division truncates toward zero (C, as ONNX); division

@@ -96,7 +96,7 @@ pub trait Real:
     fn exp(self) -> Self;
     /// Natural logarithm.
     fn ln(self) -> Self;
-    /// The error function (f32: [`crate::fmath::erf_f32`]; f64: musl's `erf` through `libm`).
+    /// The error function (musl's `erff`/`erf` through `libm`, < 1 ulp).
     fn erf(self) -> Self;
     /// Hyperbolic tangent (f32: [`crate::fmath::tanh_f32`]).
     fn tanh(self) -> Self;
@@ -184,12 +184,12 @@ macro_rules! impl_real {
         }
     };
 }
-// f32 `erf`, `exp` and `tanh` are fp8c's own (`fmath`: f64 evaluation rounded once,
-// branch-free so tensor loops vectorise, the same bits on every platform); f64 uses musl's erf
-// (`libm`) and the platform's exp and tanh.
+// f32 `exp` and `tanh` are fp8c's own (`fmath`: f64 evaluation rounded once, branch-free so
+// tensor loops vectorise, the same bits on every platform); erf is musl's (`libm`) for both
+// types; f64 uses the platform's exp and tanh.
 impl_real!(
     f32,
-    crate::fmath::erf_f32,
+    libm::erff,
     crate::fmath::exp_f32,
     crate::fmath::tanh_f32
 );
