@@ -16,20 +16,24 @@
 //! the tests' sweeps (against the `libm` crate's f64 functions), and never more than one ulp
 //! off. NaN stays NaN, `exp(±∞)` is ∞ / 0, `tanh(±∞)` is ±1, `tanh(−0)` is −0.
 //!
-//! `erf` stays musl's `erff` (the `libm` crate): an f64 form of it that vectorises (a Taylor
-//! series near 0 and `1 − e^(−x²)·erfc·e^(x²)` away from it, both taken for every lane) was
-//! tried in session 14 and ran at 12 ns an element, slower than `erff`'s 5 ns on a GELU's
-//! inputs, most of which take its short branch near 0.
+//! `erf` stays musl's `erff` (the `libm` crate). An f64 form of it (a Taylor series near 0,
+//! `1 − e^(−x²)·erfc·e^(x²)` away from it, both taken for every lane) was tried in session
+//! 14: 1.5× faster than `erff` alone on normal inputs, but inside GELU's closure, which
+//! branches on the approximation per element and so stays scalar, it cost 12 ns an element
+//! against `erff`'s 5 ns (most GELU inputs take `erff`'s short branch near 0).
+//!
+//! The MLIR emitter (`fp8c-mlir`, `Scalar::exp_f32` / `tanh_f32`) builds the same f64
+//! operations from this module's constants, so MLIR's JIT agrees with the CPU bit for bit.
 
 /// log2(e).
-const LOG2E: f64 = std::f64::consts::LOG2_E;
+pub const LOG2E: f64 = std::f64::consts::LOG2_E;
 /// ln 2, high part (fdlibm's `ln2_hi`, 0.6931471803691238: 32 significant bits, so `n·LN2_HI` is
 /// exact for |n| < 2^21).
-const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+pub const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
 /// ln 2 − LN2_HI.
-const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+pub const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
 /// 1.5·2^52: adding it rounds a smaller f64 to an integer kept in the low mantissa bits.
-const ROUNDER: f64 = 6_755_399_441_055_744.0;
+pub const ROUNDER: f64 = 6_755_399_441_055_744.0;
 
 /// `(n, 2^n, r)` with `y = n·ln 2 + r`, for |y| < 2^19.
 #[inline(always)]
@@ -42,26 +46,34 @@ fn reduce(y: f64) -> (f64, f64, f64) {
     (n, scale, r)
 }
 
-/// `e^r − 1` for |r| ≤ ~0.35: `r·Σ r^i/(i+1)!`, i = 0..=12, by Horner.
+/// `exp_f32` clamps its f64 argument to this range (beyond it the f32 result is 0 or ∞).
+pub const EXP_RANGE: (f64, f64) = (-110.0, 90.0);
+/// `tanh_f32` clamps |x| to this (tanh(20) is 1 in f64).
+pub const TANH_LIMIT: f64 = 20.0;
+
+/// `1/(i+1)!`, i = 0..=12: `e^r − 1 = r·Σ EXPM1[i]·r^i`, summed by Horner from the last.
+/// (The MLIR emitter builds the same operations from these constants, in this order.)
+pub const EXPM1: [f64; 13] = [
+    1.0,
+    1.0 / 2.0,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5_040.0,
+    1.0 / 40_320.0,
+    1.0 / 362_880.0,
+    1.0 / 3_628_800.0,
+    1.0 / 39_916_800.0,
+    1.0 / 479_001_600.0,
+    1.0 / 6_227_020_800.0,
+];
+
+/// `e^r − 1` for |r| ≤ ~0.35 (see [`EXPM1`]).
 #[inline(always)]
 fn expm1_small(r: f64) -> f64 {
-    const C: [f64; 13] = [
-        1.0,
-        1.0 / 2.0,
-        1.0 / 6.0,
-        1.0 / 24.0,
-        1.0 / 120.0,
-        1.0 / 720.0,
-        1.0 / 5_040.0,
-        1.0 / 40_320.0,
-        1.0 / 362_880.0,
-        1.0 / 3_628_800.0,
-        1.0 / 39_916_800.0,
-        1.0 / 479_001_600.0,
-        1.0 / 6_227_020_800.0,
-    ];
-    let mut p = C[12];
-    for &c in C[..12].iter().rev() {
+    let mut p = EXPM1[12];
+    for &c in EXPM1[..12].iter().rev() {
         p = p * r + c;
     }
     r * p
@@ -71,7 +83,7 @@ fn expm1_small(r: f64) -> f64 {
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     // Beyond these bounds the f32 result is 0 or ∞ either way; NaN passes the clamp.
-    let y = f64::from(x).clamp(-110.0, 90.0);
+    let y = f64::from(x).clamp(EXP_RANGE.0, EXP_RANGE.1);
     let (_, scale, r) = reduce(y);
     ((1.0 + expm1_small(r)) * scale) as f32
 }
@@ -80,7 +92,7 @@ pub fn exp_f32(x: f32) -> f32 {
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {
     // tanh(20) is 1 in f64 already; NaN passes the clamp.
-    let a = f64::from(x).abs().min_nan(20.0);
+    let a = f64::from(x).abs().min_nan(TANH_LIMIT);
     let (_, scale, r) = reduce(2.0 * a);
     // e^(2a) − 1 = 2^n·(e^r − 1) + (2^n − 1): both terms ≥ 0, no cancellation.
     let u = scale * expm1_small(r) + (scale - 1.0);

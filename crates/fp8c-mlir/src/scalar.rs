@@ -325,8 +325,8 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Max => self.inferred("arith.maximumf", &[a[0], a[1]]),
             Op::Min => self.inferred("arith.minimumf", &[a[0], a[1]]),
             Op::Neg => self.push(arith::negf(a[0], l)),
-            Op::Exp => self.inferred("math.exp", &[a[0]]),
-            Op::Tanh => self.inferred("math.tanh", &[a[0]]),
+            Op::Exp => self.exp_of(a[0]),
+            Op::Tanh => self.tanh_of(a[0]),
             Op::Sqrt => self.inferred("math.sqrt", &[a[0]]),
             Op::Reciprocal => self.push(arith::divf(self.f32(1.0), a[0], l)),
             Op::Sin => self.inferred("math.sin", &[a[0]]),
@@ -354,19 +354,19 @@ impl<'c, 'b> Scalar<'c, 'b> {
                         let cube = mul(mul(mul(self.f32(0.044715), x), x), x);
                         let t = self.push(arith::addf(x, cube, l));
                         let k = fp8c_ir::elementwise::SQRT_2_OVER_PI as f32;
-                        self.inferred("math.tanh", &[mul(self.f32(k), t)])
+                        self.tanh_of(mul(self.f32(k), t))
                     }
                 };
                 mul(half_x, self.push(arith::addf(self.f32(1.0), inner, l)))
             }
             Op::Sigmoid => {
-                // As the CPU: x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)).
+                // As the CPU: e = exp(-|x|); x >= 0 ? 1 / (1 + e) : e / (1 + e).
                 let one = self.f32(1.0);
-                let neg = self.push(arith::negf(a[0], l));
-                let en = self.inferred("math.exp", &[neg]);
-                let pos = self.push(arith::divf(one, self.push(arith::addf(one, en, l)), l));
-                let ep = self.inferred("math.exp", &[a[0]]);
-                let negv = self.push(arith::divf(ep, self.push(arith::addf(one, ep, l)), l));
+                let abs = self.inferred("math.absf", &[a[0]]);
+                let e = self.exp_of(self.push(arith::negf(abs, l)));
+                let den = self.push(arith::addf(one, e, l));
+                let pos = self.push(arith::divf(one, den, l));
+                let negv = self.push(arith::divf(e, den, l));
                 let ge = self.cmpf(CmpfPredicate::Oge, a[0], self.f32(0.0));
                 self.select(ge, pos, negv)
             }
@@ -724,6 +724,83 @@ impl<'c, 'b> Scalar<'c, 'b> {
     pub fn minf64(&self, a: Value<'c, '_>, b: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("arith.minimumf", &[a, b])
     }
+    /// `fp8c_ir::fmath`'s range reduction of an f64 `y`: `(2^n, r)` with `y = n·ln 2 + r`,
+    /// the same operations in the same order (no contraction: arith ops carry no fastmath).
+    fn fmath_reduce(&self, y: Value<'c, '_>) -> (Value<'c, 'b>, Value<'c, 'b>) {
+        use fp8c_ir::fmath::{LN2_HI, LN2_LO, LOG2E, ROUNDER};
+        let i64t: Type = IntegerType::new(self.ctx, 64).into();
+        let k = self.addf64(self.mulf64(y, self.f64c(LOG2E)), self.f64c(ROUNDER));
+        let n = self.subf64(k, self.f64c(ROUNDER));
+        let bits = self.int(
+            "arith.subi",
+            self.bitcast(k, i64t),
+            self.i64c(ROUNDER.to_bits() as i64),
+        );
+        let biased = self.int("arith.addi", bits, self.i64c(1023));
+        let scale = self.bitcast(
+            self.int("arith.shli", biased, self.i64c(52)),
+            Type::float64(self.ctx),
+        );
+        let r = self.subf64(
+            self.subf64(y, self.mulf64(n, self.f64c(LN2_HI))),
+            self.mulf64(n, self.f64c(LN2_LO)),
+        );
+        (scale, r)
+    }
+
+    /// `fmath`'s `e^r − 1` polynomial (Horner over `fmath::EXPM1`).
+    fn fmath_expm1(&self, r: Value<'c, '_>) -> Value<'c, 'b> {
+        use fp8c_ir::fmath::EXPM1;
+        let mut p = self.f64c(EXPM1[12]);
+        for &c in EXPM1[..12].iter().rev() {
+            p = self.addf64(self.mulf64(p, r), self.f64c(c));
+        }
+        self.mulf64(r, p)
+    }
+
+    /// f32 `e^x` as the CPU computes it (`fp8c_ir::fmath::exp_f32`), bit for bit.
+    pub fn exp_f32(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        let (lo, hi) = fp8c_ir::fmath::EXP_RANGE;
+        // maximumf/minimumf keep NaN, as the CPU's clamp does.
+        let y = self.minf64(self.maxf64(self.extf(x), self.f64c(lo)), self.f64c(hi));
+        let (scale, r) = self.fmath_reduce(y);
+        let e = self.mulf64(self.addf64(self.f64c(1.0), self.fmath_expm1(r)), scale);
+        self.truncf(e)
+    }
+
+    /// f32 `tanh(x)` as the CPU computes it (`fp8c_ir::fmath::tanh_f32`), bit for bit.
+    pub fn tanh_f32(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        let a = self.inferred("math.absf", &[self.extf(x)]);
+        let a = self.minf64(a, self.f64c(fp8c_ir::fmath::TANH_LIMIT));
+        let (scale, r) = self.fmath_reduce(self.mulf64(self.f64c(2.0), a));
+        let u = self.addf64(
+            self.mulf64(scale, self.fmath_expm1(r)),
+            self.subf64(scale, self.f64c(1.0)),
+        );
+        let t = self.truncf(self.divf64(u, self.addf64(u, self.f64c(2.0))));
+        self.inferred("math.copysign", &[t, x])
+    }
+
+    /// `e^x` in x's type: f32 as [`Self::exp_f32`], f64 by `math.exp` (the CPU's `f64::exp`).
+    pub fn exp_of(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        if x.r#type() == Type::float32(self.ctx) {
+            self.exp_f32(x)
+        } else {
+            self.inferred("math.exp", &[x])
+        }
+    }
+
+    /// `tanh(x)` in x's type: f32 as [`Self::tanh_f32`], f64 by `math.tanh`.
+    pub fn tanh_of(&self, x: Value<'c, '_>) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        if x.r#type() == Type::float32(self.ctx) {
+            self.tanh_f32(x)
+        } else {
+            self.inferred("math.tanh", &[x])
+        }
+    }
+
     /// exp(f64(x) − m), m an f64.
     pub fn exp_diff(&self, x: Value<'c, '_>, m: Value<'c, '_>) -> Value<'c, 'b> {
         let xe = self.extf(x);
