@@ -47,16 +47,24 @@ def torch_steps_per_s(name, steps, batch, seq, threads):
     n = (len(data) - 1) // seq
     x = torch.from_numpy(data[: n * seq].reshape(n, seq))
     y = torch.from_numpy(data[1 : n * seq + 1].reshape(n, seq))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+
+    def loss_of(i):
+        logits = model(input_ids=x[i : i + batch], use_cache=False).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y[i : i + batch].reshape(-1))
+    return timed_steps(model, steps, batch, n, loss_of)
+
+
+def timed_steps(model, steps, batch, n, loss_of):
+    """Steps/s of AdamW (lr 3e-3, weight decay 0.01) on `loss_of(i)`, the loss of the batch
+    starting at sample i (batches in order, wrapping), after 10 untimed warm-up steps."""
+    opt = ex.torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     warm = 10
     t0 = None
     for s in range(warm + steps):
         if s == warm:
             t0 = time.perf_counter()
-        i = (s * batch) % (n - batch)
-        logits = model(input_ids=x[i : i + batch], use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                 y[i : i + batch].reshape(-1))
+        loss = loss_of((s * batch) % (n - batch))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -85,19 +93,8 @@ def torch_mlp_steps_per_s(steps, batch, threads):
     model = torch.nn.Sequential(*layers).train()
     d = np.load(DIGITS)
     x, y = torch.from_numpy(d["x"]), torch.from_numpy(d["y"])
-    n = len(y)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    warm = 10
-    t0 = None
-    for s in range(warm + steps):
-        if s == warm:
-            t0 = time.perf_counter()
-        i = (s * batch) % (n - batch)
-        loss = torch.nn.functional.cross_entropy(model(x[i : i + batch]), y[i : i + batch])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return steps / (time.perf_counter() - t0)
+    return timed_steps(model, steps, batch, len(y), lambda i: torch.nn.functional.cross_entropy(
+        model(x[i : i + batch]), y[i : i + batch]))
 
 
 def fp8c_steps_per_s(binary, name, precision, steps, batch, seq, threads):
