@@ -292,6 +292,17 @@ pub(crate) fn rows_mut<T: Send>(
     }
 }
 
+/// The largest of `xs` in f64 with NaN winning (−∞ for none): the max a softmax subtracts.
+pub(crate) fn max_keep_nan(xs: impl Iterator<Item = f64>) -> f64 {
+    xs.fold(f64::NEG_INFINITY, |a, v| {
+        if a.is_nan() || v.is_nan() {
+            f64::NAN
+        } else {
+            a.max(v)
+        }
+    })
+}
+
 /// Maps a slice elementwise, on rayon's pool when it is large; order is kept.
 pub(crate) fn par_map<A: Sync, O: Send>(v: &[A], f: impl Fn(&A) -> O + Sync + Send) -> Vec<O> {
     use rayon::prelude::*;

@@ -80,13 +80,7 @@ fn cross_entropy(logits: &Tensor, labels: &Tensor) -> KResult<Vec<Tensor>> {
     let mut lp = vec![0f64; xv.len()];
     rows_mut(&mut lp, c, |r, o| {
         let xr = &xv[r * c..][..c];
-        let max = xr.iter().fold(f64::NEG_INFINITY, |a, &v| {
-            if a.is_nan() || v.is_nan() {
-                f64::NAN
-            } else {
-                a.max(v)
-            }
-        });
+        let max = crate::data::max_keep_nan(xr.iter().copied());
         let ls = xr.iter().map(|&v| (v - max).exp()).sum::<f64>().ln();
         for (y, &v) in o.iter_mut().zip(xr) {
             *y = v - max - ls;

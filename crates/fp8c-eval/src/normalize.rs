@@ -12,7 +12,7 @@
 use crate::args;
 use crate::broadcast::broadcast_shapes;
 use crate::data::{
-    PAR_MIN, dims_of, float_values_f64 as values_f64, norm_axis, rows_mut, same_type,
+    PAR_MIN, dims_of, float_values_f64 as values_f64, max_keep_nan, norm_axis, rows_mut, same_type,
     store_f64 as store,
 };
 use crate::error::{Fail, KResult, dtype_err, shape_err};
@@ -278,13 +278,7 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
         let mut out = vec![0f32; xs.len()];
         rows_mut(&mut out, d, |r, o| {
             let xr = &xs[r * d..][..d];
-            let max = xr.iter().fold(f64::NEG_INFINITY, |a, &v| {
-                if a.is_nan() || v.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(f64::from(v))
-                }
-            });
+            let max = max_keep_nan(xr.iter().map(|&v| f64::from(v)));
             if log {
                 let ls = sum_f64(xr, |v| (f64::from(v) - max).exp()).ln();
                 for (y, &v) in o.iter_mut().zip(xr) {
@@ -306,17 +300,11 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
     }
     let xv = values_f64(x, "x")?;
     // Each outer index owns a contiguous block of d·inner elements; within it, line i reads
-    // block[j·inner + i] for j < d. Blocks are independent, lines are reduced in index order.
+    // block[j·inner + i] for j < d. Blocks are independent, each line reduced in a fixed order.
     let out = rows(&xv, d * inner, |_, block, o| {
         for i in 0..inner {
             let at = |j: usize| block[j * inner + i];
-            let max = (0..d).map(at).fold(f64::NEG_INFINITY, |a, v| {
-                if a.is_nan() || v.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(v)
-                }
-            });
+            let max = max_keep_nan((0..d).map(at));
             for j in 0..d {
                 o[j * inner + i] = (at(j) - max).exp();
             }
