@@ -34,16 +34,29 @@ pub const BITS: i32 = 14;
 
 /// Batched numpy matmul of decoded FP8 operands with the fast-accumulation model.
 ///
-/// Work is split by blocks of [`ROWS`] output rows (rayon); within a block, each group of
-/// [`LANES`] output columns packs its `[K, LANES]` strip of B once ([`pack`]) and reuses it for
-/// every row, so B is read once per row block rather than once per row. With AVX2 available
-/// the same code is compiled for it ([`rows_avx2`]); no step is reassociated or fused (Rust
-/// never contracts `a * b + c`), so every path gives the same bits.
+/// Work is split over rayon's threads by groups of [`LANES`]-column strips of B; a task packs
+/// each of its strips once ([`pack_strip`], reading B directly, no decoded copy of it) and runs
+/// every row of A over it, [`TILE`] rows at a time. With AVX2 available the same code is
+/// compiled for it ([`strip_avx2`]); no step is reassociated or fused (Rust never contracts
+/// `a * b + c`), so every path gives the same bits.
+#[cfg(test)]
 pub(crate) fn matmul(
     a: &[f32],
     a_shape: &[u64],
     b: &[f32],
     b_shape: &[u64],
+) -> KResult<(Vec<f32>, Vec<u64>)> {
+    matmul_with(a, a_shape, b, b_shape, |x| x)
+}
+
+/// [`matmul`] with B given as elements that `value` turns into f32 as B is packed (FP8 codes
+/// and their decode table: no decoded copy of B is made).
+pub(crate) fn matmul_with<T: Copy + Sync>(
+    a: &[f32],
+    a_shape: &[u64],
+    b: &[T],
+    b_shape: &[u64],
+    value: impl Fn(T) -> f32 + Sync,
 ) -> KResult<(Vec<f32>, Vec<u64>)> {
     let (s, a_idx, b_idx) = batched_shape(a_shape, b_shape)?;
     let (m, k, n) = (s.m, s.k, s.n);
@@ -51,36 +64,118 @@ pub(crate) fn matmul(
     if m * n == 0 {
         return Ok((out, s.out));
     }
-    for (bi, ob) in out.chunks_mut(m * n).enumerate() {
-        let am = &a[a_idx[bi] * m * k..][..m * k];
+    // One B (a weight) under A's batch dims, A's matrices in order: one product over all the
+    // rows (each output element is still one row of A times one column of B).
+    let shared = a_idx.len() > 1
+        && b_idx.iter().all(|&j| j == b_idx[0])
+        && a_idx.iter().enumerate().all(|(i, &j)| i == j);
+    let rows = if shared { a_idx.len() * m } else { m };
+    for (bi, ob) in out.chunks_mut(rows * n).enumerate() {
+        let am = &a[a_idx[bi] * m * k..][..rows * k];
         let bm = &b[b_idx[bi] * k * n..][..k * n];
-        ob.par_chunks_mut(ROWS * n)
-            .enumerate()
-            .for_each(|(t, o)| rows(&am[t * ROWS * k..], bm, k, n, o));
+        product(am, bm, rows, k, n, &value, ob);
     }
     Ok((out, s.out))
 }
 
-/// Output rows per task.
-const ROWS: usize = 16;
+/// Products (m·n·k) from which one matrix product is split over threads.
+const PAR_WORK: usize = 1 << 16;
 
-/// The output rows `o` (`o.len() / n` of them) of `a_rows · bm`, `a_rows` starting at the
-/// first of them.
-fn rows(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
+/// `out[m×n] = am[m×k] · bm[k×n]` under the model.
+fn product<T: Copy + Sync>(
+    am: &[f32],
+    bm: &[T],
+    m: usize,
+    k: usize,
+    n: usize,
+    value: &(impl Fn(T) -> f32 + Sync),
+    out: &mut [f32],
+) {
+    let kp = k.div_ceil(BLOCK) * BLOCK;
+    let mut apad = vec![-0.0f32; m * kp];
+    let mut a_finite = vec![true; m];
+    for (i, dst) in apad.chunks_mut(kp).enumerate() {
+        dst[..k].copy_from_slice(&am[i * k..][..k]);
+        a_finite[i] = dst.iter().all(|x| x.is_finite());
+    }
+    let a = Rows {
+        pad: &apad,
+        finite: &a_finite,
+        k,
+        kp,
+    };
+    // Results strip by strip ([strip][row] of LANES columns), scattered into `out` after.
+    let strips = n.div_ceil(LANES);
+    let mut res = vec![[0f32; LANES]; strips * m];
+    let per = if m.saturating_mul(n).saturating_mul(k) >= PAR_WORK {
+        strips.div_ceil(rayon::current_num_threads() * 4)
+    } else {
+        strips
+    };
+    res.par_chunks_mut(per * m)
+        .enumerate()
+        .for_each(|(t, dst)| {
+            let mut strip = vec![[0f32; LANES]; kp];
+            for (g, r) in dst.chunks_mut(m).enumerate() {
+                let finite = pack_strip(bm, k, n, (t * per + g) * LANES, value, &mut strip);
+                strip_rows(&a, &strip, finite, r);
+            }
+        });
+    for (s, r) in res.chunks(m).enumerate() {
+        let (j0, w) = (s * LANES, LANES.min(n - s * LANES));
+        for (i, v) in r.iter().enumerate() {
+            out[i * n + j0..][..w].copy_from_slice(&v[..w]);
+        }
+    }
+}
+
+/// A's rows padded to whole blocks with −0.0, and whether each row is finite.
+struct Rows<'a> {
+    pad: &'a [f32],
+    finite: &'a [bool],
+    /// The true K and the padded one.
+    k: usize,
+    kp: usize,
+}
+
+/// Packs columns `j0 .. j0 + LANES` of the row-major `[k, n]` B into `strip` (zero past n and
+/// past k), each as `value` gives it; returns whether every value is finite.
+fn pack_strip<T: Copy>(
+    bm: &[T],
+    k: usize,
+    n: usize,
+    j0: usize,
+    value: &impl Fn(T) -> f32,
+    strip: &mut [[f32; LANES]],
+) -> bool {
+    let w = LANES.min(n - j0);
+    for (kk, row) in strip.iter_mut().enumerate().take(k) {
+        let cols = &bm[kk * n + j0..][..w];
+        // A whole row as one fixed-size array (a copy of run-time length calls memmove).
+        *row = match <[T; LANES]>::try_from(cols) {
+            Ok(full) => full.map(value),
+            Err(_) => std::array::from_fn(|l| cols.get(l).map_or(0.0, |&x| value(x))),
+        };
+    }
+    strip[..k].iter().flatten().all(|x| x.is_finite())
+}
+
+/// Every row of A against one packed strip: `out[i]` is row i's [`LANES`] results.
+fn strip_rows(a: &Rows<'_>, strip: &[[f32; LANES]], finite: bool, out: &mut [[f32; LANES]]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { rows_avx2(a_rows, bm, k, n, o) };
+        return unsafe { strip_avx2(a, strip, finite, out) };
     }
-    rows_generic::<false>(a_rows, bm, k, n, o);
+    strip_generic::<false>(a, strip, finite, out);
 }
 
-/// [`rows_generic`] compiled for AVX2 (eight f32 lanes in one register), truncating with
+/// [`strip_generic`] compiled for AVX2 (eight f32 lanes in one register), truncating with
 /// `roundps` (`f32::trunc`, which AVX2's SSE4.1 lowers to one instruction).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn rows_avx2(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
-    rows_generic::<true>(a_rows, bm, k, n, o);
+unsafe fn strip_avx2(a: &Rows<'_>, strip: &[[f32; LANES]], finite: bool, out: &mut [[f32; LANES]]) {
+    strip_generic::<true>(a, strip, finite, out);
 }
 
 /// `ROUND`: truncate with `f32::trunc` (one instruction with SSE4.1) instead of
@@ -88,44 +183,95 @@ unsafe fn rows_avx2(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32
 ///
 /// K is padded to whole blocks: the B strip with zeros, the A rows with −0.0, so a padded
 /// product is −0.0, which leaves every sum, maximum and truncation as it was (x + (−0) = x,
-/// signed zeros included).
+/// signed zeros included). Groups of [`TILE`] rows with finite operands share each B load
+/// ([`tile`]); other rows go one by one ([`lanes`]).
 #[inline(always)]
-fn rows_generic<const ROUND: bool>(a_rows: &[f32], bm: &[f32], k: usize, n: usize, o: &mut [f32]) {
-    let kp = k.div_ceil(BLOCK) * BLOCK;
-    let nrows = o.len() / n;
-    let mut apad = vec![-0.0f32; nrows * kp];
-    let mut a_finite = vec![true; nrows];
-    for (i, dst) in apad.chunks_mut(kp).enumerate() {
-        dst[..k].copy_from_slice(&a_rows[i * k..][..k]);
-        a_finite[i] = dst.iter().all(|x| x.is_finite());
-    }
-    let mut strip = vec![[0f32; LANES]; kp];
-    for j0 in (0..n).step_by(LANES) {
-        let w = LANES.min(n - j0);
-        pack(bm, n, j0, w, &mut strip[..k]);
-        let b_finite = strip.iter().flatten().all(|x| x.is_finite());
-        for (i, orow) in o.chunks_mut(n).enumerate() {
-            let (ar, out) = (&apad[i * kp..][..kp], &mut orow[j0..j0 + w]);
-            // Finite operands make no NaN product (an overflow to ∞ still takes the exact
-            // path through the maximum): the NaN watch can go.
-            if a_finite[i] && b_finite {
-                lanes::<ROUND, true>(ar, k, &strip, out);
-            } else {
-                lanes::<ROUND, false>(ar, k, &strip, out);
-            }
+fn strip_generic<const ROUND: bool>(
+    a: &Rows<'_>,
+    strip: &[[f32; LANES]],
+    b_finite: bool,
+    out: &mut [[f32; LANES]],
+) {
+    let (k, kp, nrows) = (a.k, a.kp, out.len());
+    let row = |i: usize| &a.pad[i * kp..][..kp];
+    let mut i = 0;
+    while i < nrows {
+        if i + TILE <= nrows && b_finite && a.finite[i..i + TILE].iter().all(|&f| f) {
+            let acc = tile::<ROUND>(std::array::from_fn(|r| row(i + r)), k, strip);
+            out[i..i + TILE].copy_from_slice(&acc);
+            i += TILE;
+            continue;
         }
+        // Finite operands make no NaN product (an overflow to ∞ still takes the exact path
+        // through the maximum): the NaN watch can go.
+        out[i] = if a.finite[i] && b_finite {
+            lanes::<ROUND, true>(row(i), k, strip)
+        } else {
+            lanes::<ROUND, false>(row(i), k, strip)
+        };
+        i += 1;
     }
 }
 
-/// Columns `j0 .. j0 + w` of the row-major `[k, n]` matrix `bm`, row by row, zero-padded to
-/// [`LANES`].
+/// Rows computed together by [`tile`].
+const TILE: usize = 4;
+
+/// [`lanes`] with finite operands for [`TILE`] rows at once, each B row loaded once for all
+/// of them, and the products computed twice (for the maximum, then for the truncated sum)
+/// rather than stored: every step stays in registers, and the rows are independent chains.
+/// The same bits as [`lanes`] row by row: the maxima and the exact integer sums do not depend
+/// on their order, and a row whose block leaves the f32 range takes [`block`] as there.
 #[inline(always)]
-fn pack(bm: &[f32], n: usize, j0: usize, w: usize, strip: &mut [[f32; LANES]]) {
-    for (kk, row) in strip.iter_mut().enumerate() {
-        let src = &bm[kk * n + j0..][..w];
-        row[..w].copy_from_slice(src);
-        row[w..].fill(0.0);
+fn tile<const ROUND: bool>(
+    ars: [&[f32]; TILE],
+    k: usize,
+    strip: &[[f32; LANES]],
+) -> [[f32; LANES]; TILE] {
+    let trunc = |x: f32| if ROUND { x.trunc() } else { trunc_small(x) };
+    let mut acc = [[0f32; LANES]; TILE];
+    for kb in 0..ars[0].len() / BLOCK {
+        let rows = &strip[kb * BLOCK..][..BLOCK];
+        let chunks: [&[f32]; TILE] = std::array::from_fn(|r| &ars[r][kb * BLOCK..][..BLOCK]);
+        let mut big = acc.map(|a| a.map(f32::abs));
+        for (kk, row) in rows.iter().enumerate() {
+            for r in 0..TILE {
+                let x = chunks[r][kk];
+                for l in 0..LANES {
+                    let m = (x * row[l]).abs();
+                    big[r][l] = if m > big[r][l] { m } else { big[r][l] };
+                }
+            }
+        }
+        let emax = big.map(|b| b.map(field));
+        let fast = emax.map(|e| e.iter().all(|&e| e == 0 || (13..=254).contains(&e)));
+        let inv = emax.map(|e| {
+            e.map(|e| f32::from_bits((127 + 127 + (BITS as u32 - 1) - e.clamp(13, 254)) << 23))
+        });
+        let mut units: [[f32; LANES]; TILE] =
+            std::array::from_fn(|r| std::array::from_fn(|l| trunc(acc[r][l] * inv[r][l])));
+        for (kk, row) in rows.iter().enumerate() {
+            for r in 0..TILE {
+                let x = chunks[r][kk];
+                for l in 0..LANES {
+                    units[r][l] += trunc((x * row[l]) * inv[r][l]);
+                }
+            }
+        }
+        let len = BLOCK.min(k - kb * BLOCK);
+        for r in 0..TILE {
+            if fast[r] {
+                for l in 0..LANES {
+                    acc[r][l] = units[r][l] / inv[r][l];
+                }
+            } else {
+                for l in 0..LANES {
+                    let col: [f32; BLOCK] = std::array::from_fn(|kk| chunks[r][kk] * rows[kk][l]);
+                    acc[r][l] = block(acc[r][l], &col[..len]);
+                }
+            }
+        }
     }
+    acc
 }
 
 /// Output columns computed side by side (SIMD lanes): every step below is lane-wise.
@@ -154,7 +300,7 @@ const PARTS: usize = 4;
 
 /// `out[l] = dot(a_row, column l of the packed strip)` for the lanes of `out`, with the same
 /// result as [`dot`] lane by lane. `ar` and `strip` are padded to whole blocks (see
-/// [`rows_generic`]); `k` is the true length.
+/// [`strip_generic`]); `k` is the true length.
 #[inline(always)]
 ///
 /// `FINITE`: every operand is finite, so no product is NaN and the sums that watch for one
@@ -163,10 +309,8 @@ fn lanes<const ROUND: bool, const FINITE: bool>(
     ar: &[f32],
     k: usize,
     strip: &[[f32; LANES]],
-    out: &mut [f32],
-) {
+) -> [f32; LANES] {
     let trunc = |x: f32| if ROUND { x.trunc() } else { trunc_small(x) };
-    let w = out.len();
     let mut acc = [0f32; LANES];
     let mut prods = [[0f32; LANES]; BLOCK];
     for (kb, chunk) in ar.chunks_exact(BLOCK).enumerate() {
@@ -233,7 +377,7 @@ fn lanes<const ROUND: bool, const FINITE: bool>(
             }
         }
     }
-    out.copy_from_slice(&acc[..w]);
+    acc
 }
 
 /// One output element: `Σ a[i]·b[i]` accumulated as the module describes, one lane at a
@@ -312,27 +456,45 @@ mod tests {
 
     #[test]
     fn side_by_side_lanes_equal_the_one_lane_model() {
-        let (k, n) = (100, 13);
-        let a = fp8_like(k, 1);
+        // Five rows: a tile of four and one row alone.
+        let (m, k, n) = (5, 100, 13);
+        let a = fp8_like(m * k, 1);
         let mut b = fp8_like(k * n, 2);
         b[5 * n + 3] = f32::INFINITY; // one column takes the non-finite path
         b[7 * n + 4] = 2f32.powi(-60); // one column far below FP8's range: the f64 path
-        let mut out = vec![0f32; n];
-        rows_generic::<false>(&a, &b, k, n, &mut out);
-        let mut dispatched = vec![0f32; n];
-        rows(&a, &b, k, n, &mut dispatched);
-        assert_eq!(
-            out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-            dispatched.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-        );
-        for j in 0..n {
-            let col: Vec<f32> = (0..k).map(|kk| b[kk * n + j]).collect();
-            let want = dot(&a, &col);
-            assert!(
-                out[j].to_bits() == want.to_bits() || (out[j].is_nan() && want.is_nan()),
-                "column {j}: {} vs {want}",
-                out[j]
-            );
+        let kp = k.div_ceil(BLOCK) * BLOCK;
+        let mut pad = vec![-0.0f32; m * kp];
+        for i in 0..m {
+            pad[i * kp..][..k].copy_from_slice(&a[i * k..][..k]);
+        }
+        let rows = Rows {
+            pad: &pad,
+            finite: &[true; 5],
+            k,
+            kp,
+        };
+        for j0 in (0..n).step_by(LANES) {
+            let mut strip = vec![[0f32; LANES]; kp];
+            let finite = pack_strip(&b, k, n, j0, &|x| x, &mut strip);
+            let mut generic = vec![[0f32; LANES]; m];
+            strip_generic::<false>(&rows, &strip, finite, &mut generic);
+            let mut dispatched = vec![[0f32; LANES]; m];
+            strip_rows(&rows, &strip, finite, &mut dispatched);
+            let bits = |v: &[[f32; LANES]]| -> Vec<u32> {
+                v.iter().flatten().map(|x| x.to_bits()).collect()
+            };
+            assert_eq!(bits(&generic), bits(&dispatched), "strip at {j0}");
+            for (i, got) in generic.iter().enumerate() {
+                for (l, got) in got.iter().enumerate().take(LANES.min(n - j0)) {
+                    let col: Vec<f32> = (0..k).map(|kk| b[kk * n + j0 + l]).collect();
+                    let want = dot(&a[i * k..][..k], &col);
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "row {i} column {}: {got} vs {want}",
+                        j0 + l
+                    );
+                }
+            }
         }
     }
 
@@ -347,6 +509,13 @@ mod tests {
             // Row 0 of batch 0: −0.0 everywhere (its outputs must stay −0.0 or +0.0 as the
             // model says).
             a[..k].fill(-0.0);
+            // Row 5 (inside a tile of rows) far below FP8's range: its blocks take the exact
+            // path, next to rows that take the f32 one.
+            if m > 5 {
+                for x in &mut a[5 * k..6 * k] {
+                    *x *= 2f32.powi(-110);
+                }
+            }
             let shape = |x: usize, y: usize| vec![batch as u64, x as u64, y as u64];
             let (out, _) = matmul(&a, &shape(m, k), &b, &shape(k, n)).unwrap();
             for bi in 0..batch {
@@ -364,6 +533,22 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A weight shared by A's batch (`[batch, m, k] · [k, n]`, one product over all rows)
+    /// gives each matrix's own product.
+    #[test]
+    fn a_shared_b_gives_each_matrix_its_own_product() {
+        let (batch, m, k, n) = (3, 5, 70, 11);
+        let a = fp8_like(batch * m * k, 11);
+        let b = fp8_like(k * n, 12);
+        let (all, shape) = matmul(&a, &[3, 5, 70], &b, &[70, 11]).unwrap();
+        assert_eq!(shape, vec![3, 5, 11]);
+        for bi in 0..batch {
+            let (one, _) = matmul(&a[bi * m * k..][..m * k], &[5, 70], &b, &[70, 11]).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&all[bi * m * n..][..m * n]), bits(&one), "matrix {bi}");
         }
     }
 

@@ -625,11 +625,15 @@ pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType, fast_accum: bool) ->
         crate::data::float_scalar_f32(t, what)
     };
     let alpha = scalar(sa, "scale_inv_a")? * scalar(sb, "scale_inv_b")?;
-    let (x, y) = (fp8::decode(fa, a.bytes()), fp8::decode(fb, b.bytes()));
+    let x = fp8::decode(fa, a.bytes());
     let (acc, shape) = if fast_accum {
-        crate::fast_accum::matmul(&x, a.shape(), &y, b.shape())?
+        // B is decoded as the model's kernel packs it.
+        let table = fp8c_core::decode_table(fb);
+        crate::fast_accum::matmul_with(&x, a.shape(), b.bytes(), b.shape(), |q| {
+            table[usize::from(q)]
+        })?
     } else {
-        matmul_float(&x, a.shape(), &y, b.shape())?
+        matmul_float(&x, a.shape(), &fp8::decode(fb, b.bytes()), b.shape())?
     };
     let v = acc.into_iter().map(|p| p * alpha).collect();
     fp8::store_f32(v, out, shape)
