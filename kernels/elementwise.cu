@@ -76,7 +76,10 @@ __device__ __forceinline__ float ew_sub(float a, float b) { return a - b; }
 __device__ __forceinline__ float ew_mul(float a, float b) { return a * b; }
 __device__ __forceinline__ float ew_div(float a, float b) { return __fdiv_rn(a, b); }
 // A square is a·a, correctly rounded (the CPU reference's pow_f32).
-__device__ __forceinline__ float ew_pow(float a, float b) { return b == 2.0f ? a * a : powf(a, b); }
+// A square is a·a and a cube (a·a)·a, as the CPU reference (and PyTorch and onnxruntime).
+__device__ __forceinline__ float ew_pow(float a, float b) {
+    return b == 2.0f ? a * a : b == 3.0f ? (a * a) * a : powf(a, b);
+}
 // NaN-propagating, as the CPU's fmax_nan / fmin_nan.
 __device__ __forceinline__ float ew_max(float a, float b) { return fp8c_isnan(a) || a >= b ? a : b; }
 __device__ __forceinline__ float ew_min(float a, float b) { return fp8c_isnan(a) || a <= b ? a : b; }

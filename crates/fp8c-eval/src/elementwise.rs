@@ -594,10 +594,18 @@ fn check_no_int_zero(d: &Data) -> KResult<()> {
 }
 
 /// `x^e` in f32: a square is `x·x`, the correctly rounded result (as PyTorch computes
-/// `pow(x, 2)`; a general `powf` may round a square that lies on a tie the other way). The
-/// CUDA kernel (`ew_pow`) and the MLIR emitter take the same branch.
+/// `pow(x, 2)`; a general `powf` may round a square that lies on a tie the other way), and a
+/// cube `(x·x)·x`, as PyTorch and onnxruntime compute `pow(x, 3)` (GELU's tanh form in GPT-2).
+/// The CUDA kernel (`ew_pow`) and the MLIR emitter take the same branches.
+#[inline(always)]
 fn pow_f32(x: f32, e: f32) -> f32 {
-    if e == 2.0 { x * x } else { x.powf(e) }
+    if e == 2.0 {
+        x * x
+    } else if e == 3.0 {
+        (x * x) * x
+    } else {
+        x.powf(e)
+    }
 }
 
 /// ONNX Pow: the output has the base's type; the exponent may have another numeric type.
@@ -606,6 +614,23 @@ fn pow_f32(x: f32, e: f32) -> f32 {
 /// truncate toward zero (as numpy's `astype`).
 fn pow(a: &Tensor, b: &Tensor) -> KResult<Tensor> {
     let dtype = a.dtype();
+    // An f32 base under one exponent (a norm's square, GELU's cube, their gradients'
+    // powers): read in place and mapped (vectorised), with pow_f32's results.
+    if let (Ok(x), 1) = (a.as_slice::<f32>(), b.len())
+        && b.dtype().is_float()
+    {
+        let e = b.to_f64_vec().map_err(|m| Fail::new(ErrorKind::DType, m))?[0] as f32;
+        let shape = broadcast_shapes(&[a.shape(), b.shape()])?;
+        let v = match e {
+            // Branch-free maps that vectorise.
+            2.0 => UnaryKernel::run(Map(x), |x| pow_f32(x, 2.0)),
+            3.0 => UnaryKernel::run(Map(x), |x| pow_f32(x, 3.0)),
+            // powf(x, 1) is x (exactly: x is representable).
+            1.0 => x.to_vec(),
+            _ => UnaryKernel::run(Map(x), move |x| pow_f32(x, e)),
+        };
+        return Data::F32(Cow::from(v)).store(dtype, shape);
+    }
     let (da, db) = (Data::load(a)?, Data::load(b)?);
     if matches!(da, Data::Bool(_)) || matches!(db, Data::Bool(_)) {
         return dtype_err!(

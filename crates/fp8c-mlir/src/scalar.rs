@@ -334,10 +334,13 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Log => self.inferred("math.log", &[a[0]]),
             Op::Erf => self.inferred("math.erf", &[a[0]]),
             Op::Pow => {
-                // A square is a·a, as the CPU reference's pow_f32.
+                // A square is a·a and a cube (a·a)·a, as the CPU reference's pow_f32.
                 let pw = self.inferred("math.powf", &[a[0], a[1]]);
                 let sq = self.push(arith::mulf(a[0], a[0], l));
+                let cube = self.push(arith::mulf(sq, a[0], l));
                 let two = self.cmpf(CmpfPredicate::Oeq, a[1], self.f32(2.0));
+                let three = self.cmpf(CmpfPredicate::Oeq, a[1], self.f32(3.0));
+                let pw = self.select(three, cube, pw);
                 self.select(two, sq, pw)
             }
             Op::Gelu { approximate } => {
