@@ -113,36 +113,29 @@ impl Plan {
         *self.dims.last().unwrap_or(&1)
     }
 
-    /// Offset of the first element of output row `row` in input `input`, and the input's
-    /// stride along the row.
-    fn row(&self, row: usize, input: usize) -> (usize, usize) {
-        let st = &self.strides[input];
-        let last = self.dims.len() - 1;
-        let mut r = row;
-        let mut off = 0;
-        for d in (0..last).rev() {
-            off += (r % self.dims[d]) * st[d];
-            r /= self.dims[d];
-        }
-        (off, st[last])
-    }
-
-    /// Fills `out` row by row; `fill_row(row, chunk)` writes one row.
-    fn fill<O: Send>(&self, out: &mut [O], fill_row: impl Fn(usize, &mut [O]) + Sync + Send) {
+    /// Fills `out` row by row: `fill_row(offsets, chunk)` writes one row, `offsets[i]` being
+    /// where input i's elements for it start (each input steps along the row by its last
+    /// stride). Rows go in groups, each task walking its rows with an odometer: one division
+    /// per group, not one per row and dim (rows can be a handful of elements long).
+    fn fill<O: Send>(&self, out: &mut [O], fill_row: impl Fn(&[usize], &mut [O]) + Sync + Send) {
         let row_len = self.row_len();
         if self.numel == 0 || row_len == 0 {
             return;
         }
+        let run = |first_row: usize, chunk: &mut [O]| {
+            let mut walk = Walk::new(self, first_row);
+            for c in chunk.chunks_mut(row_len) {
+                fill_row(&walk.offs[..self.strides.len()], c);
+                walk.step(self);
+            }
+        };
         if self.numel >= PAR_MIN {
-            let min_rows = (PAR_MIN / 4 / row_len).max(1);
-            out.par_chunks_mut(row_len)
+            let group = (PAR_MIN / 4 / row_len).max(1);
+            out.par_chunks_mut(group * row_len)
                 .enumerate()
-                .with_min_len(min_rows)
-                .for_each(|(r, c)| fill_row(r, c));
+                .for_each(|(g, c)| run(g * group, c));
         } else {
-            out.chunks_mut(row_len)
-                .enumerate()
-                .for_each(|(r, c)| fill_row(r, c));
+            run(0, out);
         }
     }
 
@@ -154,10 +147,11 @@ impl Plan {
         f: impl Fn(A, B) -> O + Sync + Send,
     ) -> Vec<O> {
         let mut out = vec![O::default(); self.numel];
-        self.fill(&mut out, |r, chunk| {
+        let last = self.dims.len() - 1;
+        let (sa, sb) = (self.strides[0][last], self.strides[1][last]);
+        self.fill(&mut out, |offs, chunk| {
             let n = chunk.len();
-            let (oa, sa) = self.row(r, 0);
-            let (ob, sb) = self.row(r, 1);
+            let (oa, ob) = (offs[0], offs[1]);
             // Contiguous and scalar operands get loops the compiler vectorises.
             match (sa, sb) {
                 (1, 1) => {
@@ -197,10 +191,14 @@ impl Plan {
         f: impl Fn(A, B, C) -> O + Sync + Send,
     ) -> Vec<O> {
         let mut out = vec![O::default(); self.numel];
-        self.fill(&mut out, |r, chunk| {
-            let (oa, sa) = self.row(r, 0);
-            let (ob, sb) = self.row(r, 1);
-            let (oc, sc) = self.row(r, 2);
+        let last = self.dims.len() - 1;
+        let (sa, sb, sc) = (
+            self.strides[0][last],
+            self.strides[1][last],
+            self.strides[2][last],
+        );
+        self.fill(&mut out, |offs, chunk| {
+            let (oa, ob, oc) = (offs[0], offs[1], offs[2]);
             let n = chunk.len();
             if (sa, sb, sc) == (1, 1, 1) {
                 let (a, b, c) = (&a[oa..oa + n], &b[ob..ob + n], &c[oc..oc + n]);
@@ -214,6 +212,55 @@ impl Plan {
             }
         });
         out
+    }
+}
+
+/// Most inputs a [`Plan`] is walked with (`map3`).
+const MAX_INPUTS: usize = 3;
+
+/// An odometer over a plan's rows: the index along each collapsed dim but the last, and each
+/// input's offset for the current row.
+struct Walk {
+    idx: Vec<usize>,
+    offs: [usize; MAX_INPUTS],
+}
+
+impl Walk {
+    /// At row `row` (one division per outer dim).
+    fn new(p: &Plan, row: usize) -> Walk {
+        assert!(
+            p.strides.len() <= MAX_INPUTS,
+            "a plan walks at most 3 inputs"
+        );
+        let last = p.dims.len() - 1;
+        let mut idx = vec![0; last];
+        let mut offs = [0; MAX_INPUTS];
+        let mut r = row;
+        for d in (0..last).rev() {
+            idx[d] = r % p.dims[d];
+            r /= p.dims[d];
+            for (o, st) in offs.iter_mut().zip(&p.strides) {
+                *o += idx[d] * st[d];
+            }
+        }
+        Walk { idx, offs }
+    }
+
+    /// On to the next row.
+    fn step(&mut self, p: &Plan) {
+        for d in (0..self.idx.len()).rev() {
+            self.idx[d] += 1;
+            for (o, st) in self.offs.iter_mut().zip(&p.strides) {
+                *o += st[d];
+            }
+            if self.idx[d] < p.dims[d] {
+                return;
+            }
+            self.idx[d] = 0;
+            for (o, st) in self.offs.iter_mut().zip(&p.strides) {
+                *o -= p.dims[d] * st[d];
+            }
+        }
     }
 }
 
