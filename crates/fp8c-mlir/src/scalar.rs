@@ -62,7 +62,7 @@ impl<'c, 'b> Scalar<'c, 'b> {
         )
     }
 
-    fn inferred(&self, name: &str, operands: &[Value<'c, '_>]) -> Value<'c, 'b> {
+    pub(crate) fn inferred(&self, name: &str, operands: &[Value<'c, '_>]) -> Value<'c, 'b> {
         self.push(
             OperationBuilder::new(name, self.loc)
                 .add_operands(operands)

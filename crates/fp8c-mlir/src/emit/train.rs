@@ -225,7 +225,9 @@ impl<'c> Emitter<'c, '_> {
         let lr = self.extract(block, ins[4], f32t, loc);
         let t = self.extract(block, ins[5], f32t, loc);
         let one = s.f32(1.0);
-        let pow = |b: f32| s.elementwise(&Op::Pow, &[s.f32(b), t]).expect("pow");
+        // β^t is `powf` itself, as the CPU's optim.rs and kernels/optimizer.cu compute it (not
+        // the Pow op, whose squares and cubes are products).
+        let pow = |b: f32| s.inferred("math.powf", &[s.f32(b), t]);
         let bc1 = s.elementwise(&Op::Sub, &[one, pow(beta1)]).expect("sub");
         let bc2 = s.elementwise(&Op::Sub, &[one, pow(beta2)]).expect("sub");
         let scalars = [lr, bc1, bc2].map(|v| self.scalar_tensor(block, v, loc));
