@@ -9,6 +9,7 @@
 use crate::data::{PAR_MIN, numel};
 use crate::error::{KResult, shape_err};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// The numpy broadcast of several shapes (right-aligned; a dim of 1 stretches).
 pub(crate) fn broadcast_shapes(shapes: &[&[u64]]) -> KResult<Vec<u64>> {
@@ -146,39 +147,46 @@ impl Plan {
         b: &[B],
         f: impl Fn(A, B) -> O + Sync + Send,
     ) -> Vec<O> {
-        let mut out = vec![O::default(); self.numel];
+        // Written once per element into the uninitialised capacity (no zeroing first).
+        let mut out = Vec::with_capacity(self.numel);
         let last = self.dims.len() - 1;
         let (sa, sb) = (self.strides[0][last], self.strides[1][last]);
-        self.fill(&mut out, |offs, chunk| {
-            let n = chunk.len();
-            let (oa, ob) = (offs[0], offs[1]);
-            // Contiguous and scalar operands get loops the compiler vectorises.
-            match (sa, sb) {
-                (1, 1) => {
-                    let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
-                    for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
-                        *o = f(x, y);
+        self.fill(
+            &mut out.spare_capacity_mut()[..self.numel],
+            |offs, chunk| {
+                let n = chunk.len();
+                let (oa, ob) = (offs[0], offs[1]);
+                // Contiguous and scalar operands get loops the compiler vectorises.
+                match (sa, sb) {
+                    (1, 1) => {
+                        let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
+                        for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                            *o = MaybeUninit::new(f(x, y));
+                        }
+                    }
+                    (1, 0) => {
+                        let y = b[ob];
+                        for (o, &x) in chunk.iter_mut().zip(&a[oa..oa + n]) {
+                            *o = MaybeUninit::new(f(x, y));
+                        }
+                    }
+                    (0, 1) => {
+                        let x = a[oa];
+                        for (o, &y) in chunk.iter_mut().zip(&b[ob..ob + n]) {
+                            *o = MaybeUninit::new(f(x, y));
+                        }
+                    }
+                    _ => {
+                        for (j, o) in chunk.iter_mut().enumerate() {
+                            *o = MaybeUninit::new(f(a[oa + j * sa], b[ob + j * sb]));
+                        }
                     }
                 }
-                (1, 0) => {
-                    let y = b[ob];
-                    for (o, &x) in chunk.iter_mut().zip(&a[oa..oa + n]) {
-                        *o = f(x, y);
-                    }
-                }
-                (0, 1) => {
-                    let x = a[oa];
-                    for (o, &y) in chunk.iter_mut().zip(&b[ob..ob + n]) {
-                        *o = f(x, y);
-                    }
-                }
-                _ => {
-                    for (j, o) in chunk.iter_mut().enumerate() {
-                        *o = f(a[oa + j * sa], b[ob + j * sb]);
-                    }
-                }
-            }
-        });
+            },
+        );
+        // SAFETY: `fill` hands every row of 0..numel to the closure, which writes each
+        // element of its chunk.
+        unsafe { out.set_len(self.numel) };
         out
     }
 
@@ -190,27 +198,33 @@ impl Plan {
         c: &[C],
         f: impl Fn(A, B, C) -> O + Sync + Send,
     ) -> Vec<O> {
-        let mut out = vec![O::default(); self.numel];
+        let mut out = Vec::with_capacity(self.numel);
         let last = self.dims.len() - 1;
         let (sa, sb, sc) = (
             self.strides[0][last],
             self.strides[1][last],
             self.strides[2][last],
         );
-        self.fill(&mut out, |offs, chunk| {
-            let (oa, ob, oc) = (offs[0], offs[1], offs[2]);
-            let n = chunk.len();
-            if (sa, sb, sc) == (1, 1, 1) {
-                let (a, b, c) = (&a[oa..oa + n], &b[ob..ob + n], &c[oc..oc + n]);
-                for (((o, &x), &y), &z) in chunk.iter_mut().zip(a).zip(b).zip(c) {
-                    *o = f(x, y, z);
+        self.fill(
+            &mut out.spare_capacity_mut()[..self.numel],
+            |offs, chunk| {
+                let (oa, ob, oc) = (offs[0], offs[1], offs[2]);
+                let n = chunk.len();
+                if (sa, sb, sc) == (1, 1, 1) {
+                    let (a, b, c) = (&a[oa..oa + n], &b[ob..ob + n], &c[oc..oc + n]);
+                    for (((o, &x), &y), &z) in chunk.iter_mut().zip(a).zip(b).zip(c) {
+                        *o = MaybeUninit::new(f(x, y, z));
+                    }
+                    return;
                 }
-                return;
-            }
-            for (j, o) in chunk.iter_mut().enumerate() {
-                *o = f(a[oa + j * sa], b[ob + j * sb], c[oc + j * sc]);
-            }
-        });
+                for (j, o) in chunk.iter_mut().enumerate() {
+                    *o = MaybeUninit::new(f(a[oa + j * sa], b[ob + j * sb], c[oc + j * sc]));
+                }
+            },
+        );
+        // SAFETY: `fill` hands every row of 0..numel to the closure, which writes each
+        // element of its chunk.
+        unsafe { out.set_len(self.numel) };
         out
     }
 }

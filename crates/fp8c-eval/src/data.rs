@@ -36,39 +36,19 @@ pub(crate) enum Data<'a> {
 pub(crate) trait Elem:
     Copy + Send + Sync + PartialEq + PartialOrd + Default + std::fmt::Debug + 'static
 {
-    /// Bytes per element.
-    const SIZE: usize;
-    /// Appends the element's little-endian bytes.
-    fn write(self, out: &mut Vec<u8>);
 }
 
-macro_rules! impl_elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn write(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-        }
-    )*};
-}
-impl_elem!(f64, f32, i64, i32, i16, i8, u8, u16, u32, u64);
-
-impl Elem for bool {
-    const SIZE: usize = 1;
-    fn write(self, out: &mut Vec<u8>) {
-        out.push(self as u8);
-    }
-}
-
-/// Encodes elements as little-endian bytes.
-pub(crate) fn write_vec<T: Elem>(v: &[T]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(v.len() * T::SIZE);
-    for &x in v {
-        x.write(&mut out);
-    }
-    out
-}
+impl Elem for f64 {}
+impl Elem for f32 {}
+impl Elem for i64 {}
+impl Elem for i32 {}
+impl Elem for i16 {}
+impl Elem for i8 {}
+impl Elem for u8 {}
+impl Elem for u16 {}
+impl Elem for u32 {}
+impl Elem for u64 {}
+impl Elem for bool {}
 
 impl<'a> Data<'a> {
     /// Loads a tensor's values; f16/bf16 widen to f32 exactly; FP8 is refused.

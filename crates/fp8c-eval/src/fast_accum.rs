@@ -124,7 +124,12 @@ fn product<T: Copy + Sync>(
     for (s, r) in res.chunks(m).enumerate() {
         let (j0, w) = (s * LANES, LANES.min(n - s * LANES));
         for (i, v) in r.iter().enumerate() {
-            out[i * n + j0..][..w].copy_from_slice(&v[..w]);
+            let dst = &mut out[i * n + j0..][..w];
+            // Whole strips as one fixed-size move (a copy of run-time length calls memmove).
+            match <&mut [f32; LANES]>::try_from(&mut *dst) {
+                Ok(full) => *full = *v,
+                Err(_) => dst.copy_from_slice(&v[..w]),
+            }
         }
     }
 }
@@ -229,10 +234,20 @@ fn tile<const ROUND: bool>(
 ) -> [[f32; LANES]; TILE] {
     let trunc = |x: f32| if ROUND { x.trunc() } else { trunc_small(x) };
     let mut acc = [[0f32; LANES]; TILE];
+    // Plain indexed loops over the fixed-size arrays below: `array::map` and `from_fn` were
+    // left as calls (compiled without AVX2) once per block.
     for kb in 0..ars[0].len() / BLOCK {
         let rows = &strip[kb * BLOCK..][..BLOCK];
-        let chunks: [&[f32]; TILE] = std::array::from_fn(|r| &ars[r][kb * BLOCK..][..BLOCK]);
-        let mut big = acc.map(|a| a.map(f32::abs));
+        let mut chunks: [&[f32]; TILE] = [&[]; TILE];
+        for (c, a) in chunks.iter_mut().zip(&ars) {
+            *c = &a[kb * BLOCK..][..BLOCK];
+        }
+        let mut big = [[0f32; LANES]; TILE];
+        for r in 0..TILE {
+            for l in 0..LANES {
+                big[r][l] = acc[r][l].abs();
+            }
+        }
         for (kk, row) in rows.iter().enumerate() {
             for r in 0..TILE {
                 let x = chunks[r][kk];
@@ -242,13 +257,18 @@ fn tile<const ROUND: bool>(
                 }
             }
         }
-        let emax = big.map(|b| b.map(field));
-        let fast = emax.map(|e| e.iter().all(|&e| e == 0 || (13..=254).contains(&e)));
-        let inv = emax.map(|e| {
-            e.map(|e| f32::from_bits((127 + 127 + (BITS as u32 - 1) - e.clamp(13, 254)) << 23))
-        });
-        let mut units: [[f32; LANES]; TILE] =
-            std::array::from_fn(|r| std::array::from_fn(|l| trunc(acc[r][l] * inv[r][l])));
+        let mut fast = [true; TILE];
+        let mut inv = [[0f32; LANES]; TILE];
+        let mut units = [[0f32; LANES]; TILE];
+        for r in 0..TILE {
+            for l in 0..LANES {
+                let e = field(big[r][l]);
+                fast[r] &= e == 0 || (13..=254).contains(&e);
+                inv[r][l] =
+                    f32::from_bits((127 + 127 + (BITS as u32 - 1) - e.clamp(13, 254)) << 23);
+                units[r][l] = trunc(acc[r][l] * inv[r][l]);
+            }
+        }
         for (kk, row) in rows.iter().enumerate() {
             for r in 0..TILE {
                 let x = chunks[r][kk];
@@ -265,7 +285,10 @@ fn tile<const ROUND: bool>(
                 }
             } else {
                 for l in 0..LANES {
-                    let col: [f32; BLOCK] = std::array::from_fn(|kk| chunks[r][kk] * rows[kk][l]);
+                    let mut col = [0f32; BLOCK];
+                    for (kk, c) in col.iter_mut().enumerate() {
+                        *c = chunks[r][kk] * rows[kk][l];
+                    }
                     acc[r][l] = block(acc[r][l], &col[..len]);
                 }
             }

@@ -25,7 +25,7 @@
 //!   fp8c-core's `roll_history(recorded)` (shift left by one, old slot 0 to the end, slot 0 = 0).
 
 use crate::args;
-use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor, write_vec};
+use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::quantize;
 use fp8c_core::narrow::E8M0Rounding;
@@ -198,7 +198,8 @@ pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
 /// Stores f32 results as `to` (f32, f16 or bf16: rounded once to nearest even; f64 exactly).
 pub(crate) fn store_f32(v: Vec<f32>, to: DType, shape: Vec<u64>) -> KResult<Tensor> {
     let bytes = match to {
-        DType::F32 => write_vec(&v),
+        // The values' own buffer becomes the tensor's (no byte copy).
+        DType::F32 => return Data::F32(v.into()).store(to, shape),
         DType::F64 => v.iter().flat_map(|&x| f64::from(x).to_le_bytes()).collect(),
         DType::F16 => v
             .iter()

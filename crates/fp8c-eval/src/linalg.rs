@@ -635,6 +635,7 @@ pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType, fast_accum: bool) ->
     } else {
         matmul_float(&x, a.shape(), &fp8::decode(fb, b.bytes()), b.shape())?
     };
-    let v = acc.into_iter().map(|p| p * alpha).collect();
-    fp8::store_f32(v, out, shape)
+    let mut acc = acc;
+    acc.iter_mut().for_each(|p| *p *= alpha);
+    fp8::store_f32(acc, out, shape)
 }

@@ -85,19 +85,22 @@ fn f32_map<const I: usize, const O: usize>(
             .as_slice::<f32>()
             .map_err(|m| crate::error::Fail::new(crate::error::ErrorKind::DType, m))?;
     }
-    let mut outs: [Vec<f32>; O] = std::array::from_fn(|_| vec![0f32; n]);
+    // Outputs are written once, element by element, into their uninitialised capacity (no
+    // zeroing pass first; `set_len` below once every element is written).
+    let mut outs: [Vec<f32>; O] = std::array::from_fn(|_| Vec::with_capacity(n));
     // Chunk c of every output, together.
-    let mut chunks: Vec<Vec<&mut [f32]>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
+    type Part<'a> = &'a mut [std::mem::MaybeUninit<f32>];
+    let mut chunks: Vec<Vec<Part<'_>>> = (0..n.div_ceil(CHUNK)).map(|_| Vec::new()).collect();
     for out in outs.iter_mut() {
-        for (c, part) in out.chunks_mut(CHUNK).enumerate() {
+        for (c, part) in out.spare_capacity_mut()[..n].chunks_mut(CHUNK).enumerate() {
             chunks[c].push(part);
         }
     }
-    let body = |(c, parts): (usize, &mut Vec<&mut [f32]>)| {
+    let body = |(c, parts): (usize, &mut Vec<Part<'_>>)| {
         let lo = c * CHUNK;
         let len = parts.first().map_or(0, |p| p.len());
         let xs: [&[f32]; I] = std::array::from_fn(|k| &views[k][lo..lo + len]);
-        let Ok(mut ys): Result<[&mut [f32]; O], _> = std::mem::take(parts).try_into() else {
+        let Ok(mut ys): Result<[Part<'_>; O], _> = std::mem::take(parts).try_into() else {
             unreachable!("one part per output")
         };
         // Blocks of `LANE_BLOCK` elements computed into a local array (which nothing else can
@@ -115,7 +118,9 @@ fn f32_map<const I: usize, const O: usize>(
                 }
             }
             for (y, b) in ys.iter_mut().zip(&block) {
-                y[lo..lo + w].copy_from_slice(&b[..w]);
+                for (d, &v) in y[lo..lo + w].iter_mut().zip(&b[..w]) {
+                    d.write(v);
+                }
             }
             lo += w;
         }
@@ -124,6 +129,12 @@ fn f32_map<const I: usize, const O: usize>(
         chunks.par_iter_mut().enumerate().for_each(body);
     } else {
         chunks.iter_mut().enumerate().for_each(body);
+    }
+    drop(chunks);
+    for out in outs.iter_mut() {
+        // SAFETY: the chunks cover 0..n of every output, and each task wrote every element of
+        // its chunk (lo runs over 0..len in whole blocks).
+        unsafe { out.set_len(n) };
     }
     let shape = ins[0].shape().to_vec();
     let mut res = Vec::with_capacity(O);
