@@ -12,11 +12,13 @@ committed models are ONNX exports without their Python modules.
 Usage (the repo's venv has onnxruntime and numpy: PY=$(scripts/python-env.sh)):
 
   $PY scripts/bench_vs_ort.py [--fp8c target/release/fp8c] [--threads 1,2] [--reps 5]
-        [--json OUT.json] [MODEL.onnx ...]
+        [--json OUT.json] [--shape INPUT=2x3x48x192 ...] [MODEL.onnx ...]
 
 Without models it takes the example exports (BERT-style encoder, Llama-style decoder,
 ResNet-style CNN, digits MLP). Inputs come from a model's `.ref.npz` when there is one, else
-seeded random values shaped from `fp8c inspect --json` (symbolic dims: batch 2, sequence 32).
+seeded random values shaped from `fp8c inspect --json` (symbolic dims: batch 2, sequence 32;
+`--shape NAME=D0xD1x...` gives an input's whole shape, e.g. the 48x192 text crops PP-OCR's
+classifier takes, whose symbolic height and width 32 would pool down to nothing).
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ DEFAULT_MODELS = [
 ]
 
 
-def make_inputs(fp8c: str, model: str, path: str) -> dict:
+def make_inputs(fp8c: str, model: str, path: str, shapes: dict) -> dict:
     info = json.loads(subprocess.run([fp8c, "inspect", model, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     ref_path = model[:-5] + ".ref.npz"
@@ -52,6 +54,8 @@ def make_inputs(fp8c: str, model: str, path: str) -> dict:
             continue
         shape = i["shape"] or []
         dims = [int(d) if str(d).isdigit() else (2 if k == 0 else 32) for k, d in enumerate(shape)]
+        if i["name"] in shapes:
+            dims = shapes[i["name"]]
         dt = i["dtype"]
         if "mask" in i["name"]:
             arrays[i["name"]] = np.ones(dims, dtype=np.int64 if dt.startswith("i") else np.float32)
@@ -107,7 +111,15 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1x...",
+                    help="the shape of a random input (repeatable)")
     a = ap.parse_args()
+    shapes = {}
+    for spec in a.shape:
+        name, _, dims = spec.partition("=")
+        if not dims:
+            ap.error(f"--shape {spec!r}: expected NAME=D0xD1x...")
+        shapes[name] = [int(d) for d in dims.split("x")]
     models = a.models or [os.path.join(ROOT, m) for m in DEFAULT_MODELS]
     threads = [int(t) for t in a.threads.split(",")]
     rows = []
@@ -117,7 +129,7 @@ def main() -> int:
         print("|---|---:|---:|---:|---:|---:|---:|")
         for model in models:
             inputs = os.path.join(tmp, "in.npz")
-            arrays = make_inputs(a.fp8c, model, inputs)
+            arrays = make_inputs(a.fp8c, model, inputs, shapes)
             for t in threads:
                 f32 = fp8c_ms(a.fp8c, model, inputs, t, "f32", a.reps, out)
                 ort = ort_ms(model, arrays, t, a.reps)

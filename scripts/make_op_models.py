@@ -86,6 +86,28 @@ def conv_transpose(name, x_shape, w_shape, y_shape, bias, **attrs):
     return name, model(name, [node], [("x", F, x_shape)], [("y", F, y_shape)], inits)
 
 
+# The cases added after the first set draw from their own generator, so the earlier models
+# (and the quantized MLP, drawn last) keep their weights.
+RNG_CONV = np.random.default_rng(1)
+
+
+def conv(name, x_shape, w_shape, y_shape, bias, **attrs):
+    """A Conv; with group = channels, the depthwise layers of MobileNet-style CNNs."""
+    w = RNG_CONV.standard_normal(w_shape).astype(np.float32)
+    inits = [init("w", w)]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(init("b", RNG_CONV.standard_normal(w_shape[0]).astype(np.float32)))
+        ins.append("b")
+    node = helper.make_node("Conv", ins, ["y"], **attrs)
+    return name, model(name, [node], [("x", F, x_shape)], [("y", F, y_shape)], inits)
+
+
+def max_pool(name, x_shape, y_shape, **attrs):
+    node = helper.make_node("MaxPool", ["x"], ["y"], **attrs)
+    return name, model(name, [node], [("x", F, x_shape)], [("y", F, y_shape)])
+
+
 def matmul_integer(name, b_type):
     lo, hi = (0, 255) if b_type == U8 else (-128, 127)
     np_b = np.uint8 if b_type == U8 else np.int8
@@ -163,6 +185,18 @@ CASES = [
     conv_integer("conv_integer"),
     dynamic_quantize("dynamic_quantize_linear"),
     layer_norm_stats("layer_norm_stats"),
+    conv("conv_depthwise_5x5_stride", [2, 6, 7, 19], [6, 1, 5, 5], [2, 6, 4, 19], True,
+         group=6, pads=[2, 2, 2, 2], strides=[2, 1]),
+    conv("conv_depthwise_multiplier_dilation", [1, 3, 9, 8], [6, 1, 3, 3], [1, 6, 6, 4], False,
+         group=3, dilations=[2, 1], pads=[1, 0, 0, 1], strides=[1, 2]),
+    conv("conv_depthwise_1d_same", [2, 4, 23], [4, 1, 4], [2, 4, 8], True,
+         group=4, strides=[3], auto_pad="SAME_UPPER"),
+    conv("conv_depthwise_3d", [1, 2, 4, 5, 6], [2, 1, 3, 2, 3], [1, 2, 4, 2, 3], True,
+         group=2, pads=[1, 0, 1, 1, 0, 0], strides=[1, 2, 2]),
+    conv("conv_single_channel_wide_pads", [1, 1, 3, 4], [2, 1, 2, 2], [1, 2, 5, 6], True,
+         pads=[2, 2, 1, 1]),
+    max_pool("max_pool_pads_ceil", [2, 3, 7, 9], [2, 3, 4, 4], kernel_shape=[3, 3],
+             strides=[2, 3], pads=[1, 1, 0, 1], ceil_mode=1),
 ]
 
 

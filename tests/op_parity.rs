@@ -3,7 +3,8 @@
 //! The models in `tests/models/ops/` (made by `scripts/make_op_models.py` with onnx's Python
 //! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
 //! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, LayerNormalization's
-//! Mean/InvStdDev — and TopK, on shapes and attributes the ONNX node tests leave out. Each runs
+//! Mean/InvStdDev — TopK, and depthwise convolutions and a padded ceil-mode MaxPool (direct
+//! CPU kernels), on shapes and attributes the ONNX node tests leave out. Each runs
 //! on onnxruntime's deterministic inputs (`scripts/ort_reference.py --make-inputs`); integer
 //! outputs must be equal, float outputs within 1e-5 relative L2.
 
@@ -88,6 +89,12 @@ op_tests! {
     dynamic_quantize_linear: "dynamic_quantize_linear";
     layer_norm_mean_and_inv_std: "layer_norm_stats";
     dynamic_quant_mlp: "dynamic_quant_mlp", ["--dim", "batch=4"];
+    conv_depthwise_5x5_stride: "conv_depthwise_5x5_stride";
+    conv_depthwise_multiplier_dilation: "conv_depthwise_multiplier_dilation";
+    conv_depthwise_1d_same_upper: "conv_depthwise_1d_same";
+    conv_depthwise_3d: "conv_depthwise_3d";
+    conv_single_channel_wide_pads: "conv_single_channel_wide_pads";
+    max_pool_pads_ceil_mode: "max_pool_pads_ceil";
 }
 
 /// ORT's dynamically quantized MLP under `--precision fp8`: its integer GEMMs keep their

@@ -2,7 +2,9 @@
 //! axes) with groups, strides, dilations, explicit pads and auto_pad, and its gradients
 //! `conv_grad_input` (dgrad, a transposed convolution) and `conv_grad_weight` (wgrad).
 //!
-//! All three are GEMMs over the same im2col geometry ([`geometry`], on the IR's window
+//! A conv with one input channel per group (depthwise layers, as in MobileNet) is summed
+//! directly, tap by tap ([`depthwise`]). Everything else is a GEMM over the same im2col
+//! geometry ([`geometry`], on the IR's window
 //! geometry): one GEMM per (batch, group) on the `gemm` crate, f32 accumulation (f16/bf16
 //! widened, rounded once at the end), f64 for f64. The bias is added to the f32 accumulator.
 //! Every sum that crosses (batch, group) blocks (dgrad's col2im, wgrad's batch sum) runs in
@@ -12,7 +14,8 @@ use crate::args;
 use crate::data::{Data, dims_of, numel, shape_u64};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::linalg::{GemmElem, Mat, gemm_into};
-use crate::window::{self, Tap, WindowAttrs};
+use crate::window::{self, Axis, Tap, WindowAttrs};
+use fp8c_ir::window::increment;
 use fp8c_ir::{AutoPad, ConvOp, DType, Support, Tensor};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -117,12 +120,10 @@ struct Geometry {
     out_plane: usize,
     /// Kernel taps.
     ksize: usize,
-    /// Tap-major input offsets: `offsets[t * out_plane + p]` is the offset within the (N, C)
-    /// plane that tap `t` of output position `p` reads, or `usize::MAX` for padding (see
-    /// `window::taps`). Tap-major, so filling one im2col row reads one contiguous run.
-    offsets: Vec<usize>,
     /// The conv's output shape `[N, M, out spatial...]`.
     out_shape: Vec<u64>,
+    /// The resolved window along each spatial axis.
+    axes: Vec<Axis>,
 }
 
 /// The geometry of `conv(x of x_dims, w of w_dims[, bias of bias_shape])`: checks ranks,
@@ -182,13 +183,8 @@ fn geometry(
         axes.iter().map(|a| a.out).product(),
         kernel.iter().product(),
     );
-    let taps = window::taps(&axes)?;
-    let mut offsets = vec![NO_TAP; taps.len()];
-    for (i, tap) in taps.iter().enumerate() {
-        if let Tap::In(o) = tap {
-            offsets[(i % ksize) * out_plane + i / ksize] = *o;
-        }
-    }
+    // im2col scratch: (C/group · kernel) × output positions.
+    numel(&[(cg * ksize) as u64, out_plane as u64])?;
     let geo = Geometry {
         n,
         c,
@@ -197,12 +193,68 @@ fn geometry(
         plane: spatial.iter().product(),
         out_plane,
         ksize,
-        offsets,
         out_shape,
+        axes,
     };
-    // im2col scratch: (C/group · kernel) × output positions.
-    numel(&[(cg * geo.ksize) as u64, geo.out_plane as u64])?;
     Ok(geo)
+}
+
+impl Geometry {
+    /// Tap-major input offsets, what im2col and col2im walk: `offsets[t * out_plane + p]` is
+    /// the offset within the (N, C) plane that tap `t` (row-major over the kernel dims) of
+    /// output position `p` reads, or [`NO_TAP`] for padding. Tap-major, so filling one im2col
+    /// row reads one contiguous run. Built axis by axis (one tap's positions along an axis
+    /// are computed once, not per output position), and only by the routes that use it.
+    fn offsets(&self) -> Vec<usize> {
+        tap_offsets(&self.axes, self.ksize, self.out_plane)
+    }
+
+    /// Whether every output position reads the input position of the same index and only it
+    /// (a 1×1 kernel at stride 1 without padding): the input planes are the im2col matrix.
+    fn pointwise(&self) -> bool {
+        self.axes
+            .iter()
+            .all(|a| a.kernel == 1 && a.stride == 1 && a.pad_begin == 0 && a.out == a.input)
+    }
+}
+
+/// [`Geometry::offsets`].
+fn tap_offsets(axes: &[Axis], ksize: usize, out_plane: usize) -> Vec<usize> {
+    let mut offsets = Vec::with_capacity(ksize * out_plane);
+    // The input plane's row-major strides.
+    let mut strides = vec![1usize; axes.len()];
+    for d in (0..axes.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * axes[d + 1].input;
+    }
+    let mut k = vec![0usize; axes.len()];
+    // Per axis, for the current tap: the offset contribution of each output index.
+    let mut along: Vec<Vec<usize>> = axes.iter().map(|a| Vec::with_capacity(a.out)).collect();
+    for _ in 0..ksize {
+        for (d, a) in axes.iter().enumerate() {
+            along[d].clear();
+            along[d].extend((0..a.out).map(|o| match a.tap(o, k[d]) {
+                Tap::In(i) => i * strides[d],
+                Tap::Pad | Tap::Out => NO_TAP,
+            }));
+        }
+        let mut o = vec![0usize; axes.len()];
+        for _ in 0..out_plane {
+            let mut at = 0usize;
+            for (d, list) in along.iter().enumerate() {
+                match list[o[d]] {
+                    NO_TAP => {
+                        at = NO_TAP;
+                        break;
+                    }
+                    v => at += v,
+                }
+            }
+            offsets.push(at);
+            increment(&mut o, axes.iter().map(|a| a.out));
+        }
+        increment(&mut k, axes.iter().map(|a| a.kernel));
+    }
+    offsets
 }
 
 /// Evaluates `conv(x, w[, bias])`.
@@ -253,12 +305,17 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
         ..
     } = *geo;
     let (cg, mg) = (c / g, m / g);
+    if cg == 1
+        && let Some(plan) = DepthwisePlan::new(geo)
+    {
+        return depthwise(x, w, bias, geo, &plan);
+    }
     let rows = cg * ksize;
     let mut out = vec![T::default(); n * m * p];
     // A 1×1 kernel that reads every input position once, in order (stride 1, no padding):
     // the input planes are the im2col matrix already.
-    let pointwise =
-        ksize == 1 && p == plane && geo.offsets.iter().enumerate().all(|(i, &o)| o == i);
+    let pointwise = geo.pointwise();
+    let offsets = if pointwise { Vec::new() } else { geo.offsets() };
     let mut col = vec![T::default(); if pointwise { 0 } else { rows * p }];
     for b in 0..n {
         for gi in 0..g {
@@ -285,7 +342,7 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
                 .for_each(|(r, row)| {
                     let (ci, t) = (r / ksize, r % ksize);
                     let base = (b * c + gi * cg + ci) * plane;
-                    let offs = &geo.offsets[t * p..][..p];
+                    let offs = &offsets[t * p..][..p];
                     for (v, &o) in row.iter_mut().zip(offs) {
                         *v = if o == NO_TAP {
                             T::default()
@@ -312,6 +369,225 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
             });
     }
     out
+}
+
+/// Multiply-adds below which [`depthwise`] runs on the calling thread.
+const PAR_DEPTHWISE_WORK: usize = 1 << 16;
+
+/// Where [`depthwise`] reads: the input plane zero-padded on every side, and for each output
+/// row (all positions along the last spatial axis) and kernel tap, the offset in the padded
+/// plane of that row's first read.
+struct DepthwisePlan {
+    /// The padded plane's size per spatial axis.
+    padded: Vec<usize>,
+    /// `starts[row * ksize + t]`.
+    starts: Vec<usize>,
+    /// Output positions per row, and the stride between their reads.
+    row: usize,
+    stride: usize,
+}
+
+impl DepthwisePlan {
+    /// `None` where the padded plane would pass `MAX_ELEMENTS` (pads far larger than the
+    /// input): the GEMM route then takes the conv.
+    fn new(geo: &Geometry) -> Option<Self> {
+        let axes = &geo.axes;
+        let (last, outer) = axes.split_last()?;
+        let padded: Vec<usize> = axes
+            .iter()
+            .map(|a| a.input.checked_add(a.pad_begin)?.checked_add(a.pad_end))
+            .collect::<Option<_>>()?;
+        let total = padded.iter().try_fold(1usize, |p, &d| p.checked_mul(d))?;
+        if total as u64 > fp8c_ir::MAX_ELEMENTS {
+            return None;
+        }
+        // Row-major strides of the padded plane.
+        let mut strides = vec![1usize; axes.len()];
+        for d in (0..axes.len() - 1).rev() {
+            strides[d] = strides[d + 1] * padded[d + 1];
+        }
+        let rows: usize = outer.iter().map(|a| a.out).product();
+        let mut starts = Vec::with_capacity(rows * geo.ksize);
+        let (mut o, mut k) = (vec![0usize; outer.len()], vec![0usize; axes.len()]);
+        for _ in 0..rows {
+            for _ in 0..geo.ksize {
+                let mut at = k[axes.len() - 1] * last.dilation;
+                for (d, a) in outer.iter().enumerate() {
+                    at += (o[d] * a.stride + k[d] * a.dilation) * strides[d];
+                }
+                starts.push(at);
+                increment(&mut k, axes.iter().map(|a| a.kernel));
+            }
+            increment(&mut o, outer.iter().map(|a| a.out));
+        }
+        Some(DepthwisePlan {
+            padded,
+            starts,
+            row: last.out,
+            stride: last.stride,
+        })
+    }
+
+    /// Copies input plane `src` into the middle of zeroed `dst` (the padded plane).
+    fn pad<T: GemmElem>(&self, geo: &Geometry, src: &[T], dst: &mut Vec<T>) {
+        let total: usize = self.padded.iter().product();
+        dst.clear();
+        dst.resize(total, T::ZERO);
+        let (axes, rank) = (&geo.axes, geo.axes.len());
+        let width = axes[rank - 1].input;
+        if width == 0 {
+            return;
+        }
+        let mut idx = vec![0usize; rank - 1];
+        for line in src.chunks_exact(width) {
+            let mut at = axes[rank - 1].pad_begin;
+            let mut stride = self.padded[rank - 1];
+            for d in (0..rank - 1).rev() {
+                at += (idx[d] + axes[d].pad_begin) * stride;
+                stride *= self.padded[d];
+            }
+            dst[at..at + width].copy_from_slice(line);
+            increment(&mut idx, axes[..rank - 1].iter().map(|a| a.input));
+        }
+    }
+}
+
+/// `conv` with one input channel per group (depthwise layers, with or without a channel
+/// multiplier). As GEMMs these are one row deep per group, all call and packing overhead
+/// (a MobileNet's 5×5 depthwise layers ran at 0.3 GFLOP/s), so each output plane is summed
+/// directly: `y = Σ_t w[t] · x[tap t]` in tap order in a `T` accumulator, then the bias (as
+/// the GEMM path adds it). One task per output plane: it zero-pads its input plane into a
+/// scratch buffer, then for each output row and tap adds a weighted run of that buffer
+/// (contiguous at stride 1) to the row.
+fn depthwise<T: GemmElem>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    geo: &Geometry,
+    plan: &DepthwisePlan,
+) -> Vec<T> {
+    let Geometry {
+        n,
+        m,
+        g,
+        plane,
+        out_plane: p,
+        ksize,
+        ..
+    } = *geo;
+    let mg = m / g;
+    let mut out = vec![T::ZERO; n * m * p];
+    if p == 0 || ksize == 0 {
+        return out;
+    }
+    let (row, stride) = (plan.row, plan.stride);
+    let one = |padded: &mut Vec<T>, r: usize, dst: &mut [T]| {
+        let (b, oc) = (r / m, r % m);
+        // One input channel per group: the group index is the input channel.
+        plan.pad(geo, &x[(b * g + oc / mg) * plane..][..plane], padded);
+        let weights = &w[oc * ksize..][..ksize];
+        for (line, starts) in dst
+            .chunks_exact_mut(row)
+            .zip(plan.starts.chunks_exact(ksize))
+        {
+            if stride == 1 {
+                depthwise_row::<T, true>(line, weights, starts, padded, 1);
+            } else {
+                depthwise_row::<T, false>(line, weights, starts, padded, stride);
+            }
+        }
+        if let Some(bias) = bias {
+            let bv = bias[oc];
+            dst.iter_mut().for_each(|d| *d = *d + bv);
+        }
+    };
+    if (n * m * p).saturating_mul(ksize) >= PAR_DEPTHWISE_WORK {
+        out.par_chunks_mut(p)
+            .enumerate()
+            .for_each_init(Vec::new, |padded, (r, dst)| one(padded, r, dst));
+    } else {
+        let mut padded = Vec::new();
+        for (r, dst) in out.chunks_mut(p).enumerate() {
+            one(&mut padded, r, dst);
+        }
+    }
+    out
+}
+
+/// Output positions [`depthwise_row`] sums at once, in registers (8 f32 lanes of AVX2).
+const DW_LANES: usize = 8;
+
+/// One output row of [`depthwise`]: `line[i] = Σ_t weights[t] · padded[starts[t] + i·stride]`,
+/// summed in tap order from zero, [`DW_LANES`] positions at a time held in registers across
+/// all taps (`UNIT`: stride 1, where each tap's run is one contiguous load). Compiled for
+/// AVX2 where the CPU has it (baseline x86-64 has 4-lane SSE2); both paths do the same IEEE
+/// operations in the same order (Rust never contracts `a * b + c`), so the bits agree.
+#[inline(always)]
+fn depthwise_row<T: GemmElem, const UNIT: bool>(
+    line: &mut [T],
+    weights: &[T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { depthwise_row_avx2::<T, UNIT>(line, weights, starts, padded, stride) };
+    }
+    depthwise_row_any::<T, UNIT>(line, weights, starts, padded, stride);
+}
+
+/// [`depthwise_row`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn depthwise_row_avx2<T: GemmElem, const UNIT: bool>(
+    line: &mut [T],
+    weights: &[T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    depthwise_row_any::<T, UNIT>(line, weights, starts, padded, stride);
+}
+
+/// [`depthwise_row`]'s body, for whichever instruction set its caller was compiled for.
+#[inline(always)]
+fn depthwise_row_any<T: GemmElem, const UNIT: bool>(
+    line: &mut [T],
+    weights: &[T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    let full = line.len() / DW_LANES * DW_LANES;
+    for (j, out) in line[..full].chunks_exact_mut(DW_LANES).enumerate() {
+        let first = j * DW_LANES * stride;
+        let mut acc = [T::ZERO; DW_LANES];
+        for (&wt, &start) in weights.iter().zip(starts) {
+            if UNIT {
+                let src: &[T; DW_LANES] = padded[start + first..][..DW_LANES]
+                    .try_into()
+                    .expect("a run of DW_LANES");
+                for (a, &v) in acc.iter_mut().zip(src) {
+                    *a = *a + wt * v;
+                }
+            } else {
+                let src = &padded[start + first..];
+                for (l, a) in acc.iter_mut().enumerate() {
+                    *a = *a + wt * src[l * stride];
+                }
+            }
+        }
+        out.copy_from_slice(&acc);
+    }
+    for (i, out) in line.iter_mut().enumerate().skip(full) {
+        let mut acc = T::ZERO;
+        for (&wt, &start) in weights.iter().zip(starts) {
+            acc = acc + wt * padded[start + i * stride];
+        }
+        *out = acc;
+    }
 }
 
 /// dx = col2im(Wᵀ · dY) per (batch, group).
@@ -352,6 +628,7 @@ fn conv_grad_input(
 }
 
 fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
+    let offsets = geo.offsets();
     let Geometry {
         n,
         c,
@@ -390,7 +667,7 @@ fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
                 .for_each(|(ci, dst)| {
                     for t in 0..ksize {
                         let row = &col[(ci * ksize + t) * p..][..p];
-                        let offs = &geo.offsets[t * p..][..p];
+                        let offs = &offsets[t * p..][..p];
                         for (&v, &o) in row.iter().zip(offs) {
                             if o != NO_TAP {
                                 dst[o] = dst[o] + v;
@@ -453,6 +730,7 @@ fn conv_grad_weight(x: &Tensor, dy: &Tensor, attrs: &ConvAttrs<'_>) -> KResult<T
 }
 
 fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
+    let offsets = geo.offsets();
     let Geometry {
         n,
         c,
@@ -475,7 +753,7 @@ fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
                 .for_each(|(r, row)| {
                     let (ci, t) = (r / ksize, r % ksize);
                     let base = (b * c + gi * cg + ci) * plane;
-                    let offs = &geo.offsets[t * p..][..p];
+                    let offs = &offsets[t * p..][..p];
                     for (v, &o) in row.iter_mut().zip(offs) {
                         *v = if o == NO_TAP {
                             T::default()

@@ -17,7 +17,7 @@
 use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
 use crate::cast;
-use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64};
+use crate::data::{Data, Elem, float_values_f64, map_into, par_map, same_type, store_f64};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
     self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, PredicateKernel, Real,
@@ -182,31 +182,6 @@ impl<T: Copy + Send + Sync> UnaryKernel<T> for Map<'_, T> {
 
 /// Elements per task of a parallel unary map.
 const MAP_CHUNK: usize = 1 << 13;
-
-/// `o[i] = f(x[i])`, compiled for AVX2 where the CPU has it: the table's f32 functions
-/// (`fp8c_ir::fmath`) are branch-free f64 arithmetic, twice as wide there as in baseline
-/// x86-64's SSE2. Both paths compute the same IEEE operations (Rust never contracts
-/// `a * b + c`), so the bits do not depend on the path.
-#[inline(always)]
-fn map_into<T: Copy, O>(x: &[T], o: &mut [O], f: impl Fn(T) -> O + Copy) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { map_into_avx2(x, o, f) };
-    }
-    for (y, &v) in o.iter_mut().zip(x) {
-        *y = f(v);
-    }
-}
-
-/// [`map_into`]'s loop for AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn map_into_avx2<T: Copy, O>(x: &[T], o: &mut [O], f: impl Fn(T) -> O + Copy) {
-    for (y, &v) in o.iter_mut().zip(x) {
-        *y = f(v);
-    }
-}
 
 impl<T: Copy + Send + Sync> PredicateKernel<T> for Map<'_, T> {
     type Out = Vec<bool>;
@@ -765,40 +740,32 @@ fn clip(inputs: &[&Tensor]) -> KResult<Tensor> {
     }
     let lo = bounds.first().map(|t| Data::load(t)).transpose()?;
     let hi = bounds.get(1).map(|t| Data::load(t)).transpose()?;
+    // An absent bound is the type's extreme, which no comparison below crosses (a NaN bound
+    // too compares false: no bound), so the loop has no branch on it and vectorises.
     macro_rules! go {
-        ($v:expr, $var:ident, $t:ty) => {{
-            let get = |d: &Option<Data>| match d {
-                Some(Data::$var(b)) => Some(b[0]),
-                _ => None,
+        ($v:expr, $var:ident, $t:ty, $min:expr, $max:expr) => {{
+            let get = |d: &Option<Data>, none: $t| match d {
+                Some(Data::$var(b)) => b[0],
+                _ => none,
             };
-            let (lo, hi): (Option<$t>, Option<$t>) = (get(&lo), get(&hi));
+            let (lo, hi): ($t, $t) = (get(&lo, $min), get(&hi, $max));
             Data::$var(Cow::from(par_map(&$v, |&x| {
-                let mut y = x;
-                if let Some(l) = lo {
-                    if y < l {
-                        y = l;
-                    }
-                }
-                if let Some(h) = hi {
-                    if y > h {
-                        y = h;
-                    }
-                }
-                y
+                let y = if x < lo { lo } else { x };
+                if y > hi { hi } else { y }
             })))
         }};
     }
     let out = match Data::load(x)? {
-        Data::F32(v) => go!(v, F32, f32),
-        Data::F64(v) => go!(v, F64, f64),
-        Data::I64(v) => go!(v, I64, i64),
-        Data::I32(v) => go!(v, I32, i32),
-        Data::I16(v) => go!(v, I16, i16),
-        Data::I8(v) => go!(v, I8, i8),
-        Data::U8(v) => go!(v, U8, u8),
-        Data::U16(v) => go!(v, U16, u16),
-        Data::U32(v) => go!(v, U32, u32),
-        Data::U64(v) => go!(v, U64, u64),
+        Data::F32(v) => go!(v, F32, f32, f32::NEG_INFINITY, f32::INFINITY),
+        Data::F64(v) => go!(v, F64, f64, f64::NEG_INFINITY, f64::INFINITY),
+        Data::I64(v) => go!(v, I64, i64, i64::MIN, i64::MAX),
+        Data::I32(v) => go!(v, I32, i32, i32::MIN, i32::MAX),
+        Data::I16(v) => go!(v, I16, i16, i16::MIN, i16::MAX),
+        Data::I8(v) => go!(v, I8, i8, i8::MIN, i8::MAX),
+        Data::U8(v) => go!(v, U8, u8, u8::MIN, u8::MAX),
+        Data::U16(v) => go!(v, U16, u16, u16::MIN, u16::MAX),
+        Data::U32(v) => go!(v, U32, u32, u32::MIN, u32::MAX),
+        Data::U64(v) => go!(v, U64, u64, u64::MIN, u64::MAX),
         Data::Bool(_) => return dtype_err!("expects a numeric input, got bool"),
     };
     out.store(x.dtype(), x.shape().to_vec())

@@ -71,7 +71,7 @@ pub(crate) struct Mat<'a, T> {
 
 /// Element types the `gemm` crate multiplies.
 pub(crate) trait GemmElem:
-    Copy + Send + Sync + Default + std::ops::Add<Output = Self> + 'static
+    Copy + Send + Sync + Default + std::ops::Add<Output = Self> + std::ops::Mul<Output = Self> + 'static
 {
     const ZERO: Self;
     const ONE: Self;

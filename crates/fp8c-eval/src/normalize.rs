@@ -12,8 +12,8 @@
 use crate::args;
 use crate::broadcast::broadcast_shapes;
 use crate::data::{
-    PAR_MIN, dims_of, float_values_f64 as values_f64, max_keep_nan, norm_axis, rows_mut, same_type,
-    store_f64 as store,
+    PAR_MIN, dims_of, float_values_f64 as values_f64, map_into, max_keep_nan, norm_axis, rows_mut,
+    same_type, store_f64 as store,
 };
 use crate::error::{Fail, KResult, dtype_err, shape_err};
 use crate::movement::broadcast_to;
@@ -174,9 +174,7 @@ fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
             let (s, b, m, v) = (params[0][ch], params[1][ch], params[2][ch], params[3][ch]);
             let denom = (v + eps).sqrt();
             let xr = &xs[r * o.len()..][..o.len()];
-            for (y, &xi) in o.iter_mut().zip(xr) {
-                *y = ((f64::from(xi) - m) / denom * s + b) as f32;
-            }
+            map_into(xr, o, |xi| ((f64::from(xi) - m) / denom * s + b) as f32);
         });
         return f32_tensor(x.shape(), out);
     }

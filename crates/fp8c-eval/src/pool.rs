@@ -2,8 +2,8 @@
 //! (NCHW-style layouts), the global pools, and the gradients `max_pool_grad` and
 //! `average_pool_grad`.
 //!
-//! - max: padding never wins; NaN in a window propagates (as `max` and PyTorch; onnxruntime
-//!   skips NaNs). A window with no input element gives the type's lowest value. Its gradient
+//! - max: padding never wins; NaN in a window propagates, as a quiet NaN (as `max` and
+//!   PyTorch; onnxruntime skips NaNs). A window with no input element gives the type's lowest value. Its gradient
 //!   goes to the window's winner: the first NaN, else the first strict maximum.
 //! - average: the sum accumulates in f64 and is divided once. With `count_include_pad` the
 //!   divisor counts the declared padding but not the overhang of ceil-mode windows past it
@@ -192,18 +192,24 @@ fn pool(
                     let window = &taps[p * ksize..][..ksize];
                     *y = match kind {
                         PoolKind::Max => {
-                            let mut best = f64::NEG_INFINITY;
-                            let mut any = false;
+                            // Branch-free on the data: `max` skips NaNs, which are counted
+                            // apart and win at the end.
+                            let (mut best, mut nan, mut any) = (f64::NEG_INFINITY, false, false);
                             for t in window {
                                 if let Tap::In(i) = t {
                                     let val = src[*i];
-                                    if val.is_nan() || (!best.is_nan() && val > best) {
-                                        best = val;
-                                    }
+                                    best = best.max(val);
+                                    nan |= val.is_nan();
                                     any = true;
                                 }
                             }
-                            if any { best } else { lowest(dtype) }
+                            if nan {
+                                f64::NAN
+                            } else if any {
+                                best
+                            } else {
+                                lowest(dtype)
+                            }
                         }
                         PoolKind::Average { count_include_pad } => {
                             let (mut sum, mut count) = (0f64, 0usize);

@@ -257,8 +257,9 @@ pub fn taps(axes: &[Axis]) -> KResult<Vec<Tap>> {
     let mut taps = Vec::with_capacity(total);
     let rank = axes.len();
     let mut o_idx = vec![0usize; rank];
+    // A full cycle of `increment` brings k_idx back to all zeros for the next position.
+    let mut k_idx = vec![0usize; rank];
     for _ in 0..out {
-        let mut k_idx = vec![0usize; rank];
         for _ in 0..ksize {
             let mut tap = Tap::In(0);
             for d in 0..rank {
@@ -277,8 +278,11 @@ pub fn taps(axes: &[Axis]) -> KResult<Vec<Tap>> {
     Ok(taps)
 }
 
-/// Advances a row-major multi-index.
-fn increment(idx: &mut [usize], dims: impl DoubleEndedIterator<Item = usize> + ExactSizeIterator) {
+/// Advances a row-major multi-index over `dims` by one, wrapping to all zeros after the last.
+pub fn increment(
+    idx: &mut [usize],
+    dims: impl DoubleEndedIterator<Item = usize> + ExactSizeIterator,
+) {
     for (i, d) in dims.enumerate().rev() {
         idx[i] += 1;
         if idx[i] < d {
