@@ -14,8 +14,8 @@ use crate::args;
 use crate::data::{Data, dims_of, numel, shape_u64};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::linalg::{GemmElem, Mat, gemm_into};
-use crate::window::{self, Axis, Tap, WindowAttrs};
-use fp8c_ir::window::increment;
+use crate::window::{self, Axis, Padded, Tap, WindowAttrs, increment};
+
 use fp8c_ir::{AutoPad, ConvOp, DType, Support, Tensor};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -306,7 +306,7 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
     } = *geo;
     let (cg, mg) = (c / g, m / g);
     if cg == 1
-        && let Some(plan) = DepthwisePlan::new(geo)
+        && let Some(plan) = Padded::new(&geo.axes)
     {
         return depthwise(x, w, bias, geo, &plan);
     }
@@ -374,84 +374,6 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
 /// Multiply-adds below which [`depthwise`] runs on the calling thread.
 const PAR_DEPTHWISE_WORK: usize = 1 << 16;
 
-/// Where [`depthwise`] reads: the input plane zero-padded on every side, and for each output
-/// row (all positions along the last spatial axis) and kernel tap, the offset in the padded
-/// plane of that row's first read.
-struct DepthwisePlan {
-    /// The padded plane's size per spatial axis.
-    padded: Vec<usize>,
-    /// `starts[row * ksize + t]`.
-    starts: Vec<usize>,
-    /// Output positions per row, and the stride between their reads.
-    row: usize,
-    stride: usize,
-}
-
-impl DepthwisePlan {
-    /// `None` where the padded plane would pass `MAX_ELEMENTS` (pads far larger than the
-    /// input): the GEMM route then takes the conv.
-    fn new(geo: &Geometry) -> Option<Self> {
-        let axes = &geo.axes;
-        let (last, outer) = axes.split_last()?;
-        let padded: Vec<usize> = axes
-            .iter()
-            .map(|a| a.input.checked_add(a.pad_begin)?.checked_add(a.pad_end))
-            .collect::<Option<_>>()?;
-        let total = padded.iter().try_fold(1usize, |p, &d| p.checked_mul(d))?;
-        if total as u64 > fp8c_ir::MAX_ELEMENTS {
-            return None;
-        }
-        // Row-major strides of the padded plane.
-        let mut strides = vec![1usize; axes.len()];
-        for d in (0..axes.len() - 1).rev() {
-            strides[d] = strides[d + 1] * padded[d + 1];
-        }
-        let rows: usize = outer.iter().map(|a| a.out).product();
-        let mut starts = Vec::with_capacity(rows * geo.ksize);
-        let (mut o, mut k) = (vec![0usize; outer.len()], vec![0usize; axes.len()]);
-        for _ in 0..rows {
-            for _ in 0..geo.ksize {
-                let mut at = k[axes.len() - 1] * last.dilation;
-                for (d, a) in outer.iter().enumerate() {
-                    at += (o[d] * a.stride + k[d] * a.dilation) * strides[d];
-                }
-                starts.push(at);
-                increment(&mut k, axes.iter().map(|a| a.kernel));
-            }
-            increment(&mut o, outer.iter().map(|a| a.out));
-        }
-        Some(DepthwisePlan {
-            padded,
-            starts,
-            row: last.out,
-            stride: last.stride,
-        })
-    }
-
-    /// Copies input plane `src` into the middle of zeroed `dst` (the padded plane).
-    fn pad<T: GemmElem>(&self, geo: &Geometry, src: &[T], dst: &mut Vec<T>) {
-        let total: usize = self.padded.iter().product();
-        dst.clear();
-        dst.resize(total, T::ZERO);
-        let (axes, rank) = (&geo.axes, geo.axes.len());
-        let width = axes[rank - 1].input;
-        if width == 0 {
-            return;
-        }
-        let mut idx = vec![0usize; rank - 1];
-        for line in src.chunks_exact(width) {
-            let mut at = axes[rank - 1].pad_begin;
-            let mut stride = self.padded[rank - 1];
-            for d in (0..rank - 1).rev() {
-                at += (idx[d] + axes[d].pad_begin) * stride;
-                stride *= self.padded[d];
-            }
-            dst[at..at + width].copy_from_slice(line);
-            increment(&mut idx, axes[..rank - 1].iter().map(|a| a.input));
-        }
-    }
-}
-
 /// `conv` with one input channel per group (depthwise layers, with or without a channel
 /// multiplier). As GEMMs these are one row deep per group, all call and packing overhead
 /// (a MobileNet's 5×5 depthwise layers ran at 0.3 GFLOP/s), so each output plane is summed
@@ -464,7 +386,7 @@ fn depthwise<T: GemmElem>(
     w: &[T],
     bias: Option<&[T]>,
     geo: &Geometry,
-    plan: &DepthwisePlan,
+    plan: &Padded,
 ) -> Vec<T> {
     let Geometry {
         n,
@@ -484,11 +406,11 @@ fn depthwise<T: GemmElem>(
     let one = |padded: &mut Vec<T>, r: usize, dst: &mut [T]| {
         let (b, oc) = (r / m, r % m);
         // One input channel per group: the group index is the input channel.
-        plan.pad(geo, &x[(b * g + oc / mg) * plane..][..plane], padded);
+        plan.pad(&x[(b * g + oc / mg) * plane..][..plane], T::ZERO, padded);
         let weights = &w[oc * ksize..][..ksize];
         for (line, starts) in dst
             .chunks_exact_mut(row)
-            .zip(plan.starts.chunks_exact(ksize))
+            .zip(plan.starts().chunks_exact(ksize))
         {
             if stride == 1 {
                 depthwise_row::<T, true>(line, weights, starts, padded, 1);

@@ -19,7 +19,7 @@ use crate::data::{
 };
 use crate::error::{KResult, attr_err, dtype_err, shape_err};
 use crate::reduce::{self, Reduction};
-use crate::window::{self, Tap, WindowAttrs};
+use crate::window::{self, Axis, Padded, Tap, WindowAttrs};
 use fp8c_ir::{DType, PoolOp, Support, Tensor};
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -160,11 +160,28 @@ fn pool(
     let mut out_shape = vec![dims[0] as u64, dims[1] as u64];
     out_shape.extend(axes.iter().map(|a| a.out as u64));
     numel(&out_shape)?;
-    let taps = window::taps(&axes)?;
     let ksize: usize = kernel.iter().product();
     let plane: usize = spatial.iter().product();
     let out_plane: usize = axes.iter().map(|a| a.out).product();
     let dtype = x.dtype();
+    let planes = dims[0] * dims[1];
+    if kind == PoolKind::Max
+        && every_window_reads_input(&axes)
+        && let Some(plan) = Padded::new(&axes)
+    {
+        match Data::load(x)? {
+            Data::F32(v) => {
+                let out = max_direct(&v, planes, plane, out_plane, ksize, &plan);
+                return Data::F32(Cow::from(out)).store(dtype, out_shape);
+            }
+            Data::F64(v) => {
+                let out = max_direct(&v, planes, plane, out_plane, ksize, &plan);
+                return Data::F64(Cow::from(out)).store(dtype, out_shape);
+            }
+            _ => {}
+        }
+    }
+    let taps = window::taps(&axes)?;
     let v: Vec<f64> = match Data::load(x)? {
         Data::F32(v) => v.iter().copied().map(f64::from).collect(),
         Data::F64(v) => v.into_owned(),
@@ -181,7 +198,6 @@ fn pool(
             );
         }
     };
-    let planes = dims[0] * dims[1];
     let mut out = vec![0f64; planes * out_plane];
     if out_plane > 0 {
         out.par_chunks_mut(out_plane)
@@ -232,6 +248,159 @@ fn pool(
     // One rounding from the f64 result to the input's type (i8/u8 maxima are exact).
     let t = Data::F64(Cow::from(out)).store(DType::F64, out_shape)?;
     cast(&t, dtype, false)
+}
+
+/// Whether every output window holds at least one input element (else the general route,
+/// which gives such windows the dtype's lowest value).
+fn every_window_reads_input(axes: &[Axis]) -> bool {
+    axes.iter()
+        .all(|a| (0..a.out).all(|o| (0..a.kernel).any(|k| matches!(a.tap(o, k), Tap::In(_)))))
+}
+
+/// Output elements times taps below which [`max_direct`] runs on the calling thread.
+const PAR_POOL_WORK: usize = 1 << 16;
+
+/// Outputs [`max_row`] keeps in registers at once (8 f32 lanes of AVX2).
+const LANES: usize = 8;
+
+/// The float types [`max_direct`] pools in place (a max is exact in any type).
+trait MaxElem: Copy + PartialOrd + Send + Sync {
+    const NEG_INF: Self;
+    const NAN: Self;
+}
+impl MaxElem for f32 {
+    const NEG_INF: f32 = f32::NEG_INFINITY;
+    const NAN: f32 = f32::NAN;
+}
+impl MaxElem for f64 {
+    const NEG_INF: f64 = f64::NEG_INFINITY;
+    const NAN: f64 = f64::NAN;
+}
+
+/// `max_pool` of f32/f64 planes in their own type, every window reading some input: each
+/// plane is padded with −∞ (padding never wins) and each output row takes the max over the
+/// taps, [`LANES`] outputs at a time ([`max_row`]); a NaN anywhere in a window gives NaN.
+fn max_direct<T: MaxElem>(
+    v: &[T],
+    planes: usize,
+    plane: usize,
+    out_plane: usize,
+    ksize: usize,
+    plan: &Padded,
+) -> Vec<T> {
+    let mut out = vec![T::NEG_INF; planes * out_plane];
+    if out_plane == 0 || ksize == 0 {
+        return out;
+    }
+    let one = |padded: &mut Vec<T>, pl: usize, o: &mut [T]| {
+        plan.pad(&v[pl * plane..][..plane], T::NEG_INF, padded);
+        for (line, starts) in o
+            .chunks_exact_mut(plan.row)
+            .zip(plan.starts().chunks_exact(ksize))
+        {
+            match plan.stride {
+                1 => max_row::<T, 1>(line, starts, padded, 1),
+                2 => max_row::<T, 2>(line, starts, padded, 2),
+                s => max_row::<T, 0>(line, starts, padded, s),
+            }
+        }
+    };
+    if out.len().saturating_mul(ksize) >= PAR_POOL_WORK {
+        out.par_chunks_mut(out_plane)
+            .enumerate()
+            .for_each_init(Vec::new, |padded, (pl, o)| one(padded, pl, o));
+    } else {
+        let mut padded = Vec::new();
+        for (pl, o) in out.chunks_mut(out_plane).enumerate() {
+            one(&mut padded, pl, o);
+        }
+    }
+    out
+}
+
+/// One output row of [`max_direct`]: `line[i] = max_t padded[starts[t] + i·stride]`, NaN if
+/// any read is NaN. Compiled for AVX2 where the CPU has it (a max is exact: the bits do not
+/// depend on the path).
+#[inline(always)]
+fn max_row<T: MaxElem, const S: usize>(
+    line: &mut [T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { max_row_avx2::<T, S>(line, starts, padded, stride) };
+    }
+    max_row_any::<T, S>(line, starts, padded, stride);
+}
+
+/// [`max_row`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn max_row_avx2<T: MaxElem, const S: usize>(
+    line: &mut [T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    max_row_any::<T, S>(line, starts, padded, stride);
+}
+
+/// [`max_row`]'s body; `S` is the stride where it is a constant (1: each tap's run is one
+/// contiguous load; 2: one load of twice the lanes, deinterleaved), 0 where it is not.
+#[inline(always)]
+fn max_row_any<T: MaxElem, const S: usize>(
+    line: &mut [T],
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+) {
+    let take = |acc: &mut T, nan: &mut bool, v: T| {
+        // `v > acc` is false for a NaN v: NaNs are flagged apart.
+        *acc = if v > *acc { v } else { *acc };
+        *nan |= v != v;
+    };
+    let full = line.len() / LANES * LANES;
+    for (j, out) in line[..full].chunks_exact_mut(LANES).enumerate() {
+        let first = j * LANES * stride;
+        let mut acc = [T::NEG_INF; LANES];
+        let mut nan = [false; LANES];
+        for &start in starts {
+            if S == 1 {
+                let src: &[T; LANES] = padded[start + first..][..LANES]
+                    .try_into()
+                    .expect("a run of LANES");
+                for ((a, n), &v) in acc.iter_mut().zip(&mut nan).zip(src) {
+                    take(a, n, v);
+                }
+            } else if S == 2 {
+                // Lane l reads element 2l: the run ends at element 2·LANES − 2.
+                let src: &[T; 2 * LANES - 1] = padded[start + first..][..2 * LANES - 1]
+                    .try_into()
+                    .expect("a run of 2 LANES - 1");
+                for (l, (a, n)) in acc.iter_mut().zip(&mut nan).enumerate() {
+                    take(a, n, src[2 * l]);
+                }
+            } else {
+                let src = &padded[start + first..];
+                for (l, (a, n)) in acc.iter_mut().zip(&mut nan).enumerate() {
+                    take(a, n, src[l * stride]);
+                }
+            }
+        }
+        for ((o, a), n) in out.iter_mut().zip(acc).zip(nan) {
+            *o = if n { T::NAN } else { a };
+        }
+    }
+    for (i, out) in line.iter_mut().enumerate().skip(full) {
+        let (mut acc, mut nan) = (T::NEG_INF, false);
+        for &start in starts {
+            take(&mut acc, &mut nan, padded[start + i * stride]);
+        }
+        *out = if nan { T::NAN } else { acc };
+    }
 }
 
 /// The lowest finite value of a pooled dtype (a max over no input element).

@@ -1,8 +1,9 @@
-//! The window geometry of `fp8c_ir::window`, with its errors as kernel failures.
+//! The window geometry of `fp8c_ir::window`, with its errors as kernel failures, and
+//! [`Padded`], the padded-plane plan of the direct window kernels (depthwise conv, max pool).
 
 use crate::error::{ErrorKind, Fail, KResult};
 use fp8c_ir::window::WindowError;
-pub(crate) use fp8c_ir::window::{Axis, Tap, WindowAttrs};
+pub(crate) use fp8c_ir::window::{Axis, Tap, WindowAttrs, increment};
 
 fn fail(e: WindowError) -> Fail {
     let kind = match e {
@@ -21,4 +22,100 @@ pub(crate) fn axes(spatial: &[usize], kernel: &[usize], w: &WindowAttrs<'_>) -> 
 /// [`fp8c_ir::window::taps`].
 pub(crate) fn taps(axes: &[Axis]) -> KResult<Vec<Tap>> {
     fp8c_ir::window::taps(axes).map_err(fail)
+}
+
+/// Where a direct window kernel reads: the input plane padded on every side (with the pads,
+/// and past the end pad as far as ceil-mode windows overhang), and for each output row (all
+/// positions along the last spatial axis) and kernel tap, the offset in the padded plane of
+/// that row's first read; the row's later reads follow at `stride`.
+pub(crate) struct Padded {
+    axes: Vec<Axis>,
+    /// The padded plane's size per spatial axis.
+    padded: Vec<usize>,
+    /// `starts[row * ksize + t]`.
+    starts: Vec<usize>,
+    /// Output positions per row, and the stride between their reads.
+    pub(crate) row: usize,
+    pub(crate) stride: usize,
+}
+
+impl Padded {
+    /// `None` for no spatial axis, or where the padded plane would pass `MAX_ELEMENTS` (pads
+    /// far larger than the input): the caller's general route then takes the op.
+    pub(crate) fn new(axes: &[Axis]) -> Option<Self> {
+        let (last, outer) = axes.split_last()?;
+        let padded: Vec<usize> = axes
+            .iter()
+            .map(|a| {
+                let declared = a.input.checked_add(a.pad_begin)?.checked_add(a.pad_end)?;
+                let reach = match a.out {
+                    0 => 0,
+                    o => (o - 1)
+                        .checked_mul(a.stride)?
+                        .checked_add(a.kernel.checked_sub(1)?.checked_mul(a.dilation)?)?
+                        .checked_add(1)?,
+                };
+                Some(declared.max(reach))
+            })
+            .collect::<Option<_>>()?;
+        let total = padded.iter().try_fold(1usize, |p, &d| p.checked_mul(d))?;
+        if total as u64 > fp8c_ir::MAX_ELEMENTS {
+            return None;
+        }
+        // Row-major strides of the padded plane.
+        let mut strides = vec![1usize; axes.len()];
+        for d in (0..axes.len() - 1).rev() {
+            strides[d] = strides[d + 1] * padded[d + 1];
+        }
+        let rows: usize = outer.iter().map(|a| a.out).product();
+        let ksize: usize = axes.iter().map(|a| a.kernel).product();
+        let mut starts = Vec::with_capacity(rows.saturating_mul(ksize));
+        let (mut o, mut k) = (vec![0usize; outer.len()], vec![0usize; axes.len()]);
+        for _ in 0..rows {
+            for _ in 0..ksize {
+                let mut at = k[axes.len() - 1] * last.dilation;
+                for (d, a) in outer.iter().enumerate() {
+                    at += (o[d] * a.stride + k[d] * a.dilation) * strides[d];
+                }
+                starts.push(at);
+                increment(&mut k, axes.iter().map(|a| a.kernel));
+            }
+            increment(&mut o, outer.iter().map(|a| a.out));
+        }
+        Some(Padded {
+            axes: axes.to_vec(),
+            padded,
+            starts,
+            row: last.out,
+            stride: last.stride,
+        })
+    }
+
+    /// `starts[row * ksize + t]`: where tap `t` of output row `row` first reads.
+    pub(crate) fn starts(&self) -> &[usize] {
+        &self.starts
+    }
+
+    /// Copies input plane `src` into `dst`, the padded plane, with `fill` everywhere else.
+    pub(crate) fn pad<T: Copy>(&self, src: &[T], fill: T, dst: &mut Vec<T>) {
+        let total: usize = self.padded.iter().product();
+        dst.clear();
+        dst.resize(total, fill);
+        let (axes, rank) = (&self.axes, self.axes.len());
+        let width = axes[rank - 1].input;
+        if width == 0 {
+            return;
+        }
+        let mut idx = vec![0usize; rank - 1];
+        for line in src.chunks_exact(width) {
+            let mut at = axes[rank - 1].pad_begin;
+            let mut stride = self.padded[rank - 1];
+            for d in (0..rank - 1).rev() {
+                at += (idx[d] + axes[d].pad_begin) * stride;
+                stride *= self.padded[d];
+            }
+            dst[at..at + width].copy_from_slice(line);
+            increment(&mut idx, axes[..rank - 1].iter().map(|a| a.input));
+        }
+    }
 }
