@@ -17,8 +17,9 @@ Usage (the repo's venv has onnxruntime and numpy: PY=$(scripts/python-env.sh)):
 Without models it takes the example exports (BERT-style encoder, Llama-style decoder,
 ResNet-style CNN, digits MLP). Inputs come from a model's `.ref.npz` when there is one, else
 seeded random values shaped from `fp8c inspect --json` (symbolic dims: batch 2, sequence 32;
-`--shape NAME=D0xD1x...` gives an input's whole shape, e.g. the 48x192 text crops PP-OCR's
-classifier takes, whose symbolic height and width 32 would pool down to nothing).
+`--shape NAME=D0xD1x...` gives the whole shape of every input so named whose rank it matches,
+e.g. the 48x192 text crops PP-OCR's classifier takes, whose symbolic height and width 32
+would pool down to nothing).
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def make_inputs(fp8c: str, model: str, path: str, shapes: dict) -> dict:
             continue
         shape = i["shape"] or []
         dims = [int(d) if str(d).isdigit() else (2 if k == 0 else 32) for k, d in enumerate(shape)]
-        if i["name"] in shapes:
+        if i["name"] in shapes and len(shapes[i["name"]]) == len(dims):
             dims = shapes[i["name"]]
         dt = i["dtype"]
         if "mask" in i["name"]:

@@ -17,7 +17,7 @@
 use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
 use crate::cast;
-use crate::data::{Data, Elem, float_values_f64, map_into, par_map, same_type, store_f64};
+use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
     self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, PredicateKernel, Real,
@@ -165,23 +165,9 @@ struct Map<'a, T>(&'a [T]);
 impl<T: Copy + Send + Sync> UnaryKernel<T> for Map<'_, T> {
     type Out = Vec<T>;
     fn run(self, f: impl Fn(T) -> T + Send + Sync + Copy) -> Vec<T> {
-        let v = self.0;
-        // Every element is overwritten; a copy of the input is as cheap as zeroing.
-        let mut out = v.to_vec();
-        if v.len() >= crate::data::PAR_MIN {
-            use rayon::prelude::*;
-            out.par_chunks_mut(MAP_CHUNK)
-                .zip(v.par_chunks(MAP_CHUNK))
-                .for_each(|(o, x)| map_into(x, o, f));
-        } else {
-            map_into(v, &mut out, f);
-        }
-        out
+        par_map(self.0, |&x| f(x))
     }
 }
-
-/// Elements per task of a parallel unary map.
-const MAP_CHUNK: usize = 1 << 13;
 
 impl<T: Copy + Send + Sync> PredicateKernel<T> for Map<'_, T> {
     type Out = Vec<bool>;

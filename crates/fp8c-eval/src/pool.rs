@@ -267,14 +267,21 @@ const LANES: usize = 8;
 trait MaxElem: Copy + PartialOrd + Send + Sync {
     const NEG_INF: Self;
     const NAN: Self;
+    fn is_nan(self) -> bool;
 }
 impl MaxElem for f32 {
     const NEG_INF: f32 = f32::NEG_INFINITY;
     const NAN: f32 = f32::NAN;
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
 }
 impl MaxElem for f64 {
     const NEG_INF: f64 = f64::NEG_INFINITY;
     const NAN: f64 = f64::NAN;
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
 }
 
 /// `max_pool` of f32/f64 planes in their own type, every window reading some input: each
@@ -360,7 +367,7 @@ fn max_row_any<T: MaxElem, const S: usize>(
     let take = |acc: &mut T, nan: &mut bool, v: T| {
         // `v > acc` is false for a NaN v: NaNs are flagged apart.
         *acc = if v > *acc { v } else { *acc };
-        *nan |= v != v;
+        *nan |= v.is_nan();
     };
     let full = line.len() / LANES * LANES;
     for (j, out) in line[..full].chunks_exact_mut(LANES).enumerate() {
