@@ -315,8 +315,21 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
     // A 1×1 kernel that reads every input position once, in order (stride 1, no padding):
     // the input planes are the im2col matrix already.
     let pointwise = geo.pointwise();
-    let offsets = if pointwise { Vec::new() } else { geo.offsets() };
+    // im2col reads a padded copy of the group's input planes, so each row of an im2col row
+    // is one run of a padded plane (a plain copy at stride 1); the offset table is the
+    // fallback where the padded planes would be too large.
+    let plan = if pointwise {
+        None
+    } else {
+        Padded::new(&geo.axes)
+    };
+    let offsets = if pointwise || plan.is_some() {
+        Vec::new()
+    } else {
+        geo.offsets()
+    };
     let mut col = vec![T::default(); if pointwise { 0 } else { rows * p }];
+    let mut padded = vec![T::ZERO; plan.as_ref().map_or(0, |pl| cg * pl.size())];
     for b in 0..n {
         for gi in 0..g {
             let dst = &mut out[(b * m + gi * mg) * p..][..mg * p];
@@ -336,21 +349,33 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
                 gemm_into(mg, p, rows, wm, xm, dst, true);
                 continue;
             }
-            // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
-            col.par_chunks_mut(p.max(1))
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let (ci, t) = (r / ksize, r % ksize);
-                    let base = (b * c + gi * cg + ci) * plane;
-                    let offs = &offsets[t * p..][..p];
-                    for (v, &o) in row.iter_mut().zip(offs) {
-                        *v = if o == NO_TAP {
-                            T::default()
-                        } else {
-                            x[base + o]
-                        };
-                    }
-                });
+            let planes = &x[(b * c + gi * cg) * plane..][..cg * plane];
+            if let Some(plan) = &plan {
+                let size = plan.size();
+                padded
+                    .par_chunks_mut(size.max(1))
+                    .zip(planes.par_chunks(plane.max(1)))
+                    .for_each(|(dst, src)| plan.pad_into(src, T::ZERO, dst));
+                // col[(ci·ksize + t), pos] = tap t of position pos in padded plane ci.
+                col.par_chunks_mut(p.max(1))
+                    .enumerate()
+                    .for_each(|(r, row)| {
+                        let (ci, t) = (r / ksize, r % ksize);
+                        plan.gather_tap(&padded[ci * size..][..size], t, row);
+                    });
+            } else {
+                // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
+                col.par_chunks_mut(p.max(1))
+                    .enumerate()
+                    .for_each(|(r, row)| {
+                        let (ci, t) = (r / ksize, r % ksize);
+                        let src = &planes[ci * plane..][..plane];
+                        let offs = &offsets[t * p..][..p];
+                        for (v, &o) in row.iter_mut().zip(offs) {
+                            *v = if o == NO_TAP { T::default() } else { src[o] };
+                        }
+                    });
+            }
             let cm = Mat {
                 data: &col,
                 offset: 0,

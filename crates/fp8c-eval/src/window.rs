@@ -34,6 +34,8 @@ pub(crate) struct Padded {
     padded: Vec<usize>,
     /// `starts[row * ksize + t]`.
     starts: Vec<usize>,
+    /// Kernel taps.
+    ksize: usize,
     /// Output positions per row, and the stride between their reads.
     pub(crate) row: usize,
     pub(crate) stride: usize,
@@ -86,6 +88,7 @@ impl Padded {
             axes: axes.to_vec(),
             padded,
             starts,
+            ksize,
             row: last.out,
             stride: last.stride,
         })
@@ -96,11 +99,21 @@ impl Padded {
         &self.starts
     }
 
+    /// Elements of the padded plane.
+    pub(crate) fn size(&self) -> usize {
+        self.padded.iter().product()
+    }
+
     /// Copies input plane `src` into `dst`, the padded plane, with `fill` everywhere else.
     pub(crate) fn pad<T: Copy>(&self, src: &[T], fill: T, dst: &mut Vec<T>) {
-        let total: usize = self.padded.iter().product();
         dst.clear();
-        dst.resize(total, fill);
+        dst.resize(self.size(), fill);
+        self.pad_into(src, fill, dst);
+    }
+
+    /// [`Padded::pad`] into a slice of [`Padded::size`] elements.
+    pub(crate) fn pad_into<T: Copy>(&self, src: &[T], fill: T, dst: &mut [T]) {
+        dst.fill(fill);
         let (axes, rank) = (&self.axes, self.axes.len());
         let width = axes[rank - 1].input;
         if width == 0 {
@@ -116,6 +129,28 @@ impl Padded {
             }
             dst[at..at + width].copy_from_slice(line);
             increment(&mut idx, axes[..rank - 1].iter().map(|a| a.input));
+        }
+    }
+
+    /// One im2col row: for each output position (row-major), what kernel tap `t` reads from
+    /// `padded` (one padded plane), written to `dst` (one entry per output position).
+    pub(crate) fn gather_tap<T: Copy>(&self, padded: &[T], t: usize, dst: &mut [T]) {
+        if self.row == 0 || self.ksize == 0 {
+            return;
+        }
+        for (line, starts) in dst
+            .chunks_exact_mut(self.row)
+            .zip(self.starts.chunks_exact(self.ksize))
+        {
+            let start = starts[t];
+            if self.stride == 1 {
+                line.copy_from_slice(&padded[start..start + self.row]);
+            } else {
+                let src = padded[start..].iter().step_by(self.stride);
+                for (v, &x) in line.iter_mut().zip(src) {
+                    *v = x;
+                }
+            }
         }
     }
 }
