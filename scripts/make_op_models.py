@@ -197,6 +197,14 @@ CASES = [
          pads=[2, 2, 1, 1]),
     max_pool("max_pool_pads_ceil", [2, 3, 7, 9], [2, 3, 4, 4], kernel_shape=[3, 3],
              strides=[2, 3], pads=[1, 1, 0, 1], ceil_mode=1),
+    # Stride 2 along the last axis with output rows of exactly 16 and of 20 positions: the
+    # direct kernels' two-lane-wide runs and their remainders.
+    conv("conv_stride2_rows_of_16", [1, 3, 10, 32], [4, 3, 3, 3], [1, 4, 5, 16], True,
+         pads=[1, 1, 1, 1], strides=[2, 2]),
+    conv("conv_depthwise_stride2_rows_of_20", [1, 4, 9, 40], [4, 1, 3, 3], [1, 4, 5, 20], True,
+         group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
+    max_pool("max_pool_stride2_rows_of_16", [1, 2, 6, 33], [1, 2, 2, 16], kernel_shape=[3, 3],
+             strides=[2, 2]),
 ]
 
 

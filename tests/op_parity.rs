@@ -95,6 +95,9 @@ op_tests! {
     conv_depthwise_3d: "conv_depthwise_3d";
     conv_single_channel_wide_pads: "conv_single_channel_wide_pads";
     max_pool_pads_ceil_mode: "max_pool_pads_ceil";
+    conv_stride2_rows_of_16: "conv_stride2_rows_of_16";
+    conv_depthwise_stride2_rows_of_20: "conv_depthwise_stride2_rows_of_20";
+    max_pool_stride2_rows_of_16: "max_pool_stride2_rows_of_16";
 }
 
 /// ORT's dynamically quantized MLP under `--precision fp8`: its integer GEMMs keep their

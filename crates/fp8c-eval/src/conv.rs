@@ -437,10 +437,10 @@ fn depthwise<T: GemmElem>(
             .chunks_exact_mut(row)
             .zip(plan.starts().chunks_exact(ksize))
         {
-            if stride == 1 {
-                depthwise_row::<T, true>(line, weights, starts, padded, 1);
-            } else {
-                depthwise_row::<T, false>(line, weights, starts, padded, stride);
+            match stride {
+                1 => depthwise_row::<T, 1>(line, weights, starts, padded, 1),
+                2 => depthwise_row::<T, 2>(line, weights, starts, padded, 2),
+                s => depthwise_row::<T, 0>(line, weights, starts, padded, s),
             }
         }
         if let Some(bias) = bias {
@@ -466,11 +466,12 @@ const DW_LANES: usize = 8;
 
 /// One output row of [`depthwise`]: `line[i] = Σ_t weights[t] · padded[starts[t] + i·stride]`,
 /// summed in tap order from zero, [`DW_LANES`] positions at a time held in registers across
-/// all taps (`UNIT`: stride 1, where each tap's run is one contiguous load). Compiled for
+/// all taps (`S`: the stride where it is a constant, 1 or 2, so each tap's run is one
+/// fixed-size load; 0 where it is not). Compiled for
 /// AVX2 where the CPU has it (baseline x86-64 has 4-lane SSE2); both paths do the same IEEE
 /// operations in the same order (Rust never contracts `a * b + c`), so the bits agree.
 #[inline(always)]
-fn depthwise_row<T: GemmElem, const UNIT: bool>(
+fn depthwise_row<T: GemmElem, const S: usize>(
     line: &mut [T],
     weights: &[T],
     starts: &[usize],
@@ -480,27 +481,27 @@ fn depthwise_row<T: GemmElem, const UNIT: bool>(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { depthwise_row_avx2::<T, UNIT>(line, weights, starts, padded, stride) };
+        return unsafe { depthwise_row_avx2::<T, S>(line, weights, starts, padded, stride) };
     }
-    depthwise_row_any::<T, UNIT>(line, weights, starts, padded, stride);
+    depthwise_row_any::<T, S>(line, weights, starts, padded, stride);
 }
 
 /// [`depthwise_row`] compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn depthwise_row_avx2<T: GemmElem, const UNIT: bool>(
+unsafe fn depthwise_row_avx2<T: GemmElem, const S: usize>(
     line: &mut [T],
     weights: &[T],
     starts: &[usize],
     padded: &[T],
     stride: usize,
 ) {
-    depthwise_row_any::<T, UNIT>(line, weights, starts, padded, stride);
+    depthwise_row_any::<T, S>(line, weights, starts, padded, stride);
 }
 
 /// [`depthwise_row`]'s body, for whichever instruction set its caller was compiled for.
 #[inline(always)]
-fn depthwise_row_any<T: GemmElem, const UNIT: bool>(
+fn depthwise_row_any<T: GemmElem, const S: usize>(
     line: &mut [T],
     weights: &[T],
     starts: &[usize],
@@ -512,12 +513,20 @@ fn depthwise_row_any<T: GemmElem, const UNIT: bool>(
         let first = j * DW_LANES * stride;
         let mut acc = [T::ZERO; DW_LANES];
         for (&wt, &start) in weights.iter().zip(starts) {
-            if UNIT {
+            if S == 1 {
                 let src: &[T; DW_LANES] = padded[start + first..][..DW_LANES]
                     .try_into()
                     .expect("a run of DW_LANES");
                 for (a, &v) in acc.iter_mut().zip(src) {
                     *a = *a + wt * v;
+                }
+            } else if S == 2 {
+                // Lane l reads element 2l: the run ends at element 2·DW_LANES − 2.
+                let src: &[T; 2 * DW_LANES - 1] = padded[start + first..][..2 * DW_LANES - 1]
+                    .try_into()
+                    .expect("a run of 2 DW_LANES - 1");
+                for (l, a) in acc.iter_mut().enumerate() {
+                    *a = *a + wt * src[2 * l];
                 }
             } else {
                 let src = &padded[start + first..];

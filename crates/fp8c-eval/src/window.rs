@@ -143,12 +143,36 @@ impl Padded {
             .zip(self.starts.chunks_exact(self.ksize))
         {
             let start = starts[t];
-            if self.stride == 1 {
-                line.copy_from_slice(&padded[start..start + self.row]);
-            } else {
-                let src = padded[start..].iter().step_by(self.stride);
-                for (v, &x) in line.iter_mut().zip(src) {
-                    *v = x;
+            // The row's reads span (row − 1)·stride + 1 elements; slicing exactly that much
+            // lets the loops below run without bounds checks (and stride 2 vectorise).
+            let span = &padded[start..start + (self.row - 1) * self.stride + 1];
+            match self.stride {
+                1 => line.copy_from_slice(span),
+                2 => {
+                    // Eight outputs from one fixed-size run of 15 (a deinterleaving shuffle).
+                    let mut chunks = line.chunks_exact_mut(8);
+                    let mut at = 0;
+                    for out in &mut chunks {
+                        let src: &[T; 15] = span[at..at + 15].try_into().expect("15 elements");
+                        for (l, v) in out.iter_mut().enumerate() {
+                            *v = src[2 * l];
+                        }
+                        at += 16;
+                    }
+                    // (With no remainder, `at` may lie one past the span.)
+                    let rest = span.get(at..).unwrap_or(&[]);
+                    for (v, &x) in chunks
+                        .into_remainder()
+                        .iter_mut()
+                        .zip(rest.iter().step_by(2))
+                    {
+                        *v = x;
+                    }
+                }
+                s => {
+                    for (v, &x) in line.iter_mut().zip(span.iter().step_by(s)) {
+                        *v = x;
+                    }
                 }
             }
         }
