@@ -396,9 +396,6 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
     out
 }
 
-/// Multiply-adds below which [`depthwise`] runs on the calling thread.
-const PAR_DEPTHWISE_WORK: usize = 1 << 16;
-
 /// `conv` with one input channel per group (depthwise layers, with or without a channel
 /// multiplier). As GEMMs these are one row deep per group, all call and packing overhead
 /// (a MobileNet's 5×5 depthwise layers ran at 0.3 GFLOP/s), so each output plane is summed
@@ -448,16 +445,8 @@ fn depthwise<T: GemmElem>(
             dst.iter_mut().for_each(|d| *d = *d + bv);
         }
     };
-    if (n * m * p).saturating_mul(ksize) >= PAR_DEPTHWISE_WORK {
-        out.par_chunks_mut(p)
-            .enumerate()
-            .for_each_init(Vec::new, |padded, (r, dst)| one(padded, r, dst));
-    } else {
-        let mut padded = Vec::new();
-        for (r, dst) in out.chunks_mut(p).enumerate() {
-            one(&mut padded, r, dst);
-        }
-    }
+    let work = (n * m * p).saturating_mul(ksize);
+    window::for_each_plane(&mut out, p, work, one);
     out
 }
 

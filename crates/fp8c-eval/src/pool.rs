@@ -257,9 +257,6 @@ fn every_window_reads_input(axes: &[Axis]) -> bool {
         .all(|a| (0..a.out).all(|o| (0..a.kernel).any(|k| matches!(a.tap(o, k), Tap::In(_)))))
 }
 
-/// Output elements times taps below which [`max_direct`] runs on the calling thread.
-const PAR_POOL_WORK: usize = 1 << 16;
-
 /// Outputs [`max_row`] keeps in registers at once (8 f32 lanes of AVX2).
 const LANES: usize = 8;
 
@@ -312,16 +309,8 @@ fn max_direct<T: MaxElem>(
             }
         }
     };
-    if out.len().saturating_mul(ksize) >= PAR_POOL_WORK {
-        out.par_chunks_mut(out_plane)
-            .enumerate()
-            .for_each_init(Vec::new, |padded, (pl, o)| one(padded, pl, o));
-    } else {
-        let mut padded = Vec::new();
-        for (pl, o) in out.chunks_mut(out_plane).enumerate() {
-            one(&mut padded, pl, o);
-        }
-    }
+    let work = out.len().saturating_mul(ksize);
+    window::for_each_plane(&mut out, out_plane, work, one);
     out
 }
 

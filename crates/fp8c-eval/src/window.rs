@@ -178,3 +178,32 @@ impl Padded {
         }
     }
 }
+
+/// Work (output elements times taps) below which [`for_each_plane`] stays on the calling
+/// thread.
+const PAR_PLANE_WORK: usize = 1 << 16;
+
+/// Runs `f(scratch, index, plane)` over `out`'s planes of `len` elements, in order on the
+/// calling thread or, from `work` of [`PAR_PLANE_WORK`] on, on rayon's pool; each task
+/// reuses one scratch buffer (the direct kernels' padded input plane).
+pub(crate) fn for_each_plane<T: Send, S: Send>(
+    out: &mut [T],
+    len: usize,
+    work: usize,
+    f: impl Fn(&mut Vec<S>, usize, &mut [T]) + Sync + Send,
+) {
+    use rayon::prelude::*;
+    if len == 0 {
+        return;
+    }
+    if work >= PAR_PLANE_WORK {
+        out.par_chunks_mut(len)
+            .enumerate()
+            .for_each_init(Vec::new, |scratch, (i, plane)| f(scratch, i, plane));
+    } else {
+        let mut scratch = Vec::new();
+        for (i, plane) in out.chunks_mut(len).enumerate() {
+            f(&mut scratch, i, plane);
+        }
+    }
+}
