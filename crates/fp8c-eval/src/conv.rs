@@ -13,7 +13,8 @@
 use crate::args;
 use crate::data::{Data, dims_of, numel, shape_u64};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
-use crate::linalg::{GemmElem, Mat, gemm_into};
+use crate::linalg::{GemmElem, Mat, gemm_into, gemm_into_uninit};
+use crate::scratch::{ScratchElem, with_scratch};
 use crate::window::{self, Axis, Padded, Tap, WindowAttrs, increment};
 
 use fp8c_ir::{AutoPad, ConvOp, DType, Support, Tensor};
@@ -293,7 +294,12 @@ fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
     }
 }
 
-fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> Vec<T> {
+fn conv_t<T: GemmElem + ScratchElem>(
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+    geo: &Geometry,
+) -> Vec<T> {
     let Geometry {
         n,
         c,
@@ -311,7 +317,6 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
         return depthwise(x, w, bias, geo, &plan);
     }
     let rows = cg * ksize;
-    let mut out = vec![T::default(); n * m * p];
     // A 1×1 kernel that reads every input position once, in order (stride 1, no padding):
     // the input planes are the im2col matrix already.
     let pointwise = geo.pointwise();
@@ -328,71 +333,83 @@ fn conv_t<T: GemmElem>(x: &[T], w: &[T], bias: Option<&[T]>, geo: &Geometry) -> 
     } else {
         geo.offsets()
     };
-    let mut col = vec![T::default(); if pointwise { 0 } else { rows * p }];
-    let mut padded = vec![T::ZERO; plan.as_ref().map_or(0, |pl| cg * pl.size())];
-    for b in 0..n {
-        for gi in 0..g {
-            let dst = &mut out[(b * m + gi * mg) * p..][..mg * p];
-            let wm = Mat {
-                data: w,
-                offset: gi * mg * rows,
-                rs: rows,
-                cs: 1,
-            };
-            if pointwise {
-                let xm = Mat {
-                    data: x,
-                    offset: (b * c + gi * cg) * plane,
-                    rs: plane,
+    // The output is written once: each (batch, group) block by its GEMM straight into the
+    // result's uninitialised capacity, then its bias added while the block is in cache. The
+    // im2col matrix and the padded planes live in this thread's scratch buffer, every
+    // element of them written before it is read.
+    let total = n * m * p;
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    let col_len = if pointwise { 0 } else { rows * p };
+    let pad_len = plan.as_ref().map_or(0, |pl| cg * pl.size());
+    with_scratch::<T, _>(col_len + pad_len, |scratch| {
+        let (col, padded) = scratch.split_at_mut(col_len);
+        let spare = &mut out.spare_capacity_mut()[..total];
+        for b in 0..n {
+            for gi in 0..g {
+                let dst = &mut spare[(b * m + gi * mg) * p..][..mg * p];
+                let wm = Mat {
+                    data: w,
+                    offset: gi * mg * rows,
+                    rs: rows,
                     cs: 1,
                 };
-                gemm_into(mg, p, rows, wm, xm, dst, true);
-                continue;
+                if pointwise {
+                    let xm = Mat {
+                        data: x,
+                        offset: (b * c + gi * cg) * plane,
+                        rs: plane,
+                        cs: 1,
+                    };
+                    gemm_into_uninit(mg, p, rows, wm, xm, dst, true);
+                } else {
+                    let planes = &x[(b * c + gi * cg) * plane..][..cg * plane];
+                    if let Some(plan) = &plan {
+                        let size = plan.size();
+                        padded
+                            .par_chunks_mut(size.max(1))
+                            .zip(planes.par_chunks(plane.max(1)))
+                            .for_each(|(dst, src)| plan.pad_into(src, T::ZERO, dst));
+                        // col[(ci·ksize + t), pos] = tap t of position pos in padded plane ci.
+                        col.par_chunks_mut(p.max(1))
+                            .enumerate()
+                            .for_each(|(r, row)| {
+                                let (ci, t) = (r / ksize, r % ksize);
+                                plan.gather_tap(&padded[ci * size..][..size], t, row);
+                            });
+                    } else {
+                        // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
+                        col.par_chunks_mut(p.max(1))
+                            .enumerate()
+                            .for_each(|(r, row)| {
+                                let (ci, t) = (r / ksize, r % ksize);
+                                let src = &planes[ci * plane..][..plane];
+                                let offs = &offsets[t * p..][..p];
+                                for (v, &o) in row.iter_mut().zip(offs) {
+                                    *v = if o == NO_TAP { T::default() } else { src[o] };
+                                }
+                            });
+                    }
+                    let cm = Mat {
+                        data: col,
+                        offset: 0,
+                        rs: p,
+                        cs: 1,
+                    };
+                    gemm_into_uninit(mg, p, rows, wm, cm, dst, true);
+                }
+                // SAFETY: the GEMM wrote every element of `dst` (`gemm_into_uninit`), and
+                // `MaybeUninit<T>` has `T`'s layout.
+                let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<T>] as *mut [T]) };
+                if let Some(bias) = bias {
+                    dst.par_chunks_mut(p.max(1))
+                        .zip(&bias[gi * mg..][..mg])
+                        .for_each(|(row, &bv)| row.iter_mut().for_each(|v| *v = *v + bv));
+                }
             }
-            let planes = &x[(b * c + gi * cg) * plane..][..cg * plane];
-            if let Some(plan) = &plan {
-                let size = plan.size();
-                padded
-                    .par_chunks_mut(size.max(1))
-                    .zip(planes.par_chunks(plane.max(1)))
-                    .for_each(|(dst, src)| plan.pad_into(src, T::ZERO, dst));
-                // col[(ci·ksize + t), pos] = tap t of position pos in padded plane ci.
-                col.par_chunks_mut(p.max(1))
-                    .enumerate()
-                    .for_each(|(r, row)| {
-                        let (ci, t) = (r / ksize, r % ksize);
-                        plan.gather_tap(&padded[ci * size..][..size], t, row);
-                    });
-            } else {
-                // col[(ci·ksize + t), pos] = x[b, gi·cg + ci, tap] (0 for padding).
-                col.par_chunks_mut(p.max(1))
-                    .enumerate()
-                    .for_each(|(r, row)| {
-                        let (ci, t) = (r / ksize, r % ksize);
-                        let src = &planes[ci * plane..][..plane];
-                        let offs = &offsets[t * p..][..p];
-                        for (v, &o) in row.iter_mut().zip(offs) {
-                            *v = if o == NO_TAP { T::default() } else { src[o] };
-                        }
-                    });
-            }
-            let cm = Mat {
-                data: &col,
-                offset: 0,
-                rs: p,
-                cs: 1,
-            };
-            gemm_into(mg, p, rows, wm, cm, dst, true);
         }
-    }
-    if let Some(bias) = bias {
-        out.par_chunks_mut(p.max(1))
-            .enumerate()
-            .for_each(|(r, row)| {
-                let bv = bias[r % m];
-                row.iter_mut().for_each(|v| *v = *v + bv);
-            });
-    }
+    });
+    // SAFETY: the (batch, group) blocks above tile the n·m·p outputs, each written whole.
+    unsafe { out.set_len(total) };
     out
 }
 
@@ -572,7 +589,7 @@ fn conv_grad_input(
     }
 }
 
-fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
+fn dgrad_t<T: GemmElem + ScratchElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
     let offsets = geo.offsets();
     let Geometry {
         n,
@@ -587,41 +604,43 @@ fn dgrad_t<T: GemmElem>(dy: &[T], w: &[T], geo: &Geometry) -> Vec<T> {
     let (cg, mg) = (c / g, m / g);
     let rows = cg * ksize;
     let mut dx = vec![T::default(); n * c * plane];
-    let mut col = vec![T::default(); rows * p];
-    for b in 0..n {
-        for gi in 0..g {
-            // col[rows × p] = W_gᵀ [rows × mg] · dY_bg [mg × p]
-            let wt = Mat {
-                data: w,
-                offset: gi * mg * rows,
-                rs: 1,
-                cs: rows,
-            };
-            let dm = Mat {
-                data: dy,
-                offset: (b * m + gi * mg) * p,
-                rs: p,
-                cs: 1,
-            };
-            gemm_into(rows, p, mg, wt, dm, &mut col, true);
-            // col2im: every input channel of the group owns its own plane of dx.
-            let planes = &mut dx[(b * c + gi * cg) * plane..][..cg * plane];
-            planes
-                .par_chunks_mut(plane.max(1))
-                .enumerate()
-                .for_each(|(ci, dst)| {
-                    for t in 0..ksize {
-                        let row = &col[(ci * ksize + t) * p..][..p];
-                        let offs = &offsets[t * p..][..p];
-                        for (&v, &o) in row.iter().zip(offs) {
-                            if o != NO_TAP {
-                                dst[o] = dst[o] + v;
+    // col is this thread's scratch buffer: each GEMM writes all of it.
+    with_scratch::<T, _>(rows * p, |col| {
+        for b in 0..n {
+            for gi in 0..g {
+                // col[rows × p] = W_gᵀ [rows × mg] · dY_bg [mg × p]
+                let wt = Mat {
+                    data: w,
+                    offset: gi * mg * rows,
+                    rs: 1,
+                    cs: rows,
+                };
+                let dm = Mat {
+                    data: dy,
+                    offset: (b * m + gi * mg) * p,
+                    rs: p,
+                    cs: 1,
+                };
+                gemm_into(rows, p, mg, wt, dm, col, true);
+                // col2im: every input channel of the group owns its own plane of dx.
+                let planes = &mut dx[(b * c + gi * cg) * plane..][..cg * plane];
+                planes
+                    .par_chunks_mut(plane.max(1))
+                    .enumerate()
+                    .for_each(|(ci, dst)| {
+                        for t in 0..ksize {
+                            let row = &col[(ci * ksize + t) * p..][..p];
+                            let offs = &offsets[t * p..][..p];
+                            for (&v, &o) in row.iter().zip(offs) {
+                                if o != NO_TAP {
+                                    dst[o] = dst[o] + v;
+                                }
                             }
                         }
-                    }
-                });
+                    });
+            }
         }
-    }
+    });
     dx
 }
 
@@ -674,7 +693,7 @@ fn conv_grad_weight(x: &Tensor, dy: &Tensor, attrs: &ConvAttrs<'_>) -> KResult<T
     }
 }
 
-fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
+fn wgrad_t<T: GemmElem + ScratchElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
     let offsets = geo.offsets();
     let Geometry {
         n,
@@ -689,42 +708,45 @@ fn wgrad_t<T: GemmElem>(x: &[T], dy: &[T], geo: &Geometry) -> Vec<T> {
     let (cg, mg) = (c / g, m / g);
     let rows = cg * ksize;
     let mut dw = vec![T::default(); m * rows];
-    let mut col = vec![T::default(); rows * p];
-    let mut part = vec![T::default(); mg * rows];
-    for b in 0..n {
-        for gi in 0..g {
-            col.par_chunks_mut(p.max(1))
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let (ci, t) = (r / ksize, r % ksize);
-                    let base = (b * c + gi * cg + ci) * plane;
-                    let offs = &offsets[t * p..][..p];
-                    for (v, &o) in row.iter_mut().zip(offs) {
-                        *v = if o == NO_TAP {
-                            T::default()
-                        } else {
-                            x[base + o]
-                        };
-                    }
-                });
-            // part[mg × rows] = dY_bg [mg × p] · colᵀ [p × rows]
-            let dm = Mat {
-                data: dy,
-                offset: (b * m + gi * mg) * p,
-                rs: p,
-                cs: 1,
-            };
-            let ct = Mat {
-                data: &col,
-                offset: 0,
-                rs: 1,
-                cs: p,
-            };
-            gemm_into(mg, rows, p, dm, ct, &mut part, true);
-            for (d, &v) in dw[gi * mg * rows..][..mg * rows].iter_mut().zip(&part) {
-                *d = *d + v;
+    // col (the im2col matrix) and part (one block's GEMM) share this thread's scratch
+    // buffer; both are written whole before they are read.
+    with_scratch::<T, _>(rows * p + mg * rows, |scratch| {
+        let (col, part) = scratch.split_at_mut(rows * p);
+        for b in 0..n {
+            for gi in 0..g {
+                col.par_chunks_mut(p.max(1))
+                    .enumerate()
+                    .for_each(|(r, row)| {
+                        let (ci, t) = (r / ksize, r % ksize);
+                        let base = (b * c + gi * cg + ci) * plane;
+                        let offs = &offsets[t * p..][..p];
+                        for (v, &o) in row.iter_mut().zip(offs) {
+                            *v = if o == NO_TAP {
+                                T::default()
+                            } else {
+                                x[base + o]
+                            };
+                        }
+                    });
+                // part[mg × rows] = dY_bg [mg × p] · colᵀ [p × rows]
+                let dm = Mat {
+                    data: dy,
+                    offset: (b * m + gi * mg) * p,
+                    rs: p,
+                    cs: 1,
+                };
+                let ct = Mat {
+                    data: col,
+                    offset: 0,
+                    rs: 1,
+                    cs: p,
+                };
+                gemm_into(mg, rows, p, dm, ct, part, true);
+                for (d, &v) in dw[gi * mg * rows..][..mg * rows].iter_mut().zip(&*part) {
+                    *d = *d + v;
+                }
             }
         }
-    }
+    });
     dw
 }

@@ -56,6 +56,7 @@ mod normalize;
 mod optim;
 mod pool;
 mod reduce;
+mod scratch;
 
 // Helpers shared by the families.
 mod broadcast;

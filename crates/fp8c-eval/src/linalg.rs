@@ -20,6 +20,7 @@ use crate::fp8;
 use fp8c_ir::{DType, LinalgOp, Support, Tensor};
 use rayon::prelude::*;
 use std::borrow::Cow;
+use std::mem::MaybeUninit;
 
 /// Evaluates an op of the linalg family.
 pub(crate) fn eval(op: LinalgOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -96,12 +97,31 @@ pub(crate) fn gemm_into<T: GemmElem>(
     out: &mut [T],
     parallel: bool,
 ) {
+    // SAFETY: `MaybeUninit<T>` has `T`'s layout, and `gemm_into_uninit` only writes
+    // initialised values, so `out` stays initialised.
+    let out = unsafe { &mut *(out as *mut [T] as *mut [MaybeUninit<T>]) };
+    gemm_into_uninit(m, n, k, a, b, out, parallel);
+}
+
+/// [`gemm_into`] into memory that need not be initialised (a result `Vec`'s spare
+/// capacity): every element of `out` is written.
+pub(crate) fn gemm_into_uninit<T: GemmElem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat<'_, T>,
+    b: Mat<'_, T>,
+    out: &mut [MaybeUninit<T>],
+    parallel: bool,
+) {
     assert_eq!(out.len(), m * n, "gemm output buffer size");
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        out.fill(T::ZERO);
+        out.iter_mut().for_each(|o| {
+            o.write(T::ZERO);
+        });
         return;
     }
     // The last element each operand reads must be in bounds: this makes the raw-pointer call
@@ -120,7 +140,7 @@ pub(crate) fn gemm_into<T: GemmElem>(
     // threads here, the blocks ~1.9×).
     let width = n.div_ceil(threads).next_multiple_of(16);
     if big && width < n && width >= 64 {
-        let dst = SendPtr(out.as_mut_ptr());
+        let dst = SendPtr(out.as_mut_ptr().cast::<T>());
         (0..n.div_ceil(width)).into_par_iter().for_each(|j| {
             let (c0, c1) = (j * width, ((j + 1) * width).min(n));
             // SAFETY: columns c0..c1 of `out` belong to this block alone (the blocks are
@@ -148,7 +168,7 @@ pub(crate) fn gemm_into<T: GemmElem>(
     };
     // SAFETY: `out` is m×n with row stride n and column stride 1, borrowed mutably; operands
     // are in bounds as asserted above.
-    unsafe { raw_gemm(m, n, k, out.as_mut_ptr(), n, a, b, 0, par) }
+    unsafe { raw_gemm(m, n, k, out.as_mut_ptr().cast::<T>(), n, a, b, 0, par) }
 }
 
 /// A pointer handed to the threads of one GEMM, each writing its own columns.
