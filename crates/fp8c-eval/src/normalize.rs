@@ -19,6 +19,7 @@ use crate::error::{Fail, KResult, dtype_err, shape_err};
 use crate::movement::broadcast_to;
 use fp8c_ir::{DType, NormalizeOp, Support, Tensor};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 /// Evaluates an op of the normalize family.
 pub(crate) fn eval(op: NormalizeOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -167,15 +168,26 @@ fn batch_norm(inputs: &[&Tensor], epsilon: f32) -> KResult<Tensor> {
         && let Ok(xs) = x.as_slice::<f32>()
     {
         // f32 x read in place and each result rounded once to f32 (the f64 formula of
-        // the general path, element for element, in one vectorisable pass per row).
-        let mut out = vec![0f32; xs.len()];
-        rows_mut(&mut out, inner.max(1), |r, o| {
-            let ch = r % c;
-            let (s, b, m, v) = (params[0][ch], params[1][ch], params[2][ch], params[3][ch]);
-            let denom = (v + eps).sqrt();
-            let xr = &xs[r * o.len()..][..o.len()];
-            map_into(xr, o, |xi| ((f64::from(xi) - m) / denom * s + b) as f32);
-        });
+        // the general path, element for element, in one vectorisable pass per row),
+        // written once into the result's uninitialised capacity.
+        let len = xs.len();
+        let mut out: Vec<f32> = Vec::with_capacity(len);
+        rows_mut(
+            &mut out.spare_capacity_mut()[..len],
+            inner.max(1),
+            |r, o| {
+                let ch = r % c;
+                let (s, b, m, v) = (params[0][ch], params[1][ch], params[2][ch], params[3][ch]);
+                let denom = (v + eps).sqrt();
+                let xr = &xs[r * o.len()..][..o.len()];
+                map_into(xr, o, |xi| {
+                    MaybeUninit::new(((f64::from(xi) - m) / denom * s + b) as f32)
+                });
+            },
+        );
+        // SAFETY: the rows above tile all `len` elements and each row is written whole (a
+        // panic unwinds before this, leaving `out` empty).
+        unsafe { out.set_len(len) };
         return f32_tensor(x.shape(), out);
     }
     let xv = values_f64(x, "x")?;
