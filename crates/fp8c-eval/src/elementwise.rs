@@ -220,6 +220,18 @@ fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
     }
     let signed = ints != Ints::None;
     let out = match Data::load(x)? {
+        // erf and exact GELU on f32 vectorise apart from erff's exp branch (`erf.rs`).
+        Data::F32(v) if matches!(op, E::Erf) => Data::F32(Cow::from(crate::erf::erf(&v))),
+        Data::F32(v)
+            if matches!(
+                op,
+                E::Gelu {
+                    approximate: GeluApprox::None
+                }
+            ) =>
+        {
+            Data::F32(Cow::from(crate::erf::gelu(&v)))
+        }
         Data::F32(v) => Data::F32(Cow::from(float(op, &v)?)),
         Data::F64(v) => Data::F64(Cow::from(float(op, &v)?)),
         Data::I64(v) if signed => Data::I64(Cow::from(int(op, &v)?)),

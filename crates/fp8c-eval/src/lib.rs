@@ -43,6 +43,7 @@
 mod block;
 mod conv;
 mod elementwise;
+mod erf;
 mod fast_accum;
 mod fp8;
 mod fused;
