@@ -427,20 +427,50 @@ fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
         out_shape[ax] += t.shape()[ax];
     }
     let n = numel(&out_shape)?;
-    let es = first.dtype().size();
     let outer: usize = first.shape()[..ax].iter().map(|&d| d as usize).product();
     let inner: usize = first.shape()[ax + 1..]
         .iter()
         .map(|&d| d as usize)
         .product();
-    let mut out = Vec::with_capacity(n * es);
+    let mut runs = Vec::with_capacity(outer * inputs.len());
     for o in 0..outer {
         for t in inputs {
-            let block = t.shape()[ax] as usize * inner * es;
-            out.extend_from_slice(&t.bytes()[o * block..(o + 1) * block]);
+            let block = t.shape()[ax] as usize * inner;
+            runs.push((*t, o * block, block));
         }
     }
-    tensor(first.dtype(), out_shape, out)
+    debug_assert_eq!(runs.iter().map(|r| r.2).sum::<usize>(), n);
+    runs_tensor(first.dtype(), out_shape, &runs)
+}
+
+/// A tensor of `dtype` and `shape` made of runs of elements `(source, first, count)` copied
+/// in order as whole 1-, 2-, 4- or 8-byte words into the vector that becomes its storage
+/// (one copy; concat and split had built bytes and copied them again into aligned storage).
+fn runs_tensor(dtype: DType, shape: Vec<u64>, runs: &[(&Tensor, usize, usize)]) -> KResult<Tensor> {
+    fn typed<T: bytemuck::Pod>(
+        dtype: DType,
+        shape: Vec<u64>,
+        runs: &[(&Tensor, usize, usize)],
+    ) -> KResult<Tensor> {
+        let mut out = Vec::with_capacity(runs.iter().map(|r| r.2).sum());
+        for &(t, first, count) in runs {
+            let src = t
+                .as_slice::<T>()
+                .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+            out.extend_from_slice(&src[first..first + count]);
+        }
+        Tensor::from_vec(dtype, shape, out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+    }
+    match dtype.size() {
+        1 => typed::<u8>(dtype, shape, runs),
+        2 => typed::<u16>(dtype, shape, runs),
+        4 => typed::<u32>(dtype, shape, runs),
+        8 => typed::<u64>(dtype, shape, runs),
+        n => Err(Fail::new(
+            ErrorKind::Unsupported,
+            format!("internal: {n}-byte elements cannot be copied as words"),
+        )),
+    }
 }
 
 /// `split { axis, split }`: one output per entry of `split`, which must sum to the axis.
@@ -458,7 +488,6 @@ fn split(x: &Tensor, axis: i64, split: &[i64]) -> KResult<Vec<Tensor>> {
         };
         Fail::new(kind, format!("split {split:?}: {m}"))
     })?;
-    let es = x.dtype().size();
     let outer: usize = x.shape()[..ax].iter().map(|&d| d as usize).product();
     let inner: usize = x.shape()[ax + 1..].iter().map(|&d| d as usize).product();
     let dim = x.shape()[ax] as usize;
@@ -466,14 +495,12 @@ fn split(x: &Tensor, axis: i64, split: &[i64]) -> KResult<Vec<Tensor>> {
     let mut off = 0usize;
     for &s in &sizes {
         let s = s as usize;
-        let mut bytes = Vec::with_capacity(outer * s * inner * es);
-        for o in 0..outer {
-            let start = (o * dim + off) * inner * es;
-            bytes.extend_from_slice(&x.bytes()[start..start + s * inner * es]);
-        }
+        let runs: Vec<(&Tensor, usize, usize)> = (0..outer)
+            .map(|o| (x, (o * dim + off) * inner, s * inner))
+            .collect();
         let mut shape = x.shape().to_vec();
         shape[ax] = s as u64;
-        outs.push(tensor(x.dtype(), shape, bytes)?);
+        outs.push(runs_tensor(x.dtype(), shape, &runs)?);
         off += s;
     }
     Ok(outs)
