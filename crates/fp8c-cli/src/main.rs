@@ -4,6 +4,7 @@ mod args;
 mod bench;
 mod commands;
 mod fp8args;
+mod malloc;
 mod out;
 mod plot;
 mod progress;
@@ -46,6 +47,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    malloc::keep_freed_memory();
     std::panic::set_hook(Box::new(|info| {
         // `println!` to a closed pipe panics; end quietly as other command-line tools do.
         let msg = info.to_string();
