@@ -264,11 +264,16 @@ const LANES: usize = 8;
 trait MaxElem: Copy + PartialOrd + Send + Sync {
     const NEG_INF: Self;
     const NAN: Self;
+    const ZERO: Self;
+    const ONE: Self;
     fn is_nan(self) -> bool;
 }
 impl MaxElem for f32 {
     const NEG_INF: f32 = f32::NEG_INFINITY;
     const NAN: f32 = f32::NAN;
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    #[inline(always)]
     fn is_nan(self) -> bool {
         self.is_nan()
     }
@@ -276,6 +281,9 @@ impl MaxElem for f32 {
 impl MaxElem for f64 {
     const NEG_INF: f64 = f64::NEG_INFINITY;
     const NAN: f64 = f64::NAN;
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    #[inline(always)]
     fn is_nan(self) -> bool {
         self.is_nan()
     }
@@ -296,22 +304,54 @@ fn max_direct<T: MaxElem>(
     if out_plane == 0 || ksize == 0 {
         return out;
     }
-    let one = |padded: &mut Vec<T>, pl: usize, o: &mut [T]| {
-        plan.pad(&v[pl * plane..][..plane], T::NEG_INF, padded);
+    // At stride 2 each padded plane is also copied with its rows' even columns first, then
+    // the odd ones (`Padded::deinterleave_into`): every tap then reads a contiguous run, and
+    // the rows take the stride-1 loop (reading every other element had kept them scalar).
+    let halves = plan.stride == 2;
+    let deint_starts = if halves {
+        plan.deinterleaved_starts()
+    } else {
+        Vec::new()
+    };
+    let one = |buf: &mut Vec<T>, pl: usize, o: &mut [T]| {
+        let size = plan.size();
+        buf.resize(if halves { 2 * size } else { size }, T::NEG_INF);
+        let (padded, deint) = buf.split_at_mut(size);
+        plan.pad_into(&v[pl * plane..][..plane], T::NEG_INF, padded);
+        let (src, all_starts): (&[T], &[usize]) = if halves {
+            deinterleave(plan, padded, deint);
+            (deint, &deint_starts)
+        } else {
+            (padded, plan.starts())
+        };
         for (line, starts) in o
             .chunks_exact_mut(plan.row)
-            .zip(plan.starts().chunks_exact(ksize))
+            .zip(all_starts.chunks_exact(ksize))
         {
             match plan.stride {
-                1 => max_row::<T, 1>(line, starts, padded, 1),
-                2 => max_row::<T, 2>(line, starts, padded, 2),
-                s => max_row::<T, 0>(line, starts, padded, s),
+                1 | 2 => max_row::<T, 1>(line, starts, src, 1),
+                s => max_row::<T, 0>(line, starts, src, s),
             }
         }
     };
     let work = out.len().saturating_mul(ksize);
     window::for_each_plane(&mut out, out_plane, work, one);
     out
+}
+
+/// `plan.deinterleave_into(padded, dst)`, compiled for AVX2 where the CPU has it.
+fn deinterleave<T: Copy>(plan: &Padded, padded: &[T], dst: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        /// The AVX2 twin.
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2<T: Copy>(plan: &Padded, padded: &[T], dst: &mut [T]) {
+            plan.deinterleave_into(padded, dst);
+        }
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { avx2(plan, padded, dst) };
+    }
+    plan.deinterleave_into(padded, dst);
 }
 
 /// One output row of [`max_direct`]: `line[i] = max_t padded[starts[t] + i·stride]`, NaN if
@@ -344,8 +384,12 @@ unsafe fn max_row_avx2<T: MaxElem, const S: usize>(
     max_row_any::<T, S>(line, starts, padded, stride);
 }
 
-/// [`max_row`]'s body; `S` is the stride where it is a constant (1: each tap's run is one
-/// contiguous load; 2: one load of twice the lanes, deinterleaved), 0 where it is not.
+/// [`max_row`]'s body; `S` is the stride where it is 1 (each tap's run is one contiguous
+/// load), 0 where it is another. [`LANES`] outputs at a time, each block's maxima and NaN
+/// flags held in registers across all taps (the flag a value, 1 where a NaN was read, so it
+/// is a vector select like the max); a row's last partial block is computed as the full
+/// block ending at the row's end, rewriting a few outputs with the same values, so no output
+/// takes a scalar loop unless the row is shorter than a block.
 #[inline(always)]
 fn max_row_any<T: MaxElem, const S: usize>(
     line: &mut [T],
@@ -353,49 +397,63 @@ fn max_row_any<T: MaxElem, const S: usize>(
     padded: &[T],
     stride: usize,
 ) {
-    let take = |acc: &mut T, nan: &mut bool, v: T| {
-        // `v > acc` is false for a NaN v: NaNs are flagged apart.
-        *acc = if v > *acc { v } else { *acc };
-        *nan |= v.is_nan();
-    };
-    let full = line.len() / LANES * LANES;
-    for (j, out) in line[..full].chunks_exact_mut(LANES).enumerate() {
-        let first = j * LANES * stride;
-        let mut acc = [T::NEG_INF; LANES];
-        let mut nan = [false; LANES];
-        for &start in starts {
-            if S == 1 {
-                let src: &[T; LANES] = padded[start + first..][..LANES]
-                    .try_into()
-                    .expect("a run of LANES");
-                for ((a, n), &v) in acc.iter_mut().zip(&mut nan).zip(src) {
-                    take(a, n, v);
-                }
-            } else if S == 2 {
-                // Lane l reads element 2l: the run ends at element 2·LANES − 2.
-                let src: &[T; 2 * LANES - 1] = padded[start + first..][..2 * LANES - 1]
-                    .try_into()
-                    .expect("a run of 2 LANES - 1");
-                for (l, (a, n)) in acc.iter_mut().zip(&mut nan).enumerate() {
-                    take(a, n, src[2 * l]);
-                }
-            } else {
-                let src = &padded[start + first..];
-                for (l, (a, n)) in acc.iter_mut().zip(&mut nan).enumerate() {
-                    take(a, n, src[l * stride]);
-                }
-            }
+    let stride = if S == 1 { 1 } else { stride };
+    let n = line.len();
+    if n >= LANES {
+        let mut j = 0;
+        while j + LANES <= n {
+            max_block::<T, S>(starts, padded, stride, j, &mut line[j..j + LANES]);
+            j += LANES;
         }
-        for ((o, a), n) in out.iter_mut().zip(acc).zip(nan) {
-            *o = if n { T::NAN } else { a };
+        if j < n {
+            max_block::<T, S>(starts, padded, stride, n - LANES, &mut line[n - LANES..]);
         }
+        return;
     }
-    for (i, out) in line.iter_mut().enumerate().skip(full) {
-        let (mut acc, mut nan) = (T::NEG_INF, false);
+    for (i, out) in line.iter_mut().enumerate() {
+        let (mut acc, mut nan) = (T::NEG_INF, T::ZERO);
         for &start in starts {
             take(&mut acc, &mut nan, padded[start + i * stride]);
         }
-        *out = if nan { T::NAN } else { acc };
+        *out = if nan > T::ZERO { T::NAN } else { acc };
+    }
+}
+
+/// One step of a max: `acc` keeps the larger value, `nan` becomes 1 where `v` is NaN (`v >
+/// acc` is false for a NaN v, so NaNs are flagged apart).
+#[inline(always)]
+fn take<T: MaxElem>(acc: &mut T, nan: &mut T, v: T) {
+    *acc = if v > *acc { v } else { *acc };
+    *nan = if v.is_nan() { T::ONE } else { *nan };
+}
+
+/// Outputs `first..first + LANES` of a [`max_row_any`] row into `out`.
+#[inline(always)]
+fn max_block<T: MaxElem, const S: usize>(
+    starts: &[usize],
+    padded: &[T],
+    stride: usize,
+    first: usize,
+    out: &mut [T],
+) {
+    let mut acc = [T::NEG_INF; LANES];
+    let mut nan = [T::ZERO; LANES];
+    for &start in starts {
+        let at = start + first * stride;
+        if S == 1 {
+            let src: &[T; LANES] = padded[at..][..LANES].try_into().expect("a run of LANES");
+            for ((a, n), &v) in acc.iter_mut().zip(&mut nan).zip(src) {
+                take(a, n, v);
+            }
+        } else {
+            let src = &padded[at..];
+            for (l, (a, n)) in acc.iter_mut().zip(&mut nan).enumerate() {
+                take(a, n, src[l * stride]);
+            }
+        }
+    }
+    for ((o, a), n) in out.iter_mut().zip(acc).zip(nan) {
+        *o = if n > T::ZERO { T::NAN } else { a };
     }
 }
 

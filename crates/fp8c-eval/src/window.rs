@@ -94,6 +94,54 @@ impl Padded {
         })
     }
 
+    /// [`Padded::starts`] for a plane copied by [`Padded::deinterleave_into`] (stride 2
+    /// along the last axis): a tap's reads, every other column from `c`, are the run of `c`'s
+    /// parity there, so they become contiguous (stride 1).
+    pub(crate) fn deinterleaved_starts(&self) -> Vec<usize> {
+        let w = self.padded.last().copied().unwrap_or(1).max(1);
+        let even = w.div_ceil(2);
+        self.starts
+            .iter()
+            .map(|&o| {
+                let (r, c) = (o / w, o % w);
+                r * w + if c % 2 == 0 { c / 2 } else { even + c / 2 }
+            })
+            .collect()
+    }
+
+    /// Copies padded plane `src` into `dst` (both [`Padded::size`] elements) with each row's
+    /// even columns first, then its odd ones.
+    #[inline(always)]
+    pub(crate) fn deinterleave_into<T: Copy>(&self, src: &[T], dst: &mut [T]) {
+        let w = self.padded.last().copied().unwrap_or(1).max(1);
+        let even = w.div_ceil(2);
+        for (s, d) in src.chunks_exact(w).zip(dst.chunks_exact_mut(w)) {
+            let (de, dodd) = d.split_at_mut(even);
+            // 16 columns at a time as fixed-size arrays (no bounds checks, so the compiler
+            // turns each group into shuffles), then the rest.
+            for ((e, o), p) in de
+                .chunks_exact_mut(8)
+                .zip(dodd.chunks_exact_mut(8))
+                .zip(s.chunks_exact(16))
+            {
+                let p: &[T; 16] = p.try_into().expect("16 columns");
+                let e: &mut [T; 8] = e.try_into().expect("8 even columns");
+                let o: &mut [T; 8] = o.try_into().expect("8 odd columns");
+                for l in 0..8 {
+                    e[l] = p[2 * l];
+                    o[l] = p[2 * l + 1];
+                }
+            }
+            for c in w / 16 * 16..w {
+                if c % 2 == 0 {
+                    de[c / 2] = s[c];
+                } else {
+                    dodd[c / 2] = s[c];
+                }
+            }
+        }
+    }
+
     /// `starts[row * ksize + t]`: where tap `t` of output row `row` first reads.
     pub(crate) fn starts(&self) -> &[usize] {
         &self.starts

@@ -270,6 +270,71 @@ fn max_pool(k: Vec<i64>, s: Vec<i64>, p: Vec<i64>, ceil_mode: bool) -> Op {
     }
 }
 
+/// Max pools whose output rows span several 8-output blocks and a partial last one, at
+/// strides 1, 2 and 3, with pads, NaNs and infinities at many lanes, against a max computed
+/// here element by element (the CPU kernel sums 8 outputs at a time and, at stride 2,
+/// reads a copy of each plane with its even and odd columns apart).
+#[test]
+fn max_pool_rows_of_many_blocks_match_a_naive_max() {
+    let (h, w) = (5usize, 41usize);
+    let mut v: Vec<f32> = (0..2 * h * w)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+        .collect();
+    for (i, x) in v.iter_mut().enumerate() {
+        if i % 23 == 5 {
+            *x = f32::NAN;
+        } else if i % 31 == 7 {
+            *x = f32::INFINITY;
+        } else if i % 29 == 3 {
+            *x = f32::NEG_INFINITY;
+        }
+    }
+    let x = f32s(&[1, 2, h as u64, w as u64], &v);
+    for (stride, pad) in [(1usize, 0usize), (2, 0), (2, 1), (3, 1)] {
+        let k = 3usize;
+        let pads = vec![pad as i64; 4];
+        let y = vf32(&eval1(
+            max_pool(
+                vec![k as i64, k as i64],
+                vec![stride as i64, stride as i64],
+                pads,
+                false,
+            ),
+            &[&x],
+        ));
+        let (oh, ow) = (
+            (h + 2 * pad - k) / stride + 1,
+            (w + 2 * pad - k) / stride + 1,
+        );
+        assert_eq!(y.len(), 2 * oh * ow, "stride {stride} pad {pad}");
+        for c in 0..2 {
+            for r in 0..oh {
+                for q in 0..ow {
+                    let mut want = f32::NEG_INFINITY;
+                    let mut nan = false;
+                    for dr in 0..k {
+                        for dq in 0..k {
+                            let (ir, iq) = (r * stride + dr, q * stride + dq);
+                            if ir < pad || iq < pad || ir - pad >= h || iq - pad >= w {
+                                continue;
+                            }
+                            let val = v[(c * h + ir - pad) * w + iq - pad];
+                            nan |= val.is_nan();
+                            want = want.max(val);
+                        }
+                    }
+                    let got = y[(c * oh + r) * ow + q];
+                    if nan {
+                        assert!(got.is_nan(), "stride {stride} pad {pad} at {c},{r},{q}");
+                    } else {
+                        assert_eq!(got, want, "stride {stride} pad {pad} at {c},{r},{q}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn avg_pool(k: Vec<i64>, s: Vec<i64>, p: Vec<i64>, ceil_mode: bool, count_include_pad: bool) -> Op {
     Op::AveragePool {
         kernel_shape: k,
