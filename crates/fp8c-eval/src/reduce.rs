@@ -152,6 +152,37 @@ fn reduce(x: &Tensor, kind: Reduction, axes: Option<&[i64]>, keepdims: bool) -> 
     if dtype.is_fp8() {
         return dtype_err!("expects a numeric input other than FP8, got {dtype}");
     }
+    // Reduced axes that form a trailing block (global pools, a last-axis mean): each output
+    // folds one contiguous run of x, read in place, with the same sequential f64 fold as
+    // below (no f64 copy of the tensor, no offset tables; the same bits).
+    let trailing = mask.iter().skip_while(|m| !**m).all(|m| *m);
+    if trailing {
+        let count = red_offsets.len();
+        let t = match x.dtype() {
+            DType::F32 => {
+                let v = x
+                    .as_slice::<f32>()
+                    .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+                let out = par_map(&bases, |&b| {
+                    fold(kind, v[b..b + count].iter().map(|&e| f64::from(e)), count)
+                });
+                Some(Tensor::from_f64(out_shape.clone(), &out))
+            }
+            DType::F64 => {
+                let v = x
+                    .as_slice::<f64>()
+                    .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+                let out = par_map(&bases, |&b| {
+                    fold(kind, v[b..b + count].iter().copied(), count)
+                });
+                Some(Tensor::from_f64(out_shape.clone(), &out))
+            }
+            _ => None,
+        };
+        if let Some(t) = t {
+            return cast(&t, dtype, false);
+        }
+    }
     let t = match Data::load(x)? {
         Data::F32(v) => float_reduce(
             &v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
@@ -190,28 +221,33 @@ fn float_reduce(
     shape: Vec<u64>,
 ) -> KResult<Tensor> {
     let out = par_map(bases, |&b| {
-        let vals = red.iter().map(|&o| v[b + o]);
-        match kind {
-            Reduction::Sum => vals.sum::<f64>(),
-            Reduction::Mean => vals.sum::<f64>() / red.len() as f64,
-            Reduction::Prod => vals.product::<f64>(),
-            Reduction::Max => vals.fold(f64::NEG_INFINITY, |a, x| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(x)
-                }
-            }),
-            Reduction::Min => vals.fold(f64::INFINITY, |a, x| {
-                if a.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    a.min(x)
-                }
-            }),
-        }
+        fold(kind, red.iter().map(|&o| v[b + o]), red.len())
     });
     Ok(Tensor::from_f64(shape, &out))
+}
+
+/// One output of a float reduction: `vals` (`count` of them) folded in order in f64.
+#[inline(always)]
+fn fold(kind: Reduction, vals: impl Iterator<Item = f64>, count: usize) -> f64 {
+    match kind {
+        Reduction::Sum => vals.sum::<f64>(),
+        Reduction::Mean => vals.sum::<f64>() / count as f64,
+        Reduction::Prod => vals.product::<f64>(),
+        Reduction::Max => vals.fold(f64::NEG_INFINITY, |a, x| {
+            if a.is_nan() || x.is_nan() {
+                f64::NAN
+            } else {
+                a.max(x)
+            }
+        }),
+        Reduction::Min => vals.fold(f64::INFINITY, |a, x| {
+            if a.is_nan() || x.is_nan() {
+                f64::NAN
+            } else {
+                a.min(x)
+            }
+        }),
+    }
 }
 
 /// The value range of an integer (or bool) dtype, as i64.
