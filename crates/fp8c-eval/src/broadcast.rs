@@ -153,36 +153,7 @@ impl Plan {
         let (sa, sb) = (self.strides[0][last], self.strides[1][last]);
         self.fill(
             &mut out.spare_capacity_mut()[..self.numel],
-            |offs, chunk| {
-                let n = chunk.len();
-                let (oa, ob) = (offs[0], offs[1]);
-                // Contiguous and scalar operands get loops the compiler vectorises.
-                match (sa, sb) {
-                    (1, 1) => {
-                        let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
-                        for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
-                            *o = MaybeUninit::new(f(x, y));
-                        }
-                    }
-                    (1, 0) => {
-                        let y = b[ob];
-                        for (o, &x) in chunk.iter_mut().zip(&a[oa..oa + n]) {
-                            *o = MaybeUninit::new(f(x, y));
-                        }
-                    }
-                    (0, 1) => {
-                        let x = a[oa];
-                        for (o, &y) in chunk.iter_mut().zip(&b[ob..ob + n]) {
-                            *o = MaybeUninit::new(f(x, y));
-                        }
-                    }
-                    _ => {
-                        for (j, o) in chunk.iter_mut().enumerate() {
-                            *o = MaybeUninit::new(f(a[oa + j * sa], b[ob + j * sb]));
-                        }
-                    }
-                }
-            },
+            |offs, chunk| row2(chunk, a, b, (offs[0], offs[1]), (sa, sb), &f),
         );
         // SAFETY: `fill` hands every row of 0..numel to the closure, which writes each
         // element of its chunk.
@@ -226,6 +197,77 @@ impl Plan {
         // element of its chunk.
         unsafe { out.set_len(self.numel) };
         out
+    }
+}
+
+/// One row of [`Plan::map2`]: `chunk[j] = f(a[oa + j·sa], b[ob + j·sb])`. Compiled for AVX2
+/// where the CPU has it (the same IEEE operations either way); called from the row walk, the
+/// loops had been built for baseline x86-64 only (4-lane SSE2).
+fn row2<A: Copy, B: Copy, O>(
+    chunk: &mut [MaybeUninit<O>],
+    a: &[A],
+    b: &[B],
+    offs: (usize, usize),
+    strides: (usize, usize),
+    f: &impl Fn(A, B) -> O,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { row2_avx2(chunk, a, b, offs, strides, f) };
+    }
+    row2_any(chunk, a, b, offs, strides, f);
+}
+
+/// [`row2`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn row2_avx2<A: Copy, B: Copy, O>(
+    chunk: &mut [MaybeUninit<O>],
+    a: &[A],
+    b: &[B],
+    offs: (usize, usize),
+    strides: (usize, usize),
+    f: &impl Fn(A, B) -> O,
+) {
+    row2_any(chunk, a, b, offs, strides, f);
+}
+
+/// [`row2`]'s loops: contiguous and scalar operands get loops the compiler vectorises.
+#[inline(always)]
+fn row2_any<A: Copy, B: Copy, O>(
+    chunk: &mut [MaybeUninit<O>],
+    a: &[A],
+    b: &[B],
+    (oa, ob): (usize, usize),
+    (sa, sb): (usize, usize),
+    f: &impl Fn(A, B) -> O,
+) {
+    let n = chunk.len();
+    match (sa, sb) {
+        (1, 1) => {
+            let (a, b) = (&a[oa..oa + n], &b[ob..ob + n]);
+            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                *o = MaybeUninit::new(f(x, y));
+            }
+        }
+        (1, 0) => {
+            let y = b[ob];
+            for (o, &x) in chunk.iter_mut().zip(&a[oa..oa + n]) {
+                *o = MaybeUninit::new(f(x, y));
+            }
+        }
+        (0, 1) => {
+            let x = a[oa];
+            for (o, &y) in chunk.iter_mut().zip(&b[ob..ob + n]) {
+                *o = MaybeUninit::new(f(x, y));
+            }
+        }
+        _ => {
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = MaybeUninit::new(f(a[oa + j * sa], b[ob + j * sb]));
+            }
+        }
     }
 }
 
