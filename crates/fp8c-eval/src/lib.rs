@@ -46,6 +46,7 @@ mod elementwise;
 mod erf;
 mod fast_accum;
 mod fp8;
+mod fp8_gemm;
 mod fused;
 mod gather;
 pub mod golden;

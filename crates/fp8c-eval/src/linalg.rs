@@ -2,7 +2,8 @@
 //! kernel the conv family's im2col GEMMs share ([`gemm_into`]).
 //!
 //! Floats (f32, f16, bf16, and decoded FP8) multiply in f32 with f32 accumulation; f64 in f64.
-//! FP8 GEMMs with `fast_accum` use the narrow-accumulator model of `fast_accum.rs`.
+//! FP8 GEMMs with `fast_accum` use the narrow-accumulator model of `fast_accum.rs`, the others
+//! `fp8_gemm.rs` (B decoded into panels as it is packed).
 //! Integers accumulate with wrapping arithmetic in i64 and wrap to their type.
 //!
 //! Determinism: the `gemm` crate splits work over threads by output blocks, never along K,
@@ -171,10 +172,10 @@ pub(crate) fn gemm_into_uninit<T: GemmElem>(
     unsafe { raw_gemm(m, n, k, out.as_mut_ptr().cast::<T>(), n, a, b, 0, par) }
 }
 
-/// A pointer handed to the threads of one GEMM, each writing its own columns.
+/// A pointer handed to the threads of one GEMM, each writing its own block of the output.
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-// SAFETY: only used for disjoint column blocks of one output (see `gemm_into`).
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: only used for disjoint blocks of one output (`gemm_into`, `fp8_gemm`).
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
@@ -183,7 +184,7 @@ impl<T> SendPtr<T> {
     ///
     /// # Safety
     /// As `pointer::add`.
-    unsafe fn at(self, i: usize) -> *mut T {
+    pub(crate) unsafe fn at(self, i: usize) -> *mut T {
         // SAFETY: the caller's contract.
         unsafe { self.0.add(i) }
     }
@@ -646,16 +647,17 @@ pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType, fast_accum: bool) ->
     };
     let alpha = scalar(sa, "scale_inv_a")? * scalar(sb, "scale_inv_b")?;
     let x = fp8::decode(fa, a.bytes());
+    // B is decoded as each kernel packs it (no decoded copy of B).
+    let table = fp8c_core::decode_table(fb);
     let (acc, shape) = if fast_accum {
-        // B is decoded as the model's kernel packs it.
-        let table = fp8c_core::decode_table(fb);
-        crate::fast_accum::matmul_with(&x, a.shape(), b.bytes(), b.shape(), |q| {
-            table[usize::from(q)]
-        })?
+        let (mut acc, shape) =
+            crate::fast_accum::matmul_with(&x, a.shape(), b.bytes(), b.shape(), |q| {
+                table[usize::from(q)]
+            })?;
+        acc.iter_mut().for_each(|p| *p *= alpha);
+        (acc, shape)
     } else {
-        matmul_float(&x, a.shape(), &fp8::decode(fb, b.bytes()), b.shape())?
+        crate::fp8_gemm::matmul(&x, a.shape(), b.bytes(), b.shape(), fb, alpha)?
     };
-    let mut acc = acc;
-    acc.iter_mut().for_each(|p| *p *= alpha);
     fp8::store_f32(acc, out, shape)
 }

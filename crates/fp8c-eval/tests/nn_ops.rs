@@ -698,7 +698,8 @@ fn on_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
     // Sizes large enough for every parallel path: a 96×200×136 GEMM (the gemm crate's own
-    // threading), a conv, a softmax and a big broadcast.
+    // threading), a conv, a softmax, a big broadcast and both FP8 GEMMs (130×64×50: two row
+    // blocks and four panels for the f32-accumulating one).
     let n = |len: usize, seed: u32| -> Vec<f32> {
         (0..len)
             .map(|i| {
@@ -713,6 +714,16 @@ fn results_do_not_depend_on_the_thread_count() {
     let x = Tensor::from_f32(vec![2, 8, 40, 40], &n(2 * 8 * 1600, 3));
     let w = Tensor::from_f32(vec![16, 8, 3, 3], &n(16 * 72, 4));
     let row = Tensor::from_f32(vec![8, 1, 40], &n(8 * 40, 5));
+    // FP8 operands (E4M3 codes, NaN codes avoided) for both scaled_matmul kernels.
+    let codes = |len: usize, seed: u32| -> Vec<u8> {
+        n(len, seed)
+            .iter()
+            .map(|&v| ((v + 0.5) * 254.0) as u8 & 0xFE)
+            .collect()
+    };
+    let qa = fp8(DType::F8E4M3, &[130, 64], &codes(130 * 64, 6));
+    let qb = fp8(DType::F8E4M3, &[64, 50], &codes(64 * 50, 7));
+    let one = scalar_f32(1.0);
     let cases: Vec<(Op, Vec<&Tensor>)> = vec![
         (Op::MatMul, vec![&a, &b]),
         (
@@ -736,6 +747,20 @@ fn results_do_not_depend_on_the_thread_count() {
                 keepdims: false,
             },
             vec![&x],
+        ),
+        (
+            Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum: false,
+            },
+            vec![&qa, &qb, &one, &one],
+        ),
+        (
+            Op::ScaledMatMul {
+                out: DType::F32,
+                fast_accum: true,
+            },
+            vec![&qa, &qb, &one, &one],
         ),
     ];
     for (op, inputs) in cases {
