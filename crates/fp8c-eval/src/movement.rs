@@ -9,6 +9,7 @@
 //! gathers and scatters and `trilu` are in `movement/indexed.rs`.
 
 mod indexed;
+mod swap;
 
 use crate::args;
 use crate::broadcast::broadcast_shapes;
@@ -323,14 +324,42 @@ pub(crate) fn transpose(x: &Tensor, perm: &[i64]) -> KResult<Tensor> {
         }
         p
     };
+    let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
+    if let Some(s) = swap::swap_of(&dims, &perm) {
+        return swapped(x, s, shape_u64(&out_dims));
+    }
     let st = strides_of(&dims);
     let tables: Vec<Table> = perm
         .iter()
         .map(|&a| (0..dims[a]).map(|i| Some(i * st[a])).collect())
         .collect();
-    let out_dims: Vec<usize> = perm.iter().map(|&a| dims[a]).collect();
     let es = x.dtype().size();
     gather_tensor(x, &tables, &vec![0; es], shape_u64(&out_dims))
+}
+
+/// `x` transposed as the batch of 2-D transposes `s` (its elements moved as raw words).
+fn swapped(x: &Tensor, s: swap::Swap, shape: Vec<u64>) -> KResult<Tensor> {
+    fn typed<T: bytemuck::Pod + Send + Sync>(
+        x: &Tensor,
+        s: swap::Swap,
+        shape: Vec<u64>,
+    ) -> KResult<Tensor> {
+        let src = x
+            .as_slice::<T>()
+            .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+        Tensor::from_vec(x.dtype(), shape, swap::swap(src, s))
+            .map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+    }
+    match x.dtype().size() {
+        1 => typed::<u8>(x, s, shape),
+        2 => typed::<u16>(x, s, shape),
+        4 => typed::<u32>(x, s, shape),
+        8 => typed::<u64>(x, s, shape),
+        n => Err(Fail::new(
+            ErrorKind::Unsupported,
+            format!("internal: {n}-byte elements cannot be transposed"),
+        )),
+    }
 }
 
 /// `unsqueeze { axes }`: axes are positions in the output.
