@@ -6,13 +6,17 @@ each timed as the fastest of `--reps` runs of one call on the same inputs after 
 (fp8c: `fp8c --threads T run M --inputs IN --repeat R`, whose summary line reports the fastest
 run; onnxruntime: `InferenceSession.run` with `intra_op_num_threads = T`, default graph
 optimizations). Prints one row per model and thread count with the ratios later changes are
-judged by: fp8c f32 / onnxruntime and fp8c FP8 / fp8c f32. PyTorch is not run here: the
+judged by: fp8c f32 / onnxruntime and fp8c FP8 / fp8c f32 (FP8 with fp8c's default forward
+GEMMs, the model of Hopper's fast accumulation; `--fast-accum none` passes that to the FP8
+run, whose GEMMs then accumulate in f32 as onnxruntime's Q/DQ MatMuls do, and `--fast-accum
+both` times both, adding a column). PyTorch is not run here: the
 committed models are ONNX exports without their Python modules.
 
 Usage (the repo's venv has onnxruntime and numpy: PY=$(scripts/python-env.sh)):
 
   $PY scripts/bench_vs_ort.py [--fp8c target/release/fp8c] [--threads 1,2] [--reps 5]
-        [--json OUT.json] [--shape INPUT=2x3x48x192 ...] [MODEL.onnx ...]
+        [--json OUT.json] [--shape INPUT=2x3x48x192 ...] [--fast-accum fprop|none|both]
+        [MODEL.onnx ...]
 
 Without models it takes the example exports (BERT-style encoder, Llama-style decoder,
 ResNet-style CNN, digits MLP). Inputs come from a model's `.ref.npz` when there is one, else
@@ -73,9 +77,10 @@ def make_inputs(fp8c: str, model: str, path: str, shapes: dict) -> dict:
 RUN_MS = re.compile(r"run ([0-9.]+) ms")
 
 
-def fp8c_ms(fp8c: str, model: str, inputs: str, threads: int, precision: str, reps: int, out: str) -> float:
+def fp8c_ms(fp8c: str, model: str, inputs: str, threads: int, precision: str, reps: int, out: str,
+            extra: tuple = ()) -> float:
     r = subprocess.run([fp8c, "--threads", str(threads), "run", model, "--inputs", inputs,
-                        "--precision", precision, "--repeat", str(reps + 1), "-o", out],
+                        "--precision", precision, "--repeat", str(reps + 1), "-o", out, *extra],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"fp8c run {model} ({precision}) failed:\n{r.stderr}")
@@ -114,6 +119,9 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1x...",
                     help="the shape of a random input (repeatable)")
+    ap.add_argument("--fast-accum", choices=["fprop", "none", "both"], default="fprop",
+                    help="the FP8 run's forward GEMMs: fp8c's default fast-accumulation model "
+                         "(fprop), f32 accumulation (none), or both timed")
     a = ap.parse_args()
     shapes = {}
     for spec in a.shape:
@@ -126,21 +134,28 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.npz")
-        print("| model | threads | fp8c f32 ms | onnxruntime ms | f32 / ort | fp8c FP8 ms | FP8 / f32 |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        accums = ["fprop", "none"] if a.fast_accum == "both" else [a.fast_accum]
+        head = "".join(f" fp8c FP8 ({x}) ms | FP8 ({x}) / f32 |" for x in accums)
+        print(f"| model | threads | fp8c f32 ms | onnxruntime ms | f32 / ort |{head}")
+        print("|---|---:|---:|---:|---:|" + "---:|---:|" * len(accums))
         for model in models:
             inputs = os.path.join(tmp, "in.npz")
             arrays = make_inputs(a.fp8c, model, inputs, shapes)
             for t in threads:
                 f32 = fp8c_ms(a.fp8c, model, inputs, t, "f32", a.reps, out)
                 ort = ort_ms(model, arrays, t, a.reps)
-                fp8 = fp8c_ms(a.fp8c, model, inputs, t, "fp8", a.reps, out)
                 row = {"model": os.path.basename(model), "threads": t, "fp8c_f32_ms": f32,
-                       "ort_ms": ort, "f32_vs_ort": f32 / ort, "fp8c_fp8_ms": fp8,
-                       "fp8_vs_f32": fp8 / f32}
+                       "ort_ms": ort, "f32_vs_ort": f32 / ort}
+                cells = ""
+                for x in accums:
+                    fp8 = fp8c_ms(a.fp8c, model, inputs, t, "fp8", a.reps, out, ("--fast-accum", x))
+                    sfx = "" if x == "fprop" else f"_{x}"
+                    row[f"fp8c_fp8{sfx}_ms"] = fp8
+                    row[f"fp8{sfx}_vs_f32"] = fp8 / f32
+                    cells += f" {fp8:.3f} | {fp8 / f32:.2f}× |"
                 rows.append(row)
-                print(f"| {row['model']} | {t} | {f32:.3f} | {ort:.3f} | {f32 / ort:.2f}× | "
-                      f"{fp8:.3f} | {fp8 / f32:.2f}× |", flush=True)
+                print(f"| {row['model']} | {t} | {f32:.3f} | {ort:.3f} | {f32 / ort:.2f}× |{cells}",
+                      flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
