@@ -140,6 +140,36 @@ pub(crate) fn gemm_into_uninit<T: GemmElem>(
     // threads share no packing work (the `gemm` crate's own split scales 1.5-1.7× on two
     // threads here, the blocks ~1.9×).
     let width = n.div_ceil(threads).next_multiple_of(16);
+    // Narrow products (a conv's 7×7 = 49 positions, n = 49: blocks of 32 and 17 columns) go
+    // as row blocks instead, balanced, each thread packing its own rows of A; the same
+    // one-call sums per element (the crate's K blocking depends on k alone).
+    let height = m.div_ceil(threads).next_multiple_of(8);
+    if big && width < 64 && n >= 16 && height < m {
+        let dst = SendPtr(out.as_mut_ptr().cast::<T>());
+        (0..m.div_ceil(height)).into_par_iter().for_each(|i| {
+            let (r0, r1) = (i * height, ((i + 1) * height).min(m));
+            let a = Mat {
+                offset: a.offset + r0 * a.rs,
+                ..a
+            };
+            // SAFETY: rows r0..r1 of `out` belong to this block alone (the blocks are
+            // disjoint), and every operand element read is in bounds (asserted above).
+            unsafe {
+                raw_gemm(
+                    r1 - r0,
+                    n,
+                    k,
+                    dst.at(r0 * n),
+                    n,
+                    a,
+                    b,
+                    0,
+                    gemm::Parallelism::None,
+                )
+            }
+        });
+        return;
+    }
     if big && width < n && width >= 64 {
         let dst = SendPtr(out.as_mut_ptr().cast::<T>());
         (0..n.div_ceil(width)).into_par_iter().for_each(|j| {

@@ -697,8 +697,8 @@ fn on_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
 
 #[test]
 fn results_do_not_depend_on_the_thread_count() {
-    // Sizes large enough for every parallel path: a 96×200×136 GEMM (the gemm crate's own
-    // threading), a conv, a softmax, a big broadcast and both FP8 GEMMs (130×64×50: two row
+    // Sizes large enough for every parallel path: 96×200×136 and 96×200×40 GEMMs (column and
+    // row blocks), a conv, a softmax, a big broadcast and both FP8 GEMMs (130×64×50: two row
     // blocks and four panels for the f32-accumulating one).
     let n = |len: usize, seed: u32| -> Vec<f32> {
         (0..len)
@@ -710,6 +710,8 @@ fn results_do_not_depend_on_the_thread_count() {
             .collect()
     };
     let a = Tensor::from_f32(vec![96, 200], &n(96 * 200, 1));
+    // Narrow: 40 columns go to the threads as row blocks.
+    let narrow = Tensor::from_f32(vec![200, 40], &n(200 * 40, 8));
     let b = Tensor::from_f32(vec![200, 136], &n(200 * 136, 2));
     let x = Tensor::from_f32(vec![2, 8, 40, 40], &n(2 * 8 * 1600, 3));
     let w = Tensor::from_f32(vec![16, 8, 3, 3], &n(16 * 72, 4));
@@ -726,6 +728,7 @@ fn results_do_not_depend_on_the_thread_count() {
     let one = scalar_f32(1.0);
     let cases: Vec<(Op, Vec<&Tensor>)> = vec![
         (Op::MatMul, vec![&a, &b]),
+        (Op::MatMul, vec![&a, &narrow]),
         (
             Op::Gemm {
                 alpha: 0.5,
