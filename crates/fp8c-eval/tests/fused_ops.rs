@@ -228,3 +228,37 @@ fn batched_scale_update_is_history_update_then_compute_scale_per_tensor() {
     assert_eq!(fails(current, &[&h1, &a1, &s1]), ErrorKind::Attribute);
     assert_eq!(fails(op, &[&h1, &a1]), ErrorKind::Arity);
 }
+
+#[test]
+fn large_elementwise_programs_broadcast_like_the_unfused_graph() {
+    // 300 × 130 outputs (every parallel path of the ops), inputs that broadcast along rows and
+    // columns, a scalar, and a leading size-1 axis.
+    let (r, c) = (300u64, 130u64);
+    let n = (r * c) as usize;
+    let x = f32s(&[1, r, c], &seq(n, 0.031));
+    let col = f32s(&[r, 1], &seq(r as usize, -0.07));
+    let row = f32s(&[c], &seq(c as usize, 0.013));
+    let k = scalar_f32(1.5);
+    let expr = EwExpr::parse("mul[a0,a1];sigmoid[t0];sub[t1,a2];mul[t2,a3];erf[t3]").unwrap();
+    let t0 = eval1(Op::Mul, &[&x, &col]);
+    let t1 = eval1(Op::Sigmoid, &[&t0]);
+    let t2 = eval1(Op::Sub, &[&t1, &row]);
+    let t3 = eval1(Op::Mul, &[&t2, &k]);
+    let y = eval1(Op::Erf, &[&t3]);
+    assert_eq!(y.shape(), &[1, r, c]);
+    let s = scalar_f32(64.0);
+    let q = eval1(
+        Op::Quantize {
+            to: DType::F8E4M3,
+            saturate: true,
+        },
+        &[&y, &s],
+    );
+    let a = eval1(Op::Amax, &[&y]);
+    let op = Op::ElementwiseQuantize {
+        expr,
+        to: DType::F8E4M3,
+        saturate: true,
+    };
+    assert_eq!(run(&op, &[&x, &col, &row, &k, &s]), vec![y, q, a]);
+}
