@@ -77,6 +77,22 @@ pub(crate) fn swap<T: Copy + Send + Sync>(src: &[T], s: Swap) -> Vec<T> {
         let h = TILE.min(cols - c0);
         for r0 in (0..rows).step_by(TILE) {
             let w = TILE.min(rows - r0);
+            if w == TILE && h == TILE {
+                // SAFETY: source rows r0..r0+TILE, columns c0..c0+TILE are in `m` (a whole
+                // tile), and destination rows 0..TILE of this band, columns r0..r0+TILE, are
+                // in `dst`, which this task holds alone.
+                let done = unsafe {
+                    whole_tile(
+                        m.as_ptr().add(r0 * cols + c0),
+                        cols,
+                        dst.as_mut_ptr().add(r0).cast::<T>(),
+                        rows,
+                    )
+                };
+                if done {
+                    continue;
+                }
+            }
             for c in 0..h {
                 let row = &mut dst[c * rows + r0..][..w];
                 for (r, o) in row.iter_mut().enumerate() {
@@ -108,6 +124,127 @@ pub(crate) fn swap<T: Copy + Send + Sync>(src: &[T], s: Swap) -> Vec<T> {
     // each band wrote all of its rows.
     unsafe { out.set_len(n) };
     out
+}
+
+/// Transposes one whole [`TILE`]×[`TILE`] tile (source at `src`, rows `sstride` apart; its
+/// transpose to `dst`, rows `dstride` apart) as 8×8 blocks where there is a kernel for `T`'s
+/// size: AVX2 shuffles for 4-byte elements, eight-byte word swaps for 1-byte ones (FP8
+/// codes). Returns false, having written nothing, for other sizes.
+///
+/// # Safety
+/// The tile's `TILE` rows of `TILE` elements must be readable at `src` and writable at `dst`.
+unsafe fn whole_tile<T: Copy>(src: *const T, sstride: usize, dst: *mut T, dstride: usize) -> bool {
+    let blocks = |f: &dyn Fn(usize, usize)| {
+        for bi in (0..TILE).step_by(8) {
+            for bj in (0..TILE).step_by(8) {
+                f(bi, bj);
+            }
+        }
+    };
+    match size_of::<T>() {
+        #[cfg(target_arch = "x86_64")]
+        4 if std::arch::is_x86_feature_detected!("avx2") => {
+            let (s, d) = (src.cast::<f32>(), dst.cast::<f32>());
+            // SAFETY: the blocks lie within the tile (the caller's contract); AVX2 is present.
+            blocks(&|bi, bj| unsafe {
+                t8x8_avx2(
+                    s.add(bi * sstride + bj),
+                    sstride,
+                    d.add(bj * dstride + bi),
+                    dstride,
+                )
+            });
+            true
+        }
+        1 => {
+            let (s, d) = (src.cast::<u8>(), dst.cast::<u8>());
+            // SAFETY: as above.
+            blocks(&|bi, bj| unsafe {
+                t8x8_bytes(
+                    s.add(bi * sstride + bj),
+                    sstride,
+                    d.add(bj * dstride + bi),
+                    dstride,
+                )
+            });
+            true
+        }
+        _ => false,
+    }
+}
+
+/// An 8×8 block of 4-byte elements transposed with AVX2 shuffles (bit patterns moved as they
+/// are; no arithmetic).
+///
+/// # Safety
+/// Eight rows of eight elements readable at `s` (stride `ss`) and writable at `d` (stride
+/// `ds`); AVX2 present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn t8x8_avx2(s: *const f32, ss: usize, d: *mut f32, ds: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the function's contract.
+    unsafe {
+        let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(s.add(i * ss)));
+        let t = [
+            _mm256_unpacklo_ps(r[0], r[1]),
+            _mm256_unpackhi_ps(r[0], r[1]),
+            _mm256_unpacklo_ps(r[2], r[3]),
+            _mm256_unpackhi_ps(r[2], r[3]),
+            _mm256_unpacklo_ps(r[4], r[5]),
+            _mm256_unpackhi_ps(r[4], r[5]),
+            _mm256_unpacklo_ps(r[6], r[7]),
+            _mm256_unpackhi_ps(r[6], r[7]),
+        ];
+        let u = [
+            _mm256_shuffle_ps::<0x44>(t[0], t[2]),
+            _mm256_shuffle_ps::<0xEE>(t[0], t[2]),
+            _mm256_shuffle_ps::<0x44>(t[1], t[3]),
+            _mm256_shuffle_ps::<0xEE>(t[1], t[3]),
+            _mm256_shuffle_ps::<0x44>(t[4], t[6]),
+            _mm256_shuffle_ps::<0xEE>(t[4], t[6]),
+            _mm256_shuffle_ps::<0x44>(t[5], t[7]),
+            _mm256_shuffle_ps::<0xEE>(t[5], t[7]),
+        ];
+        for i in 0..4 {
+            _mm256_storeu_ps(
+                d.add(i * ds),
+                _mm256_permute2f128_ps::<0x20>(u[i], u[i + 4]),
+            );
+            _mm256_storeu_ps(
+                d.add((i + 4) * ds),
+                _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]),
+            );
+        }
+    }
+}
+
+/// An 8×8 block of bytes transposed as eight 64-bit words (one per row): three rounds that
+/// swap 1-, 2- and 4-byte units between rows 1, 2 and 4 apart.
+///
+/// # Safety
+/// Eight rows of eight bytes readable at `s` (stride `ss`) and writable at `d` (stride `ds`).
+unsafe fn t8x8_bytes(s: *const u8, ss: usize, d: *mut u8, ds: usize) {
+    // SAFETY: the function's contract (unaligned 8-byte reads and writes).
+    let mut r: [u64; 8] = std::array::from_fn(|i| {
+        u64::from_le(unsafe { s.add(i * ss).cast::<u64>().read_unaligned() })
+    });
+    for (dist, shift, mask) in [
+        (1, 8, 0x00FF_00FF_00FF_00FFu64),
+        (2, 16, 0x0000_FFFF_0000_FFFF),
+        (4, 32, 0x0000_0000_FFFF_FFFF),
+    ] {
+        for i in (0..8).filter(|i| i & dist == 0) {
+            let (a, b) = (r[i], r[i + dist]);
+            let t = ((a >> shift) ^ b) & mask;
+            r[i + dist] = b ^ t;
+            r[i] = a ^ (t << shift);
+        }
+    }
+    for (i, w) in r.iter().enumerate() {
+        // SAFETY: as above.
+        unsafe { d.add(i * ds).cast::<u64>().write_unaligned(w.to_le()) };
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +282,27 @@ mod tests {
         assert_eq!(swap_of(&[2, 3, 4], &[2, 1, 0]), None);
         assert_eq!(swap_of(&[2, 3, 4, 5], &[0, 2, 1, 3]), None);
         assert_eq!(swap_of(&[2, 3, 4], &[1, 0, 2]), None);
+    }
+
+    #[test]
+    fn whole_tiles_of_bytes_and_words_match_the_definition() {
+        // Whole 32×32 tiles and ragged edges, for the byte and the word kernels.
+        for (rows, cols) in [(64, 96), (70, 33), (32, 32), (100, 64)] {
+            let n = rows * cols;
+            let s = Swap {
+                batch: 1,
+                rows,
+                cols,
+            };
+            let words: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let bytes: Vec<u8> = words.iter().map(|&w| (w >> 13) as u8).collect();
+            let want = naive(&words, &[rows, cols], &[1, 0]);
+            assert_eq!(swap(&words, s), want, "{rows}x{cols} words");
+            let want_bytes: Vec<u8> = want.iter().map(|&w| (w >> 13) as u8).collect();
+            assert_eq!(swap(&bytes, s), want_bytes, "{rows}x{cols} bytes");
+        }
     }
 
     #[test]
