@@ -26,13 +26,14 @@
 
 use crate::args;
 use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor};
-use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
+use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err};
 use crate::quantize;
 use fp8c_core::narrow::E8M0Rounding;
 use fp8c_core::{AmaxComputeAlgo, Fp8Format, NarrowFormat};
 use fp8c_ir::{AmaxSource, DType, E8m0Round, Fp8Op, Support, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// Evaluates an op of the fp8 family.
 pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -236,7 +237,7 @@ pub(crate) fn amax(x: &Tensor) -> KResult<Tensor> {
     if !x.dtype().is_float() {
         return dtype_err!("x must be a float tensor, got {}", x.dtype());
     }
-    let v = float_values_any(x, "x")?;
+    let v = f32_values(x, "x")?;
     // f64 inputs: |x| rounded to f32 is monotone, so the f32 amax is the rounded f64 amax.
     let m = if v.len() >= PAR_MIN {
         // max is exact and order-free (NaN wins in each chunk and across chunks).
@@ -335,7 +336,7 @@ pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult
         return dtype_err!("x must be a float tensor other than FP8, got {}", x.dtype());
     }
     let scale = f32_scalar(scale, "scale")?;
-    let v = float_values_any(x, "x")?;
+    let v = f32_values(x, "x")?;
     let mut out = vec![0u8; v.len()];
     if v.len() >= PAR_MIN {
         out.par_chunks_mut(PAR_MIN)
@@ -344,7 +345,19 @@ pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult
     } else {
         fp8c_core::quantize_slice(fmt, &v, scale, &mut out, saturate);
     }
-    tensor(to, x.shape().to_vec(), out)
+    // The codes' vector becomes the tensor's storage (no copy).
+    Tensor::from_vec(to, x.shape().to_vec(), out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+}
+
+/// The values of a float tensor as f32: borrowed when it is f32 already (no copy), else
+/// converted as [`float_values_any`] does.
+fn f32_values<'a>(t: &'a Tensor, what: &str) -> KResult<Cow<'a, [f32]>> {
+    if t.dtype() == DType::F32
+        && let Data::F32(v) = Data::load(t)?
+    {
+        return Ok(v);
+    }
+    float_values_any(t, what).map(Cow::Owned)
 }
 
 /// `dequantize { to }(q, scale_inv)`: `f32(q) * scale_inv`, rounded once to `to`.
