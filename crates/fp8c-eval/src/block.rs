@@ -18,9 +18,9 @@
 //! The golden cases (`tests/gen/gen_block_cases.py`, numpy + ml_dtypes) check all of it bit
 //! for bit.
 
-use crate::data::{dims_of, tensor};
+use crate::data::dims_of;
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
-use crate::fp8::{float_values_any, format_of, store_f32};
+use crate::fp8::{codes_tensor, f32_values, format_of, store_f32};
 use fp8c_core::Fp8Format;
 use fp8c_ir::{BlockScaling, DType, Tensor};
 use rayon::prelude::*;
@@ -152,7 +152,7 @@ pub(crate) fn block_quantize(
     }
     let shape = x.shape().to_vec();
     let t = Tiles::new(&shape, rows, cols)?;
-    let v = float_values_any(x, "x")?;
+    let v = f32_values(x, "x")?;
     // One tile row (a tile's slice of one matrix row) at a time: contiguous segments.
     let per_mat = t.nr * t.nc;
     let mut amax = vec![0f32; t.mats * per_mat];
@@ -187,7 +187,7 @@ pub(crate) fn block_quantize(
         });
     let scale_inv: Vec<f32> = scale.iter().map(|&s| 1.0 / s).collect();
     Ok(vec![
-        tensor(to, shape.clone(), codes)?,
+        codes_tensor(to, shape.clone(), codes)?,
         Tensor::from_f32(t.grid_shape(&shape), &scale_inv),
     ])
 }

@@ -27,8 +27,8 @@ pub(crate) fn cast(x: &Tensor, to: DType, saturate: bool) -> KResult<Tensor> {
     }
     let shape = x.shape().to_vec();
     if let Some(fmt) = fp8::format_of(to) {
-        let v = fp8::float_values_any(x, "input")?;
-        return tensor(to, shape, fp8::encode(fmt, &v, saturate));
+        let v = fp8::f32_values(x, "input")?;
+        return fp8::codes_tensor(to, shape, fp8::encode(fmt, &v, saturate));
     }
     if let Some(fmt) = fp8::narrow_of(to) {
         let v = fp8::float_values_any(x, "input")?;

@@ -345,13 +345,17 @@ pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult
     } else {
         fp8c_core::quantize_slice(fmt, &v, scale, &mut out, saturate);
     }
-    // The codes' vector becomes the tensor's storage (no copy).
-    Tensor::from_vec(to, x.shape().to_vec(), out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+    codes_tensor(to, x.shape().to_vec(), out)
+}
+
+/// FP8 codes as a tensor of `dtype`: the vector becomes the tensor's storage (no copy).
+pub(crate) fn codes_tensor(dtype: DType, shape: Vec<u64>, codes: Vec<u8>) -> KResult<Tensor> {
+    Tensor::from_vec(dtype, shape, codes).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }
 
 /// The values of a float tensor as f32: borrowed when it is f32 already (no copy), else
 /// converted as [`float_values_any`] does.
-fn f32_values<'a>(t: &'a Tensor, what: &str) -> KResult<Cow<'a, [f32]>> {
+pub(crate) fn f32_values<'a>(t: &'a Tensor, what: &str) -> KResult<Cow<'a, [f32]>> {
     if t.dtype() == DType::F32
         && let Data::F32(v) = Data::load(t)?
     {
