@@ -89,15 +89,12 @@ fn product(
             // SAFETY: rows r0..r0+rows, columns c0..c0+w of `out` belong to this task alone
             // (the tasks tile the output), and `out` is m×n (asserted above).
             unsafe {
-                tiles(
-                    &am[r0 * k..][..rows * k],
-                    k,
-                    panel,
-                    alpha,
-                    dst.at(r0 * n + c0),
-                    n,
+                let out = Out {
+                    ptr: dst.at(r0 * n + c0),
+                    ldc: n,
                     w,
-                )
+                };
+                tiles(&am[r0 * k..][..rows * k], k, panel, alpha, out)
             }
         });
     };
@@ -192,51 +189,53 @@ unsafe fn decode_panel_avx2(bm: &[u8], n: usize, c0: usize, fmt: Fp8Format, pane
     }
 }
 
+/// Where a task's results go: rows `ldc` floats apart from `ptr`, `w ≤ NR` columns each.
+#[derive(Clone, Copy)]
+struct Out {
+    ptr: *mut f32,
+    ldc: usize,
+    w: usize,
+}
+
+impl Out {
+    /// The same columns from row `i` on.
+    fn rows_from(self, i: usize) -> Out {
+        Out {
+            ptr: self.ptr.wrapping_add(i * self.ldc),
+            ..self
+        }
+    }
+}
+
 /// Every row of `a` (row-major, `k` columns) against one panel: row i's `w` results, times
 /// `alpha`, go to `dst + i·ldc`.
 ///
 /// # Safety
 /// `dst` must be valid for writes of `a.len() / k` rows of `w ≤ NR` elements at stride
 /// `ldc`, touched by no one else during the call; `panel` holds `k × NR` values.
-unsafe fn tiles(
-    a: &[f32],
-    k: usize,
-    panel: &[f32],
-    alpha: f32,
-    dst: *mut f32,
-    ldc: usize,
-    w: usize,
-) {
+unsafe fn tiles(a: &[f32], k: usize, panel: &[f32], alpha: f32, out: Out) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA (checked just above); the rest is the caller's.
-        return unsafe { tiles_avx2(a, k, panel, alpha, dst, ldc, w) };
+        return unsafe { tiles_avx2(a, k, panel, alpha, out) };
     }
     // SAFETY: the caller's contract.
-    unsafe { tiles_portable(a, k, panel, alpha, dst, ldc, w) }
+    unsafe { tiles_portable(a, k, panel, alpha, out) }
 }
 
 /// [`tiles`] without SIMD: the same chains of [`f32::mul_add`], so the same bits.
 ///
 /// # Safety
 /// As [`tiles`].
-unsafe fn tiles_portable(
-    a: &[f32],
-    k: usize,
-    panel: &[f32],
-    alpha: f32,
-    dst: *mut f32,
-    ldc: usize,
-    w: usize,
-) {
+unsafe fn tiles_portable(a: &[f32], k: usize, panel: &[f32], alpha: f32, out: Out) {
     for (i, row) in a.chunks_exact(k).enumerate() {
-        for j in 0..w {
+        for j in 0..out.w {
             let acc = row
                 .iter()
                 .zip(panel.chunks_exact(NR))
                 .fold(0f32, |acc, (&x, p)| x.mul_add(p[j], acc));
             // SAFETY: the caller's contract (row i, column j < w).
-            unsafe { dst.add(i * ldc + j).write(acc * alpha) };
+            unsafe { out.ptr.add(i * out.ldc + j).write(acc * alpha) };
         }
     }
 }
@@ -248,29 +247,21 @@ unsafe fn tiles_portable(
 /// As [`tiles`], and the CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tiles_avx2(
-    a: &[f32],
-    k: usize,
-    panel: &[f32],
-    alpha: f32,
-    dst: *mut f32,
-    ldc: usize,
-    w: usize,
-) {
+unsafe fn tiles_avx2(a: &[f32], k: usize, panel: &[f32], alpha: f32, out: Out) {
     let rows = a.len() / k;
     let mut i = 0;
     while i < rows {
         let r = MR.min(rows - i);
-        let (ap, cp) = (a[i * k..].as_ptr(), dst.wrapping_add(i * ldc));
+        let (ap, cp) = (a[i * k..].as_ptr(), out.rows_from(i));
         // SAFETY: rows i..i+r of `a` exist, and the caller's contract covers `cp`.
         unsafe {
             match r {
-                6 => tile::<6>(ap, k, panel, alpha, cp, ldc, w),
-                5 => tile::<5>(ap, k, panel, alpha, cp, ldc, w),
-                4 => tile::<4>(ap, k, panel, alpha, cp, ldc, w),
-                3 => tile::<3>(ap, k, panel, alpha, cp, ldc, w),
-                2 => tile::<2>(ap, k, panel, alpha, cp, ldc, w),
-                _ => tile::<1>(ap, k, panel, alpha, cp, ldc, w),
+                6 => tile::<6>(ap, k, panel, alpha, cp),
+                5 => tile::<5>(ap, k, panel, alpha, cp),
+                4 => tile::<4>(ap, k, panel, alpha, cp),
+                3 => tile::<3>(ap, k, panel, alpha, cp),
+                2 => tile::<2>(ap, k, panel, alpha, cp),
+                _ => tile::<1>(ap, k, panel, alpha, cp),
             }
         }
         i += r;
@@ -284,15 +275,7 @@ unsafe fn tiles_avx2(
 /// [`tiles`] says; AVX2 and FMA present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile<const R: usize>(
-    a: *const f32,
-    k: usize,
-    panel: &[f32],
-    alpha: f32,
-    dst: *mut f32,
-    ldc: usize,
-    w: usize,
-) {
+unsafe fn tile<const R: usize>(a: *const f32, k: usize, panel: &[f32], alpha: f32, out: Out) {
     use std::arch::x86_64::*;
     debug_assert!(panel.len() >= k * NR);
     // SAFETY: the function's contract bounds every pointer below.
@@ -310,16 +293,16 @@ unsafe fn tile<const R: usize>(
         }
         let s = _mm256_set1_ps(alpha);
         for (r, acc) in acc.iter().enumerate() {
-            let cp = dst.add(r * ldc);
+            let cp = out.ptr.add(r * out.ldc);
             let (v0, v1) = (_mm256_mul_ps(acc[0], s), _mm256_mul_ps(acc[1], s));
-            if w == NR {
+            if out.w == NR {
                 _mm256_storeu_ps(cp, v0);
                 _mm256_storeu_ps(cp.add(8), v1);
             } else {
                 let mut t = [0f32; NR];
                 _mm256_storeu_ps(t.as_mut_ptr(), v0);
                 _mm256_storeu_ps(t.as_mut_ptr().add(8), v1);
-                std::ptr::copy_nonoverlapping(t.as_ptr(), cp, w);
+                std::ptr::copy_nonoverlapping(t.as_ptr(), cp, out.w);
             }
         }
     }
@@ -344,7 +327,14 @@ mod tests {
             let mut panel = vec![0f32; k * NR];
             decode_panel(b, n, c0, w, f, &mut panel);
             // SAFETY: `out` is m×n; rows of w columns from c0 at stride n are in it.
-            unsafe { tiles_portable(a, k, &panel, 0.5, out.as_mut_ptr().add(c0), n, w) };
+            unsafe {
+                let dst = Out {
+                    ptr: out.as_mut_ptr().add(c0),
+                    ldc: n,
+                    w,
+                };
+                tiles_portable(a, k, &panel, 0.5, dst)
+            };
         }
         out
     }

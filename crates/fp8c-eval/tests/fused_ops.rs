@@ -10,6 +10,14 @@ fn run(op: &Op, inputs: &[&Tensor]) -> Vec<Tensor> {
     eval_op(op, inputs).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// What the unfused graph gives for a quantizing fused op's outputs: `[y, quantize(y, s),
+/// amax(y)]`.
+fn unfused_quantized(y: Tensor, s: &Tensor, to: DType, saturate: bool) -> Vec<Tensor> {
+    let q = eval1(Op::Quantize { to, saturate }, &[&y, s]);
+    let a = eval1(Op::Amax, &[&y]);
+    vec![y, q, a]
+}
+
 fn seq(n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|i| ((i * 37 % 23) as f32 - 11.0) * scale)
@@ -107,20 +115,13 @@ fn elementwise_quantize_rounds_each_step_like_the_unfused_graph() {
         &[&t1],
     );
     let s = scalar_f32(8.0);
-    let q = eval1(
-        Op::Quantize {
-            to: DType::F8E5M2,
-            saturate: false,
-        },
-        &[&y, &s],
-    );
-    let a = eval1(Op::Amax, &[&y]);
+    let want = unfused_quantized(y, &s, DType::F8E5M2, false);
     let op = Op::ElementwiseQuantize {
         expr,
         to: DType::F8E5M2,
         saturate: false,
     };
-    assert_eq!(run(&op, &[&a0, &a1, &a2, &s]), vec![y, q, a]);
+    assert_eq!(run(&op, &[&a0, &a1, &a2, &s]), want);
     assert_eq!(fails(op, &[&a0, &s]), ErrorKind::Arity);
 }
 
@@ -247,18 +248,11 @@ fn large_elementwise_programs_broadcast_like_the_unfused_graph() {
     let y = eval1(Op::Erf, &[&t3]);
     assert_eq!(y.shape(), &[1, r, c]);
     let s = scalar_f32(64.0);
-    let q = eval1(
-        Op::Quantize {
-            to: DType::F8E4M3,
-            saturate: true,
-        },
-        &[&y, &s],
-    );
-    let a = eval1(Op::Amax, &[&y]);
+    let want = unfused_quantized(y, &s, DType::F8E4M3, true);
     let op = Op::ElementwiseQuantize {
         expr,
         to: DType::F8E4M3,
         saturate: true,
     };
-    assert_eq!(run(&op, &[&x, &col, &row, &k, &s]), vec![y, q, a]);
+    assert_eq!(run(&op, &[&x, &col, &row, &k, &s]), want);
 }

@@ -134,42 +134,46 @@ pub(crate) fn swap<T: Copy + Send + Sync>(src: &[T], s: Swap) -> Vec<T> {
 /// # Safety
 /// The tile's `TILE` rows of `TILE` elements must be readable at `src` and writable at `dst`.
 unsafe fn whole_tile<T: Copy>(src: *const T, sstride: usize, dst: *mut T, dstride: usize) -> bool {
-    let blocks = |f: &dyn Fn(usize, usize)| {
-        for bi in (0..TILE).step_by(8) {
-            for bj in (0..TILE).step_by(8) {
-                f(bi, bj);
-            }
-        }
-    };
     match size_of::<T>() {
         #[cfg(target_arch = "x86_64")]
         4 if std::arch::is_x86_feature_detected!("avx2") => {
-            let (s, d) = (src.cast::<f32>(), dst.cast::<f32>());
-            // SAFETY: the blocks lie within the tile (the caller's contract); AVX2 is present.
-            blocks(&|bi, bj| unsafe {
-                t8x8_avx2(
-                    s.add(bi * sstride + bj),
-                    sstride,
-                    d.add(bj * dstride + bi),
-                    dstride,
-                )
-            });
+            // SAFETY: the caller's contract; AVX2 is present (checked just above).
+            unsafe { by_blocks(src.cast(), sstride, dst.cast(), dstride, t8x8_avx2) };
             true
         }
         1 => {
-            let (s, d) = (src.cast::<u8>(), dst.cast::<u8>());
-            // SAFETY: as above.
-            blocks(&|bi, bj| unsafe {
-                t8x8_bytes(
-                    s.add(bi * sstride + bj),
-                    sstride,
-                    d.add(bj * dstride + bi),
-                    dstride,
-                )
-            });
+            // SAFETY: the caller's contract.
+            unsafe { by_blocks(src.cast(), sstride, dst.cast(), dstride, t8x8_bytes) };
             true
         }
         _ => false,
+    }
+}
+
+/// Every 8×8 block of a whole tile through `kernel` (arguments as [`whole_tile`]'s; the block
+/// at source rows `bi..`, columns `bj..` goes to destination rows `bj..`, columns `bi..`).
+///
+/// # Safety
+/// As [`whole_tile`], and `kernel`'s own requirements (the CPU features it is built for).
+unsafe fn by_blocks<E>(
+    src: *const E,
+    sstride: usize,
+    dst: *mut E,
+    dstride: usize,
+    kernel: unsafe fn(*const E, usize, *mut E, usize),
+) {
+    for bi in (0..TILE).step_by(8) {
+        for bj in (0..TILE).step_by(8) {
+            // SAFETY: the block lies within the tile (the caller's contract).
+            unsafe {
+                kernel(
+                    src.add(bi * sstride + bj),
+                    sstride,
+                    dst.add(bj * dstride + bi),
+                    dstride,
+                )
+            };
+        }
     }
 }
 
