@@ -142,30 +142,59 @@ pub(crate) fn gather_tensor(
     fill: &[u8],
     shape: Vec<u64>,
 ) -> KResult<Tensor> {
-    fn typed<T: bytemuck::Pod + Send + Sync>(
-        x: &Tensor,
-        tables: &[Table],
-        fill: &[u8],
+    struct Gather<'a> {
+        x: &'a Tensor,
+        tables: &'a [Table],
+        fill: &'a [u8],
         shape: Vec<u64>,
-    ) -> KResult<Tensor> {
-        let src = x
-            .as_slice::<T>()
-            .map_err(|m| Fail::new(ErrorKind::DType, m))?;
-        let fill: T = bytemuck::try_pod_read_unaligned(fill)
-            .map_err(|e| Fail::new(ErrorKind::DType, format!("fill value: {e:?}")))?;
-        let out = gather_typed(src, tables, fill);
-        Tensor::from_vec(x.dtype(), shape, out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
     }
-    match x.dtype().size() {
-        1 => typed::<u8>(x, tables, fill, shape),
-        2 => typed::<u16>(x, tables, fill, shape),
-        4 => typed::<u32>(x, tables, fill, shape),
-        8 => typed::<u64>(x, tables, fill, shape),
+    impl OnWords for Gather<'_> {
+        const WHAT: &'static str = "gathered";
+        fn run<T: bytemuck::Pod + Send + Sync>(self) -> KResult<Tensor> {
+            let src = self
+                .x
+                .as_slice::<T>()
+                .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+            let fill: T = bytemuck::try_pod_read_unaligned(self.fill)
+                .map_err(|e| Fail::new(ErrorKind::DType, format!("fill value: {e:?}")))?;
+            let out = gather_typed(src, self.tables, fill);
+            words_tensor(self.x.dtype(), self.shape, out)
+        }
+    }
+    let op = Gather {
+        x,
+        tables,
+        fill,
+        shape,
+    };
+    on_words(x.dtype().size(), op)
+}
+
+/// An operation on a tensor's elements moved as plain words of their size.
+trait OnWords {
+    /// What it does to elements, for the error on a size with no word type ("gathered").
+    const WHAT: &'static str;
+    /// The operation with `T` the word type of the elements' size.
+    fn run<T: bytemuck::Pod + Send + Sync>(self) -> KResult<Tensor>;
+}
+
+/// Runs `op` with the word type of `size`-byte elements (u8, u16, u32 or u64).
+fn on_words<O: OnWords>(size: usize, op: O) -> KResult<Tensor> {
+    match size {
+        1 => op.run::<u8>(),
+        2 => op.run::<u16>(),
+        4 => op.run::<u32>(),
+        8 => op.run::<u64>(),
         n => Err(Fail::new(
             ErrorKind::Unsupported,
-            format!("internal: {n}-byte elements cannot be gathered"),
+            format!("internal: {n}-byte elements cannot be {}", O::WHAT),
         )),
     }
+}
+
+/// A tensor of `dtype` and `shape` whose storage is `words` (no copy).
+fn words_tensor<T: bytemuck::Pod>(dtype: DType, shape: Vec<u64>, words: Vec<T>) -> KResult<Tensor> {
+    Tensor::from_vec(dtype, shape, words).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
 }
 
 /// [`gather_tensor`] on typed elements.
@@ -339,27 +368,18 @@ pub(crate) fn transpose(x: &Tensor, perm: &[i64]) -> KResult<Tensor> {
 
 /// `x` transposed as the batch of 2-D transposes `s` (its elements moved as raw words).
 fn swapped(x: &Tensor, s: swap::Swap, shape: Vec<u64>) -> KResult<Tensor> {
-    fn typed<T: bytemuck::Pod + Send + Sync>(
-        x: &Tensor,
-        s: swap::Swap,
-        shape: Vec<u64>,
-    ) -> KResult<Tensor> {
-        let src = x
-            .as_slice::<T>()
-            .map_err(|m| Fail::new(ErrorKind::DType, m))?;
-        Tensor::from_vec(x.dtype(), shape, swap::swap(src, s))
-            .map_err(|m| Fail::new(ErrorKind::TooLarge, m))
+    struct Swapped<'a>(&'a Tensor, swap::Swap, Vec<u64>);
+    impl OnWords for Swapped<'_> {
+        const WHAT: &'static str = "transposed";
+        fn run<T: bytemuck::Pod + Send + Sync>(self) -> KResult<Tensor> {
+            let Swapped(x, s, shape) = self;
+            let src = x
+                .as_slice::<T>()
+                .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+            words_tensor(x.dtype(), shape, swap::swap(src, s))
+        }
     }
-    match x.dtype().size() {
-        1 => typed::<u8>(x, s, shape),
-        2 => typed::<u16>(x, s, shape),
-        4 => typed::<u32>(x, s, shape),
-        8 => typed::<u64>(x, s, shape),
-        n => Err(Fail::new(
-            ErrorKind::Unsupported,
-            format!("internal: {n}-byte elements cannot be transposed"),
-        )),
-    }
+    on_words(x.dtype().size(), Swapped(x, s, shape))
 }
 
 /// `unsqueeze { axes }`: axes are positions in the output.
@@ -476,30 +496,22 @@ fn concat(inputs: &[&Tensor], axis: i64) -> KResult<Tensor> {
 /// in order as whole 1-, 2-, 4- or 8-byte words into the vector that becomes its storage
 /// (one copy; concat and split had built bytes and copied them again into aligned storage).
 fn runs_tensor(dtype: DType, shape: Vec<u64>, runs: &[(&Tensor, usize, usize)]) -> KResult<Tensor> {
-    fn typed<T: bytemuck::Pod>(
-        dtype: DType,
-        shape: Vec<u64>,
-        runs: &[(&Tensor, usize, usize)],
-    ) -> KResult<Tensor> {
-        let mut out = Vec::with_capacity(runs.iter().map(|r| r.2).sum());
-        for &(t, first, count) in runs {
-            let src = t
-                .as_slice::<T>()
-                .map_err(|m| Fail::new(ErrorKind::DType, m))?;
-            out.extend_from_slice(&src[first..first + count]);
+    struct Runs<'a>(DType, Vec<u64>, &'a [(&'a Tensor, usize, usize)]);
+    impl OnWords for Runs<'_> {
+        const WHAT: &'static str = "copied as words";
+        fn run<T: bytemuck::Pod + Send + Sync>(self) -> KResult<Tensor> {
+            let Runs(dtype, shape, runs) = self;
+            let mut out = Vec::with_capacity(runs.iter().map(|r| r.2).sum());
+            for &(t, first, count) in runs {
+                let src = t
+                    .as_slice::<T>()
+                    .map_err(|m| Fail::new(ErrorKind::DType, m))?;
+                out.extend_from_slice(&src[first..first + count]);
+            }
+            words_tensor(dtype, shape, out)
         }
-        Tensor::from_vec(dtype, shape, out).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
     }
-    match dtype.size() {
-        1 => typed::<u8>(dtype, shape, runs),
-        2 => typed::<u16>(dtype, shape, runs),
-        4 => typed::<u32>(dtype, shape, runs),
-        8 => typed::<u64>(dtype, shape, runs),
-        n => Err(Fail::new(
-            ErrorKind::Unsupported,
-            format!("internal: {n}-byte elements cannot be copied as words"),
-        )),
-    }
+    on_words(dtype.size(), Runs(dtype, shape, runs))
 }
 
 /// `split { axis, split }`: one output per entry of `split`, which must sum to the axis.
