@@ -8,6 +8,7 @@
 pub mod autodiff;
 mod block_scaling;
 pub mod canonicalize;
+pub mod fold_batch_norm;
 pub mod freeze;
 pub mod fusion;
 mod manager;

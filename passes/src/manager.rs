@@ -95,6 +95,9 @@ pub fn pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(crate::canonicalize::Canonicalize),
         // Precision reads static shapes, so it runs after canonicalize.
         Box::new(crate::precision::PrecisionPass),
+        // Inference only, after precision: it folds into the convolutions left in high
+        // precision (a folded FP8 weight would share one scale across channels).
+        Box::new(crate::fold_batch_norm::FoldBatchNorm),
         // Scaling materialises the precision decisions.
         Box::new(crate::scaling::ScalingPass),
         // Training only (`PassOptions::train`): after scaling, so the backward GEMMs read the
