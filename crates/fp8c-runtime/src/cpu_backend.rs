@@ -19,6 +19,8 @@ use crate::program::{BufId, BufferKind, Program, Step};
 use fp8c_ir::Tensor;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The CPU reference backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -109,8 +111,19 @@ impl Executable for CpuExecutable {
         // The steps run on one of rayon's worker threads: a kernel's parallel loop then
         // starts from inside the pool (its pieces go to the worker's own queue, and with one
         // thread run inline) instead of being handed to the pool and waited for with a
-        // blocking latch, two context switches per op that dominated small models.
-        rayon::scope(|_| self.run_steps(inputs, obs))
+        // blocking latch, two context switches per op that dominated small models. The other
+        // workers stay awake for the run (`keep_warm`).
+        let done = AtomicBool::new(false);
+        rayon::scope(|s| {
+            let owner = rayon::current_thread_index();
+            for _ in 1..rayon::current_num_threads() {
+                let done = &done;
+                s.spawn(move |_| keep_warm(done, owner));
+            }
+            let out = self.run_steps(inputs, obs);
+            done.store(true, Ordering::Release);
+            out
+        })
     }
 
     fn state(&self) -> BTreeMap<String, Tensor> {
@@ -125,6 +138,32 @@ impl Executable for CpuExecutable {
         let s = self.program.state_for_value(name, &value)?;
         self.state.insert(s.buf, value);
         Ok(())
+    }
+}
+
+/// How long a worker kept awake by [`keep_warm`] waits for work before it goes back to
+/// rayon's own sleep.
+const WARM_IDLE: Duration = Duration::from_millis(2);
+
+/// Keeps a worker of the pool awake while a run lasts, taking the run's parallel pieces as
+/// they come (`rayon::yield_now` runs one pending job of the pool), as onnxruntime's workers
+/// spin during a run. Without it a worker falls asleep between the run's small parallel ops
+/// and each op pays a futex wake-up and a context switch: at two threads that cost more than
+/// the second core gave (llama-tiny ran no faster on two threads than on one). A worker that
+/// finds no work for [`WARM_IDLE`] stops (a long serial step does not keep a core busy for
+/// nothing), and the job returns at once on the run's own thread (which may pick it up while
+/// it waits for a piece of its own): spinning there would never let the run finish.
+fn keep_warm(done: &AtomicBool, owner: Option<usize>) {
+    if rayon::current_thread_index() == owner {
+        return;
+    }
+    let mut idle_since = Instant::now();
+    while !done.load(Ordering::Acquire) {
+        match rayon::yield_now() {
+            Some(rayon::Yield::Executed) => idle_since = Instant::now(),
+            _ if idle_since.elapsed() > WARM_IDLE => return,
+            _ => std::hint::spin_loop(),
+        }
     }
 }
 
