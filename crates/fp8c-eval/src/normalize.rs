@@ -274,6 +274,15 @@ fn normalize_rows(inputs: &[&Tensor], axis: i64, epsilon: f32, rms: bool) -> KRe
     store(out, x.dtype(), x.shape())
 }
 
+/// `e^d` for a max-subtracted `d ≤ 0`, the same value as `f64::exp`: below −746 the result is
+/// 0 either way (e^d < 2^-1075, half the smallest subnormal), but the C library takes its
+/// underflow path there (raising the flag and setting `errno`), which an attention mask of
+/// `f32::MIN` sends every masked element through.
+#[inline(always)]
+fn exp_shifted(d: f64) -> f64 {
+    if d < -746.0 { 0.0 } else { d.exp() }
+}
+
 /// `softmax { axis }` (`log = false`) and `log_softmax { axis }` (`log = true`), max-subtracted:
 /// `exp(x − max) / Σ exp(x − max)` and `x − max − ln Σ exp(x − max)` along one axis.
 fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
@@ -290,7 +299,7 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
             let xr = &xs[r * d..][..d];
             let max = max_keep_nan(xr.iter().map(|&v| f64::from(v)));
             if log {
-                let ls = sum_f64(xr, |v| (f64::from(v) - max).exp()).ln();
+                let ls = sum_f64(xr, |v| exp_shifted(f64::from(v) - max)).ln();
                 for (y, &v) in o.iter_mut().zip(xr) {
                     *y = (f64::from(v) - max - ls) as f32;
                 }
@@ -299,7 +308,7 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
             EXPS.with(|e| {
                 let mut e = e.borrow_mut();
                 e.clear();
-                e.extend(xr.iter().map(|&v| (f64::from(v) - max).exp()));
+                e.extend(xr.iter().map(|&v| exp_shifted(f64::from(v) - max)));
                 let sum = sum_f64(&e, |v| v);
                 for (y, &v) in o.iter_mut().zip(e.iter()) {
                     *y = (v / sum) as f32;
@@ -316,7 +325,7 @@ fn softmax(x: &Tensor, axis: i64, log: bool) -> KResult<Tensor> {
             let at = |j: usize| block[j * inner + i];
             let max = max_keep_nan((0..d).map(at));
             for j in 0..d {
-                o[j * inner + i] = (at(j) - max).exp();
+                o[j * inner + i] = exp_shifted(at(j) - max);
             }
             let sum = sum_lanes((0..d).map(|j| o[j * inner + i]));
             if log {
@@ -423,4 +432,46 @@ fn softmax_grad(y: &Tensor, dy: &Tensor, axis: i64, log: bool) -> KResult<Tensor
         }
     });
     store(out, y.dtype(), y.shape())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exp_shifted;
+
+    #[test]
+    fn the_shifted_exp_is_the_library_exp() {
+        let mut ds = vec![
+            0.0,
+            -0.0,
+            -1.0,
+            -700.0,
+            -708.5,
+            -745.0,
+            -745.133,
+            -745.1332191019412,
+        ];
+        ds.extend([
+            -745.14,
+            -745.9,
+            -746.0,
+            -746.000001,
+            -1e5,
+            f64::from(f32::MIN),
+            -1e300,
+        ]);
+        ds.extend([f64::NEG_INFINITY, f64::NAN]);
+        // Every f64 from −744 down to −748 in steps of about 2^-40.
+        let mut d = -744.0f64;
+        while d > -748.0 {
+            ds.push(d);
+            d -= 2f64.powi(-40) * 1_000_003.0;
+        }
+        for d in ds {
+            let (got, want) = (exp_shifted(d), d.exp());
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "e^{d}: {got:e} vs {want:e}"
+            );
+        }
+    }
 }
