@@ -222,7 +222,11 @@ mod tests {
             let (e, t) = exp_tanh_with(x, expm1_horner);
             let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
             assert!(same(exp_f32(x), e), "exp({x:e}): {:e} vs {e:e}", exp_f32(x));
-            assert!(same(tanh_f32(x), t), "tanh({x:e}): {:e} vs {t:e}", tanh_f32(x));
+            assert!(
+                same(tanh_f32(x), t),
+                "tanh({x:e}): {:e} vs {t:e}",
+                tanh_f32(x)
+            );
             n += 1;
         }
         assert!(n > 1_000_000);
