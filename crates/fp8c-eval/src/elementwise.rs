@@ -232,6 +232,18 @@ fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
         {
             Data::F32(Cow::from(crate::erf::gelu(&v)))
         }
+        Data::F32(v)
+            if matches!(
+                op,
+                E::Gelu {
+                    approximate: GeluApprox::Tanh
+                }
+            ) =>
+        {
+            Data::F32(Cow::from(par_map(&v, |&x| {
+                fp8c_ir::elementwise::gelu_tanh(x)
+            })))
+        }
         Data::F32(v) => Data::F32(Cow::from(float(op, &v)?)),
         Data::F64(v) => Data::F64(Cow::from(float(op, &v)?)),
         Data::I64(v) if signed => Data::I64(Cow::from(int(op, &v)?)),

@@ -63,6 +63,32 @@ fn gelu_matches_its_definition() {
     assert!((y[5] - 0.841_192).abs() < 1e-6);
 }
 
+/// The f32 tanh GELU (mapped through the vector loop) is the elementwise table's scalar
+/// formula, element for element, on a tensor large enough to be split over threads, with
+/// saturating, tiny, signed-zero and non-finite inputs.
+#[test]
+fn tanh_gelu_on_f32_is_the_scalar_formula_bit_for_bit() {
+    let mut xs: Vec<f32> = (0..70_000)
+        .map(|i| ((i * 7919 % 70_000) as f32 / 70_000.0 - 0.5) * 24.0)
+        .collect();
+    xs.extend([0.0, -0.0, 1e-40, -1e-30, 1e30, -1e30, f32::INFINITY]);
+    xs.extend([f32::NEG_INFINITY, f32::NAN, f32::MAX, f32::MIN]);
+    let x = f32s(&[xs.len() as u64], &xs);
+    let y = vf32(&eval1(
+        Op::Gelu {
+            approximate: GeluApprox::Tanh,
+        },
+        &[&x],
+    ));
+    for (&v, &got) in xs.iter().zip(&y) {
+        let want = fp8c_ir::elementwise::gelu_tanh(v);
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "gelu_tanh({v:e}) = {got:e}, the formula gives {want:e}"
+        );
+    }
+}
+
 #[test]
 fn sigmoid_does_not_overflow_and_keeps_tiny_values() {
     let y = vf32(&eval1(

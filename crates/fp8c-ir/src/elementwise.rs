@@ -271,6 +271,16 @@ pub trait PredicateKernel<T> {
 /// √(2/π), the tanh-GELU constant.
 pub const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 
+/// The tanh GELU, `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`, in `F` (the table's row; the
+/// CPU evaluator maps f32 tensors through it directly, where the row's closure, which also
+/// holds the exact form, was not inlined into the vector loop).
+#[inline(always)]
+pub fn gelu_tanh<F: Real>(x: F) -> F {
+    F::from_f64(0.5)
+        * x
+        * (F::ONE + (F::from_f64(SQRT_2_OVER_PI) * (x + F::from_f64(0.044715) * x * x * x)).tanh())
+}
+
 /// 1/√(2π), the normal density's factor (the exact GELU's derivative).
 pub const INV_SQRT_2PI: f64 = 0.398_942_280_401_432_7;
 
@@ -422,7 +432,7 @@ elementwise_table! {
     Gelu { approximate } => Unary, cuda Ok("ew_gelu_{approximate}({a0})"),
         float |x| match approximate {
             crate::GeluApprox::None => F::from_f64(0.5) * x * (F::ONE + (x * F::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf()),
-            crate::GeluApprox::Tanh => F::from_f64(0.5) * x * (F::ONE + (F::from_f64(SQRT_2_OVER_PI) * (x + F::from_f64(0.044715) * x * x * x)).tanh()),
+            crate::GeluApprox::Tanh => gelu_tanh(x),
         },
         grad Grad::Formulas(&["gelu_grad(x, dy)"]);
     LeakyRelu { alpha } => Unary, cuda Ok("ew_leaky_relu({a0}, {alpha})"),
