@@ -7,7 +7,8 @@ Usage (with the project's venv: PY=$(scripts/python-env.sh)):
   $PY scripts/onnx_check.py MODEL.onnx
 
 Prints {"ir_version", "opsets": {domain: version}, "ops": {op_type: count},
-"initializers": {onnx dtype name: count}, "initializer_bytes": n}. Exits non-zero with the
+"initializers": {onnx dtype name: count}, "initializer_bytes": n, "external_initializers": n
+(initializers whose data lives in another file)}. Exits non-zero with the
 checker's message if the model is invalid.
 """
 
@@ -30,7 +31,9 @@ def main() -> int:
         ops[node.op_type] = ops.get(node.op_type, 0) + 1
     inits: dict[str, int] = {}
     nbytes = 0
+    external = 0
     for t in model.graph.initializer:
+        external += t.data_location == onnx.TensorProto.EXTERNAL
         name = onnx.TensorProto.DataType.Name(t.data_type)
         inits[name] = inits.get(name, 0) + 1
         nbytes += len(t.raw_data)
@@ -42,6 +45,7 @@ def main() -> int:
                 "ops": ops,
                 "initializers": inits,
                 "initializer_bytes": nbytes,
+                "external_initializers": external,
             },
             sort_keys=True,
         )

@@ -499,3 +499,286 @@ fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
         r.stderr
     );
 }
+
+/// `scripts/make_export_models.py`'s model `name` (`tests/models/export/`).
+fn export_model(name: &str) -> std::path::PathBuf {
+    support::repo_root().join(format!("tests/models/export/{name}.onnx"))
+}
+
+/// `fp8c compile MODEL --emit onnx -o OUT --min-fp8-flops 0 [extra]`.
+fn emit_onnx(model: &Path, out: &Path, extra: &[&str]) -> support::Run {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "compile".as_ref(),
+        model.as_os_str(),
+        "--emit".as_ref(),
+        "onnx".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        "--min-fp8-flops".as_ref(),
+        "0".as_ref(),
+    ];
+    args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+    support::run_fp8c(&args)
+}
+
+/// Half-precision models (a sweep found `--emit onnx` wrote f32 scales next to f16 values,
+/// which onnxruntime refuses, and left the f16 weights unquantized): the weights go to FP8 as
+/// in f32 models, every scale has the model's type, and onnxruntime runs the f16 export close
+/// to its own run of the f16 model, calibrated and with scales computed in the graph.
+#[test]
+fn f16_and_bf16_models_export_with_scales_of_their_own_type() {
+    let model = export_model("mlp_f16");
+    let (inputs, reference) =
+        support::ort_reference(&model, "export_mlp_f16", &["--dim", "batch=4"]);
+    let dir = support::scratch("onnx_export_f16");
+    let cal = ["--calibrate", inputs.to_str().unwrap()];
+    for (tag, extra) in [
+        ("calibrated", &cal[..]),
+        (
+            "current",
+            &["--recipe", "current", "--input-shape", "x=4x32"][..],
+        ),
+        (
+            "block",
+            &["--recipe", "block", "--input-shape", "x=4x32"][..],
+        ),
+    ] {
+        let out = dir.join(format!("{tag}.onnx"));
+        let r = emit_onnx(&model, &out, extra);
+        assert!(r.ok, "{tag}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("2 weights in FP8, 2 activations quantized"),
+            "{tag}: {}",
+            r.stderr
+        );
+        let info = onnx_check(&out);
+        let inits = &info["initializers"];
+        assert!(
+            inits["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 2,
+            "{tag}: {info}"
+        );
+        assert!(inits["FLOAT16"].as_i64().unwrap_or(0) >= 3, "{tag}: {info}");
+        if tag == "calibrated" {
+            // Every scale is f16: nothing f32 is left in the file.
+            assert!(inits.get("FLOAT").is_none(), "{tag}: {info}");
+        }
+        let ort_out = dir.join(format!("{tag}.ort.npz"));
+        ort_run(&out, &inputs, &ort_out);
+        let (got, want) = (support::read_npz(&ort_out), support::read_npz(&reference));
+        assert_eq!(got["y"].dtype(), fp8c_ir::DType::F16, "{tag}");
+        let c = fp8c_runtime::compare(&got["y"], &want["y"]).unwrap();
+        eprintln!(
+            "mlp_f16 {tag}: onnxruntime(FP8 Q/DQ) vs onnxruntime(f16) cosine={:.6}",
+            c.cosine
+        );
+        assert!(c.cosine >= 0.99, "{tag}: cosine {:.6}", c.cosine);
+    }
+
+    // bf16: onnxruntime has no CPU bf16 MatMul to run it, so ONNX's full checker judges it.
+    // NumPy has no bf16 for a calibration .npz: the calibrated export goes through the library.
+    let model = export_model("mlp_bf16");
+    let x: Vec<f64> = (0..4 * 32)
+        .map(|i| ((i * 37) % 17) as f64 / 8.0 - 1.0)
+        .collect();
+    let x = fp8c_ir::Tensor::from_f64_as(fp8c_ir::DType::BF16, vec![4, 32], &x).unwrap();
+    let loaded = fp8c_session::Model::load(&model).unwrap();
+    let opts = fp8c_session::CompileOptions::fp8()
+        .input_shape("x", &[4, 32])
+        .min_fp8_flops(0)
+        .recipe(fp8c_session::Recipe::Delayed(Default::default()));
+    let cal = std::collections::BTreeMap::from([("x".to_string(), x)]);
+    let r = fp8c_session::export::fp8_onnx(&loaded, &opts, &cal).unwrap();
+    assert_eq!((r.weights, r.activations), (2, 2));
+    let out = dir.join("bf16-calibrated.onnx");
+    r.save(&fp8c_session::files::Output::check("-o", &out, &[]).unwrap())
+        .unwrap();
+    let info = onnx_check(&out);
+    assert!(
+        info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 2,
+        "{info}"
+    );
+    assert!(info["initializers"].get("FLOAT").is_none(), "{info}");
+    let out = dir.join("bf16-block.onnx");
+    let r = emit_onnx(
+        &model,
+        &out,
+        &["--recipe", "block", "--input-shape", "x=4x32"],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("2 weights in FP8"), "{}", r.stderr);
+    let info = onnx_check(&out);
+    let inits = &info["initializers"];
+    assert!(inits["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 2, "{info}");
+    assert!(inits["BFLOAT16"].as_i64().unwrap_or(0) >= 3, "{info}");
+}
+
+/// GEMMs the importer builds inside an Einsum (a sweep found `--emit onnx` failed on them:
+/// `no node named "/Einsum.matmul3"`): a product whose operands are the Einsum's inputs moved
+/// about ("btd,de->bte", "bte,fe->btf") is quantized on the Einsum's inputs, so onnxruntime
+/// computes what `fp8c run` does; one whose operand is summed first ("btd,dg->bg") stays in
+/// high precision in the file, with a note, and its output is the f32 model's.
+#[test]
+fn einsum_products_quantize_on_the_einsum_or_stay_high_with_a_note() {
+    let model = export_model("einsum_linear");
+    let (inputs, reference) =
+        support::ort_reference(&model, "export_einsum_linear", &["--dim", "batch=4"]);
+    let dir = support::scratch("onnx_export_einsum");
+    let want = support::read_npz(&reference);
+    let cal = ["--calibrate", inputs.to_str().unwrap()];
+    for (recipe, extra) in [
+        ("delayed", &cal[..]),
+        (
+            "block",
+            &["--recipe", "block", "--input-shape", "x=4x8x32"][..],
+        ),
+    ] {
+        let out = dir.join(format!("{recipe}.onnx"));
+        let r = emit_onnx(&model, &out, extra);
+        assert!(r.ok, "{recipe}: {}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("2 weights in FP8, 2 activations quantized"),
+            "{recipe}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("\"/pool/Einsum.matmul")
+                && r.stderr.contains("sums label 't'")
+                && r.stderr.contains("kept in high precision in the ONNX file"),
+            "{recipe}: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("warning:"), "{recipe}: {}", r.stderr);
+        let info = onnx_check(&out);
+        assert_eq!(info["ops"]["Einsum"], 3, "{recipe}: {info}");
+        let ort_out = dir.join(format!("{recipe}.ort.npz"));
+        ort_run(&out, &inputs, &ort_out);
+        let ours = dir.join(format!("{recipe}.fp8c.npz"));
+        let mut args = vec![
+            "run",
+            model.to_str().unwrap(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--recipe",
+            recipe,
+            "--fast-accum",
+            "none",
+            "--min-fp8-flops",
+            "0",
+            "-o",
+            ours.to_str().unwrap(),
+        ];
+        if recipe == "delayed" {
+            args.extend(cal);
+        }
+        let r = support::run_fp8c(&args);
+        assert!(r.ok, "{recipe}: {}", r.stderr);
+        let (got, ours) = (support::read_npz(&ort_out), support::read_npz(&ours));
+        let c = fp8c_runtime::compare(&got["y"], &ours["y"]).unwrap();
+        let q = fp8c_runtime::compare(&got["y"], &want["y"]).unwrap();
+        let p = fp8c_runtime::compare(&got["pooled"], &want["pooled"]).unwrap();
+        eprintln!(
+            "einsum_linear {recipe}: y vs fp8c run rel_l2={:.3e}, vs f32 cosine={:.6}; pooled vs f32 rel_l2={:.3e}",
+            c.rel_l2, q.cosine, p.rel_l2
+        );
+        assert!(c.rel_l2 < 1e-5, "{recipe}: rel L2 {:.3e}", c.rel_l2);
+        assert!(q.cosine > 0.99, "{recipe}: cosine {:.6}", q.cosine);
+        assert!(p.rel_l2 < 1e-6, "{recipe}: pooled rel L2 {:.3e}", p.rel_l2);
+    }
+    // Only the pooled product in FP8: the file quantizes nothing, and says why.
+    let out = dir.join("pooled-only.onnx");
+    let r = emit_onnx(
+        &model,
+        &out,
+        &[
+            "--calibrate",
+            inputs.to_str().unwrap(),
+            "--keep-high",
+            "/proj/*",
+            "--keep-high",
+            "/out/*",
+        ],
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("0 weights in FP8, 0 activations quantized")
+            && r.stderr.contains(
+                "warning: the file quantizes nothing: its FP8 GEMMs are kept in high precision"
+            ),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A model whose weights are ONNX external data, exported to another folder (a sweep found the
+/// weights stayed f32, the warning said no GEMM went to FP8, and the copy pointed at the
+/// source's data file by a relative path): the weights go to FP8, the file is self-contained,
+/// onnxruntime runs it like `fp8c run`, and it loads with the session option the docs give.
+#[test]
+fn external_data_models_export_self_contained() {
+    let model = export_model("mlp_external");
+    let (inputs, reference) =
+        support::ort_reference(&model, "export_mlp_external", &["--dim", "batch=4"]);
+    let dir = support::scratch("onnx_export_external");
+    let out = dir.join("mlp.fp8.onnx");
+    let r = emit_onnx(&model, &out, &["--calibrate", inputs.to_str().unwrap()]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("2 weights in FP8, 2 activations quantized"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("warning:"), "{}", r.stderr);
+    let info = onnx_check(&out);
+    assert_eq!(info["external_initializers"], 0, "{info}");
+    assert!(
+        info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 2,
+        "{info}"
+    );
+    let ort_out = dir.join("ort.npz");
+    ort_run(&out, &inputs, &ort_out);
+    let ours = dir.join("fp8c.npz");
+    let r = support::run_fp8c([
+        "run",
+        model.to_str().unwrap(),
+        "--inputs",
+        inputs.to_str().unwrap(),
+        "--calibrate",
+        inputs.to_str().unwrap(),
+        "--recipe",
+        "delayed",
+        "--fast-accum",
+        "none",
+        "--min-fp8-flops",
+        "0",
+        "-o",
+        ours.to_str().unwrap(),
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let (got, ours, want) = (
+        support::read_npz(&ort_out),
+        support::read_npz(&ours),
+        support::read_npz(&reference),
+    );
+    let c = fp8c_runtime::compare(&got["y"], &ours["y"]).unwrap();
+    let q = fp8c_runtime::compare(&got["y"], &want["y"]).unwrap();
+    assert!(c.rel_l2 < 1e-5, "rel L2 {:.3e}", c.rel_l2);
+    assert!(q.cosine > 0.99, "cosine {:.6}", q.cosine);
+
+    // The help's line for onnxruntime's default session: FP8 exports load at BASIC.
+    let help = support::run_fp8c(["compile", "--help"]);
+    let line = "so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC";
+    assert!(help.stdout.contains(line), "{}", help.stdout);
+    let script = format!(
+        "import onnxruntime, sys\nso = onnxruntime.SessionOptions()\n{line}\nonnxruntime.InferenceSession(sys.argv[1], so, providers=['CPUExecutionProvider'])\n"
+    );
+    let r = Command::new(support::python())
+        .args(["-c", &script])
+        .arg(&out)
+        .output()
+        .expect("python runs");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+}

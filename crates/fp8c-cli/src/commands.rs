@@ -23,7 +23,11 @@ pub enum Emit {
     /// The IR as JSON (fp8c_ir::GraphDef).
     Json,
     /// Standard ONNX with FP8 QuantizeLinear/DequantizeLinear (weights stored in FP8, frozen
-    /// activation scales from --calibrate), for onnxruntime and TensorRT.
+    /// activation scales from --calibrate), for onnxruntime and TensorRT. onnxruntime (1.31)
+    /// loads it only with graph optimizations at BASIC or below (its EXTENDED fusions refuse
+    /// FP8 inputs): in Python, `so = onnxruntime.SessionOptions();
+    /// so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC`,
+    /// then `onnxruntime.InferenceSession(path, so)`.
     Onnx,
     /// An MLIR module (linalg / arith / math on tensors, FP8 types built in), verified by MLIR;
     /// needs a build with `--features mlir` and static shapes (--input-shape).
@@ -219,9 +223,9 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
             .get_or_insert_with(|| "none".to_string());
         opts.recipe = recipe_opts.recipe_for(Purpose::Inference { calibrated: false })?;
         let r = fp8c_session::export::fp8_onnx(model, &opts, &Default::default())?;
-        target.write_bytes(&r.bytes)?;
+        let data = r.save(&target)?;
         let how = "current scaling computed in the graph".to_string();
-        print_export(a, out, &r, &how);
+        print_export(a, out, data.as_deref(), &r, &how);
         return Ok(());
     }
     let Some(cal) = &a.calibrate else {
@@ -246,21 +250,23 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
     recipe.fast_accum.get_or_insert_with(|| "none".to_string());
     opts.recipe = recipe.recipe_for(Purpose::Inference { calibrated: true })?;
     let r = fp8c_session::export::fp8_onnx(model, &opts, &data)?;
-    target.write_bytes(&r.bytes)?;
+    let data_file = r.save(&target)?;
     let how = format!(
         "{} of {} FP8 tensors calibrated from {}",
         r.calibrated.0,
         r.calibrated.1,
         cal.display()
     );
-    print_export(a, out, &r, &how);
+    print_export(a, out, data_file.as_deref(), &r, &how);
     Ok(())
 }
 
-/// What `--emit onnx` wrote, how its scales were chosen, and why GEMMs stayed high.
+/// What `--emit onnx` wrote (and its external data file, if any), how its scales were chosen,
+/// why GEMMs stayed high, and which FP8 GEMMs the file keeps high.
 fn print_export(
     a: &CompileArgs,
     out: &std::path::Path,
+    data: Option<&std::path::Path>,
     r: &fp8c_session::export::Fp8Onnx,
     how: &str,
 ) {
@@ -271,11 +277,28 @@ fn print_export(
         r.weights,
         r.activations,
     );
+    if let Some(data) = data {
+        eprintln!(
+            "  weights in {} (the model is over protobuf's 2 GiB; keep the two files together)",
+            data.display()
+        );
+    }
     for line in &r.high_precision {
         eprintln!("  {line}");
     }
-    if r.weights == 0 {
-        eprintln!("warning: no GEMM went to FP8, so nothing was quantized (the reasons are above)");
+    for line in &r.kept_high {
+        eprintln!("  {line}");
+    }
+    if r.weights + r.activations == 0 {
+        if r.kept_high.is_empty() {
+            eprintln!(
+                "warning: no GEMM went to FP8, so nothing was quantized (the reasons are above)"
+            );
+        } else {
+            eprintln!(
+                "warning: the file quantizes nothing: its FP8 GEMMs are kept in high precision (the reasons are above)"
+            );
+        }
     }
 }
 

@@ -15,11 +15,13 @@
 pub mod builder;
 mod error;
 pub mod export;
+pub mod external_data;
 mod import;
 mod inspect;
 mod ops;
 pub mod qdq;
 pub mod qdq_current;
+mod qdq_origin;
 mod shape_inputs;
 mod stream;
 mod tensor;

@@ -9,6 +9,11 @@
 //! - every other node is kept as it was. `saturate` is 1 (ONNX's default), the zero points
 //!   are FP8 zeros, and `y_scale = 1 / scale` (fp8c follows TransformerEngine's convention
 //!   `q = cast(x · scale)`; ONNX's QuantizeLinear divides by `y_scale`).
+//! - scales have the operand's type (f32, f16 or bf16: opset 19's `y_scale` has `x`'s type, and
+//!   DequantizeLinear returns the scale's type, so an f16 MatMul gets f16 operands);
+//! - GEMMs are named as fp8c's graph names them; an importer's helper GEMM maps back to its
+//!   ONNX node only when that is exact ([`crate::qdq_origin`]), else it stays high precision;
+//! - the result is self-contained: external initializers are read in from `base_dir`.
 //!
 //! FP8 QuantizeLinear needs opset 19, so an older model is brought to opset 19 first: the ops
 //! whose form changed on the way (reduction, Squeeze/Unsqueeze and Split axes moving from
@@ -17,23 +22,29 @@
 use crate::OnnxError;
 use crate::proto::{AttributeProto, ModelProto, NodeProto, TensorProto};
 use crate::qdq_current::{Builder, CurrentTiles, int_attr};
+use crate::qdq_origin::EinsumPair;
 use crate::tensor::{dtype_from_onnx, tensor_to_proto};
 use fp8c_core::Fp8Format;
 use fp8c_ir::{DType, Tensor};
 use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
 
 /// One GEMM input to quantize.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QdqInput {
-    /// The ONNX node's name (`{op_type}_{index}` for a node without one, as the importer names
-    /// it).
+    /// The GEMM's name in fp8c's graph: the ONNX node's name (`{op_type}_{index}` for a node
+    /// without one, as the importer names it), or an importer helper's (an Einsum's product,
+    /// `{node}.matmul{n}`; see [`crate::qdq_origin`] for which map back).
     pub node: String,
-    /// Which input of the node (0 or 1 for MatMul/Gemm/Conv).
+    /// Which input of the node (0 or 1 for MatMul/Gemm/Conv/Einsum).
     pub input: usize,
     /// How its scale is chosen.
     pub scale: QdqScale,
     /// The FP8 type (`F8E4M3` or `F8E5M2`).
     pub to: DType,
+    /// The input's element type in the model (`F32`, `F16` or `BF16`): the type of its
+    /// scale and of the DequantizeLinear output that replaces it.
+    pub dtype: DType,
 }
 
 /// How an exported FP8 input is scaled.
@@ -54,12 +65,29 @@ pub const FP8_QDQ_OPSET: i64 = 19;
 /// scaling's exports).
 pub const BLOCKED_QDQ_OPSET: i64 = 21;
 
-/// `src` with the inputs in `qdq` quantized (see the module docs); how many weights were
-/// stored in FP8 and how many activation Q/DQ pairs were inserted.
+/// What [`export_qdq`] made.
+#[derive(Clone, Debug)]
+pub struct QdqExport {
+    /// The rewritten model, self-contained (external data read in).
+    pub model: ModelProto,
+    /// Weights stored in FP8 behind a DequantizeLinear.
+    pub weights: usize,
+    /// Activations given a QuantizeLinear/DequantizeLinear pair.
+    pub activations: usize,
+    /// FP8 GEMMs left in high precision in the file, one line each saying why (their operands
+    /// are no ONNX node's inputs).
+    pub kept_high: Vec<String>,
+}
+
+/// `src` with the inputs in `qdq` quantized (see the module docs). `base_dir` is the source
+/// model's folder, where its external data lives; every external initializer is read into the
+/// result. A GEMM whose operands are no ONNX node's inputs ([`crate::qdq_origin`]) is left as
+/// it was and listed in [`QdqExport::kept_high`].
 pub fn export_qdq(
     src: &ModelProto,
     qdq: &[QdqInput],
-) -> Result<(ModelProto, usize, usize), OnnxError> {
+    base_dir: Option<&Path>,
+) -> Result<QdqExport, OnnxError> {
     let mut model = src.clone();
     let opset = crate::ai_onnx_opset(&model)?;
     let current = qdq.iter().any(|q| matches!(q.scale, QdqScale::Current(_)));
@@ -88,6 +116,23 @@ pub fn export_qdq(
             }
         })
         .collect();
+    // Each GEMM's ONNX node, or why it has none (then none of its inputs is quantized).
+    let mut origin: BTreeMap<&str, Result<usize, String>> = BTreeMap::new();
+    for q in qdq {
+        let per_tile = matches!(&q.scale, QdqScale::Current(t) if !t.tensorwise());
+        let found = crate::qdq_origin::gemm_node(&names, &graph.node, &q.node, per_tile);
+        match origin.get(q.node.as_str()) {
+            Some(Ok(_)) | None => {
+                origin.insert(&q.node, found);
+            }
+            Some(Err(_)) => {}
+        }
+    }
+    let kept_high: Vec<String> = origin
+        .values()
+        .filter_map(|o| o.as_ref().err())
+        .map(|why| format!("{why}: kept in high precision in the ONNX file"))
+        .collect();
     let inits: BTreeMap<String, TensorProto> = graph
         .initializer
         .iter()
@@ -112,9 +157,10 @@ pub fn export_qdq(
     let (mut weights, mut acts) = (0, 0);
     let mut new_nodes: Vec<(usize, NodeProto)> = Vec::new();
     for q in qdq {
-        let k = names.iter().position(|n| *n == q.node).ok_or_else(|| {
-            OnnxError::Options(format!("no node named \"{}\" to quantize", q.node))
-        })?;
+        let Some(Ok(k)) = origin.get(q.node.as_str()) else {
+            continue;
+        };
+        let k = *k;
         let err = |m: String| OnnxError::node(&names[k], graph.node[k].op_type(), m);
         let value = graph.node[k]
             .input
@@ -127,21 +173,32 @@ pub fn export_qdq(
             DType::F8E5M2 => Fp8Format::E5M2,
             other => return Err(err(format!("cannot quantize to {other}"))),
         };
-        let float_init = inits.get(&value).filter(|t| {
-            dtype_from_onnx(t.data_type()).is_ok_and(|d| matches!(d, DType::F32))
-                && t.data_location != Some(1)
-        });
+        if !matches!(q.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(err(format!(
+                "input {} (\"{value}\") is {}; FP8 Q/DQ takes f32, f16 or bf16",
+                q.input, q.dtype
+            )));
+        }
+        // A weight: a float initializer of the operand's type (inline or external data).
+        let float_init = inits
+            .get(&value)
+            .filter(|t| dtype_from_onnx(t.data_type()).is_ok_and(|d| d == q.dtype));
+        let read_weight = |init: &TensorProto| {
+            let w = crate::tensor_from_proto(init, base_dir)
+                .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
+            let v = w.to_f32_vec().map_err(|e| err(e.to_string()))?;
+            Ok::<_, OnnxError>(Tensor::from_f32(w.shape().to_vec(), &v))
+        };
         let scale = match &q.scale {
             QdqScale::Static(s) => *s,
             QdqScale::Current(tiles) => {
                 let base = sanitize(&format!("{}.in{}", names[k], q.input));
                 let dq_out = match float_init {
                     Some(init) => {
-                        let w = crate::tensor_from_proto(init, None)
-                            .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
+                        let w = read_weight(init)?;
                         let k_axis = weight_k_axis(&graph.node[k], q.input);
                         let (codes, inv, attrs) =
-                            crate::qdq_current::weight(&w, k_axis, tiles, q.to)
+                            crate::qdq_current::weight(&w, k_axis, tiles, q.to, q.dtype)
                                 .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
                         let (q_name, s_name) = (
                             fresh(format!("{base}.fp8")),
@@ -167,7 +224,7 @@ pub fn export_qdq(
                             base,
                         };
                         let out = b
-                            .activation(&value, k_len, tiles, q.to)
+                            .activation(&value, k_len, tiles, q.to, q.dtype)
                             .map_err(|e| err(format!("input {} (\"{value}\"): {e}", q.input)))?;
                         graph.initializer.append(&mut b.inits);
                         new_nodes.extend(b.nodes.into_iter().map(|n| (k, n)));
@@ -185,7 +242,8 @@ pub fn export_qdq(
                 q.input
             )));
         }
-        let inv = Tensor::scalar_f32(1.0 / scale);
+        let (inv, inv_value) = typed_scale_inv(scale, q.dtype)
+            .map_err(|e| err(format!("input {} (\"{value}\"): {e}", q.input)))?;
         let zero = Tensor::from_bytes(q.to, vec![], vec![0]).expect("one FP8 zero");
         let base = sanitize(&format!("{}.in{}", names[k], q.input));
         let scale_name = fresh(format!("{base}.scale_inv"));
@@ -194,13 +252,21 @@ pub fn export_qdq(
         graph.initializer.push(tensor_to_proto(&zp_name, &zero));
         let dq_out = fresh(format!("{base}.dq"));
         if let Some(init) = float_init {
-            // A weight: stored in FP8, dequantized in the graph.
-            let w = crate::tensor_from_proto(init, None)
-                .map_err(|e| err(format!("weight \"{value}\": {e}")))?;
+            // A weight: stored in FP8, dequantized in the graph. In f32, `x · scale` as fp8c
+            // quantizes; in f16/bf16, `x / y_scale` with the y_scale the file holds (rounded
+            // to that type), as QuantizeLinear would.
+            let w = read_weight(init)?;
             let v = w.to_f32_vec().map_err(|e| err(e.to_string()))?;
             let codes: Vec<u8> = v
                 .iter()
-                .map(|&x| fp8c_core::encode_f32(fmt, x * scale, true))
+                .map(|&x| {
+                    let y = if q.dtype == DType::F32 {
+                        x * scale
+                    } else {
+                        x / inv_value
+                    };
+                    fp8c_core::encode_f32(fmt, y, true)
+                })
                 .collect();
             let qt = Tensor::from_bytes(q.to, w.shape().to_vec(), codes)
                 .map_err(|e| err(e.to_string()))?;
@@ -274,13 +340,52 @@ pub fn export_qdq(
     graph
         .input
         .retain(|i| !inits.contains_key(i.name()) || live.contains(i.name()));
-    Ok((model, weights, acts))
+    // The source's external data paths are relative to its folder, not the output's.
+    crate::external_data::read_in(&mut model, base_dir)?;
+    Ok(QdqExport {
+        model,
+        weights,
+        activations: acts,
+        kept_high,
+    })
+}
+
+/// `1 / scale` as a scalar of `dtype` (the operand's type: ONNX's y_scale has x's type),
+/// and its value. Below f32 it is rounded up, so that `x / y_scale` never exceeds the
+/// range the calibrated scale allows.
+fn typed_scale_inv(scale: f32, dtype: DType) -> Result<(Tensor, f32), String> {
+    let inv = 1.0 / scale;
+    if dtype == DType::F32 {
+        return Ok((Tensor::scalar_f32(inv), inv));
+    }
+    let t = Tensor::from_f64_as(dtype, vec![], &[f64::from(inv)])?;
+    let value = |t: &Tensor| t.to_f32_vec().map(|v| v[0]);
+    let t = if value(&t)? < inv {
+        // The next representable value up: f16 and bf16 are 16-bit sign-magnitude.
+        let bits = u16::from_le_bytes([t.bytes()[0], t.bytes()[1]]) + 1;
+        Tensor::from_bytes(dtype, vec![], bits.to_le_bytes().to_vec())?
+    } else {
+        t
+    };
+    let v = value(&t)?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!(
+            "its scale's inverse {inv:e} is out of {dtype}'s range"
+        ));
+    }
+    Ok((t, v))
 }
 
 /// The reduction axis of GEMM input `input` (a weight) of `n`: 0 for MatMul's `[K, N]` and
-/// Gemm's B unless `transB`, 1 for a transposed Gemm B (`[N, K]`).
+/// Gemm's B unless `transB`, 1 for a transposed Gemm B (`[N, K]`); a MatMul-shaped Einsum's
+/// contracted axis.
 fn weight_k_axis(n: &NodeProto, input: usize) -> usize {
     let trans = |name: &str| n.attribute.iter().any(|a| a.name() == name && a.i() != 0);
+    if n.op_type() == "Einsum"
+        && let Some((ka, kb)) = EinsumPair::of(n).ok().and_then(|p| p.matmul_k_axes())
+    {
+        return if input == 0 { ka } else { kb };
+    }
     match (n.op_type(), input) {
         ("Gemm", 1) if trans("transB") => 1,
         ("Gemm", 0) if !trans("transA") => 1,
@@ -290,7 +395,8 @@ fn weight_k_axis(n: &NodeProto, input: usize) -> usize {
 }
 
 /// The reduction length K of activation input `input` of node `k`, read from its weight
-/// operand's initializer (MatMul's `[K, N]`, Gemm's B by `transB`); `None` when unknown or when
+/// operand's initializer (MatMul's `[K, N]`, Gemm's B by `transB`, a MatMul-shaped Einsum's
+/// operand 1 by its contracted axis); `None` when unknown or when
 /// the activation's K is not its last axis (a Gemm with `transA`).
 fn reduction_len(
     graph: &crate::proto::GraphProto,
@@ -300,14 +406,14 @@ fn reduction_len(
 ) -> Option<i64> {
     let n = &graph.node[k];
     let trans = |name: &str| n.attribute.iter().any(|a| a.name() == name && a.i() != 0);
-    if input != 0 || !matches!(n.op_type(), "MatMul" | "Gemm") || trans("transA") {
+    if input != 0 || !matches!(n.op_type(), "MatMul" | "Gemm" | "Einsum") || trans("transA") {
         return None;
     }
     let w = inits.get(n.input.get(1)?)?;
-    let axis = if n.op_type() == "Gemm" && trans("transB") {
-        1
-    } else {
-        0
+    let axis = match n.op_type() {
+        "Gemm" if trans("transB") => 1,
+        "Einsum" => EinsumPair::of(n).ok()?.matmul_k_axes()?.1,
+        _ => 0,
     };
     (w.dims.len() == 2).then(|| w.dims[axis])
 }

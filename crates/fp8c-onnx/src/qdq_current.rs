@@ -19,12 +19,16 @@
 //! - `e8m0`: `scale_inv = 2^(floor(log2 amax) − emax)`, clipped to `[2^−127, 2^127]`, 1 where
 //!   amax is 0 or not finite (OCP MX v1.0). Stored as f32: the values are E8M0's, exactly.
 //!
+//! An f16 or bf16 activation is cast to f32 for its amax and scale, and the scale cast to the
+//! activation's type (raised to its smallest positive value first) for Q/DQ in that type; a
+//! weight's f32 scales are rounded to its type the same way.
+//!
 //! QuantizeLinear divides by `y_scale` where fp8c multiplies by the scale: identical when the
 //! scale is a power of two (pow2, e8m0), within one FP8 rounding of some elements otherwise.
 
 use crate::proto::attribute_proto::AttributeType;
 use crate::proto::{AttributeProto, NodeProto, TensorProto};
-use crate::tensor::tensor_to_proto;
+use crate::tensor::{dtype_to_onnx, tensor_to_proto};
 use fp8c_ir::{BlockScaling, DType, Op, Tensor};
 
 /// Per-tile current scaling of one GEMM input.
@@ -143,14 +147,45 @@ impl Builder<'_> {
         self.op("Where", &[&ok, &inv, &one], vec![])
     }
 
-    /// Quantizes and dequantizes activation `x` with current scaling by tiles `t`; `k` is its
-    /// reduction length (the last axis). Returns the dequantized value's name.
+    /// `x` in f32 (a Cast unless it is f32 already).
+    fn as_f32(&mut self, x: &str, dtype: DType) -> String {
+        if dtype == DType::F32 {
+            return x.to_string();
+        }
+        self.op(
+            "Cast",
+            &[x],
+            vec![int_attr("to", dtype_to_onnx(DType::F32) as i64)],
+        )
+    }
+
+    /// f32 `scale_inv` as `dtype`, the type of the activation it scales (ONNX's y_scale has
+    /// x's type): raised to the type's smallest positive value first, so that no tile's scale
+    /// becomes 0.
+    fn scale_as(&mut self, inv: String, dtype: DType) -> Result<String, String> {
+        if dtype == DType::F32 {
+            return Ok(inv);
+        }
+        let tiny = smallest_positive(dtype)?;
+        let tiny = self.f32("smallest_scale", tiny);
+        let inv = self.op("Max", &[&inv, &tiny], vec![]);
+        Ok(self.op(
+            "Cast",
+            &[&inv],
+            vec![int_attr("to", dtype_to_onnx(dtype) as i64)],
+        ))
+    }
+
+    /// Quantizes and dequantizes activation `x` of type `dtype` (f32, f16 or bf16) with
+    /// current scaling by tiles `t`; `k` is its reduction length (the last axis). The amax and
+    /// scale are computed in f32; Q/DQ run in `dtype`. Returns the dequantized value's name.
     pub fn activation(
         &mut self,
         x: &str,
         k: Option<i64>,
         t: &CurrentTiles,
         to: DType,
+        dtype: DType,
     ) -> Result<String, String> {
         let (fmt_max, emax, code) = format(to)?;
         let out_type = |extra: Vec<AttributeProto>| {
@@ -159,9 +194,11 @@ impl Builder<'_> {
             v
         };
         if t.tensorwise() {
-            let abs = self.op("Abs", &[x], vec![]);
+            let xf = self.as_f32(x, dtype);
+            let abs = self.op("Abs", &[&xf], vec![]);
             let amax = self.op("ReduceMax", &[&abs], vec![int_attr("keepdims", 0)]);
             let inv = self.scale_inv(&amax, t, fmt_max, emax);
+            let inv = self.scale_as(inv, dtype)?;
             let q = self.op("QuantizeLinear", &[x, &inv], out_type(vec![]));
             return Ok(self.op("DequantizeLinear", &[&q, &inv], vec![]));
         }
@@ -183,10 +220,12 @@ impl Builder<'_> {
         let x2 = self.op("Reshape", &[x, &flat], vec![]);
         let tiles = self.constant("tiles", &Tensor::from_i64(vec![3], &[-1, k / b, b]));
         let x3 = self.op("Reshape", &[&x2, &tiles], vec![]);
+        let x3 = self.as_f32(&x3, dtype);
         let abs = self.op("Abs", &[&x3], vec![]);
         let axes = self.constant("axes", &Tensor::from_i64(vec![1], &[2]));
         let amax = self.op("ReduceMax", &[&abs, &axes], vec![int_attr("keepdims", 0)]);
         let inv = self.scale_inv(&amax, t, fmt_max, emax);
+        let inv = self.scale_as(inv, dtype)?;
         let blocked = || vec![int_attr("axis", 1), int_attr("block_size", b)];
         let q = self.op("QuantizeLinear", &[&x2, &inv], out_type(blocked()));
         let dq = self.op("DequantizeLinear", &[&q, &inv], blocked());
@@ -197,7 +236,42 @@ impl Builder<'_> {
 /// A weight quantized by tiles `t` with fp8c's `block_quantize`: its FP8 codes and the
 /// `DequantizeLinear` scale and attributes that restore it. `k_axis` is the weight's reduction
 /// axis (0 for `[K, N]`, 1 for a Gemm's `transB` `[N, K]`); per-tensor tiles take any rank.
+/// `dtype` is the model's type for the weight (f32, f16, bf16): the scale's type, rounded to
+/// nearest and kept above 0, as the activations' scales are.
 pub fn weight(
+    w: &Tensor,
+    k_axis: usize,
+    t: &CurrentTiles,
+    to: DType,
+    dtype: DType,
+) -> Result<(Tensor, Tensor, Vec<AttributeProto>), String> {
+    let (codes, inv, attrs) = weight_f32(w, k_axis, t, to)?;
+    if dtype == DType::F32 {
+        return Ok((codes, inv, attrs));
+    }
+    let tiny = smallest_positive(dtype)?;
+    let v: Vec<f64> = inv
+        .to_f32_vec()?
+        .iter()
+        .map(|&s| f64::from(s.max(tiny)))
+        .collect();
+    let inv = Tensor::from_f64_as(dtype, inv.shape().to_vec(), &v)?;
+    Ok((codes, inv, attrs))
+}
+
+/// The smallest positive value of `dtype` (f16's or bf16's smallest subnormal).
+fn smallest_positive(dtype: DType) -> Result<f32, String> {
+    let one_bit = Tensor::from_bytes(dtype, vec![], vec![1, 0])?;
+    let v = one_bit.to_f32_vec()?[0];
+    if dtype.is_float() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("FP8 Q/DQ scales are f32, f16 or bf16, not {dtype}"))
+    }
+}
+
+/// [`weight`] with f32 scales.
+fn weight_f32(
     w: &Tensor,
     k_axis: usize,
     t: &CurrentTiles,

@@ -22,11 +22,11 @@ pub fn save_onnx(
     Ok(missing)
 }
 
-/// What [`fp8_onnx`] made.
+/// What [`fp8_onnx`] made; [`Fp8Onnx::save`] writes it.
 #[derive(Clone, Debug)]
 pub struct Fp8Onnx {
-    /// The encoded ONNX model.
-    pub bytes: Vec<u8>,
+    /// The model, self-contained (the source's external data read in).
+    model: fp8c_onnx::proto::ModelProto,
     /// Weights stored in FP8 (with a DequantizeLinear).
     pub weights: usize,
     /// Activations given a QuantizeLinear/DequantizeLinear pair.
@@ -35,6 +35,59 @@ pub struct Fp8Onnx {
     pub calibrated: (usize, usize),
     /// Why GEMMs stayed in high precision (as `fp8c run` prints it), one line per reason.
     pub high_precision: Vec<String>,
+    /// FP8 GEMMs of fp8c's graph the file keeps in high precision, one line each saying why
+    /// (their operands are no ONNX node's inputs: an importer's helper GEMM).
+    pub kept_high: Vec<String>,
+}
+
+impl Fp8Onnx {
+    /// The encoded model as one file, or `None` past protobuf's 2 GiB, which only
+    /// [`Fp8Onnx::save`] writes (with an external data file).
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        let len = prost::Message::encoded_len(&self.model);
+        (len <= fp8c_onnx::external_data::PROTOBUF_LIMIT)
+            .then(|| prost::Message::encode_to_vec(&self.model))
+    }
+
+    /// Writes the model to `out`: one self-contained file below protobuf's 2 GiB limit, else
+    /// the weights go to `OUT.data` next to it (ONNX external data, as `onnx.save_model`
+    /// with `save_as_external_data` writes it). Returns the data file's path when one was
+    /// written.
+    pub fn save(&self, out: &crate::files::Output) -> Result<Option<std::path::PathBuf>> {
+        if let Some(bytes) = self.bytes() {
+            out.write_bytes(&bytes)?;
+            return Ok(None);
+        }
+        let name = out
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: the model is over 2 GiB and needs an external data file named after it; give -o a UTF-8 file name",
+                    out.path().display()
+                ))
+            })?;
+        let location = format!("{name}.data");
+        let data_path = out.path().with_file_name(&location);
+        let mut model = self.model.clone();
+        // Initializers of 1 KiB and more go out (as onnx's default size_threshold).
+        let data = fp8c_onnx::external_data::write_out(&mut model, &location, 1024);
+        let bytes = prost::Message::encode_to_vec(&model);
+        if bytes.len() > fp8c_onnx::external_data::PROTOBUF_LIMIT {
+            return Err(Error::invalid(format!(
+                "{}: the graph without its weights is still over 2 GiB ({} bytes)",
+                out.path().display(),
+                bytes.len()
+            )));
+        }
+        if !out.is_discard() {
+            crate::files::Output::check("-o's external data", &data_path, &[])?
+                .write_bytes(&data)?;
+        }
+        out.write_bytes(&bytes)?;
+        Ok(Some(data_path))
+    }
 }
 
 /// The model as standard FP8 Q/DQ ONNX (see `fp8c_onnx::qdq`), compiled with `opts` (FP8).
@@ -99,6 +152,7 @@ pub fn fp8_onnx(
                 input,
                 scale: fp8c_onnx::qdq::QdqScale::Static(scale),
                 to,
+                dtype: operand_dtype(model.graph(), &fp8.graph, &d.name, input),
             });
         }
     }
@@ -177,14 +231,15 @@ fn current_onnx(model: &crate::Model, src: &Path, opts: &crate::CompileOptions) 
                 input,
                 scale: QdqScale::Current(tiles),
                 to,
+                dtype: operand_dtype(model.graph(), g, &d.name, input),
             });
         }
     }
     rewrite(src, &qdq, (0, 0), &fp8)
 }
 
-/// The source model at `src` with the GEMM inputs in `qdq` quantized, encoded, with what the
-/// compiled `fp8` graph says about the rest.
+/// The source model at `src` with the GEMM inputs in `qdq` quantized, with what the compiled
+/// `fp8` graph says about the rest.
 fn rewrite(
     src: &Path,
     qdq: &[fp8c_onnx::qdq::QdqInput],
@@ -194,15 +249,43 @@ fn rewrite(
     let bytes = std::fs::read(src)
         .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
     let source = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
-    let (out, weights, activations) =
-        fp8c_onnx::qdq::export_qdq(&source, qdq).with_context(|| src.display())?;
+    let base_dir = match src.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let out =
+        fp8c_onnx::qdq::export_qdq(&source, qdq, Some(base_dir)).with_context(|| src.display())?;
     Ok(Fp8Onnx {
-        bytes: prost::Message::encode_to_vec(&out),
-        weights,
-        activations,
+        model: out.model,
+        weights: out.weights,
+        activations: out.activations,
         calibrated,
         high_precision: fp8.high_precision_summary(),
+        kept_high: out.kept_high,
     })
+}
+
+/// The element type of input `input` of GEMM `gemm` in the source model: read from the
+/// imported graph `imported` (the importer keeps ONNX's types), else the type the compiled
+/// graph `compiled` gives the GEMM's result (ONNX's GEMMs take and give one type).
+fn operand_dtype(
+    imported: &fp8c_ir::Graph,
+    compiled: &fp8c_ir::Graph,
+    gemm: &str,
+    input: usize,
+) -> fp8c_ir::DType {
+    let from_import = imported.find_node(gemm).and_then(|id| {
+        let v = *imported.node(id).inputs().get(input)?;
+        Some(imported.value_type(v).dtype)
+    });
+    let from_result = || {
+        let id = compiled.find_node(gemm)?;
+        Some(compiled.node(id).outputs.first()?.dtype)
+    };
+    from_import
+        .or_else(from_result)
+        .filter(|d| d.is_float())
+        .unwrap_or(fp8c_ir::DType::F32)
 }
 
 /// The scaling-state tensor (`fc1.x`: its `.scale`, `.scale_inv`, `.amax_history`) that
