@@ -12,7 +12,8 @@ ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, LayerNormaliza
 and InvStdDev) or a new kernel (TopK), on shapes and attributes the ONNX backend node tests
 do not cover: broadcast ellipses, three-operand and bilinear einsums, strided/padded/grouped
 transposed convolutions with output_padding and output_shape, per-column zero points, and a
-dynamically quantized MLP made by onnxruntime.quantization.quantize_dynamic. Weights are
+dynamically quantized MLP made by onnxruntime.quantization.quantize_dynamic; and regressions
+from PyTorch exports: Sign on integers, Einsum and ConvTranspose with symbolic dims. Weights are
 random (seed 0) initializers; the graph inputs are filled by scripts/ort_reference.py
 (--make-inputs) at test time. Opset 21.
 
@@ -205,6 +206,41 @@ CASES = [
          group=4, pads=[1, 1, 1, 1], strides=[2, 2]),
     max_pool("max_pool_stride2_rows_of_16", [1, 2, 6, 33], [1, 2, 2, 16], kernel_shape=[3, 3],
              strides=[2, 2]),
+]
+
+
+# Regressions from third-party PyTorch exports, with their own generator (the earlier
+# models keep their weights): integer Sign (DeBERTa's relative-position buckets), Einsum and
+# ConvTranspose on inputs with symbolic dims (fed by --dim at test time).
+RNG_SYM = np.random.default_rng(2)
+
+
+def sign_int(name, elem, np_type, shift):
+    """Sign(x - shift) on an integer input: ort_reference.py draws integers in [0, 10), so a
+    shift of 5 gives negatives, zeros and positives."""
+    nodes = [helper.make_node("Sub", ["x", "shift"], ["d"]),
+             helper.make_node("Sign", ["d"], ["y"])]
+    return name, model(name, nodes, [("x", elem, [3, 7])], [("y", elem, [3, 7])],
+                       [init("shift", np.array(shift, np_type))])
+
+
+def conv_transpose_symbolic_batch(name):
+    w = RNG_SYM.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    b = RNG_SYM.standard_normal(2).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                            pads=[1, 1, 1, 1], output_padding=[1, 1])
+    return name, model(name, [node], [("x", F, ["batch", 3, 4, 5])],
+                       [("y", F, ["batch", 2, 8, 10])], [init("w", w), init("b", b)])
+
+
+CASES += [
+    sign_int("sign_int64", TensorProto.INT64, np.int64, 5),
+    sign_int("sign_int32", TensorProto.INT32, np.int32, 5),
+    sign_int("sign_uint8", U8, np.uint8, 0),
+    einsum("einsum_linear_symbolic", "btd,de->bte", [["b", "t", 8], [8, 6]], ["b", "t", 6]),
+    einsum("einsum_symbolic_groups", "bsti,bij->bstj", [["b", "s", "t", 4], ["b", 4, 5]],
+           ["b", "s", "t", 5]),
+    conv_transpose_symbolic_batch("conv_transpose_symbolic_batch"),
 ]
 
 

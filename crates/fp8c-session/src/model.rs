@@ -1,6 +1,11 @@
 //! A model to compile: loaded from ONNX or IR text (`.fp8ir` and its `.safetensors` weights sidecar), or
 //! handed over as a graph; its declared interface, and the checks inputs must pass against it.
 //!
+//! An ONNX model whose import needs what only its inputs tell is loaded as its interface and
+//! imported for real when they arrive: the values of integer inputs that decide shapes, or the
+//! shapes of inputs with symbolic dims (a `ConvTranspose` records its output shape, batch
+//! included). Models that import with symbolic dims are imported once and bound later.
+//!
 //! Errors from loading and compiling are prefixed with the model's file (`model.onnx: ...`);
 //! a model made with [`Model::from_graph`] has no prefix.
 
@@ -39,7 +44,8 @@ pub struct Model {
     load: LoadOptions,
     /// Integer inputs whose values decide shapes (see [`Model::shape_inputs`]).
     shape_inputs: Vec<String>,
-    /// Why only the interface is loaded: the import needs the values of shape inputs.
+    /// Why only the interface is loaded: the import needs the values of shape inputs, or
+    /// static input shapes (see the module docs).
     deferred: Option<String>,
 }
 
@@ -60,15 +66,16 @@ impl Model {
             ),
             Ok(_) => {}
         }
-        Self::load_specialised(path, opts, &BTreeMap::new())
+        Self::load_specialised(path, opts, &BTreeMap::new(), &BTreeMap::new())
     }
 
-    /// Loads a model with the graph inputs in `constants` replaced by those values (ONNX
-    /// models: the importer takes them as constants).
+    /// Loads a model with the graph inputs in `constants` replaced by those values and those
+    /// in `shapes` given static dims (ONNX models: the importer takes them so).
     fn load_specialised(
         path: &Path,
         opts: &LoadOptions,
         constants: &BTreeMap<String, Tensor>,
+        shapes: &BTreeMap<String, Vec<u64>>,
     ) -> Result<Model> {
         let (graph, warnings, shape_inputs) = if is_ir_text(path)? {
             (load_ir_text(path, &opts.outputs)?, Vec::new(), Vec::new())
@@ -76,18 +83,27 @@ impl Model {
             let import = fp8c_onnx::ImportOptions {
                 outputs: (!opts.outputs.is_empty()).then(|| opts.outputs.clone()),
                 constant_inputs: constants.clone(),
-                ..Default::default()
+                input_shapes: shapes.clone(),
             };
             let imported = match fp8c_onnx::load_model(path, &import) {
                 Ok(i) => i,
                 Err(e) => {
                     // Ops that take a shape input's value as an attribute (Unsqueeze axes fed
-                    // as a graph input) cannot be imported before the value is known: load the
-                    // interface, and import for real when inputs arrive (`specialise`).
+                    // as a graph input), or that need static dims where an input has symbolic
+                    // ones, cannot be imported before the inputs are known: load the
+                    // interface, and import for real when inputs arrive (`specialise`,
+                    // `compile` with input shapes). Errors that no input can change (an
+                    // unsupported op, a bad file) are reported now.
                     let Ok(bare) = fp8c_onnx::load_interface(path, &import) else {
                         return Err(e.into());
                     };
-                    if bare.shape_inputs.is_empty() {
+                    let node_error = matches!(
+                        e.kind(),
+                        fp8c_onnx::OnnxError::Node { .. } | fp8c_onnx::OnnxError::NodeIr { .. }
+                    );
+                    if bare.shape_inputs.is_empty()
+                        && !(node_error && has_symbolic_input(&bare.graph))
+                    {
                         return Err(e.into());
                     }
                     return Ok(Model {
@@ -128,8 +144,9 @@ impl Model {
     }
 
     /// The model specialised on the values of its [`Model::shape_inputs`] found in `inputs`
-    /// (they become constants and leave the interface), with a line per input saying so; None
-    /// when there is nothing to specialise.
+    /// (they become constants and leave the interface) and, when its import waits for input
+    /// shapes, imported for the shapes of the other `inputs`; with a line per input saying
+    /// so. None when there is nothing to specialise.
     pub fn specialise(
         &self,
         inputs: &BTreeMap<String, Tensor>,
@@ -139,15 +156,57 @@ impl Model {
             .iter()
             .filter_map(|n| inputs.get(n).map(|t| (n.clone(), t.clone())))
             .collect();
-        let Some(path) = self.path.as_deref().filter(|_| !values.is_empty()) else {
+        if values.is_empty() && self.deferred.is_none() {
             return Ok(None);
-        };
-        let said = values
+        }
+        let mut said: Vec<String> = values
             .iter()
             .map(|(n, t)| format!("specialised on input \"{n}\" = {}", brief(t)))
             .collect();
-        let m = Self::load_specialised(path, &self.load, &values)?;
-        Ok(Some((m, said)))
+        if self.deferred.is_none() {
+            let Some(path) = self.path.as_deref() else {
+                return Ok(None);
+            };
+            let m = Self::load_specialised(path, &self.load, &values, &BTreeMap::new())?;
+            return Ok(Some((m, said)));
+        }
+        let shapes: BTreeMap<String, Vec<u64>> = inputs
+            .iter()
+            .filter(|(n, _)| !values.contains_key(*n))
+            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+            .collect();
+        said.extend(
+            shapes
+                .iter()
+                .map(|(n, d)| format!("imported for input \"{n}\" of shape {d:?}")),
+        );
+        Ok(Some((self.imported_for(&values, &shapes)?, said)))
+    }
+
+    /// The deferred model imported with `constants` for its shape inputs and the static
+    /// `shapes` of others (checked against the declared types and bound as `--input-shape`
+    /// binds them, so one input's shape fixes the symbols it shares with others).
+    fn imported_for(
+        &self,
+        constants: &BTreeMap<String, Tensor>,
+        shapes: &BTreeMap<String, Vec<u64>>,
+    ) -> Result<Model> {
+        let Some(path) = self.path.as_deref() else {
+            bail!("a model built in memory has nothing to import again");
+        };
+        let mut bare = self.graph.clone();
+        fp8c_passes::shapes::bind_input_shapes(&mut bare, shapes)?;
+        let static_shapes: BTreeMap<String, Vec<u64>> = bare
+            .inputs()
+            .iter()
+            .filter_map(|&id| {
+                let n = bare.node(id);
+                let name = interface_name(&n.op);
+                let dims: Option<Vec<u64>> = n.outputs[0].shape.iter().map(Dim::known).collect();
+                (!constants.contains_key(name)).then_some((name.to_string(), dims?))
+            })
+            .collect();
+        Self::load_specialised(path, &self.load, constants, &static_shapes)
     }
 
     /// A model from a graph built in memory (another compiler's IR, a test).
@@ -233,9 +292,13 @@ impl Model {
         check_type(t, &input.ty).map_err(|m| Error::Invalid(format!("input \"{name}\" {m}")))
     }
 
-    /// Binds concrete input shapes (and the symbols they fix) in place. Errors name the input
-    /// and the flag (`--input-shape`), not the file: the caller says which model.
+    /// Binds concrete input shapes (and the symbols they fix) in place; a model whose import
+    /// waits for input shapes is imported for them first. Errors name the input and the flag
+    /// (`--input-shape`), not the file: the caller says which model.
     pub fn bind_input_shapes(&mut self, shapes: &BTreeMap<String, Vec<u64>>) -> Result<()> {
+        if self.deferred.is_some() && self.shape_inputs.is_empty() && !shapes.is_empty() {
+            *self = self.imported_for(&BTreeMap::new(), shapes)?;
+        }
         fp8c_passes::shapes::bind_input_shapes(&mut self.graph, shapes)?;
         Ok(())
     }
@@ -252,13 +315,25 @@ impl Model {
     /// dumps and notes recorded before it.
     pub fn compile(&self, opts: &CompileOptions) -> Result<Compiled> {
         opts.validate()?;
-        if let Some(why) = &self.deferred {
-            bail!(
+        let mut g = match &self.deferred {
+            None => self.graph.clone(),
+            Some(why) if !self.shape_inputs.is_empty() => bail!(
                 "{why} (the values of the inputs {} decide shapes: give them, and the model is specialised on them, as `fp8c run` and `Session::run` do)",
                 self.shape_inputs.join(", ")
-            );
-        }
-        let mut g = self.graph.clone();
+            ),
+            Some(why) if opts.input_shapes.is_empty() => {
+                bail!("{why} (give the input shapes: `--input-shape`, or run on inputs)")
+            }
+            Some(_) => {
+                let m = self.imported_for(&BTreeMap::new(), &opts.input_shapes)?;
+                if let Some(why) = &m.deferred {
+                    bail!(
+                        "{why} (imported for the given input shapes: give those of every input with symbolic dims)"
+                    );
+                }
+                m.graph
+            }
+        };
         let bound = fp8c_passes::shapes::bind_input_shapes(&mut g, &opts.input_shapes);
         self.in_file(bound)?;
         let mut cx = PassCx::new(opts.pass_options());
@@ -316,6 +391,16 @@ fn check_type(t: &Tensor, ty: &TensorType) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether a graph input has a dim that is not static.
+fn has_symbolic_input(g: &Graph) -> bool {
+    g.inputs().iter().any(|&id| {
+        g.node(id).outputs[0]
+            .shape
+            .iter()
+            .any(|d| d.known().is_none())
+    })
 }
 
 /// Whether `path` holds IR text: by extension, else by its first bytes.

@@ -10,10 +10,14 @@
 //! 2. operands contract left to right: labels shared by both and still needed later are batch
 //!    dims, shared ones not needed are the contraction, the rest stay; each side is transposed
 //!    to `[batch, own, contracted]` and flattened to a matrix per batch, multiplied, and the
-//!    result unflattened;
+//!    result unflattened (a product with a matrix, `btd,de->bte`, is one broadcasting
+//!    `matmul` with nothing flattened);
 //! 3. the last operand sums out what the output does not name and is transposed to its order.
 //!
-//! The flattened (non-batch) dims must be static; batch dims may be symbolic and broadcast.
+//! Any dim may be symbolic except those of a diagonal. Batch dims are copied by the reshapes
+//! (`0`) and may broadcast; a flattened group with symbolic dims is the reshape's `-1` when it
+//! is the only one, else its size is read at run time (`shape` of its axes, multiplied), so
+//! binding the input shapes folds it to a constant.
 
 use super::NodeCx;
 use crate::OnnxError;
@@ -329,14 +333,82 @@ impl Builder<'_, '_> {
         Ok(Operand { v, labels })
     }
 
-    /// The product of the static dims of `labels` in `op`.
-    fn size(&self, op: &Operand, labels: &[Label]) -> Result<i64, OnnxError> {
+    /// The size of the group of `labels` in `op` (the product of their dims), as a reshape
+    /// target entry.
+    fn extent(&self, op: &Operand, labels: &[Label]) -> Extent {
+        let axes: Vec<usize> = labels
+            .iter()
+            .map(|l| op.labels.iter().position(|m| m == l).unwrap_or(0))
+            .collect();
+        let ty = self.cx.ty(op.v);
         let mut n = 1i64;
-        for l in labels {
-            let axis = op.labels.iter().position(|m| m == l).unwrap_or(0);
-            n = n.saturating_mul(self.dim(op.v, axis, "a contraction")?);
+        for &a in &axes {
+            match ty.shape[a].known().and_then(|d| i64::try_from(d).ok()) {
+                Some(d) => n = n.saturating_mul(d),
+                None => return Extent::Symbolic(op.v, axes),
+            }
         }
-        Ok(n)
+        Extent::Known(n)
+    }
+
+    /// The shape tensor of a reshape to `parts`: a constant when at most one part is
+    /// symbolic (that one is `-1`), else the symbolic parts are read at run time (`shape` of
+    /// their axes, multiplied) and concatenated with the static ones.
+    fn target(&mut self, parts: &[Extent]) -> Result<Value, OnnxError> {
+        let symbolic = parts
+            .iter()
+            .filter(|p| matches!(p, Extent::Symbolic(..)))
+            .count();
+        let fixed = |p: &Extent| match p {
+            Extent::Same => 0,
+            Extent::Known(n) => *n,
+            Extent::Symbolic(..) => -1,
+        };
+        if symbolic <= 1 {
+            let shape: Vec<i64> = parts.iter().map(fixed).collect();
+            return self.ints("shape", &shape);
+        }
+        let mut pieces: Vec<Value> = Vec::new();
+        let mut run: Vec<i64> = Vec::new();
+        for p in parts {
+            let Extent::Symbolic(v, axes) = p else {
+                run.push(fixed(p));
+                continue;
+            };
+            if !run.is_empty() {
+                let c = self.ints("shape", &std::mem::take(&mut run))?;
+                pieces.push(c);
+            }
+            let ty = self.cx.ty(*v).clone();
+            let mut size: Option<Value> = None;
+            let mut known = 1i64;
+            for &a in axes {
+                if let Some(d) = ty.shape[a].known().and_then(|d| i64::try_from(d).ok()) {
+                    known = known.saturating_mul(d);
+                    continue;
+                }
+                let (start, end) = (a as i64, Some(a as i64 + 1));
+                let d = self.add("dim", Op::Shape { start, end }, &[*v])?;
+                size = Some(match size {
+                    None => d,
+                    Some(s) => self.add("size", Op::Mul, &[s, d])?,
+                });
+            }
+            let size = match size {
+                Some(s) if known == 1 => s,
+                Some(s) => {
+                    let k = self.ints("factor", &[known])?;
+                    self.add("size", Op::Mul, &[s, k])?
+                }
+                None => self.ints("shape", &[known])?,
+            };
+            pieces.push(size);
+        }
+        if !run.is_empty() {
+            let c = self.ints("shape", &run)?;
+            pieces.push(c);
+        }
+        self.add("shape", Op::Concat { axis: 0 }, &pieces)
     }
 
     /// Contracts `a` with `b`, keeping the labels `keep` says later work needs.
@@ -388,53 +460,72 @@ impl Builder<'_, '_> {
             .collect();
         let a = self.transpose(a, &[batch.clone(), a_own.clone(), sum.clone()].concat())?;
         let b = self.transpose(b, &[batch.clone(), sum.clone(), b_own.clone()].concat())?;
+        let mut labels = batch.clone();
+        labels.extend(&a_own);
+        labels.extend(&b_own);
+        // A product with a matrix (`btd,de->bte`, a Linear layer): matmul broadcasts `a`'s
+        // leading dims itself, so they stay as they are, symbolic or not.
+        if batch.is_empty() && sum.len() == 1 && b_own.len() == 1 {
+            let v = self.add("matmul", Op::MatMul, &[a.v, b.v])?;
+            return Ok(Operand { v, labels });
+        }
         let (m, k, kb, n) = (
-            self.size(&a, &a_own)?,
-            self.size(&a, &sum)?,
-            self.size(&b, &sum)?,
-            self.size(&b, &b_own)?,
+            self.extent(&a, &a_own),
+            self.extent(&a, &sum),
+            self.extent(&b, &sum),
+            self.extent(&b, &b_own),
         );
-        if k != kb {
+        if let (Extent::Known(k), Extent::Known(kb)) = (&k, &kb)
+            && k != kb
+        {
             return Err(self.cx.err(format!(
                 "the contracted dims have {k} elements in one operand and {kb} in the other"
             )));
         }
         let nb = batch.len();
-        let matrix = |rows: i64, cols: i64| {
-            let mut s = vec![0i64; nb];
+        let matrix = |rows: Extent, cols: Extent| {
+            let mut s: Vec<Extent> = (0..nb).map(|_| Extent::Same).collect();
             s.extend([rows, cols]);
             s
         };
         let av = if a_own.len() == 1 && sum.len() == 1 {
             a.v
         } else {
-            self.reshape(a.v, &matrix(m, k))?
+            let s = self.target(&matrix(m, k))?;
+            self.add("reshape", Op::Reshape { allowzero: false }, &[a.v, s])?
         };
         let bv = if b_own.len() == 1 && sum.len() == 1 {
             b.v
         } else {
-            self.reshape(b.v, &matrix(k, n))?
+            let s = self.target(&matrix(kb, n))?;
+            self.add("reshape", Op::Reshape { allowzero: false }, &[b.v, s])?
         };
         let prod = self.add("matmul", Op::MatMul, &[av, bv])?;
-        let mut labels = batch;
-        labels.extend(&a_own);
-        labels.extend(&b_own);
         let v = if a_own.len() == 1 && b_own.len() == 1 {
             prod
         } else {
-            let mut shape = vec![0i64; nb];
+            let mut shape: Vec<Extent> = (0..nb).map(|_| Extent::Same).collect();
             for l in &a_own {
-                let axis = a.labels.iter().position(|m| m == l).unwrap_or(0);
-                shape.push(self.dim(a.v, axis, "a contraction")?);
+                shape.push(self.extent(&a, std::slice::from_ref(l)));
             }
             for l in &b_own {
-                let axis = b.labels.iter().position(|m| m == l).unwrap_or(0);
-                shape.push(self.dim(b.v, axis, "a contraction")?);
+                shape.push(self.extent(&b, std::slice::from_ref(l)));
             }
-            self.reshape(prod, &shape)?
+            let s = self.target(&shape)?;
+            self.add("reshape", Op::Reshape { allowzero: false }, &[prod, s])?
         };
         Ok(Operand { v, labels })
     }
+}
+
+/// One entry of a reshape's target shape.
+enum Extent {
+    /// The input's dim at the same position (a batch dim; `0` in the shape).
+    Same,
+    /// A static size.
+    Known(i64),
+    /// The product of these axes of this value, some of them symbolic.
+    Symbolic(Value, Vec<usize>),
 }
 
 #[cfg(test)]

@@ -59,6 +59,31 @@ pub(super) fn mean(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::Div, &[acc, count])?])
 }
 
+/// Sign. Floats are the IR's `sign`; ONNX Sign takes integers too (torch.sign of int64
+/// relative positions, as DeBERTa's bucketing does), computed exactly from comparisons:
+/// `cast(x > 0) − cast(x < 0)`, just `cast(x > 0)` for unsigned types.
+pub(super) fn sign(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let x = cx.input(0)?;
+    let dtype = cx.ty(x).dtype;
+    if !dtype.is_int() {
+        return unary(cx, Op::Sign);
+    }
+    let to_int = Op::Cast {
+        to: dtype,
+        saturate: true,
+    };
+    let zero = cx.scalar("zero", dtype, 0.0)?;
+    let above = cx.add_helper("positive", Op::Greater, &[x, zero])?;
+    let unsigned = matches!(dtype, DType::U8 | DType::U16 | DType::U32 | DType::U64);
+    if unsigned {
+        return Ok(vec![cx.add(to_int, &[above])?]);
+    }
+    let below = cx.add_helper("negative", Op::Less, &[x, zero])?;
+    let up = cx.add_helper("plus_one", to_int.clone(), &[above])?;
+    let down = cx.add_helper("minus_one", to_int, &[below])?;
+    Ok(vec![cx.add(Op::Sub, &[up, down])?])
+}
+
 pub(super) fn modulo(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let fmod = cx.attr_bool("fmod", false)?;
     binary(cx, Op::Mod { fmod })

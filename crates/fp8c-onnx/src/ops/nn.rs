@@ -105,7 +105,8 @@ pub(super) fn conv(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
 /// with `output_shape` (or `auto_pad` SAME_*, whose output is `in·s`) the pads come from the
 /// total padding (SAME_UPPER puts the odd one at the end, otherwise at the start). A negative
 /// end pad (an output larger than the natural one) leaves zeros at the end, as ONNX's
-/// reference does. The batch and spatial dims of X must be static.
+/// reference does. X's dims must be static (the IR op records the output shape, batch
+/// included).
 pub(super) fn conv_transpose(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let (x, w) = (cx.input(0)?, cx.input(1)?);
     let xty = cx.ty(x).clone();
@@ -118,9 +119,25 @@ pub(super) fn conv_transpose(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxErro
             n + 2
         )));
     }
+    // The output size needs the spatial dims; the IR op records the whole output shape, so
+    // the batch dim too. A session imports a model again with its input shapes when the first
+    // import stops here (`fp8c_session::Model`).
     let xd = known_dims(&xty.shape).ok_or_else(|| {
+        let symbolic: Vec<String> = (0..xty.rank())
+            .filter(|&i| xty.shape[i].known().is_none())
+            .map(|i| match i {
+                0 => "0 (batch)".to_string(),
+                1 => "1 (channels)".to_string(),
+                i => format!("{i} (spatial)"),
+            })
+            .collect();
+        let which = match symbolic.as_slice() {
+            [one] => format!("dim {one} is"),
+            many => format!("dims {} are", many.join(", ")),
+        };
         cx.err(format!(
-            "X has type {xty}: ConvTranspose needs static input dims (run with input data, or fix the shape)"
+            "X (\"{}\") has type {xty}: ConvTranspose needs static dims (it records its output shape); its {which} symbolic",
+            cx.input_name(0),
         ))
     })?;
     let cout_g = wty.shape[1]
