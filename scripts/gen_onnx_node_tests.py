@@ -53,6 +53,7 @@ MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLin
 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
 ScatterElements ScatterND
+DepthToSpace GroupNormalization InstanceNormalization Resize SpaceToDepth Upsample
 """.split()
 
 MANIFEST = "MANIFEST.tsv"

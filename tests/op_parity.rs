@@ -3,8 +3,9 @@
 //! The models in `tests/models/ops/` (made by `scripts/make_op_models.py` with onnx's Python
 //! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
 //! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, LayerNormalization's
-//! Mean/InvStdDev — TopK, and depthwise convolutions and a padded ceil-mode MaxPool (direct
-//! CPU kernels), on shapes and attributes the ONNX node tests leave out. Each runs
+//! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
+//! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
+//! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
 //! on onnxruntime's deterministic inputs (`scripts/ort_reference.py --make-inputs`); integer
 //! outputs must be equal, float outputs within 1e-5 relative L2.
 
@@ -98,6 +99,59 @@ op_tests! {
     conv_stride2_rows_of_16: "conv_stride2_rows_of_16";
     conv_depthwise_stride2_rows_of_20: "conv_depthwise_stride2_rows_of_20";
     max_pool_stride2_rows_of_16: "max_pool_stride2_rows_of_16";
+    sign_int64: "sign_int64";
+    sign_int32: "sign_int32";
+    sign_uint8: "sign_uint8";
+    einsum_linear_with_symbolic_batch_and_time: "einsum_linear_symbolic", ["--dim", "b=2", "--dim", "t=3"];
+    einsum_symbolic_flattened_groups: "einsum_symbolic_groups", ["--dim", "b=2", "--dim", "s=3", "--dim", "t=4"];
+    conv_transpose_symbolic_batch: "conv_transpose_symbolic_batch", ["--dim", "batch=2"];
+}
+
+/// `fp8c compile` of models with symbolic dims, without input shapes: an Einsum that is a
+/// Linear layer imports as one broadcasting matmul that keeps the symbols; a ConvTranspose
+/// (whose IR op records its output shape) waits for the shapes, says so naming the node and
+/// input, and compiles once `--input-shape` gives them.
+#[test]
+fn symbolic_dims_reach_the_importer_through_input_shape() {
+    let ops = support::repo_root().join("tests/models/ops");
+    let compile = |model: &str, extra: &[&str]| {
+        let path = ops.join(format!("{model}.onnx"));
+        let mut args = vec!["compile".as_ref(), path.as_os_str()];
+        args.extend(["--precision", "f32"].iter().map(std::ffi::OsStr::new));
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        support::run_fp8c(args)
+    };
+    let r = compile("einsum_linear_symbolic", &[]);
+    assert!(r.ok, "einsum_linear_symbolic: {}", r.stderr);
+    assert!(
+        r.stdout.contains("f32[b,t,6] = matmul"),
+        "expected one matmul keeping b and t:\n{}",
+        r.stdout
+    );
+    let r = compile("conv_transpose_symbolic_batch", &[]);
+    assert!(!r.ok, "compiled without a batch size:\n{}", r.stdout);
+    for part in [
+        "node \"ConvTranspose_0\" (ConvTranspose)",
+        "X (\"x\") has type f32[batch,3,4,5]",
+        "dim 0 (batch) is symbolic",
+        "--input-shape",
+    ] {
+        assert!(
+            r.stderr.contains(part),
+            "missing {part:?} in:\n{}",
+            r.stderr
+        );
+    }
+    let r = compile(
+        "conv_transpose_symbolic_batch",
+        &["--input-shape", "x=3x3x4x5"],
+    );
+    assert!(r.ok, "with --input-shape: {}", r.stderr);
+    assert!(
+        r.stdout.contains("input_shape=[3,2,8,10]"),
+        "expected the output shape of batch 3:\n{}",
+        r.stdout
+    );
 }
 
 /// ORT's dynamically quantized MLP under `--precision fp8`: its integer GEMMs keep their
@@ -138,4 +192,45 @@ fn cast_to_e8m0_with_every_round_mode() {
             eprintln!("{name}: {} codes equal to onnx's reference", want.len());
         }
     }
+}
+
+// Vision ops imported by decomposition (scripts/make_vision_op_models.py): instance and group
+// normalisation as reductions and elementwise ops, DepthToSpace/SpaceToDepth as reshape,
+// transpose, reshape, Resize/Upsample as gathers of constant positions (and a weighted add
+// for `linear`), one model per mode and attribute combination the importer accepts.
+op_tests! {
+    instance_norm_2d: "instance_norm_2d";
+    instance_norm_1d_epsilon: "instance_norm_1d_epsilon";
+    instance_norm_3d: "instance_norm_3d";
+    group_norm_21_per_channel_affine: "group_norm_21";
+    group_norm_21_one_group_1d: "group_norm_21_one_group_1d";
+    group_norm_18_per_group_affine: "group_norm_18_per_group";
+    depth_to_space_dcr: "depth_to_space_dcr";
+    depth_to_space_crd: "depth_to_space_crd";
+    space_to_depth: "space_to_depth";
+    resize_nearest_asymmetric_floor: "resize_nearest_asymmetric_floor";
+    resize_nearest_half_pixel_round_prefer_floor: "resize_nearest_half_pixel_prefer_floor";
+    resize_nearest_half_pixel_round_prefer_ceil: "resize_nearest_half_pixel_prefer_ceil";
+    resize_nearest_align_corners_round_prefer_ceil_sizes: "resize_nearest_align_corners_prefer_ceil";
+    resize_nearest_align_corners_round_prefer_floor_sizes: "resize_nearest_align_corners_prefer_floor";
+    resize_nearest_pytorch_half_pixel_ceil: "resize_nearest_pytorch_half_pixel_ceil";
+    resize_nearest_tf_half_pixel_for_nn_sizes: "resize_nearest_tf_half_pixel_for_nn";
+    resize_nearest_asymmetric_ceil_downsample: "resize_nearest_asymmetric_ceil_down";
+    resize_nearest_half_pixel_symmetric_floor: "resize_nearest_half_pixel_symmetric_floor";
+    resize_nearest_opset18_axes_int32: "resize_nearest_axes_int32";
+    resize_linear_pytorch_half_pixel: "resize_linear_pytorch_half_pixel";
+    resize_linear_pytorch_half_pixel_to_length_one: "resize_linear_pytorch_half_pixel_to_one";
+    resize_linear_align_corners: "resize_linear_align_corners";
+    resize_linear_align_corners_downsample_sizes: "resize_linear_align_corners_down";
+    resize_linear_align_corners_downsample_scales: "resize_linear_align_corners_scales_down";
+    resize_linear_half_pixel_up_and_down: "resize_linear_half_pixel_up_down";
+    resize_linear_asymmetric: "resize_linear_asymmetric";
+    resize_linear_half_pixel_symmetric: "resize_linear_half_pixel_symmetric";
+    resize_linear_trilinear_5d: "resize_linear_trilinear";
+    resize_linear_2d_input: "resize_linear_2d";
+    resize_opset10_nearest: "resize10_nearest";
+    resize_opset10_linear: "resize10_linear";
+    upsample_opset9_nearest: "upsample9_nearest";
+    upsample_opset9_linear: "upsample9_linear";
+    upsample_opset7_nearest: "upsample7_nearest";
 }

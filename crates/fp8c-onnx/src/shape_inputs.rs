@@ -1,7 +1,7 @@
 //! Which graph inputs are shapes in disguise: integer inputs whose *values* decide the shape
 //! of a tensor (a Reshape's target shape, Slice bounds, reduction axes, Range limits, ...),
-//! directly or through integer arithmetic on them, and float scalars that do (a float
-//! Range's start, limit and delta).
+//! directly or through integer arithmetic on them, float scalars that do (a float Range's
+//! start, limit and delta), and Resize's and Upsample's float `scales` given as inputs.
 //!
 //! A program is compiled for static shapes, so such an input is treated like an input shape:
 //! the session specialises the model on the value it is given (the import turns the input
@@ -55,6 +55,18 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
             }
         }
     }
+    // Resize's and Upsample's float `scales`, given straight from a graph input, decide the
+    // output shape as much as `sizes` do.
+    let scales: HashSet<&str> = graph
+        .node
+        .iter()
+        .filter_map(|n| match n.op_type() {
+            "Resize" => n.input.get(2),
+            "Upsample" => n.input.get(1),
+            _ => None,
+        })
+        .map(String::as_str)
+        .collect();
     while let Some(v) = stack.pop() {
         if !seen.insert(v) || inits.contains(v) {
             continue;
@@ -70,7 +82,7 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
         .input
         .iter()
         .filter(|i| seen.contains(i.name()) && !inits.contains(i.name()))
-        .filter(|i| is_shape_like_input(i))
+        .filter(|i| is_shape_like_input(i) || scales.contains(i.name()))
         .map(|i| i.name().to_string())
         .collect()
 }
@@ -133,5 +145,22 @@ mod tests {
             shape_inputs(model.graph.as_ref().unwrap()),
             ["start", "limit", "delta"]
         );
+    }
+
+    #[test]
+    fn float_resize_scales_given_as_inputs_count() {
+        // Resize's scales (a float tensor) straight from an input decide y's shape; the same
+        // kind of tensor scaled first is data (as above).
+        let b = ModelBuilder::new()
+            .input("x", DType::F32, &[1.into(), 1.into(), 2.into(), 2.into()])
+            .input("scales", DType::F32, &[4.into()])
+            .input("s", DType::F32, &[4.into()])
+            .node("Resize", &["x", "", "scales"], &["y"])
+            .node("Mul", &["s", "s"], &["s2"])
+            .node("Resize", &["x", "", "s2"], &["z"])
+            .output_untyped("y")
+            .output_untyped("z");
+        let model = b.into_model();
+        assert_eq!(shape_inputs(model.graph.as_ref().unwrap()), ["scales"]);
     }
 }

@@ -8,12 +8,16 @@
 //! To add an op: write its builder in the family file and add one line to [`registry!`]
 //! below, with the number of inputs it accepts.
 
+mod depth_space;
 mod einsum;
+mod instance_norm;
 mod integer;
 mod math;
 mod nn;
 mod quant;
 mod reduce;
+mod resize;
+mod resize_coords;
 pub(crate) mod schema;
 mod schema_table;
 mod shape;
@@ -66,6 +70,7 @@ registry! {
     "ConvTranspose" 2..=3 => nn::conv_transpose,
     "Cos" 1..=1 => |cx| math::unary(cx, Op::Cos),
     "CumSum" 2..=2 => reduce::cum_sum,
+    "DepthToSpace" 1..=1 => depth_space::depth_to_space,
     "DequantizeLinear" 2..=3 => quant::dequantize_linear,
     "Div" 2..=2 => |cx| math::binary(cx, Op::Div),
     "Dropout" 1..=3 => nn::dropout,
@@ -86,9 +91,11 @@ registry! {
     "GlobalMaxPool" 1..=1 => |cx| math::unary(cx, Op::GlobalMaxPool),
     "Greater" 2..=2 => |cx| math::binary(cx, Op::Greater),
     "GreaterOrEqual" 2..=2 => |cx| math::binary(cx, Op::GreaterOrEqual),
+    "GroupNormalization" 3..=3 => instance_norm::group_norm,
     "HardSigmoid" 1..=1 => nn::hard_sigmoid,
     "HardSwish" 1..=1 => nn::hard_swish,
     "Identity" 1..=1 => |cx| math::unary(cx, Op::Identity),
+    "InstanceNormalization" 3..=3 => instance_norm::instance_norm,
     "IsInf" 1..=1 => math::is_inf,
     "IsNaN" 1..=1 => |cx| math::unary(cx, Op::IsNaN),
     "LayerNormalization" 2..=3 => nn::layer_norm,
@@ -121,14 +128,16 @@ registry! {
     "ReduceSum" 1..=2 => |cx| reduce::reduce(cx, 13, |axes, keepdims| Op::ReduceSum { axes, keepdims }),
     "Relu" 1..=1 => |cx| math::unary(cx, Op::Relu),
     "Reshape" 2..=2 => shape::reshape,
+    "Resize" 1..=4 => resize::resize,
     "ScatterElements" 3..=3 => shape::scatter_elements,
     "ScatterND" 3..=3 => shape::scatter_nd,
     "Shape" 1..=1 => shape::shape,
     "Sigmoid" 1..=1 => |cx| math::unary(cx, Op::Sigmoid),
-    "Sign" 1..=1 => |cx| math::unary(cx, Op::Sign),
+    "Sign" 1..=1 => math::sign,
     "Sin" 1..=1 => |cx| math::unary(cx, Op::Sin),
     "Slice" 1..=5 => shape::slice,
     "Softmax" 1..=1 => |cx| nn::softmax(cx, |axis| Op::Softmax { axis }),
+    "SpaceToDepth" 1..=1 => depth_space::space_to_depth,
     "Split" 1..=2 => shape::split,
     "Sqrt" 1..=1 => |cx| math::unary(cx, Op::Sqrt),
     "Squeeze" 1..=2 => shape::squeeze,
@@ -140,6 +149,7 @@ registry! {
     "Transpose" 1..=1 => shape::transpose,
     "Trilu" 1..=2 => shape::trilu,
     "Unsqueeze" 1..=2 => shape::unsqueeze,
+    "Upsample" 1..=2 => resize::upsample,
     "Where" 3..=3 => |cx| math::plain(cx, Op::Where),
     "Xor" 2..=2 => |cx| math::binary(cx, Op::Xor),
 }
@@ -236,6 +246,16 @@ impl<'a> NodeCx<'a> {
     /// constants and static shapes is folded as it is built, see [`NodeCx::add_multi`]).
     pub fn constant_of(&self, v: Value) -> Option<&Tensor> {
         self.g.constant_value(v)
+    }
+
+    /// The data of a value known at import: a constant's, or a float initializer's (a param
+    /// whose weight the graph holds).
+    pub fn known_value(&self, v: Value) -> Option<&Tensor> {
+        self.constant_of(v)
+            .or_else(|| match &self.g.node(v.node).op {
+                Op::Param { name } if v.slot == 0 => self.g.weights().get(name),
+                _ => None,
+            })
     }
 
     /// Optional input `i` as constant integers: `None` if absent; an error if it is present
