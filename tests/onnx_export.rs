@@ -521,6 +521,21 @@ fn emit_onnx(model: &Path, out: &Path, extra: &[&str]) -> support::Run {
     support::run_fp8c(&args)
 }
 
+/// [`emit_onnx`], which must succeed and print `summary` (the counts line); `what` names the
+/// case in failures.
+fn emit_onnx_with(
+    model: &Path,
+    out: &Path,
+    extra: &[&str],
+    what: &str,
+    summary: &str,
+) -> support::Run {
+    let r = emit_onnx(model, out, extra);
+    assert!(r.ok, "{what}: {}", r.stderr);
+    assert!(r.stderr.contains(summary), "{what}: {}", r.stderr);
+    r
+}
+
 /// Half-precision models (a sweep found `--emit onnx` wrote f32 scales next to f16 values,
 /// which onnxruntime refuses, and left the f16 weights unquantized): the weights go to FP8 as
 /// in f32 models, every scale has the model's type, and onnxruntime runs the f16 export close
@@ -544,13 +559,12 @@ fn f16_and_bf16_models_export_with_scales_of_their_own_type() {
         ),
     ] {
         let out = dir.join(format!("{tag}.onnx"));
-        let r = emit_onnx(&model, &out, extra);
-        assert!(r.ok, "{tag}: {}", r.stderr);
-        assert!(
-            r.stderr
-                .contains("2 weights in FP8, 2 activations quantized"),
-            "{tag}: {}",
-            r.stderr
+        let r = emit_onnx_with(
+            &model,
+            &out,
+            extra,
+            tag,
+            "2 weights in FP8, 2 activations quantized",
         );
         let info = onnx_check(&out);
         let inits = &info["initializers"];
@@ -634,13 +648,12 @@ fn einsum_products_quantize_on_the_einsum_or_stay_high_with_a_note() {
         ),
     ] {
         let out = dir.join(format!("{recipe}.onnx"));
-        let r = emit_onnx(&model, &out, extra);
-        assert!(r.ok, "{recipe}: {}", r.stderr);
-        assert!(
-            r.stderr
-                .contains("2 weights in FP8, 2 activations quantized"),
-            "{recipe}: {}",
-            r.stderr
+        let r = emit_onnx_with(
+            &model,
+            &out,
+            extra,
+            recipe,
+            "2 weights in FP8, 2 activations quantized",
         );
         assert!(
             r.stderr.contains("\"/pool/Einsum.matmul")
@@ -723,13 +736,13 @@ fn external_data_models_export_self_contained() {
         support::ort_reference(&model, "export_mlp_external", &["--dim", "batch=4"]);
     let dir = support::scratch("onnx_export_external");
     let out = dir.join("mlp.fp8.onnx");
-    let r = emit_onnx(&model, &out, &["--calibrate", inputs.to_str().unwrap()]);
-    assert!(r.ok, "{}", r.stderr);
-    assert!(
-        r.stderr
-            .contains("2 weights in FP8, 2 activations quantized"),
-        "{}",
-        r.stderr
+    let cal = ["--calibrate", inputs.to_str().unwrap()];
+    let r = emit_onnx_with(
+        &model,
+        &out,
+        &cal,
+        "external",
+        "2 weights in FP8, 2 activations quantized",
     );
     assert!(!r.stderr.contains("warning:"), "{}", r.stderr);
     let info = onnx_check(&out);

@@ -51,17 +51,7 @@ pub(super) fn group_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     need_per(cx, &[(1, scale), (2, bias)], per, what)?;
     let dtype = xty.dtype;
     let stash = if cx.opset >= 21 {
-        let code = cx.attr_int("stash_type", 1)?;
-        let t = i32::try_from(code)
-            .map_err(|_| format!("unknown element type code {code}"))
-            .and_then(crate::tensor::dtype_from_onnx)
-            .map_err(|e| cx.err(format!("attribute `stash_type`: {e}")))?;
-        if !t.is_float() {
-            return Err(cx.err(format!(
-                "attribute `stash_type` = {code} ({t}) is not a floating-point type"
-            )));
-        }
-        t
+        super::nn::stash_type(cx)?
     } else {
         compute_type(dtype)
     };
@@ -85,7 +75,7 @@ pub(super) fn group_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     } else {
         let y = affine(cx, xhat, scale, bias, 1, stash, false)?;
         let last = dtype == stash;
-        add_maybe_last(cx, last, "ungrouped", reshape, &[y, x_shape])?
+        cx.add_step(last, "ungrouped", reshape, &[y, x_shape])?
     };
     Ok(vec![cast(cx, "cast", y, dtype, true)?])
 }
@@ -147,22 +137,7 @@ fn cast(
         return Ok(v);
     }
     let op = Op::Cast { to, saturate: true };
-    add_maybe_last(cx, last, suffix, op, &[v])
-}
-
-/// Adds `op` as a helper `{node}.{suffix}`, or as the node's own IR node when `last`.
-fn add_maybe_last(
-    cx: &mut NodeCx<'_>,
-    last: bool,
-    suffix: &str,
-    op: Op,
-    inputs: &[Value],
-) -> Result<Value, OnnxError> {
-    if last {
-        cx.add(op, inputs)
-    } else {
-        cx.add_helper(suffix, op, inputs)
-    }
+    cx.add_step(last, suffix, op, &[v])
 }
 
 /// `(v − mean) / √(mean((v − mean)²) + ε)` over `axes` (kept as 1 for broadcasting).
@@ -207,5 +182,5 @@ fn affine(
     let s = per_channel(cx, scale, "scale")?;
     let b = per_channel(cx, bias, "bias")?;
     let scaled = cx.add_helper("scaled", Op::Mul, &[v, s])?;
-    add_maybe_last(cx, last, "shifted", Op::Add, &[scaled, b])
+    cx.add_step(last, "shifted", Op::Add, &[scaled, b])
 }

@@ -399,6 +399,22 @@ impl<'a> NodeCx<'a> {
         Ok(self.add_multi(&name, op, inputs)?[0])
     }
 
+    /// Adds `op` as the ONNX node's own IR node when `last` (the step that gives its result),
+    /// else as a helper `{node}.{suffix}`; returns its first output.
+    pub fn add_step(
+        &mut self,
+        last: bool,
+        suffix: &str,
+        op: Op,
+        inputs: &[Value],
+    ) -> Result<Value, OnnxError> {
+        if last {
+            self.add(op, inputs)
+        } else {
+            self.add_helper(suffix, op, inputs)
+        }
+    }
+
     /// Adds an IR node called `name` (made unique) and returns all its outputs; an op that
     /// [`fold`] computes now becomes constant nodes (`name`, `name.1`, ..) instead.
     pub fn add_multi(

@@ -2,7 +2,7 @@
 
 use super::{NodeCx, known_dims, normalize_axis};
 use crate::OnnxError;
-use fp8c_ir::{AutoPad, GeluApprox, Op, Tensor, Value};
+use fp8c_ir::{AutoPad, DType, GeluApprox, Op, Tensor, Value};
 
 fn auto_pad(cx: &NodeCx<'_>) -> Result<AutoPad, OnnxError> {
     Ok(match cx.attr_string("auto_pad", "NOTSET")?.as_str() {
@@ -294,16 +294,7 @@ pub(super) fn layer_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
             "attribute `axis` = {axis} is out of range for rank {rank}"
         ))
     })?;
-    let code = cx.attr_int("stash_type", 1)?;
-    let stash = i32::try_from(code)
-        .map_err(|_| format!("unknown element type code {code}"))
-        .and_then(crate::tensor::dtype_from_onnx)
-        .map_err(|e| cx.err(format!("attribute `stash_type`: {e}")))?;
-    if !stash.is_float() {
-        return Err(cx.err(format!(
-            "attribute `stash_type` = {code} ({stash}) is not a floating-point type"
-        )));
-    }
+    let stash = stash_type(cx)?;
     let xs = if cx.ty(x).dtype == stash {
         x
     } else {
@@ -478,4 +469,20 @@ pub(super) fn rms_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         Op::RmsNormalization { axis, epsilon },
         &[x, scale],
     )?])
+}
+
+/// A normalisation's `stash_type` attribute (the type its statistics are computed in;
+/// default f32), which must be a floating-point type.
+pub(super) fn stash_type(cx: &NodeCx<'_>) -> Result<DType, OnnxError> {
+    let code = cx.attr_int("stash_type", 1)?;
+    let t = i32::try_from(code)
+        .map_err(|_| format!("unknown element type code {code}"))
+        .and_then(crate::tensor::dtype_from_onnx)
+        .map_err(|e| cx.err(format!("attribute `stash_type`: {e}")))?;
+    if !t.is_float() {
+        return Err(cx.err(format!(
+            "attribute `stash_type` = {code} ({t}) is not a floating-point type"
+        )));
+    }
+    Ok(t)
 }

@@ -265,21 +265,6 @@ fn build(
     Ok(vec![y])
 }
 
-/// Adds `op` as a helper `{node}.{suffix}`, or as the node's own IR node when `last`.
-fn add_step(
-    cx: &mut NodeCx<'_>,
-    last: bool,
-    suffix: &str,
-    op: Op,
-    inputs: &[Value],
-) -> Result<Value, OnnxError> {
-    if last {
-        cx.add(op, inputs)
-    } else {
-        cx.add_helper(suffix, op, inputs)
-    }
-}
-
 /// One axis of the resize: a gather of `plan.lo`, or with two neighbours
 /// `gather(lo) · w_lo + gather(hi) · w_hi`, the weights shaped to broadcast along `axis`.
 fn resize_axis(
@@ -296,7 +281,7 @@ fn resize_axis(
         Tensor::from_i64(vec![n], &plan.lo),
     )?;
     if plan.is_gather() {
-        return add_step(cx, last, &format!("axis{axis}"), gather, &[y, lo]);
+        return cx.add_step(last, &format!("axis{axis}"), gather, &[y, lo]);
     }
     let hi = cx.constant(
         &format!("axis{axis}.hi"),
@@ -316,5 +301,5 @@ fn resize_axis(
     let g_hi = cx.add_helper(&format!("axis{axis}.gather_hi"), gather, &[y, hi])?;
     let a = cx.add_helper(&format!("axis{axis}.weigh_lo"), Op::Mul, &[g_lo, wl])?;
     let b = cx.add_helper(&format!("axis{axis}.weigh_hi"), Op::Mul, &[g_hi, wh])?;
-    add_step(cx, last, &format!("axis{axis}"), Op::Add, &[a, b])
+    cx.add_step(last, &format!("axis{axis}"), Op::Add, &[a, b])
 }
