@@ -559,7 +559,7 @@ fn f16_and_bf16_models_export_with_scales_of_their_own_type() {
         ),
     ] {
         let out = dir.join(format!("{tag}.onnx"));
-        let r = emit_onnx_with(
+        emit_onnx_with(
             &model,
             &out,
             extra,
