@@ -963,3 +963,69 @@ fn granularity_per_gemm_from_flags_and_config() {
         r.stderr
     );
 }
+
+/// NumPy has no bf16: `--inputs` and `--calibrate` take f32 arrays for a bf16 input and round
+/// them to bf16 (nearest even). The same values rounded beforehand by the `half` crate give
+/// the same outputs bit for bit, and the model's f32 inputs no longer fail the type check.
+#[test]
+fn f32_arrays_feed_bf16_inputs_rounded_to_nearest_even() {
+    let model = support::repo_root().join("tests/models/export/mlp_bf16.onnx");
+    let dir = support::scratch("run_cli_bf16_inputs");
+    // Values with bits below bf16's precision, ties included (0x3f80_8000 is 1 + 2^-8).
+    let mut x: Vec<f32> = (0..4 * 32)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0 + 1e-3)
+        .collect();
+    x[0] = f32::from_bits(0x3f80_8000);
+    x[1] = f32::from_bits(0x3f81_8000);
+    let rounded: Vec<f32> = x
+        .iter()
+        .map(|&v| half::bf16::from_f32(v).to_f32())
+        .collect();
+    assert_ne!(x, rounded, "the inputs must need rounding");
+    let mut outs = Vec::new();
+    for (tag, values) in [("f32", &x), ("rounded", &rounded)] {
+        let t = Tensor::from_vec(DType::F32, vec![4, 32], values.clone()).unwrap();
+        let inputs = dir.join(format!("{tag}.npz"));
+        fp8c_session::npy::write_npz(&inputs, &[("x", &t)]).unwrap();
+        let out = dir.join(format!("{tag}_out.npz"));
+        let r = support::run_fp8c([
+            "run".as_ref(),
+            model.as_os_str(),
+            "--inputs".as_ref(),
+            inputs.as_os_str(),
+            "--precision".as_ref(),
+            "f32".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+        ]);
+        assert!(r.ok, "{tag}: {}", r.stderr);
+        outs.push(support::read_npz(&out).remove("y").expect("output y"));
+        // The FP8 path calibrated from the same f32 file.
+        let r = support::run_fp8c([
+            "run".as_ref(),
+            model.as_os_str(),
+            "--inputs".as_ref(),
+            inputs.as_os_str(),
+            "--calibrate".as_ref(),
+            inputs.as_os_str(),
+        ]);
+        assert!(r.ok, "{tag} --calibrate: {}", r.stderr);
+    }
+    assert_eq!(outs[0].bytes(), outs[1].bytes());
+    // An f64 array is still an error that names the input and both types.
+    let t = Tensor::from_vec(DType::F64, vec![4, 32], vec![0f64; 128]).unwrap();
+    let inputs = dir.join("f64.npz");
+    fp8c_session::npy::write_npz(&inputs, &[("x", &t)]).unwrap();
+    let r = support::run_fp8c([
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+    ]);
+    assert!(!r.ok);
+    assert!(
+        r.stderr.contains("input \"x\" has dtype f64") && r.stderr.contains("bf16"),
+        "{}",
+        r.stderr
+    );
+}

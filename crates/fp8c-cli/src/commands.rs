@@ -234,12 +234,14 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
         );
     };
     let target = fp8c_session::files::Output::check("-o", out, &[&a.model, cal])?;
-    let data: std::collections::BTreeMap<String, fp8c_ir::Tensor> =
-        fp8c_session::npy::read_npz(cal)?.into_iter().collect();
-    for (name, t) in &data {
-        model
-            .check_input(name, t)
+    let mut data = std::collections::BTreeMap::new();
+    for (name, t) in fp8c_session::npy::read_npz(cal)? {
+        let t = model
+            .conform_input(&name, t)
             .with_context(|| format!("--calibrate {}", cal.display()))?;
+        data.insert(name, t);
+    }
+    for (name, t) in &data {
         opts.input_shapes
             .entry(name.clone())
             .or_insert_with(|| t.shape().to_vec());

@@ -105,7 +105,7 @@ impl From<DeviceArg> for fp8c_session::Device {
 fn read_inputs(a: &RunArgs, model: &Model) -> Result<BTreeMap<String, Tensor>> {
     let mut given: BTreeMap<String, (Tensor, String)> = BTreeMap::new();
     let mut add = |name: String, t: Tensor, from: String| -> Result<()> {
-        model.check_input(&name, &t).context(from.clone())?;
+        let t = model.conform_input(&name, t).context(from.clone())?;
         if let Some((_, prev)) = given.get(&name) {
             bail!("input \"{name}\" is given twice: in {prev} and in {from}");
         }
@@ -339,7 +339,13 @@ pub fn run(a: RunArgs) -> Result<()> {
     let compile_time = started.elapsed();
 
     if let (Some(cal), Some(d), Some(r)) = (&a.calibrate, delayed, reference.as_mut()) {
-        let cal_inputs: BTreeMap<String, Tensor> = npy::read_npz(cal)?.into_iter().collect();
+        let mut cal_inputs = BTreeMap::new();
+        for (name, t) in npy::read_npz(cal)? {
+            let t = model
+                .conform_input(&name, t)
+                .with_context(|| format!("--calibrate {}", cal.display()))?;
+            cal_inputs.insert(name, t);
+        }
         let c = fp8c_session::calibrate::calibrate(&mut runner, r, &cal_inputs, &d)
             .with_context(|| format!("--calibrate {}", cal.display()))?;
         eprintln!(

@@ -12,7 +12,7 @@
 use crate::compiled::{Compiled, weights_path};
 use crate::error::{Context, Error, PassFailure, Result, bail};
 use crate::options::CompileOptions;
-use fp8c_ir::{Dim, Graph, Tensor, TensorType, interface_name};
+use fp8c_ir::{DType, Dim, Graph, Op, Tensor, TensorType, interface_name};
 use fp8c_passes::{PassCx, PassManager};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -290,6 +290,30 @@ impl Model {
             );
         };
         check_type(t, &input.ty).map_err(|m| Error::Invalid(format!("input \"{name}\" {m}")))
+    }
+
+    /// A tensor read from a file for input `name`, in the input's type, checked as
+    /// [`Model::check_input`] does. NumPy has no bf16 (`write_npz` widens it to f32), so an
+    /// f32 array given for a bf16 input is rounded to bf16 (to nearest even, as ONNX `Cast`
+    /// does); every other tensor must already have the declared type.
+    pub fn conform_input(&self, name: &str, t: Tensor) -> Result<Tensor> {
+        let declared = self.inputs();
+        let bf16 = declared
+            .iter()
+            .any(|i| i.name == name && i.ty.dtype == DType::BF16);
+        let t = if bf16 && t.dtype() == DType::F32 {
+            let cast = Op::Cast {
+                to: DType::BF16,
+                saturate: false,
+            };
+            fp8c_eval::eval_op(&cast, &[&t])
+                .map_err(|e| Error::Invalid(format!("input \"{name}\": f32 to bf16: {e}")))?
+                .remove(0)
+        } else {
+            t
+        };
+        self.check_input(name, &t)?;
+        Ok(t)
     }
 
     /// Binds concrete input shapes (and the symbols they fix) in place; a model whose import
