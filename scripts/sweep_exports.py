@@ -41,13 +41,8 @@ SEED = 0
 
 # ----------------------------------------------------------------------------- wrappers
 
-class Logits(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, input_ids):
-        return self.m(input_ids=input_ids, use_cache=False).logits
+# forward(input_ids) -> logits, as the committed decoder examples are wrapped.
+from export_llms import DecoderLogits as Logits  # noqa: E402
 
 
 class LogitsMasked(torch.nn.Module):
