@@ -77,6 +77,17 @@ def ort_run(path, inputs, default_opt=False):
     return dict(zip(names, sess.run(names, feed)))
 
 
+def emitted_vs_ref(path, inputs, ref):
+    """An emitted ONNX file run in onnxruntime, each output against the reference."""
+    try:
+        outs = ort_run(path, inputs)
+    except Exception as e:
+        return f"ORT failed: {type(e).__name__}: {str(e)[:800]}"
+    return {k: ({"rel_l2": rel_l2(outs[k], v), "cos": cosine(outs[k], v)}
+                if k in outs and outs[k].shape == v.shape else "missing/shape")
+            for k, v in ref.items()}
+
+
 def check(name):
     d = os.path.join(RES, name)
     os.makedirs(d, exist_ok=True)
@@ -113,13 +124,7 @@ def check(name):
     x = os.path.join(d, f"{name}.fp8qdq.onnx")
     rc, out, err = sh([FP8C, "compile", m, "--emit", "onnx", "--calibrate", inp, "-o", x], log)
     if rc == 0:
-        try:
-            outs = ort_run(x, inputs)
-            rec["emit_onnx"] = {k: ({"rel_l2": rel_l2(outs[k], v), "cos": cosine(outs[k], v)}
-                                    if k in outs and outs[k].shape == v.shape else "missing/shape")
-                                for k, v in ref.items()}
-        except Exception as e:
-            rec["emit_onnx"] = f"ORT failed: {type(e).__name__}: {str(e)[:800]}"
+        rec["emit_onnx"] = emitted_vs_ref(x, inputs, ref)
         try:
             ort_run(x, inputs, default_opt=True)
             rec["emit_onnx_ort_default_opt"] = "ok"
@@ -131,13 +136,7 @@ def check(name):
     xb = os.path.join(d, f"{name}.block.onnx")
     rc, out, err = sh([FP8C, "compile", m, "--emit", "onnx", "--recipe", "block", "-o", xb], log)
     if rc == 0:
-        try:
-            outs = ort_run(xb, inputs)
-            rec["emit_onnx_block"] = {k: ({"rel_l2": rel_l2(outs[k], v), "cos": cosine(outs[k], v)}
-                                          if k in outs and outs[k].shape == v.shape else "missing/shape")
-                                      for k, v in ref.items()}
-        except Exception as e:
-            rec["emit_onnx_block"] = f"ORT failed: {type(e).__name__}: {str(e)[:800]}"
+        rec["emit_onnx_block"] = emitted_vs_ref(xb, inputs, ref)
     else:
         rec["emit_onnx_block"] = f"compile rc={rc}: {last_err(out, err)}"
 
