@@ -50,7 +50,8 @@ DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
 Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
-ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Shape Sigmoid Sign Sin Slice
+ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
+ReduceSumSquare Relu Reshape Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
 ScatterElements ScatterND
 DepthToSpace GroupNormalization InstanceNormalization Resize SpaceToDepth Upsample

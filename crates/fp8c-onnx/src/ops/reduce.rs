@@ -13,6 +13,18 @@ pub(super) fn reduce(
     make: fn(Option<Vec<i64>>, bool) -> Op,
 ) -> Result<Vec<Value>, OnnxError> {
     let x = cx.input(0)?;
+    let Some((axes, keepdims)) = reduce_axes(cx, input_since)? else {
+        return Ok(vec![cx.add(Op::Identity, &[x])?]);
+    };
+    Ok(vec![cx.add(make(axes, keepdims), &[x])?])
+}
+
+/// A reduction's `axes` (`None`: every axis) and `keepdims`, or `None` when empty axes with
+/// `noop_with_empty_axes` make the op an identity. `axes` is an input from `input_since`.
+fn reduce_axes(
+    cx: &NodeCx<'_>,
+    input_since: i64,
+) -> Result<Option<(Option<Vec<i64>>, bool)>, OnnxError> {
     let keepdims = cx.attr_bool("keepdims", true)?;
     let (axes, noop_with_empty_axes) = if cx.opset < input_since {
         if cx.num_inputs() > 1 {
@@ -30,9 +42,85 @@ pub(super) fn reduce(
     // Empty axes mean "every axis", unless noop_with_empty_axes makes the op an identity.
     let axes = axes.filter(|a| !a.is_empty());
     if axes.is_none() && noop_with_empty_axes {
-        return Ok(vec![cx.add(Op::Identity, &[x])?]);
+        return Ok(None);
     }
-    Ok(vec![cx.add(make(axes, keepdims), &[x])?])
+    Ok(Some((axes, keepdims)))
+}
+
+/// The reductions ONNX defines from a sum (axes an input from opset 18).
+#[derive(Clone, Copy)]
+pub(super) enum SumKind {
+    /// ReduceL1: Σ|x|.
+    L1,
+    /// ReduceL2: √Σx².
+    L2,
+    /// ReduceSumSquare: Σx².
+    SumSquare,
+    /// ReduceLogSum: log Σx.
+    LogSum,
+    /// ReduceLogSumExp: log Σexp(x), as `m + log Σexp(x − m)` with m the maximum (as
+    /// onnxruntime, so large x does not overflow).
+    LogSumExp,
+}
+
+/// ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceLogSumExp, decomposed into an
+/// elementwise op, `reduce_sum` (which accumulates in f64) and an elementwise op.
+pub(super) fn reduce_sum_of(cx: &mut NodeCx<'_>, kind: SumKind) -> Result<Vec<Value>, OnnxError> {
+    let x = cx.input(0)?;
+    let Some((axes, keepdims)) = reduce_axes(cx, 18)? else {
+        // onnxruntime's no-op reductions still apply the elementwise parts.
+        return Ok(vec![match kind {
+            SumKind::L1 => cx.add(Op::Abs, &[x])?,
+            SumKind::SumSquare => cx.add(Op::Mul, &[x, x])?,
+            SumKind::L2 => {
+                let sq = cx.add_helper("square", Op::Mul, &[x, x])?;
+                cx.add(Op::Sqrt, &[sq])?
+            }
+            SumKind::LogSum => cx.add(Op::Log, &[x])?,
+            SumKind::LogSumExp => {
+                let e = cx.add_helper("exp", Op::Exp, &[x])?;
+                cx.add(Op::Log, &[e])?
+            }
+        }]);
+    };
+    let sum = |axes: Option<Vec<i64>>, keepdims| Op::ReduceSum { axes, keepdims };
+    let y = match kind {
+        SumKind::L1 => {
+            let a = cx.add_helper("abs", Op::Abs, &[x])?;
+            cx.add(sum(axes, keepdims), &[a])?
+        }
+        SumKind::SumSquare => {
+            let sq = cx.add_helper("square", Op::Mul, &[x, x])?;
+            cx.add(sum(axes, keepdims), &[sq])?
+        }
+        SumKind::L2 => {
+            let sq = cx.add_helper("square", Op::Mul, &[x, x])?;
+            let s = cx.add_helper("sum", sum(axes, keepdims), &[sq])?;
+            cx.add(Op::Sqrt, &[s])?
+        }
+        SumKind::LogSum => {
+            let s = cx.add_helper("sum", sum(axes, keepdims), &[x])?;
+            cx.add(Op::Log, &[s])?
+        }
+        SumKind::LogSumExp => {
+            let max = Op::ReduceMax {
+                axes: axes.clone(),
+                keepdims: true,
+            };
+            let m = cx.add_helper("max", max, &[x])?;
+            let d = cx.add_helper("shifted", Op::Sub, &[x, m])?;
+            let e = cx.add_helper("exp", Op::Exp, &[d])?;
+            let s = cx.add_helper("sum", sum(axes.clone(), true), &[e])?;
+            let l = cx.add_helper("log", Op::Log, &[s])?;
+            if keepdims {
+                cx.add(Op::Add, &[l, m])?
+            } else {
+                let r = cx.add_helper("keepdims", Op::Add, &[l, m])?;
+                cx.add(Op::Squeeze { axes }, &[r])?
+            }
+        }
+    };
+    Ok(vec![y])
 }
 
 pub(super) fn cum_sum(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
