@@ -15,6 +15,13 @@ sequence of maps). `add_result1` is the logits, `out_activations_result` the pro
 `argmax_output` the class index. And mlp_digits_clf.ref.npz: `X` (the first 32 digits),
 `probabilities` and `label`, onnxruntime's outputs for them (ZipMap's maps turned back into
 an array), plus `y`, their true classes.
+
+Also writes the zoo of tests/run_cli.rs's `sklearn_zoo_matches_onnxruntime`: for each entry of
+ZOO, NAME.onnx (skl2onnx's default conversion: ai.onnx.ml LinearClassifier, LinearRegressor,
+Scaler, Normalizer, ArrayFeatureExtractor, ZipMap, TreeEnsemble*, SVM*, ...) and NAME.ort.npz:
+`X` (16 rows) and onnxruntime's outputs for it under the graph output names (ZipMap's maps
+as a dense [N, classes] array, columns in label order). Data: sklearn's bundled iris, or
+make_regression/make_classification with fixed seeds; nothing is downloaded.
 """
 
 import os
@@ -27,6 +34,9 @@ import onnxruntime as ort
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
+from sklearn import (decomposition, ensemble, linear_model, naive_bayes, pipeline,
+                     preprocessing, svm, tree)
+from sklearn.datasets import load_iris, make_regression
 from skl2onnx import to_onnx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +63,67 @@ def main(argv):
            "y": y[:32].astype(np.int64)}
     save_npz(os.path.join(out_dir, "mlp_digits_clf.ref.npz"), ref)
     print(f"wrote {path}: train accuracy {clf.score(x, y):.4f}")
+    zoo(out_dir)
     return 0
+
+
+def zoo_data():
+    xi, yi = load_iris(return_X_y=True)
+    xr, yr = make_regression(200, 8, n_targets=1, noise=0.5, random_state=0)
+    xr2, yr2 = make_regression(200, 6, n_targets=2, noise=0.5, random_state=1)
+    f = np.float32
+    return {
+        "iris": (xi.astype(f), yi),
+        "iris_binary": (xi.astype(f), (yi > 0).astype(np.int64)),
+        "reg": (xr.astype(f), yr),
+        "reg2": (xr2.astype(f), yr2),
+    }
+
+
+# name -> (estimator, data set); every model is small (kilobytes).
+ZOO = {
+    "iris_scaler_logreg": (lambda: pipeline.make_pipeline(
+        preprocessing.StandardScaler(), linear_model.LogisticRegression(max_iter=500)), "iris"),
+    "iris_logreg_binary": (lambda: linear_model.LogisticRegression(max_iter=500), "iris_binary"),
+    "iris_linear_svc": (lambda: svm.LinearSVC(random_state=0), "iris"),
+    "iris_sgd_pca": (lambda: pipeline.make_pipeline(
+        decomposition.PCA(3, random_state=0), linear_model.SGDClassifier(random_state=0)), "iris"),
+    "iris_gaussian_nb": (lambda: naive_bayes.GaussianNB(), "iris"),
+    "reg_minmax_ridge": (lambda: pipeline.make_pipeline(
+        preprocessing.MinMaxScaler(), linear_model.Ridge()), "reg"),
+    "reg_normalizer_linreg": (lambda: pipeline.make_pipeline(
+        preprocessing.Normalizer(), linear_model.LinearRegression()), "reg"),
+    "reg2_linreg": (lambda: linear_model.LinearRegression(), "reg2"),
+}
+
+
+def dense(v):
+    """An output as an array; ZipMap's list of {label: probability} maps as [N, labels]."""
+    if isinstance(v, list) and v and isinstance(v[0], dict):
+        keys = list(v[0].keys())
+        return np.array([[m[k] for k in keys] for m in v], dtype=np.float32)
+    return np.asarray(v)
+
+
+def zoo(out_dir):
+    data = zoo_data()
+    for name, (make, which) in ZOO.items():
+        x, y = data[which]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            est = make().fit(x, y)
+        model = to_onnx(est, x[:1])
+        path = os.path.join(out_dir, f"{name}.onnx")
+        onnx.save(model, path)
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        rows = np.random.default_rng(0).choice(len(x), 16, replace=False)
+        xs = x[rows]
+        names = [o.name for o in sess.get_outputs()]
+        ref = {"X": xs}
+        ref.update({n: dense(v) for n, v in zip(names, sess.run(None, {"X": xs}))})
+        save_npz(os.path.join(out_dir, f"{name}.ort.npz"), ref)
+        ops = sorted({n.op_type for n in model.graph.node})
+        print(f"wrote {path}: {', '.join(ops)}")
 
 
 if __name__ == "__main__":

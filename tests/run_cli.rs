@@ -496,8 +496,9 @@ fn inference_holds_fp8_weights_once_with_identical_results() {
 }
 
 /// A scikit-learn classifier exported by skl2onnx (`tests/models/sklearn/`, made by
-/// `scripts/make_sklearn_model.py`; issue #12): its label branch uses ai.onnx.ml ops fp8c
-/// does not have. Without `--output`, `run` names them once; with `--output`, only what the
+/// `scripts/make_sklearn_model.py`; issue #12): its label branch uses the ai.onnx.ml ops
+/// ArrayFeatureExtractor and ZipMap. A plain `run` gives the labels and ZipMap's
+/// probabilities as a dense array, equal to onnxruntime's; with `--output`, only what the
 /// named values need is imported: the probabilities and the ArgMax index equal onnxruntime's
 /// outputs, and `train --output add_result1` (the logits, an intermediate value) trains.
 #[test]
@@ -508,16 +509,27 @@ fn sklearn_classifier_runs_and_trains_through_output_selection() {
     let reference = support::read_npz(&root.join("mlp_digits_clf.ref.npz"));
     let inputs = npz(&dir, "x.npz", &[("X", &reference["X"])]);
 
-    let r = run(&[&"run", &model, &"--inputs", &inputs]);
-    fails_with(
-        &r,
-        &[
-            "unsupported ONNX ops (2)",
-            "ZipMap",
-            "ArrayFeatureExtractor",
-        ],
+    let plain = dir.join("plain.npz");
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &inputs,
+        &"--precision",
+        &"f32",
+        &"-o",
+        &plain,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    let got = support::read_npz(&plain);
+    let c = fp8c_runtime::compare(&got["output_probability"], &reference["probabilities"]).unwrap();
+    assert!(
+        c.rel_l2 <= 1e-5,
+        "ZipMap's probabilities: rel L2 {:.3e}",
+        c.rel_l2
     );
-    assert_eq!(r.stderr.matches("unsupported").count(), 1, "{}", r.stderr);
+    let label = got["output_label"].to_i64_vec().unwrap();
+    assert_eq!(label, reference["label"].to_i64_vec().unwrap());
 
     let out = dir.join("out.npz");
     let r = run(&[
@@ -562,11 +574,67 @@ fn sklearn_classifier_runs_and_trains_through_output_selection() {
         &"16",
     ];
     let r = run(&args);
-    fails_with(&r, &["ZipMap"]);
+    fails_with(&r, &["2 outputs", "choose the one to train with --output"]);
     args.extend([&"--output" as &dyn AsRef<std::ffi::OsStr>, &"add_result1"]);
     let r = run(&args);
     assert!(r.ok, "{}", r.stderr);
     assert!(r.stderr.contains("output \"add_result1\""), "{}", r.stderr);
+}
+
+/// scikit-learn models exported by skl2onnx with its defaults (`tests/models/sklearn/*.onnx`
+/// with `*.ort.npz`, made by `scripts/make_sklearn_model.py`: linear and logistic models,
+/// pipelines with Scaler, Normalizer and PCA, naive Bayes): `fp8c run MODEL --inputs X`,
+/// as a user types it, gives every output onnxruntime gives, labels equal and scores within
+/// 1e-5 (ZipMap's maps as dense `[N, classes]` arrays).
+#[test]
+fn sklearn_zoo_matches_onnxruntime() {
+    let dir = scratch("sklearn_zoo");
+    let root = support::repo_root().join("tests/models/sklearn");
+    let mut names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            name.strip_suffix(".ort.npz").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "the zoo shrank: {names:?}");
+    let mut failures = Vec::new();
+    for name in &names {
+        let reference = support::read_npz(&root.join(format!("{name}.ort.npz")));
+        let inputs = npz(&dir, &format!("{name}_x.npz"), &[("X", &reference["X"])]);
+        let out = dir.join(format!("{name}_out.npz"));
+        let r = run(&[
+            &"run",
+            &root.join(format!("{name}.onnx")),
+            &"--inputs",
+            &inputs,
+            &"-o",
+            &out,
+        ]);
+        if !r.ok {
+            failures.push(format!("{name}: {}", r.stderr.trim()));
+            continue;
+        }
+        let got = support::read_npz(&out);
+        for (key, want) in reference.iter().filter(|(k, _)| k.as_str() != "X") {
+            let Some(g) = got.get(key) else {
+                failures.push(format!("{name}: output {key} missing"));
+                continue;
+            };
+            if want.dtype().is_int() {
+                if g.to_i64_vec().unwrap() != want.to_i64_vec().unwrap() {
+                    failures.push(format!("{name}: {key} labels differ"));
+                }
+                continue;
+            }
+            let c = fp8c_runtime::compare(g, want).unwrap();
+            if c.rel_l2 > 1e-5 {
+                failures.push(format!("{name}: {key} rel L2 {:.3e}", c.rel_l2));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// Per-tile recipes (issue #16) from the command line and a config file: `--recipe rowwise`,

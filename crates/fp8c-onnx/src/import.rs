@@ -12,7 +12,7 @@
 //! 6. mapping: graph inputs, then the initializers the kept nodes read (float -> params,
 //!    others -> constants), then each node through its builder (`ops/`), then the outputs.
 
-use crate::ops::{NodeCx, lookup};
+use crate::ops::{NodeCx, lookup_node};
 use crate::proto::tensor_shape_proto::dimension;
 use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, type_proto};
 use crate::tensor::{dtype_from_onnx, tensor_from_proto, tensor_from_raw};
@@ -93,9 +93,10 @@ pub fn ai_onnx_opset(model: &ModelProto) -> Result<i64, OnnxError> {
         .next()
         .map(|o| o.version())
         .ok_or_else(|| OnnxError::Opset("the model imports no ai.onnx opset".into()))?;
-    if let Some(again) = default.next() {
+    // skl2onnx lists the default domain twice at one version; two versions are ambiguous.
+    if let Some(again) = default.find(|o| o.version() != v) {
         return Err(OnnxError::Opset(format!(
-            "the model imports the ai.onnx opset twice ({v} and {}); onnx.checker rejects such a model",
+            "the model imports the ai.onnx opset twice, at versions {v} and {}",
             again.version()
         )));
     }
@@ -348,7 +349,7 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
     // ---- support
     let unsupported: Vec<UnsupportedOp> = (0..nodes.len())
         .filter(|&k| keep[k])
-        .filter(|&k| !is_default_domain(nodes[k].domain()) || lookup(nodes[k].op_type()).is_none())
+        .filter(|&k| lookup_node(nodes[k].domain(), nodes[k].op_type()).is_none())
         .map(|k| UnsupportedOp {
             node: names[k].clone(),
             op_type: nodes[k].op_type().into(),
@@ -661,9 +662,13 @@ fn map_node(
     let warnings = &mut *mcx.warnings;
     let op_type = node.op_type();
     let err = |msg: String| OnnxError::node(name, op_type, msg);
-    let (build, arity) = lookup(op_type).ok_or_else(|| err("op is not supported".into()))?;
-    for w in crate::ops::schema::check_attrs(op_type, opset, &node.attribute).map_err(err)? {
-        warnings.push(format!("node \"{name}\" ({op_type}): {w}"));
+    let (build, arity) =
+        lookup_node(node.domain(), op_type).ok_or_else(|| err("op is not supported".into()))?;
+    // The schema table is ai.onnx's; ai.onnx.ml builders check their own attributes.
+    if is_default_domain(node.domain()) {
+        for w in crate::ops::schema::check_attrs(op_type, opset, &node.attribute).map_err(err)? {
+            warnings.push(format!("node \"{name}\" ({op_type}): {w}"));
+        }
     }
     let given = node
         .input

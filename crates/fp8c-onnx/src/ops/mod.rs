@@ -13,6 +13,7 @@ mod einsum;
 mod instance_norm;
 mod integer;
 mod math;
+pub(crate) mod ml;
 mod nn;
 mod quant;
 mod reduce;
@@ -35,13 +36,14 @@ pub(crate) type Build = fn(&mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError>;
 /// More inputs than any real node has; the bound of variadic ops.
 const MANY: usize = usize::MAX;
 
+/// Defines a domain's sorted list of op types (`$ops`) and its lookup function (`$lookup`).
 macro_rules! registry {
-    ($($name:literal $arity:expr => $build:expr,)*) => {
-        /// Every ONNX op type (default domain) the importer maps, sorted.
-        pub const SUPPORTED_OPS: &[&str] = &[$($name),*];
+    ($(#[$doc:meta])* $ops:ident, $lookup:ident; $($name:literal $arity:expr => $build:expr,)*) => {
+        $(#[$doc])*
+        pub const $ops: &[&str] = &[$($name),*];
 
-        /// The builder and accepted input count of an ONNX op type (default domain).
-        pub(crate) fn lookup(op_type: &str) -> Option<(Build, RangeInclusive<usize>)> {
+        /// The builder and accepted input count of an op type of this domain.
+        pub(crate) fn $lookup(op_type: &str) -> Option<(Build, RangeInclusive<usize>)> {
             match op_type {
                 $($name => { let b: Build = $build; Some((b, $arity)) })*
                 _ => None,
@@ -50,7 +52,11 @@ macro_rules! registry {
     };
 }
 
+pub(crate) use registry;
+
 registry! {
+    /// Every ONNX op type (default domain) the importer maps, sorted.
+    SUPPORTED_OPS, lookup;
     "Abs" 1..=1 => |cx| math::unary(cx, Op::Abs),
     "Add" 2..=2 => |cx| math::binary(cx, Op::Add),
     "And" 2..=2 => |cx| math::binary(cx, Op::And),
@@ -157,6 +163,15 @@ registry! {
     "Upsample" 1..=2 => resize::upsample,
     "Where" 3..=3 => |cx| math::plain(cx, Op::Where),
     "Xor" 2..=2 => |cx| math::binary(cx, Op::Xor),
+}
+
+/// The builder of a node of `domain` (the default one, or ai.onnx.ml: [`ml`]).
+pub(crate) fn lookup_node(domain: &str, op_type: &str) -> Option<(Build, RangeInclusive<usize>)> {
+    match domain {
+        "" | "ai.onnx" => lookup(op_type),
+        ml::DOMAIN => ml::lookup(op_type),
+        _ => None,
+    }
 }
 
 /// What a builder sees of its node: inputs, attributes, the graph being built.
@@ -454,6 +469,34 @@ impl<'a> NodeCx<'a> {
     /// Adds a constant helper node `{node}.{suffix}`.
     pub fn constant(&mut self, suffix: &str, value: Tensor) -> Result<Value, OnnxError> {
         self.add_helper(suffix, Op::Constant { value }, &[])
+    }
+
+    /// Adds a trainable parameter `{node}.{suffix}` holding `value` (a weight the node keeps in
+    /// attributes, such as a linear model's coefficients).
+    pub fn param(&mut self, suffix: &str, value: Tensor) -> Result<Value, OnnxError> {
+        let name = format!("{}.{suffix}", self.name);
+        let ty = TensorType::new(
+            value.dtype(),
+            value.shape().iter().map(|&d| d.into()).collect(),
+        );
+        self.g
+            .add_param(&name, ty, Some(value))
+            .map_err(|e| self.ir_err(e))
+    }
+
+    /// The strings of a strings attribute, if present.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>, OnnxError> {
+        let Some(a) = self.attr(name) else {
+            return Ok(None);
+        };
+        a.strings
+            .iter()
+            .map(|s| {
+                String::from_utf8(s.to_vec())
+                    .map_err(|_| self.err(format!("attribute `{name}` is not UTF-8")))
+            })
+            .collect::<Result<_, _>>()
+            .map(Some)
     }
 
     /// Adds a scalar constant of `dtype` holding `v`.
