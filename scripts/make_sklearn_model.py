@@ -94,6 +94,13 @@ ZOO = {
     "reg_normalizer_linreg": (lambda: pipeline.make_pipeline(
         preprocessing.Normalizer(), linear_model.LinearRegression()), "reg"),
     "reg2_linreg": (lambda: linear_model.LinearRegression(), "reg2"),
+    "iris_binarizer_logreg": (lambda: pipeline.make_pipeline(
+        preprocessing.Binarizer(threshold=3.0), linear_model.LogisticRegression(max_iter=500)),
+        "iris"),
+    "iris_maxnorm_logreg": (lambda: pipeline.make_pipeline(
+        preprocessing.Normalizer(norm="max"), linear_model.LogisticRegression(max_iter=500)), "iris"),
+    "reg_l1norm_ridge": (lambda: pipeline.make_pipeline(
+        preprocessing.Normalizer(norm="l1"), linear_model.Ridge()), "reg"),
 }
 
 
