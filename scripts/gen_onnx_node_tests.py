@@ -49,7 +49,8 @@ ConstantOfShape Conv ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div D
 DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
 Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
 HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
-MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QuantizeLinear RMSNormalization Range Reciprocal
+MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QLinearConv QLinearMatMul
+QuantizeLinear RMSNormalization Range Reciprocal
 ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
 ReduceSumSquare Relu Reshape Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor

@@ -244,6 +244,46 @@ CASES += [
 ]
 
 
+def static_qop_cnn(out_dir, name, signed):
+    """A small CNN (Conv+ReLU twice, max pool, flatten, MatMul) quantized by onnxruntime's
+    static quantizer in its QOperator format for Conv and MatMul: QLinearConv (with its i32
+    bias) and QLinearMatMul between QuantizeLinear and DequantizeLinear. `signed`: int8
+    activations and per-channel int8 weights; else uint8 per tensor."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    rng = np.random.default_rng(7)
+    w = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "wm"], ["y"])]
+    m = model("cnn", nodes, [("x", F, ["batch", 3, 10, 10])], [("y", F, ["batch", 5])],
+              [init("w1", w(8, 3, 3, 3)), init("b1", w(8)), init("w2", w(6, 8, 3, 3)),
+               init("b2", w(6)), init("wm", w(24, 5))])
+    calib = [rng.standard_normal((1, 3, 10, 10)).astype(np.float32) for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x} for x in calib])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = QuantType.QInt8 if signed else QuantType.QUInt8
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "cnn.onnx")
+        onnx.save(m, src)
+        dst = os.path.join(out_dir, f"{name}.onnx")
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
+                        op_types_to_quantize=["Conv", "MatMul"], activation_type=q,
+                        weight_type=q, per_channel=signed)
+    return dst
+
+
 def cast_e8m0_dirs(out_dir):
     from onnx.reference import ReferenceEvaluator
 
@@ -284,6 +324,8 @@ def main(argv):
         onnx.save(m, os.path.join(out_dir, f"{name}.onnx"))
         print(f"wrote {name}.onnx")
     print(f"wrote {os.path.basename(dynamic_mlp(out_dir))}")
+    print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_u8', False))}")
+    print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_s8', True))}")
     for name in cast_e8m0_dirs(out_dir):
         print(f"wrote {name}/")
     return 0

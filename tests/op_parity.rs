@@ -2,7 +2,8 @@
 //!
 //! The models in `tests/models/ops/` (made by `scripts/make_op_models.py` with onnx's Python
 //! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
-//! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, LayerNormalization's
+//! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, QLinearConv and
+//! QLinearMatMul (onnxruntime's static quantizer, QOperator format), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
@@ -90,6 +91,8 @@ op_tests! {
     dynamic_quantize_linear: "dynamic_quantize_linear";
     layer_norm_mean_and_inv_std: "layer_norm_stats";
     dynamic_quant_mlp: "dynamic_quant_mlp", ["--dim", "batch=4"];
+    static_qop_cnn_u8: "static_qop_cnn_u8", ["--dim", "batch=3"];
+    static_qop_cnn_s8_per_channel: "static_qop_cnn_s8", ["--dim", "batch=3"];
     conv_depthwise_5x5_stride: "conv_depthwise_5x5_stride";
     conv_depthwise_multiplier_dilation: "conv_depthwise_multiplier_dilation";
     conv_depthwise_1d_same_upper: "conv_depthwise_1d_same";

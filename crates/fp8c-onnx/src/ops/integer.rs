@@ -11,6 +11,11 @@
 //!   `zp = QuantizeLinear(−min(0, min x), scale)` (round half to even, saturated to uint8) and
 //!   `y = QuantizeLinear(x, scale, zp)`.
 //!
+//! - QLinearMatMul and QLinearConv (onnxruntime's static quantization, QOperator format): the
+//!   same exact integer product (plus QLinearConv's i32 bias), converted to f32, times
+//!   `(x_scale · w_scale) / y_scale` computed in f32 in that order, then rounded half to even,
+//!   offset by y's zero point and saturated: onnxruntime's requantization step by step.
+//!
 //! The precision policy keeps integer and f64 GEMMs in their own type (`Rule::OwnType`).
 
 use super::{NodeCx, nn};
@@ -95,6 +100,119 @@ pub(super) fn conv_integer(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError>
             &[y],
         )?[0],
     ])
+}
+
+/// QLinearMatMul: inputs a, a_scale, a_zero_point, b, b_scale, b_zero_point (per tensor or
+/// per column of b), y_scale, y_zero_point; output of y_zero_point's type.
+pub(super) fn qlinear_matmul(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let (a, b) = (cx.input(0)?, cx.input(3)?);
+    let a_rows = usize::from(cx.ty(a).rank() >= 2);
+    let a = shifted(cx, "a", a, Some(cx.input(2)?), DType::I32, a_rows)?;
+    let b = shifted(cx, "b", b, Some(cx.input(5)?), DType::I32, 0)?;
+    let acc = cx.add_helper("i32", Op::MatMul, &[a, b])?;
+    let m = multiplier(cx, cx.input(1)?, cx.input(4)?, cx.input(6)?, 0)?;
+    requantize(cx, acc, m, cx.input(7)?)
+}
+
+/// QLinearConv: inputs x, x_scale, x_zero_point, w, w_scale, w_zero_point (per tensor or per
+/// output channel), y_scale, y_zero_point and an optional i32 bias B; the conv attributes as
+/// Conv's; output of y_zero_point's type.
+pub(super) fn qlinear_conv(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let (x, w) = (cx.input(0)?, cx.input(3)?);
+    let trailing = cx.ty(w).rank().saturating_sub(1);
+    let xs = shifted(cx, "x", x, Some(cx.input(2)?), DType::F64, 0)?;
+    let ws = shifted(cx, "w", w, Some(cx.input(5)?), DType::F64, trailing)?;
+    let mut acc = nn::conv_of(cx, xs, ws, None)?;
+    // Per-channel values broadcast over the output's spatial axes: [M] → [M, 1, ..].
+    let spatial = trailing.saturating_sub(1);
+    if let Some(bias) = cx.opt_input(8) {
+        if cx.ty(bias).dtype != DType::I32 || cx.ty(bias).rank() != 1 {
+            return Err(cx.err(format!("the bias B must be int32 [M], got {}", cx.ty(bias))));
+        }
+        let f = Op::Cast {
+            to: DType::F64,
+            saturate: false,
+        };
+        let bias = cx.add_helper("bias.f64", f, &[bias])?;
+        let axes = (1..=spatial as i64).collect();
+        let bias = cx.add_helper("bias.column", Op::Unsqueeze { axes }, &[bias])?;
+        acc = cx.add_helper("biased", Op::Add, &[acc, bias])?;
+    }
+    let m = multiplier(cx, cx.input(1)?, cx.input(4)?, cx.input(6)?, spatial)?;
+    requantize(cx, acc, m, cx.input(7)?)
+}
+
+/// `(x_scale · w_scale) / y_scale` in f32, the weight's scale per tensor or (1-D) per output
+/// channel, given `trailing_ones` unit axes to broadcast along a conv output's channel axis.
+fn multiplier(
+    cx: &mut NodeCx<'_>,
+    x_scale: Value,
+    w_scale: Value,
+    y_scale: Value,
+    trailing_ones: usize,
+) -> Result<Value, OnnxError> {
+    // Opset 21's f16/bf16 scales are widened to f32 (exactly) first.
+    let mut f32_scale = |what: &str, v: Value| -> Result<Value, OnnxError> {
+        match cx.ty(v).dtype {
+            DType::F32 => Ok(v),
+            DType::F16 | DType::BF16 => {
+                let f = Op::Cast {
+                    to: DType::F32,
+                    saturate: false,
+                };
+                cx.add_helper(&format!("{what}_scale.f32"), f, &[v])
+            }
+            _ => Err(cx.err(format!(
+                "the scale of {what} must be float, got {}",
+                cx.ty(v)
+            ))),
+        }
+    };
+    let x_scale = f32_scale("x", x_scale)?;
+    let w_scale = f32_scale("w", w_scale)?;
+    let y_scale = f32_scale("y", y_scale)?;
+    let p = cx.add_helper("scale_product", Op::Mul, &[x_scale, w_scale])?;
+    let mut m = cx.add_helper("multiplier", Op::Div, &[p, y_scale])?;
+    let wty = cx.ty(w_scale).clone();
+    if wty.rank() == 1 && wty.shape[0].known() != Some(1) && trailing_ones > 0 {
+        let axes = (1..=trailing_ones as i64).collect();
+        m = cx.add_helper("multiplier.column", Op::Unsqueeze { axes }, &[m])?;
+    }
+    Ok(m)
+}
+
+/// The exact integer accumulator `acc` (i32 or f64) to y's type: f32(acc) · m, rounded half
+/// to even, plus y's zero point, saturated.
+fn requantize(
+    cx: &mut NodeCx<'_>,
+    acc: Value,
+    m: Value,
+    y_zero_point: Value,
+) -> Result<Vec<Value>, OnnxError> {
+    let to = cx.ty(y_zero_point).dtype;
+    if !matches!(to, DType::U8 | DType::I8) {
+        return Err(cx.err(format!(
+            "y_zero_point has type {to}; {} outputs uint8 or int8",
+            cx.op_type
+        )));
+    }
+    let f = Op::Cast {
+        to: DType::F32,
+        saturate: false,
+    };
+    let acc = cx.add_helper("acc.f32", f, &[acc])?;
+    let scaled = cx.add_helper("scaled", Op::Mul, &[acc, m])?;
+    let scalar = cx.constant("scalar_shape", fp8c_ir::Tensor::from_i64(vec![0], &[]))?;
+    let reshape = Op::Reshape { allowzero: false };
+    let zp = cx.add_helper("y_zero_point.scalar", reshape, &[y_zero_point, scalar])?;
+    let one = cx.scalar("unit_scale", DType::F32, 1.0)?;
+    let quantize = Op::QuantizeLinear {
+        axis: 1,
+        saturate: true,
+        to,
+        block_size: 0,
+    };
+    Ok(vec![cx.add(quantize, &[scaled, one, zp])?])
 }
 
 /// DynamicQuantizeLinear: input x (f32); outputs y (uint8), y_scale (f32[]) and

@@ -123,6 +123,8 @@ registry! {
     "Or" 2..=2 => |cx| math::binary(cx, Op::Or),
     "Pad" 1..=4 => shape::pad,
     "Pow" 2..=2 => |cx| math::binary(cx, Op::Pow),
+    "QLinearConv" 8..=9 => integer::qlinear_conv,
+    "QLinearMatMul" 8..=8 => integer::qlinear_matmul,
     "QuantizeLinear" 2..=3 => quant::quantize_linear,
     "RMSNormalization" 2..=2 => nn::rms_norm,
     "Range" 3..=3 => math::range,
