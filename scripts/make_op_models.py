@@ -284,6 +284,27 @@ def static_qop_cnn(out_dir, name, signed):
     return dst
 
 
+def nbits_mlp(out_dir, name, **quant):
+    """A 2-layer MLP (K = 72: a partial last block) whose MatMuls onnxruntime's weight-only
+    quantizer (`MatMulNBitsQuantizer`, the format of onnxruntime-genai's LLM exports) turned
+    into com.microsoft MatMulNBits; `quant` are its options (bits, block_size, is_symmetric)."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as mq
+
+    rng = np.random.default_rng(11)
+    w = lambda *shape: (rng.standard_normal(shape) * 0.2).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y0"]),
+             helper.make_node("Add", ["y0", "b2"], ["y"])]
+    m = model("mlp", nodes, [("x", F, ["batch", 72])], [("y", F, ["batch", 48])],
+              [init("w1", w(72, 64)), init("w2", w(64, 48)), init("b2", w(48))])
+    q = mq.MatMulNBitsQuantizer(m, **quant)
+    q.process()
+    dst = os.path.join(out_dir, f"{name}.onnx")
+    q.model.save_model_to_file(dst)
+    return dst
+
+
 def cast_e8m0_dirs(out_dir):
     from onnx.reference import ReferenceEvaluator
 
@@ -326,6 +347,10 @@ def main(argv):
     print(f"wrote {os.path.basename(dynamic_mlp(out_dir))}")
     print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_u8', False))}")
     print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_s8', True))}")
+    for name, quant in [("nbits4_sym_b32", dict(bits=4, block_size=32, is_symmetric=True)),
+                        ("nbits4_asym_b16", dict(bits=4, block_size=16, is_symmetric=False)),
+                        ("nbits8_asym_b32", dict(bits=8, block_size=32, is_symmetric=False))]:
+        print(f"wrote {os.path.basename(nbits_mlp(out_dir, name, **quant))}")
     for name in cast_e8m0_dirs(out_dir):
         print(f"wrote {name}/")
     return 0

@@ -39,6 +39,7 @@ pub use import::{
 };
 pub use inspect::{ModelInfo, OpsetInfo, ValueSummary, inspect, inspect_bytes, inspect_model};
 pub use ops::SUPPORTED_OPS;
+pub use ops::contrib::CONTRIB_SUPPORTED_OPS;
 pub use ops::ml::ML_SUPPORTED_OPS;
 pub use shape_inputs::shape_inputs;
 pub use tensor::{

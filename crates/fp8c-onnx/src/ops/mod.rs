@@ -8,6 +8,7 @@
 //! To add an op: write its builder in the family file and add one line to [`registry!`]
 //! below, with the number of inputs it accepts.
 
+pub(crate) mod contrib;
 mod depth_space;
 mod einsum;
 mod instance_norm;
@@ -167,11 +168,13 @@ registry! {
     "Xor" 2..=2 => |cx| math::binary(cx, Op::Xor),
 }
 
-/// The builder of a node of `domain` (the default one, or ai.onnx.ml: [`ml`]).
+/// The builder of a node of `domain` (the default one, ai.onnx.ml: [`ml`], or
+/// com.microsoft: [`contrib`]).
 pub(crate) fn lookup_node(domain: &str, op_type: &str) -> Option<(Build, RangeInclusive<usize>)> {
     match domain {
         "" | "ai.onnx" => lookup(op_type),
         ml::DOMAIN => ml::lookup(op_type),
+        contrib::DOMAIN => contrib::lookup(op_type),
         _ => None,
     }
 }

@@ -1,0 +1,147 @@
+//! onnxruntime's `com.microsoft` contrib domain: the ops its quantization tools write that
+//! carry a model's weights, decomposed at import.
+//!
+//! - MatMulNBits (`onnxruntime.quantization.matmul_nbits_quantizer`, the 4-bit weight-only
+//!   format of onnxruntime-genai's LLM exports): B's 2/4/8-bit codes, per-block scales and
+//!   zero points are known at import, so B is dequantized once, `(q − zp) · scale` per block
+//!   of K in f32 (rounded to A's type), into a `[K, N]` parameter, and the node becomes a
+//!   MatMul with it (plus the bias): the precision policy then treats it as any other GEMM,
+//!   so fp8c re-quantizes it to FP8 where the policy says.
+
+use super::{Build, NodeCx, registry};
+use crate::OnnxError;
+use fp8c_ir::{DType, Op, Tensor, Value};
+use std::ops::RangeInclusive;
+
+/// The domain's name in `NodeProto.domain`.
+pub(crate) const DOMAIN: &str = "com.microsoft";
+
+registry! {
+    /// Every com.microsoft op type the importer maps, sorted.
+    CONTRIB_SUPPORTED_OPS, lookup;
+    "MatMulNBits" 2..=6 => matmul_nbits,
+}
+
+/// MatMulNBits: inputs A `[.., K]`, B (uint8 `[N, blocks, block_size · bits / 8]`), scales
+/// (`[N · blocks]` or `[N, blocks]`), optional zero points (packed uint8, `bits` per block,
+/// each row of N padded to whole bytes; or of the scales' type), g_idx (not supported) and
+/// bias `[N]`; attributes K, N, bits (default 4), block_size. Codes are packed low bits first.
+/// Without zero points the zero point is `2^(bits − 1)`.
+fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let req = |cx: &NodeCx<'_>, name: &str| {
+        cx.attr_int_opt(name)?.filter(|&v| v > 0).ok_or_else(|| {
+            cx.err(format!(
+                "attribute `{name}` is required and must be positive"
+            ))
+        })
+    };
+    let (k, n, block) = (
+        req(cx, "K")? as usize,
+        req(cx, "N")? as usize,
+        req(cx, "block_size")? as usize,
+    );
+    let bits = cx.attr_int("bits", 4)?;
+    if !matches!(bits, 2 | 4 | 8) {
+        return Err(cx.err(format!("bits = {bits} is not supported (2, 4 or 8)")));
+    }
+    let bits = bits as usize;
+    if block < 16 || !block.is_power_of_two() {
+        return Err(cx.err(format!("block_size = {block} must be a power of two ≥ 16")));
+    }
+    if cx.opt_input(4).is_some() {
+        return Err(cx.err("input g_idx (act-order block indices) is not supported"));
+    }
+    let a = cx.input(0)?;
+    let dtype = cx.ty(a).dtype;
+    if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(cx.err(format!("input A must be float, got {}", cx.ty(a))));
+    }
+    let blocks = k.div_ceil(block);
+    let blob = block * bits / 8;
+    let known = |cx: &NodeCx<'_>, i: usize, what: &str| -> Result<Tensor, OnnxError> {
+        let v = cx.input(i)?;
+        cx.known_value(v).cloned().ok_or_else(|| {
+            cx.err(format!(
+                "input {i} ({what}, \"{}\") must be an initializer: fp8c dequantizes B at import",
+                cx.input_name(i)
+            ))
+        })
+    };
+    let b = known(cx, 1, "B")?;
+    if b.dtype() != DType::U8 || b.bytes().len() != n * blocks * blob {
+        return Err(cx.err(format!(
+            "B must be uint8 [{n}, {blocks}, {blob}] for K = {k}, N = {n}, bits = {bits}, \
+             block_size = {block}; got {}[{:?}]",
+            b.dtype(),
+            b.shape()
+        )));
+    }
+    let scales = known(cx, 2, "scales")?;
+    let scales = scales
+        .to_f32_vec()
+        .map_err(|e| cx.err(format!("scales: {e}")))?;
+    if scales.len() != n * blocks {
+        return Err(cx.err(format!(
+            "{} scales for N · blocks = {}",
+            scales.len(),
+            n * blocks
+        )));
+    }
+    let zero = |_: usize, _: usize| (1u32 << (bits - 1)) as f32;
+    let zp: Box<dyn Fn(usize, usize) -> f32> = match cx.opt_input(3) {
+        None => Box::new(zero),
+        Some(_) => {
+            let z = known(cx, 3, "zero_points")?;
+            if z.dtype() == DType::U8 {
+                let per_row = (blocks * bits).div_ceil(8);
+                let bytes = z.bytes().to_vec();
+                if bytes.len() != n * per_row {
+                    return Err(cx.err(format!(
+                        "{} packed zero points for N = {n} rows of {per_row} bytes",
+                        bytes.len()
+                    )));
+                }
+                let mask = (1u32 << bits) - 1;
+                Box::new(move |row, blk| {
+                    let bit = blk * bits;
+                    let byte = bytes[row * per_row + bit / 8] as u32;
+                    ((byte >> (bit % 8)) & mask) as f32
+                })
+            } else {
+                let z = z
+                    .to_f32_vec()
+                    .map_err(|e| cx.err(format!("zero_points: {e}")))?;
+                if z.len() != n * blocks {
+                    return Err(cx.err(format!(
+                        "{} zero points for N · blocks = {}",
+                        z.len(),
+                        n * blocks
+                    )));
+                }
+                Box::new(move |row, blk| z[row * blocks + blk])
+            }
+        }
+    };
+    let codes = b.bytes();
+    let mask = (1u32 << bits) - 1;
+    let mut w = vec![0f64; k * n];
+    for row in 0..n {
+        for kk in 0..k {
+            let (blk, i) = (kk / block, kk % block);
+            let bit = i * bits;
+            let byte = codes[(row * blocks + blk) * blob + bit / 8] as u32;
+            let q = ((byte >> (bit % 8)) & mask) as f32;
+            let v = (q - zp(row, blk)) * scales[row * blocks + blk];
+            w[kk * n + row] = f64::from(v);
+        }
+    }
+    let wt = Tensor::from_f64_as(dtype, vec![k as u64, n as u64], &w)
+        .map_err(|e| cx.err(format!("the dequantized B: {e}")))?;
+    let w = cx.param("weight", wt)?;
+    let bias = cx.opt_input(5);
+    let y = cx.add_step(bias.is_none(), "matmul", Op::MatMul, &[a, w])?;
+    match bias {
+        None => Ok(vec![y]),
+        Some(bias) => Ok(vec![cx.add(Op::Add, &[y, bias])?]),
+    }
+}
