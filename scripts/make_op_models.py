@@ -284,6 +284,52 @@ def static_qop_cnn(out_dir, name, signed):
     return dst
 
 
+def static_qop_full(out_dir, name, signed):
+    """A CNN with a residual Add, Sigmoid·x (SiLU), LeakyRelu, a Concat, AveragePool,
+    GlobalAveragePool and a Gemm, quantized by onnxruntime's static quantizer in its QOperator
+    format for every op it handles: QLinearConv plus the com.microsoft QLinearAdd, QLinearMul,
+    QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearAveragePool,
+    QLinearGlobalAveragePool and QGemm."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    rng = np.random.default_rng(9)
+    w = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["s1"]),
+             helper.make_node("Mul", ["c1", "s1"], ["a1"]),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "a1"], ["r"]),
+             helper.make_node("LeakyRelu", ["r"], ["l"], alpha=0.1),
+             helper.make_node("AveragePool", ["l"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p", "w3", "b3"], ["c3"]),
+             helper.make_node("Concat", ["p", "c3"], ["cat"], axis=1),
+             helper.make_node("GlobalAveragePool", ["cat"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1)]
+    m = model("cnn", nodes, [("x", F, ["batch", 3, 8, 8])], [("y", F, ["batch", 7])],
+              [init("w1", w(8, 3, 3, 3)), init("b1", w(8)), init("w2", w(8, 8, 3, 3)),
+               init("b2", w(8)), init("w3", w(4, 8, 1, 1)), init("b3", w(4)),
+               init("wf", w(7, 12)), init("bf", w(7))])
+    calib = [rng.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(8)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x} for x in calib])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = QuantType.QInt8 if signed else QuantType.QUInt8
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "cnn.onnx")
+        onnx.save(m, src)
+        dst = os.path.join(out_dir, f"{name}.onnx")
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
+                        activation_type=q, weight_type=q, per_channel=signed)
+    return dst
+
+
 def nbits_mlp(out_dir, name, **quant):
     """A 2-layer MLP (K = 72: a partial last block) whose MatMuls onnxruntime's weight-only
     quantizer (`MatMulNBitsQuantizer`, the format of onnxruntime-genai's LLM exports) turned
@@ -347,6 +393,8 @@ def main(argv):
     print(f"wrote {os.path.basename(dynamic_mlp(out_dir))}")
     print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_u8', False))}")
     print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_s8', True))}")
+    print(f"wrote {os.path.basename(static_qop_full(out_dir, 'static_qop_full_u8', False))}")
+    print(f"wrote {os.path.basename(static_qop_full(out_dir, 'static_qop_full_s8', True))}")
     for name, quant in [("nbits4_sym_b32", dict(bits=4, block_size=32, is_symmetric=True)),
                         ("nbits4_asym_b16", dict(bits=4, block_size=16, is_symmetric=False)),
                         ("nbits8_asym_b32", dict(bits=8, block_size=32, is_symmetric=False))]:

@@ -3,7 +3,9 @@
 //! The models in `tests/models/ops/` (made by `scripts/make_op_models.py` with onnx's Python
 //! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
 //! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, QLinearConv and
-//! QLinearMatMul (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
+//! QLinearMatMul and the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
+//! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool
+//! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
@@ -94,6 +96,8 @@ op_tests! {
     dynamic_quant_mlp: "dynamic_quant_mlp", ["--dim", "batch=4"];
     static_qop_cnn_u8: "static_qop_cnn_u8", ["--dim", "batch=3"];
     static_qop_cnn_s8_per_channel: "static_qop_cnn_s8", ["--dim", "batch=3"];
+    static_qop_contrib_ops_u8: "static_qop_full_u8", ["--dim", "batch=3"];
+    static_qop_contrib_ops_s8_per_channel: "static_qop_full_s8", ["--dim", "batch=3"];
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];

@@ -7,8 +7,11 @@
 //!   of K in f32 (rounded to A's type), into a `[K, N]` parameter, and the node becomes a
 //!   MatMul with it (plus the bias): the precision policy then treats it as any other GEMM,
 //!   so fp8c re-quantizes it to FP8 where the policy says.
+//! - The QOperator ops of onnxruntime's static quantizer (QGemm, QLinearAdd, ...):
+//!   [`super::contrib_qlinear`].
 
-use super::{Build, NodeCx, registry};
+use super::contrib_qlinear as qlinear;
+use super::{Build, MANY, NodeCx, registry};
 use crate::OnnxError;
 use fp8c_ir::{DType, Op, Tensor, Value};
 use std::ops::RangeInclusive;
@@ -20,6 +23,14 @@ registry! {
     /// Every com.microsoft op type the importer maps, sorted.
     CONTRIB_SUPPORTED_OPS, lookup;
     "MatMulNBits" 2..=6 => matmul_nbits,
+    "QGemm" 6..=9 => qlinear::qgemm,
+    "QLinearAdd" 7..=8 => |cx| qlinear::binary(cx, Op::Add),
+    "QLinearAveragePool" 4..=5 => qlinear::average_pool,
+    "QLinearConcat" 5..=MANY => qlinear::concat,
+    "QLinearGlobalAveragePool" 4..=5 => qlinear::global_average_pool,
+    "QLinearLeakyRelu" 4..=5 => qlinear::leaky_relu,
+    "QLinearMul" 7..=8 => |cx| qlinear::binary(cx, Op::Mul),
+    "QLinearSigmoid" 4..=5 => |cx| qlinear::unary(cx, Op::Sigmoid),
 }
 
 /// MatMulNBits: inputs A `[.., K]`, B (uint8 `[N, blocks, block_size · bits / 8]`), scales

@@ -25,7 +25,7 @@ use fp8c_ir::{DType, Op, Value};
 /// `cast(v, to) − cast(zp, to)`. A 1-D zero point of more than one element gets
 /// `trailing_ones` unit axes appended, so that one per row of A (`[M]` → `[M, 1]`) or one
 /// per output channel of a conv weight (`[M]` → `[M, 1, k..]`) broadcasts along its axis 0.
-fn shifted(
+pub(super) fn shifted(
     cx: &mut NodeCx<'_>,
     which: &str,
     v: Value,
@@ -183,7 +183,7 @@ fn multiplier(
 
 /// The exact integer accumulator `acc` (i32 or f64) to y's type: f32(acc) · m, rounded half
 /// to even, plus y's zero point, saturated.
-fn requantize(
+pub(super) fn requantize(
     cx: &mut NodeCx<'_>,
     acc: Value,
     m: Value,

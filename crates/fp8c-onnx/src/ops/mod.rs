@@ -9,6 +9,7 @@
 //! below, with the number of inputs it accepts.
 
 pub(crate) mod contrib;
+mod contrib_qlinear;
 mod depth_space;
 mod einsum;
 mod instance_norm;

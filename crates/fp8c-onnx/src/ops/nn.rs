@@ -242,6 +242,11 @@ pub(super) fn max_pool(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
 
 pub(super) fn average_pool(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let x = cx.input(0)?;
+    Ok(vec![cx.add(average_pool_op(cx)?, &[x])?])
+}
+
+/// The `average_pool` op of an AveragePool-like node's attributes.
+pub(super) fn average_pool_op(cx: &NodeCx<'_>) -> Result<Op, OnnxError> {
     let win = pool_window(cx)?;
     let ceil_mode = cx.attr_bool("ceil_mode", false)?;
     let count_include_pad = cx.attr_bool("count_include_pad", false)?;
@@ -254,7 +259,7 @@ pub(super) fn average_pool(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError>
         count_include_pad,
         auto_pad: win.auto_pad,
     };
-    Ok(vec![cx.add(op, &[x])?])
+    Ok(op)
 }
 
 /// Inference-mode batch norm; training mode and its extra outputs are errors.

@@ -18,7 +18,11 @@ fn block_size(cx: &NodeCx<'_>) -> Result<i64, OnnxError> {
 }
 
 /// A zero point of `dtype` shaped like `scale` (a scalar if the scale's shape is not static).
-fn zero_point(cx: &mut NodeCx<'_>, dtype: DType, scale: Value) -> Result<Value, OnnxError> {
+pub(super) fn zero_point(
+    cx: &mut NodeCx<'_>,
+    dtype: DType,
+    scale: Value,
+) -> Result<Value, OnnxError> {
     let sty = cx.ty(scale);
     let shape = known_dims(&sty.shape).unwrap_or_default();
     // A scale is a scalar or one value per channel: a huge one is a corrupt type, and the
