@@ -101,6 +101,13 @@ ZOO = {
         preprocessing.Normalizer(norm="max"), linear_model.LogisticRegression(max_iter=500)), "iris"),
     "reg_l1norm_ridge": (lambda: pipeline.make_pipeline(
         preprocessing.Normalizer(norm="l1"), linear_model.Ridge()), "reg"),
+    "iris_svc_rbf": (lambda: svm.SVC(), "iris"),
+    "iris_svc_poly_binary": (lambda: svm.SVC(kernel="poly", degree=3), "iris_binary"),
+    "iris_nusvc_sigmoid": (lambda: pipeline.make_pipeline(
+        preprocessing.StandardScaler(), svm.NuSVC(kernel="sigmoid", nu=0.3)), "iris"),
+    "reg_svr_rbf": (lambda: svm.SVR(C=10.0), "reg"),
+    "reg_svr_linear": (lambda: svm.SVR(kernel="linear"), "reg"),
+    "iris_one_class_svm": (lambda: svm.OneClassSVM(gamma="auto", nu=0.2), "iris"),
 }
 
 

@@ -8,10 +8,11 @@
 //! output is not used (`--output` the probabilities). `ZipMap`'s sequence of maps is given as
 //! its input, the dense `[N, classes]` probabilities, column j holding class j's.
 //!
-//! Family files: [`linear`] (LinearClassifier, LinearRegressor), [`transform`] (Scaler,
-//! Normalizer, Binarizer, ArrayFeatureExtractor, ZipMap).
+//! Family files: [`linear`] (LinearClassifier, LinearRegressor), [`svm`] (SVMClassifier,
+//! SVMRegressor), [`transform`] (Scaler, Normalizer, Binarizer, ArrayFeatureExtractor, ZipMap).
 
 mod linear;
+mod svm;
 mod transform;
 
 use super::{Build, NodeCx, registry};
@@ -30,7 +31,11 @@ registry! {
     "LinearClassifier" 1..=1 => linear::linear_classifier,
     "LinearRegressor" 1..=1 => linear::linear_regressor,
     "Normalizer" 1..=1 => transform::normalizer,
+    "SVMClassifier" 1..=1 => svm::svm_classifier,
+    "SVMRegressor" 1..=1 => svm::svm_regressor,
     "Scaler" 1..=1 => transform::scaler,
+    "TreeEnsembleClassifier" 1..=1 => tree::tree_ensemble_classifier,
+    "TreeEnsembleRegressor" 1..=1 => tree::tree_ensemble_regressor,
     "ZipMap" 1..=1 => transform::zip_map,
 }
 
