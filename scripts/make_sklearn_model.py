@@ -34,7 +34,7 @@ import onnxruntime as ort
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
-from sklearn import (decomposition, ensemble, linear_model, naive_bayes, pipeline,
+from sklearn import (decomposition, ensemble, impute, linear_model, naive_bayes, pipeline,
                      preprocessing, svm, tree)
 from sklearn.datasets import load_iris, make_regression
 from skl2onnx import to_onnx
@@ -72,7 +72,12 @@ def zoo_data():
     xr, yr = make_regression(200, 8, n_targets=1, noise=0.5, random_state=0)
     xr2, yr2 = make_regression(200, 6, n_targets=2, noise=0.5, random_state=1)
     f = np.float32
+    xn = xi.astype(f)
+    xn[::7, 1] = np.nan
+    cats = np.random.default_rng(3).integers(0, 4, (150, 3)).astype(np.int64)
     return {
+        "iris_nan": (xn, yi),
+        "cats": (cats, yi),
         "iris": (xi.astype(f), yi),
         "iris_binary": (xi.astype(f), (yi > 0).astype(np.int64)),
         "reg": (xr.astype(f), yr),
@@ -108,6 +113,12 @@ ZOO = {
     "reg_svr_rbf": (lambda: svm.SVR(C=10.0), "reg"),
     "reg_svr_linear": (lambda: svm.SVR(kernel="linear"), "reg"),
     "iris_one_class_svm": (lambda: svm.OneClassSVM(gamma="auto", nu=0.2), "iris"),
+    "iris_nan_imputer_logreg": (lambda: pipeline.make_pipeline(
+        impute.SimpleImputer(), linear_model.LogisticRegression(max_iter=300)), "iris_nan"),
+    "cats_onehot_logreg": (lambda: pipeline.make_pipeline(
+        preprocessing.OneHotEncoder(), linear_model.LogisticRegression(max_iter=300)), "cats"),
+    "cats_ordinal": (lambda: preprocessing.OrdinalEncoder(), "cats"),
+    "iris_power_transformer": (lambda: preprocessing.PowerTransformer(), "iris"),
 }
 
 

@@ -9,11 +9,14 @@
 //! its input, the dense `[N, classes]` probabilities, column j holding class j's.
 //!
 //! Family files: [`linear`] (LinearClassifier, LinearRegressor), [`svm`] (SVMClassifier,
-//! SVMRegressor), [`transform`] (Scaler, Normalizer, Binarizer, ArrayFeatureExtractor, ZipMap).
+//! SVMRegressor), [`transform`] (Scaler, Normalizer, Binarizer, ArrayFeatureExtractor, ZipMap),
+//! [`tree`] (TreeEnsembleClassifier, TreeEnsembleRegressor).
 
+mod encode;
 mod linear;
 mod svm;
 mod transform;
+mod tree;
 
 use super::{Build, NodeCx, registry};
 use crate::OnnxError;
@@ -28,9 +31,12 @@ registry! {
     ML_SUPPORTED_OPS, lookup;
     "ArrayFeatureExtractor" 2..=2 => transform::array_feature_extractor,
     "Binarizer" 1..=1 => transform::binarizer,
+    "Imputer" 1..=1 => encode::imputer,
+    "LabelEncoder" 1..=1 => encode::label_encoder,
     "LinearClassifier" 1..=1 => linear::linear_classifier,
     "LinearRegressor" 1..=1 => linear::linear_regressor,
     "Normalizer" 1..=1 => transform::normalizer,
+    "OneHotEncoder" 1..=1 => encode::one_hot_encoder,
     "SVMClassifier" 1..=1 => svm::svm_classifier,
     "SVMRegressor" 1..=1 => svm::svm_regressor,
     "Scaler" 1..=1 => transform::scaler,
