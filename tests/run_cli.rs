@@ -637,6 +637,30 @@ fn sklearn_zoo_matches_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// `compile --emit onnx` of a model whose GEMMs all stay in high precision (a small sklearn
+/// classifier: N = 3, K = 4) needs no `--calibrate`: there is nothing to quantize, the file
+/// keeps the model's opset and runs to the same labels.
+#[test]
+fn emit_onnx_without_fp8_gemms_needs_no_calibration() {
+    let dir = scratch("emit_onnx_no_fp8");
+    let root = support::repo_root().join("tests/models/sklearn");
+    let model = root.join("iris_scaler_logreg.onnx");
+    let out = dir.join("out.onnx");
+    let r = run(&[&"compile", &model, &"--emit", &"onnx", &"-o", &out]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stderr.contains("nothing to calibrate"), "{}", r.stderr);
+    let reference = support::read_npz(&root.join("iris_scaler_logreg.ort.npz"));
+    let inputs = npz(&dir, "x.npz", &[("X", &reference["X"])]);
+    let got = dir.join("got.npz");
+    let r = run(&[&"run", &out, &"--inputs", &inputs, &"-o", &got]);
+    assert!(r.ok, "{}", r.stderr);
+    let got = support::read_npz(&got);
+    assert_eq!(
+        got["output_label"].to_i64_vec().unwrap(),
+        reference["output_label"].to_i64_vec().unwrap()
+    );
+}
+
 /// Per-tile recipes (issue #16) from the command line and a config file: `--recipe rowwise`,
 /// `block` (TE's Float8BlockScaling) and `mxfp8` run the digits MLP with block-scaled GEMMs
 /// close to f32; a GEMM whose K is not a multiple of the K block keeps per-tensor scaling and

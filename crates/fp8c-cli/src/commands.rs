@@ -228,6 +228,21 @@ fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOpti
         print_export(a, out, data.as_deref(), &r, &how);
         return Ok(());
     }
+    // Without a GEMM in FP8 there are no scales to freeze (a small classifier whose GEMMs stay
+    // high): export without calibration data.
+    if a.calibrate.is_none() && !fp8c_session::export::has_fp8_gemm(&model.compile(&opts)?) {
+        let target = fp8c_session::files::Output::check("-o", out, &[&a.model])?;
+        let r = fp8c_session::export::fp8_onnx(model, &opts, &Default::default())?;
+        let data = r.save(&target)?;
+        print_export(
+            a,
+            out,
+            data.as_deref(),
+            &r,
+            "no FP8 GEMM, nothing to calibrate",
+        );
+        return Ok(());
+    }
     let Some(cal) = &a.calibrate else {
         bail!(
             "--emit onnx freezes the activation scales: give --calibrate FILE.npz (inputs, as fp8c run --inputs takes them), or name a current-scaling recipe (--recipe current, rowwise, block or mxfp8) whose scales the exported graph computes"

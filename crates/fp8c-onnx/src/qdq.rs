@@ -96,10 +96,11 @@ pub fn export_qdq(
     } else {
         FP8_QDQ_OPSET
     };
-    if opset < target {
+    // Nothing to quantize: the model keeps its opset (no FP8 type is written).
+    if opset < target && !qdq.is_empty() {
         upgrade(&mut model, opset, target)?;
     }
-    if model.ir_version() < 9 {
+    if model.ir_version() < 9 && !qdq.is_empty() {
         // FLOAT8 element types need IR version 9.
         model.ir_version = Some(9);
     }

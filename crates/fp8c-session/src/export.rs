@@ -115,6 +115,10 @@ pub fn fp8_onnx(
     };
     // Unfused, every FP8 GEMM reads its operands' scales straight from their state entries.
     let fp8 = model.compile(&opts.clone().no_fuse(true))?;
+    if !has_fp8_gemm(&fp8) {
+        // Nothing to calibrate or quantize: the file is the model as it is.
+        return rewrite(src, &[], (0, 0), &fp8);
+    }
     let f32 = model.compile(&opts.clone().with_precision(crate::PrecisionMode::F32))?;
     let mut runner = fp8.prepare(crate::Device::Cpu)?;
     let mut reference = f32.prepare(crate::Device::Cpu)?;
@@ -157,6 +161,16 @@ pub fn fp8_onnx(
         }
     }
     rewrite(src, &qdq, (cal.calibrated, cal.total), &fp8)
+}
+
+/// Whether the policy put any GEMM of `compiled` in FP8 (a model already in FP8 does not
+/// count: its scales are its own).
+pub fn has_fp8_gemm(compiled: &crate::Compiled) -> bool {
+    use fp8c_passes::precision::{Precision, Rule};
+    compiled
+        .decisions()
+        .iter()
+        .any(|d| d.precision == Precision::Fp8 && d.rule != Rule::AlreadyFp8)
 }
 
 /// [`fp8_onnx`] under current scaling: the tiles of every FP8 GEMM's operands, read from the
