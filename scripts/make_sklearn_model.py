@@ -34,8 +34,8 @@ import onnxruntime as ort
 from sklearn.datasets import load_digits
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.neural_network import MLPClassifier
-from sklearn import (decomposition, ensemble, impute, linear_model, naive_bayes, pipeline,
-                     preprocessing, svm, tree)
+from sklearn import (decomposition, ensemble, impute, linear_model, naive_bayes, neighbors,
+                     pipeline, preprocessing, svm, tree)
 from sklearn.datasets import load_iris, make_regression
 from skl2onnx import to_onnx
 
@@ -119,6 +119,8 @@ ZOO = {
         preprocessing.OneHotEncoder(), linear_model.LogisticRegression(max_iter=300)), "cats"),
     "cats_ordinal": (lambda: preprocessing.OrdinalEncoder(), "cats"),
     "iris_power_transformer": (lambda: preprocessing.PowerTransformer(), "iris"),
+    "iris_knn": (lambda: neighbors.KNeighborsClassifier(3), "iris"),
+    "reg_knn_distance": (lambda: neighbors.KNeighborsRegressor(4, weights="distance"), "reg"),
 }
 
 

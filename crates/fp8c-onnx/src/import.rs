@@ -108,6 +108,12 @@ pub fn ai_onnx_opset(model: &ModelProto) -> Result<i64, OnnxError> {
     Ok(v)
 }
 
+/// Whether the importer maps `node`: an op of the registries, or Scan (unrolled, `scan.rs`).
+pub(crate) fn is_supported(node: &NodeProto) -> bool {
+    lookup_node(node.domain(), node.op_type()).is_some()
+        || (is_default_domain(node.domain()) && node.op_type() == "Scan")
+}
+
 pub(crate) fn is_default_domain(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
 }
@@ -325,8 +331,11 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
         if std::mem::replace(&mut keep[k], true) {
             continue;
         }
-        for i in nodes[k].input.iter().filter(|i| !i.is_empty()) {
-            if !defined.contains_key(i.as_str()) {
+        for i in crate::scan::node_refs(&nodes[k])
+            .into_iter()
+            .filter(|i| !i.is_empty())
+        {
+            if !defined.contains_key(i) {
                 missing.push((k, i));
             }
             if used.insert(i) {
@@ -349,7 +358,7 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
     // ---- support
     let unsupported: Vec<UnsupportedOp> = (0..nodes.len())
         .filter(|&k| keep[k])
-        .filter(|&k| lookup_node(nodes[k].domain(), nodes[k].op_type()).is_none())
+        .filter(|&k| !is_supported(&nodes[k]))
         .map(|k| UnsupportedOp {
             node: names[k].clone(),
             op_type: nodes[k].op_type().into(),
@@ -478,10 +487,9 @@ fn topo_order(
     producer: &HashMap<&str, usize>,
 ) -> Result<Vec<usize>, Vec<usize>> {
     let preds = |k: usize| {
-        nodes[k]
-            .input
-            .iter()
-            .filter_map(|i| producer.get(i.as_str()).copied())
+        crate::scan::node_refs(&nodes[k])
+            .into_iter()
+            .filter_map(|i| producer.get(i).copied())
             .filter(|&p| keep[p])
     };
     let mut indeg = vec![0usize; nodes.len()];
@@ -643,15 +651,15 @@ fn arity_text(r: &RangeInclusive<usize>) -> String {
 
 /// What every node mapping reads: the opset, the values the kept graph uses, where external
 /// data lives, and where warnings go.
-struct MapCx<'a> {
-    opset: i64,
-    used: &'a HashSet<String>,
-    base_dir: Option<&'a Path>,
-    warnings: &'a mut Vec<String>,
+pub(crate) struct MapCx<'a> {
+    pub(crate) opset: i64,
+    pub(crate) used: &'a HashSet<String>,
+    pub(crate) base_dir: Option<&'a Path>,
+    pub(crate) warnings: &'a mut Vec<String>,
 }
 
 /// Maps one ONNX node through its builder and records its outputs.
-fn map_node(
+pub(crate) fn map_node(
     g: &mut Graph,
     values: &mut HashMap<String, Value>,
     node: &NodeProto,
@@ -661,6 +669,9 @@ fn map_node(
     let (opset, used, base_dir) = (mcx.opset, mcx.used, mcx.base_dir);
     let warnings = &mut *mcx.warnings;
     let op_type = node.op_type();
+    if is_default_domain(node.domain()) && op_type == "Scan" {
+        return crate::scan::map_scan(g, values, node, name, mcx);
+    }
     let err = |msg: String| OnnxError::node(name, op_type, msg);
     let (build, arity) =
         lookup_node(node.domain(), op_type).ok_or_else(|| err("op is not supported".into()))?;

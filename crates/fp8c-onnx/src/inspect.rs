@@ -3,7 +3,6 @@
 
 use crate::OnnxError;
 use crate::import::{decode_model, is_default_domain, value_info_parts};
-use crate::ops::lookup_node;
 use crate::proto::tensor_proto::DataType;
 use crate::proto::{ModelProto, ValueInfoProto};
 use crate::tensor::{dtype_from_onnx, onnx_dtype_name, onnx_dtype_size, tensor_dims};
@@ -93,7 +92,7 @@ pub fn inspect_model(model: &ModelProto) -> Result<ModelInfo, OnnxError> {
     let mut unsupported = BTreeSet::new();
     for n in &graph.node {
         let key = op_key(n.domain(), n.op_type());
-        if lookup_node(n.domain(), n.op_type()).is_none() {
+        if !crate::import::is_supported(n) {
             unsupported.insert(key.clone());
         }
         *op_histogram.entry(key).or_insert(0) += 1;

@@ -22,6 +22,7 @@ mod ops;
 pub mod qdq;
 pub mod qdq_current;
 mod qdq_origin;
+mod scan;
 mod shape_inputs;
 mod stream;
 mod tensor;
