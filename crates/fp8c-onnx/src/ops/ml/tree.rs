@@ -577,8 +577,8 @@ enum Aggregate {
 /// As onnxruntime: with one target each leaf counts its first weight only (or, without any,
 /// its own `nodes_values` entry), the base value is added after aggregating (AVERAGE: the sum
 /// over T, divided by T), and only PROBIT of the post transforms applies; with several targets
-/// a leaf's weights for one target add up, MIN/MAX give 0 to a target no leaf reached has a
-/// weight for, base values are added and every post transform applies.
+/// a leaf's weights for one target add up, base values are added, a target for which no leaf
+/// reached has a weight scores 0 (base value or not), and every post transform applies.
 pub(in crate::ops) fn tree_ensemble_regressor(
     cx: &mut NodeCx<'_>,
 ) -> Result<Vec<Value>, OnnxError> {
@@ -611,27 +611,53 @@ pub(in crate::ops) fn tree_ensemble_regressor(
     let w = LeafWeights::read(cx, &fo, "target", e)?;
     let node = walk(cx, x, &fo)?;
     let trees = fo.trees();
+    let average = |cx: &mut NodeCx<'_>, s: Value| -> Result<Value, OnnxError> {
+        if agg != Aggregate::Average {
+            return Ok(s);
+        }
+        let n = cx.scalar("tree_count", DType::F32, trees as f64)?;
+        cx.add_helper("average", Op::Div, &[s, n])
+    };
     let s = if e == 1 {
         // onnxruntime's one-output path keeps one value per leaf.
         let table: Vec<f32> = (0..fo.len())
             .map(|n| w.at[n].first().map_or(fo.value[n], |&(_, v)| v) as f32)
             .collect();
         let v = at_leaves(cx, "leaf_value", table, 1, node)?;
-        match agg {
+        let s = match agg {
             Aggregate::Sum | Aggregate::Average => tree_sum(cx, v, trees)?,
             Aggregate::Min | Aggregate::Max => tree_extreme(cx, v, agg == Aggregate::Min)?,
-        }
+        };
+        let s = average(cx, s)?;
+        add_row(cx, s, &base)?
     } else {
+        // A target no leaf reached has a weight for is written as 0, base value or not.
+        let zero = cx.scalar("zero", DType::F32, 0.0)?;
         match agg {
             Aggregate::Sum | Aggregate::Average => {
                 let v = at_leaves(cx, "leaf_value", w.sums(e), e, node)?;
-                tree_sum(cx, v, trees)?
+                let s = tree_sum(cx, v, trees)?;
+                let s = average(cx, s)?;
+                let s = add_row(cx, s, &base)?;
+                let mut has = Presence {
+                    w: &w,
+                    e,
+                    node,
+                    forced: 0,
+                    rows: None,
+                };
+                if base.is_empty() || (0..e).all(|c| has.known(&fo, c) == Some(true)) {
+                    s
+                } else {
+                    let r = has.rows(cx)?;
+                    cx.add_helper("tracked", Op::Where, &[r, s, zero])?
+                }
             }
             Aggregate::Min | Aggregate::Max => {
                 let min = agg == Aggregate::Min;
                 let v = at_leaves(cx, "leaf_value", w.extremes(e, min), e, node)?;
                 let r = tree_extreme(cx, v, min)?;
-                // ±∞ left: no leaf reached had a weight for the target, which scores 0.
+                // ±∞ left: no leaf reached had a weight for the target.
                 let fill = if min {
                     f64::INFINITY
                 } else {
@@ -639,18 +665,11 @@ pub(in crate::ops) fn tree_ensemble_regressor(
                 };
                 let inf = cx.scalar("no_weight", DType::F32, fill)?;
                 let none = cx.add_helper("no_weight_reached", Op::Equal, &[r, inf])?;
-                let zero = cx.scalar("zero", DType::F32, 0.0)?;
-                cx.add_helper("extreme", Op::Where, &[none, zero, r])?
+                let s = add_row(cx, r, &base)?;
+                cx.add_helper("extreme", Op::Where, &[none, zero, s])?
             }
         }
     };
-    let s = if agg == Aggregate::Average {
-        let n = cx.scalar("tree_count", DType::F32, trees as f64)?;
-        cx.add_helper("average", Op::Div, &[s, n])?
-    } else {
-        s
-    };
-    let s = add_row(cx, s, &base)?;
     let y = if e > 1 || post == PostTransform::Probit {
         post.apply(cx, s)?
     } else {
@@ -822,12 +841,14 @@ pub(in crate::ops) fn tree_ensemble_classifier(
     Ok(vec![y, z])
 }
 
-/// How onnxruntime writes a binary classifier's one score s as two columns.
+/// How onnxruntime writes a binary classifier's one score s as two columns when the post
+/// transform is not LOGISTIC (LOGISTIC: `[σ(−s), σ(s)]` in every case, as onnxruntime 1.31
+/// computes, whatever its older `write_scores` says).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Second {
     /// `[1 − s, s]` (all weights ≥ 0: s is a probability).
     Complement,
-    /// `[σ(−s), σ(s)]` with LOGISTIC, else `[−s, s]` (a margin).
+    /// `[−s, s]` (a margin).
     Mirror,
     /// Only s: the second column is left unset.
     Unset,
@@ -921,22 +942,18 @@ fn binary(
                  writes one score there and leaves the second column unset"
             )));
         }
-        let z = match second {
-            Second::Complement => {
-                let one = cx.scalar("one", DType::F32, 1.0)?;
-                let c = cx.add_helper("complement", Op::Sub, &[one, p])?;
-                columns(cx, c, p)?
-            }
-            _ if post == PostTransform::Logistic => {
-                let n = cx.add_helper("negated_score", Op::Neg, &[p])?;
-                let a = cx.add_helper("logistic_negated", Op::Sigmoid, &[n])?;
-                let b = cx.add_helper("logistic", Op::Sigmoid, &[p])?;
-                columns(cx, a, b)?
-            }
-            _ => {
-                let n = cx.add_helper("negated_score", Op::Neg, &[p])?;
-                columns(cx, n, p)?
-            }
+        let z = if post == PostTransform::Logistic {
+            let n = cx.add_helper("negated_score", Op::Neg, &[p])?;
+            let a = cx.add_helper("logistic_negated", Op::Sigmoid, &[n])?;
+            let b = cx.add_helper("logistic", Op::Sigmoid, &[p])?;
+            columns(cx, a, b)?
+        } else if second == Second::Complement {
+            let one = cx.scalar("one", DType::F32, 1.0)?;
+            let c = cx.add_helper("complement", Op::Sub, &[one, p])?;
+            columns(cx, c, p)?
+        } else {
+            let n = cx.add_helper("negated_score", Op::Neg, &[p])?;
+            columns(cx, n, p)?
         };
         Ok((z, p))
     };
