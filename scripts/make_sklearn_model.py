@@ -120,6 +120,16 @@ ZOO = {
     "cats_ordinal": (lambda: preprocessing.OrdinalEncoder(), "cats"),
     "iris_power_transformer": (lambda: preprocessing.PowerTransformer(), "iris"),
     "iris_knn": (lambda: neighbors.KNeighborsClassifier(3), "iris"),
+    "iris_decision_tree": (lambda: tree.DecisionTreeClassifier(max_depth=4, random_state=0),
+                           "iris"),
+    "iris_random_forest_binary": (lambda: ensemble.RandomForestClassifier(
+        8, max_depth=5, random_state=0), "iris_binary"),
+    "iris_gradient_boosting": (lambda: ensemble.GradientBoostingClassifier(
+        n_estimators=10, max_depth=3, random_state=0), "iris"),
+    "reg_gradient_boosting": (lambda: ensemble.GradientBoostingRegressor(
+        n_estimators=20, random_state=0), "reg"),
+    "reg2_extra_trees": (lambda: ensemble.ExtraTreesRegressor(6, max_depth=6, random_state=0),
+                         "reg2"),
     "reg_knn_distance": (lambda: neighbors.KNeighborsRegressor(4, weights="distance"), "reg"),
 }
 
