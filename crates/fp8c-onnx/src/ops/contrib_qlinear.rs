@@ -151,7 +151,7 @@ pub(super) fn concat(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         .attr_int_opt("axis")?
         .ok_or_else(|| cx.err("attribute `axis` is required"))?;
     let given = cx.num_inputs();
-    if given < 5 || (given - 2) % 3 != 0 {
+    if given < 5 || !(given - 2).is_multiple_of(3) {
         return Err(cx.err(format!(
             "expects Y_scale, Y_zero_point and (X, X_scale, X_zero_point) triples, got {given} inputs"
         )));

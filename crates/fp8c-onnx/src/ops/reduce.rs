@@ -19,12 +19,12 @@ pub(super) fn reduce(
     Ok(vec![cx.add(make(axes, keepdims), &[x])?])
 }
 
+/// A reduction's axes; `None`: every axis.
+type Axes = Option<Vec<i64>>;
+
 /// A reduction's `axes` (`None`: every axis) and `keepdims`, or `None` when empty axes with
 /// `noop_with_empty_axes` make the op an identity. `axes` is an input from `input_since`.
-fn reduce_axes(
-    cx: &NodeCx<'_>,
-    input_since: i64,
-) -> Result<Option<(Option<Vec<i64>>, bool)>, OnnxError> {
+fn reduce_axes(cx: &NodeCx<'_>, input_since: i64) -> Result<Option<(Axes, bool)>, OnnxError> {
     let keepdims = cx.attr_bool("keepdims", true)?;
     let (axes, noop_with_empty_axes) = if cx.opset < input_since {
         if cx.num_inputs() > 1 {

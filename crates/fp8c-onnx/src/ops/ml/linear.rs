@@ -20,7 +20,7 @@ fn scores(cx: &mut NodeCx<'_>, targets: Option<u64>) -> Result<(Value, u64), Onn
     let n = coef.len() as u64;
     let e = match targets {
         Some(t) if t * f == n => t,
-        None if f > 0 && n % f == 0 => n / f,
+        None if f > 0 && n.is_multiple_of(f) => n / f,
         _ => {
             return Err(cx.err(format!(
                 "{n} coefficients do not make {} rows of the {f} features of X",

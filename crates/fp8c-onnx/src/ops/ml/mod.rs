@@ -222,7 +222,10 @@ fn probit(cx: &mut NodeCx<'_>, s: Value) -> Result<Value, OnnxError> {
     let b = cx.add_helper("probit_1px", Op::Add, &[one, x])?;
     let w = cx.add_helper("probit_w", Op::Mul, &[a, b])?;
     let l = cx.add_helper("probit_log", Op::Log, &[w])?;
-    let c = k(cx, "probit_c", f64::from(2.0f32 / (3.14159f32 * 0.147f32)))?;
+    // onnxruntime's ErfInv writes π as 3.14159f; the value is kept to agree with it.
+    #[allow(clippy::approx_constant)]
+    let pi = 3.14159f32;
+    let c = k(cx, "probit_c", f64::from(2.0f32 / (pi * 0.147f32)))?;
     let half = k(cx, "probit_half", 0.5)?;
     let hl = cx.add_helper("probit_half_log", Op::Mul, &[half, l])?;
     let v = cx.add_helper("probit_v", Op::Add, &[c, hl])?;
@@ -234,6 +237,6 @@ fn probit(cx: &mut NodeCx<'_>, s: Value) -> Result<Value, OnnxError> {
     let v3 = cx.add_helper("probit_v3", Op::Sub, &[r, v])?;
     let r3 = cx.add_helper("probit_root3", Op::Sqrt, &[v3])?;
     let e = cx.add_helper("probit_erfinv", Op::Mul, &[sgn, r3])?;
-    let sqrt2 = k(cx, "probit_sqrt2", f64::from(1.414_213_56f32))?;
+    let sqrt2 = k(cx, "probit_sqrt2", f64::from(std::f32::consts::SQRT_2))?;
     cx.add_helper("probit", Op::Mul, &[sqrt2, e])
 }
