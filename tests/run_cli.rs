@@ -661,6 +661,27 @@ fn emit_onnx_without_fp8_gemms_needs_no_calibration() {
     );
 }
 
+/// A model with external data named without a directory (`fp8c run m.onnx` in its folder, as
+/// PyTorch's dynamo exporter leaves `m.onnx` and `m.onnx.data` side by side) finds its data:
+/// the model's directory is then `.`, not the empty path.
+#[test]
+fn external_data_of_a_model_named_without_a_directory() {
+    let dir = scratch("external_bare_name");
+    let models = support::repo_root().join("tests/models/export");
+    let x = Tensor::from_f32(vec![2, 32], &[0.25; 64]);
+    let inputs = npz(&dir, "x.npz", &[("x", &x)]);
+    let bin = std::env::var_os("FP8C_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_fp8c").into());
+    let out = std::process::Command::new(bin)
+        .current_dir(&models)
+        .args(["run", "mlp_external.onnx", "--precision", "f32", "--inputs"])
+        .arg(&inputs)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("output \"y\": f32[2,16]"), "{stderr}");
+}
+
 /// Per-tile recipes (issue #16) from the command line and a config file: `--recipe rowwise`,
 /// `block` (TE's Float8BlockScaling) and `mxfp8` run the digits MLP with block-scaled GEMMs
 /// close to f32; a GEMM whose K is not a multiple of the K block keeps per-tensor scaling and

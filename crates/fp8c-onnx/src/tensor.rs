@@ -317,6 +317,12 @@ fn read_external(
             "external data \"{location}\" needs the model's directory (load the model from a file)"
         ))
     })?;
+    // A model named without a directory ("m.onnx") has the empty path as its parent.
+    let base = if base.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        base
+    };
     let path = base.join(rel);
     let ioerr = |e: std::io::Error| err(format!("external data file \"{}\": {e}", path.display()));
     // The data must stay inside the model's folder: no link may lead out of it (a link to
