@@ -47,10 +47,10 @@ OPS = """
 Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
 ConstantOfShape Conv ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div Dropout
 DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
-Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
-HardSwish Identity IsInf IsNaN LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
+GRU Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
+HardSwish Identity IsInf IsNaN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QLinearConv QLinearMatMul
-QuantizeLinear RMSNormalization Range Reciprocal
+QuantizeLinear RMSNormalization RNN Range Reciprocal
 ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
 ReduceSumSquare Relu Reshape Scan Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor

@@ -6,7 +6,8 @@
 //! QLinearMatMul and the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
 //! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool
 //! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
-//! (its weight-only 2/4/8-bit quantizer), LayerNormalization's
+//! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
+//! `scripts/make_rnn_models.py`), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
@@ -98,6 +99,18 @@ op_tests! {
     static_qop_cnn_s8_per_channel: "static_qop_cnn_s8", ["--dim", "batch=3"];
     static_qop_contrib_ops_u8: "static_qop_full_u8", ["--dim", "batch=3"];
     static_qop_contrib_ops_s8_per_channel: "static_qop_full_s8", ["--dim", "batch=3"];
+    rnn_lstm_ts: "rnn_lstm_ts";
+    rnn_lstm_dyn: "rnn_lstm_dyn";
+    rnn_lstm_bi_2l_ts: "rnn_lstm_bi_2l_ts";
+    rnn_lstm_bi_2l_dyn: "rnn_lstm_bi_2l_dyn";
+    rnn_lstm_bf_2l_ts: "rnn_lstm_bf_2l_ts";
+    rnn_lstm_bf_2l_dyn: "rnn_lstm_bf_2l_dyn";
+    rnn_gru_bf_ts: "rnn_gru_bf_ts";
+    rnn_gru_bf_dyn: "rnn_gru_bf_dyn";
+    rnn_gru_bi_ts: "rnn_gru_bi_ts";
+    rnn_gru_bi_dyn: "rnn_gru_bi_dyn";
+    rnn_rnn_relu_ts: "rnn_rnn_relu_ts";
+    rnn_rnn_relu_dyn: "rnn_rnn_relu_dyn";
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];

@@ -21,6 +21,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod resize_coords;
+mod rnn;
 pub(crate) mod schema;
 mod schema_table;
 mod shape;
@@ -90,6 +91,7 @@ registry! {
     "Expand" 2..=2 => |cx| math::plain(cx, Op::Expand),
     "Flatten" 1..=1 => shape::flatten,
     "Floor" 1..=1 => |cx| math::unary(cx, Op::Floor),
+    "GRU" 3..=6 => |cx| rnn::recurrent(cx, rnn::Cell::Gru),
     "Gather" 2..=2 => shape::gather,
     "GatherElements" 2..=2 => shape::gather_elements,
     "GatherND" 2..=2 => shape::gather_nd,
@@ -106,6 +108,7 @@ registry! {
     "InstanceNormalization" 3..=3 => instance_norm::instance_norm,
     "IsInf" 1..=1 => math::is_inf,
     "IsNaN" 1..=1 => |cx| math::unary(cx, Op::IsNaN),
+    "LSTM" 3..=8 => |cx| rnn::recurrent(cx, rnn::Cell::Lstm),
     "LayerNormalization" 2..=3 => nn::layer_norm,
     "LeakyRelu" 1..=1 => nn::leaky_relu,
     "Less" 2..=2 => |cx| math::binary(cx, Op::Less),
@@ -129,6 +132,7 @@ registry! {
     "QLinearMatMul" 8..=8 => integer::qlinear_matmul,
     "QuantizeLinear" 2..=3 => quant::quantize_linear,
     "RMSNormalization" 2..=2 => nn::rms_norm,
+    "RNN" 3..=6 => |cx| rnn::recurrent(cx, rnn::Cell::Rnn),
     "Range" 3..=3 => math::range,
     "Reciprocal" 1..=1 => |cx| math::unary(cx, Op::Reciprocal),
     "ReduceL1" 1..=2 => |cx| reduce::reduce_sum_of(cx, reduce::SumKind::L1),
