@@ -351,6 +351,47 @@ def nbits_mlp(out_dir, name, **quant):
     return dst
 
 
+# onnxruntime's transformer-optimizer ops (com.microsoft, and its default-domain
+# SimplifiedLayerNormalization), one model each, with their own generator.
+RNG_MS = np.random.default_rng(5)
+
+
+def ms_model(name, op, ins, out_shape, inits, outputs=("y",), **attrs):
+    """One com.microsoft (or, with `domain=""`, ai.onnx) node on float inputs `ins`."""
+    domain = attrs.pop("domain", "com.microsoft")
+    names = [n for n, _ in ins] + [n for n, _ in inits]
+    node = helper.make_node(op, names, list(outputs), domain=domain, **attrs)
+    g = helper.make_graph(
+        [node], name, [helper.make_tensor_value_info(n, F, s) for n, s in ins],
+        [helper.make_tensor_value_info(o, F, out_shape) for o in outputs if o],
+        [init(n, RNG_MS.standard_normal(s).astype(np.float32)) for n, s in inits])
+    opsets = [helper.make_opsetid("", OPSET)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, 1))
+    m = helper.make_model(g, opset_imports=opsets, producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+CASES += [
+    ms_model("ms_skip_layer_norm", "SkipLayerNormalization", [("x", [2, 5, 16]), ("skip", [2, 5, 16])],
+             [2, 5, 16], [("gamma", [16]), ("beta", [16]), ("bias", [16])], epsilon=1e-5),
+    ms_model("ms_skip_layer_norm_sum", "SkipLayerNormalization",
+             [("x", [2, 5, 16]), ("skip", [2, 5, 16])], [2, 5, 16], [("gamma", [16])],
+             outputs=("y", "", "", "sum")),
+    ms_model("ms_skip_simplified_layer_norm", "SkipSimplifiedLayerNormalization",
+             [("x", [3, 16]), ("skip", [3, 16])], [3, 16], [("gamma", [16]), ("bias", [16])],
+             epsilon=1e-6),
+    ms_model("ms_simplified_layer_norm", "SimplifiedLayerNormalization", [("x", [2, 3, 16])],
+             [2, 3, 16], [("scale", [16])], domain="", axis=-1, epsilon=1e-6),
+    ms_model("ms_bias_gelu", "BiasGelu", [("x", [4, 32])], [4, 32], [("bias", [32])]),
+    ms_model("ms_fast_gelu_bias", "FastGelu", [("x", [4, 32])], [4, 32], [("bias", [32])]),
+    ms_model("ms_fast_gelu", "FastGelu", [("x", [4, 32])], [4, 32], []),
+    ms_model("ms_gelu", "Gelu", [("x", [4, 32])], [4, 32], []),
+    ms_model("ms_quick_gelu", "QuickGelu", [("x", [4, 32])], [4, 32], [], alpha=1.5),
+]
+
+
 def cast_e8m0_dirs(out_dir):
     from onnx.reference import ReferenceEvaluator
 

@@ -7,7 +7,8 @@
 //! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool
 //! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
-//! `scripts/make_rnn_models.py`), LayerNormalization's
+//! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
+//! (SkipLayerNormalization, FastGelu, ...), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
@@ -111,6 +112,15 @@ op_tests! {
     rnn_gru_bi_dyn: "rnn_gru_bi_dyn";
     rnn_rnn_relu_ts: "rnn_rnn_relu_ts";
     rnn_rnn_relu_dyn: "rnn_rnn_relu_dyn";
+    ms_skip_layer_norm: "ms_skip_layer_norm";
+    ms_skip_layer_norm_sum: "ms_skip_layer_norm_sum";
+    ms_skip_simplified_layer_norm: "ms_skip_simplified_layer_norm";
+    ms_simplified_layer_norm: "ms_simplified_layer_norm";
+    ms_bias_gelu: "ms_bias_gelu";
+    ms_fast_gelu_bias: "ms_fast_gelu_bias";
+    ms_fast_gelu: "ms_fast_gelu";
+    ms_gelu: "ms_gelu";
+    ms_quick_gelu: "ms_quick_gelu";
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];

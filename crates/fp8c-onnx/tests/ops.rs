@@ -1166,10 +1166,15 @@ fn intermediate_values_can_be_outputs() {
 
 #[test]
 fn supported_ops_are_sorted_and_unique() {
-    let ops = fp8c_onnx::SUPPORTED_OPS;
-    assert!(
-        ops.windows(2).all(|w| w[0] < w[1]),
-        "SUPPORTED_OPS must be sorted: {ops:?}"
-    );
-    assert!(ops.len() >= 75);
+    for (domain, ops) in [
+        ("ai.onnx", fp8c_onnx::SUPPORTED_OPS),
+        ("ai.onnx.ml", fp8c_onnx::ML_SUPPORTED_OPS),
+        ("com.microsoft", fp8c_onnx::CONTRIB_SUPPORTED_OPS),
+    ] {
+        assert!(
+            ops.windows(2).all(|w| w[0] < w[1]),
+            "{domain}'s op list must be sorted: {ops:?}"
+        );
+    }
+    assert!(fp8c_onnx::SUPPORTED_OPS.len() >= 75);
 }

@@ -7,9 +7,12 @@
 //!   of K in f32 (rounded to A's type), into a `[K, N]` parameter, and the node becomes a
 //!   MatMul with it (plus the bias): the precision policy then treats it as any other GEMM,
 //!   so fp8c re-quantizes it to FP8 where the policy says.
+//! - The fused ops of onnxruntime's transformer optimizer (SkipLayerNormalization, FastGelu,
+//!   ...): [`super::contrib_fused`].
 //! - The QOperator ops of onnxruntime's static quantizer (QGemm, QLinearAdd, ...):
 //!   [`super::contrib_qlinear`].
 
+use super::contrib_fused as fused;
 use super::contrib_qlinear as qlinear;
 use super::{Build, MANY, NodeCx, registry};
 use crate::OnnxError;
@@ -22,6 +25,9 @@ pub(crate) const DOMAIN: &str = "com.microsoft";
 registry! {
     /// Every com.microsoft op type the importer maps, sorted.
     CONTRIB_SUPPORTED_OPS, lookup;
+    "BiasGelu" 2..=2 => fused::gelu,
+    "FastGelu" 1..=2 => fused::fast_gelu,
+    "Gelu" 1..=1 => fused::gelu,
     "MatMulNBits" 2..=6 => matmul_nbits,
     "QGemm" 6..=9 => qlinear::qgemm,
     "QLinearAdd" 7..=8 => |cx| qlinear::binary(cx, Op::Add),
@@ -31,6 +37,9 @@ registry! {
     "QLinearLeakyRelu" 4..=5 => qlinear::leaky_relu,
     "QLinearMul" 7..=8 => |cx| qlinear::binary(cx, Op::Mul),
     "QLinearSigmoid" 4..=5 => |cx| qlinear::unary(cx, Op::Sigmoid),
+    "QuickGelu" 1..=1 => fused::quick_gelu,
+    "SkipLayerNormalization" 3..=5 => fused::skip_layer_norm,
+    "SkipSimplifiedLayerNormalization" 3..=4 => fused::skip_simplified_layer_norm,
 }
 
 /// MatMulNBits: inputs A `[.., K]`, B (uint8 `[N, blocks, block_size · bits / 8]`), scales

@@ -9,6 +9,7 @@
 //! below, with the number of inputs it accepts.
 
 pub(crate) mod contrib;
+mod contrib_fused;
 mod contrib_qlinear;
 mod depth_space;
 mod einsum;
@@ -153,6 +154,7 @@ registry! {
     "Shape" 1..=1 => shape::shape,
     "Sigmoid" 1..=1 => |cx| math::unary(cx, Op::Sigmoid),
     "Sign" 1..=1 => math::sign,
+    "SimplifiedLayerNormalization" 2..=2 => nn::simplified_layer_norm,
     "Sin" 1..=1 => |cx| math::unary(cx, Op::Sin),
     "Slice" 1..=5 => shape::slice,
     "Softmax" 1..=1 => |cx| nn::softmax(cx, |axis| Op::Softmax { axis }),

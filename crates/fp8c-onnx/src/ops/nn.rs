@@ -476,6 +476,14 @@ pub(super) fn rms_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     )?])
 }
 
+/// onnxruntime's SimplifiedLayerNormalization (registered in the default domain; its
+/// optimizer writes it for Llama's RMSNorm): `rms_normalization`, without the inverse
+/// standard deviation output.
+pub(super) fn simplified_layer_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    cx.reject_used_outputs(1, "fp8c does not give the inverse standard deviation")?;
+    rms_norm(cx)
+}
+
 /// A normalisation's `stash_type` attribute (the type its statistics are computed in;
 /// default f32), which must be a floating-point type.
 pub(super) fn stash_type(cx: &NodeCx<'_>) -> Result<DType, OnnxError> {
