@@ -244,14 +244,34 @@ CASES += [
 ]
 
 
+def quantize_qop(m, calib, dst, signed, **options):
+    """`m` (input `x`) quantized by onnxruntime's static quantizer in its QOperator format,
+    calibrated on the arrays `calib`, into `dst`: int8 activations and per-channel int8 weights
+    when `signed`, else uint8 per tensor. `options` go to `quantize_static`."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x} for x in calib])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = QuantType.QInt8 if signed else QuantType.QUInt8
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "cnn.onnx")
+        onnx.save(m, src)
+        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
+                        activation_type=q, weight_type=q, per_channel=signed, **options)
+    return dst
+
+
 def static_qop_cnn(out_dir, name, signed):
     """A small CNN (Conv+ReLU twice, max pool, flatten, MatMul) quantized by onnxruntime's
     static quantizer in its QOperator format for Conv and MatMul: QLinearConv (with its i32
     bias) and QLinearMatMul between QuantizeLinear and DequantizeLinear. `signed`: int8
     activations and per-channel int8 weights; else uint8 per tensor."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-
     rng = np.random.default_rng(7)
     w = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -265,23 +285,8 @@ def static_qop_cnn(out_dir, name, signed):
               [init("w1", w(8, 3, 3, 3)), init("b1", w(8)), init("w2", w(6, 8, 3, 3)),
                init("b2", w(6)), init("wm", w(24, 5))])
     calib = [rng.standard_normal((1, 3, 10, 10)).astype(np.float32) for _ in range(8)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{"x": x} for x in calib])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    q = QuantType.QInt8 if signed else QuantType.QUInt8
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "cnn.onnx")
-        onnx.save(m, src)
-        dst = os.path.join(out_dir, f"{name}.onnx")
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
-                        op_types_to_quantize=["Conv", "MatMul"], activation_type=q,
-                        weight_type=q, per_channel=signed)
-    return dst
+    return quantize_qop(m, calib, os.path.join(out_dir, f"{name}.onnx"), signed,
+                        op_types_to_quantize=["Conv", "MatMul"])
 
 
 def static_qop_full(out_dir, name, signed):
@@ -290,9 +295,6 @@ def static_qop_full(out_dir, name, signed):
     format for every op it handles: QLinearConv plus the com.microsoft QLinearAdd, QLinearMul,
     QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearAveragePool,
     QLinearGlobalAveragePool and QGemm."""
-    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
-                                          quantize_static)
-
     rng = np.random.default_rng(9)
     w = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -312,22 +314,7 @@ def static_qop_full(out_dir, name, signed):
                init("b2", w(8)), init("w3", w(4, 8, 1, 1)), init("b3", w(4)),
                init("wf", w(7, 12)), init("bf", w(7))])
     calib = [rng.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(8)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter([{"x": x} for x in calib])
-
-        def get_next(self):
-            return next(self.it, None)
-
-    q = QuantType.QInt8 if signed else QuantType.QUInt8
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "cnn.onnx")
-        onnx.save(m, src)
-        dst = os.path.join(out_dir, f"{name}.onnx")
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QOperator,
-                        activation_type=q, weight_type=q, per_channel=signed)
-    return dst
+    return quantize_qop(m, calib, os.path.join(out_dir, f"{name}.onnx"), signed)
 
 
 def nbits_mlp(out_dir, name, **quant):
