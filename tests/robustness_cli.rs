@@ -700,3 +700,93 @@ fn an_infinite_input_gives_nan_in_fp8_as_in_f32() {
         [3]
     );
 }
+
+/// Malformed recurrent, classic-ML and contrib nodes are clean errors naming the node and
+/// what is wrong (no panic): an LSTM whose W does not match hidden_size, an SVM with a
+/// negative support-vector count, a LabelEncoder with an empty default tensor and a
+/// MatMulNBits whose B is too short.
+#[test]
+fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
+    let d = scratch("robust-new-ops");
+    let lstm = one_node(
+        &d,
+        "lstm.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .input("x", DType::F32, &[5.into(), 2.into(), 3.into()])
+            .initializer_f32("w", &[1, 8, 3], &[0.1; 24])
+            .initializer_f32("r", &[1, 8, 2], &[0.1; 16])
+            .node("LSTM", &["x", "w", "r"], &["y"])
+            .name("lstm")
+            .attr_int("hidden_size", 3)
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &lstm],
+        &["node \"lstm\" (LSTM)", "input W", "[1, 12, 3]"],
+    );
+    let svm = one_node(
+        &d,
+        "svm.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("ai.onnx.ml", 1)
+            .input("x", DType::F32, &[2.into(), 2.into()])
+            .node("SVMClassifier", &["x"], &["label", "scores"])
+            .domain("ai.onnx.ml")
+            .name("svc")
+            .attr_ints("classlabels_ints", &[0, 1])
+            .attr_ints("vectors_per_class", &[-1, 2])
+            .attr_floats("coefficients", &[1.0, 1.0])
+            .attr_floats("rho", &[0.0])
+            .attr_floats("support_vectors", &[0.0; 4])
+            .output_untyped("label"),
+    );
+    must_fail(
+        &["compile", &svm],
+        &["node \"svc\" (SVMClassifier)", "negative count"],
+    );
+    let encoder = one_node(
+        &d,
+        "encoder.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("ai.onnx.ml", 4)
+            .input("x", DType::I64, &[3.into()])
+            .node("LabelEncoder", &["x"], &["y"])
+            .domain("ai.onnx.ml")
+            .name("enc")
+            .attr_ints("keys_int64s", &[1, 2])
+            .attr_ints("values_int64s", &[5, 6])
+            .attr_tensor("default_tensor", &fp8c_ir::Tensor::from_i64(vec![0], &[]))
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &encoder],
+        &["node \"enc\" (LabelEncoder)", "`default_tensor` is empty"],
+    );
+    let nbits = one_node(
+        &d,
+        "nbits.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("a", DType::F32, &[2.into(), 32.into()])
+            .initializer(
+                "b",
+                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![4, 1, 8], &[1.0; 32]).unwrap(),
+            )
+            .initializer_f32("s", &[4], &[0.5; 4])
+            .node("MatMulNBits", &["a", "b", "s"], &["y"])
+            .domain("com.microsoft")
+            .name("mm4")
+            .attr_int("K", 32)
+            .attr_int("N", 4)
+            .attr_int("block_size", 32)
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &nbits],
+        &["node \"mm4\" (MatMulNBits)", "B must be uint8 [4, 1, 16]"],
+    );
+}

@@ -91,7 +91,7 @@ fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     if b.dtype() != DType::U8 || b.bytes().len() != n * blocks * blob {
         return Err(cx.err(format!(
             "B must be uint8 [{n}, {blocks}, {blob}] for K = {k}, N = {n}, bits = {bits}, \
-             block_size = {block}; got {}[{:?}]",
+             block_size = {block}; got {}{:?}",
             b.dtype(),
             b.shape()
         )));

@@ -220,6 +220,36 @@ pub(super) fn recurrent(cx: &mut NodeCx<'_>, cell: Cell) -> Result<Vec<Value>, O
     })?;
     let g = cell.gates();
     let (w, r) = (cx.input(1)?, cx.input(2)?);
+    let nd = dirs.len() as u64;
+    let input = xty.shape[2].known();
+    for (what, v, want) in [
+        ("W", w, vec![Some(nd), Some(g * hidden), input]),
+        ("R", r, vec![Some(nd), Some(g * hidden), Some(hidden)]),
+    ]
+    .into_iter()
+    .chain(
+        cx.opt_input(3)
+            .map(|b| ("B", b, vec![Some(nd), Some(2 * g * hidden)])),
+    ) {
+        let ty = cx.ty(v).clone();
+        let fits = ty.rank() == want.len()
+            && ty
+                .shape
+                .iter()
+                .zip(&want)
+                .all(|(d, w)| w.is_none() || d.known().is_none() || d.known() == *w);
+        if !fits {
+            let dims: Vec<String> = want
+                .iter()
+                .map(|w| w.map_or("?".into(), |w| w.to_string()))
+                .collect();
+            return Err(cx.err(format!(
+                "input {what} {ty} must be [{}] for {} direction(s) of {g} gate(s) of {hidden}",
+                dims.join(", "),
+                nd
+            )));
+        }
+    }
     let clip = match cx.attr_float_opt("clip")? {
         Some(c) => Some(cx.scalar("clip", dtype, f64::from(c))?),
         None => None,

@@ -142,12 +142,11 @@ pub(in crate::ops) fn label_encoder(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, O
         None if out == DType::I64 => Tensor::scalar_i64(cx.attr_int("default_int64", -1)?),
         None => Tensor::scalar_f32(cx.attr_float("default_float", -0.0)?),
     };
-    let default = Tensor::from_f64_as(
-        out,
-        vec![],
-        &default.to_f64_vec().map_err(|e| cx.err(e))?[..1],
-    )
-    .map_err(|e| cx.err(e))?;
+    let first = default.to_f64_vec().map_err(|e| cx.err(e))?;
+    let first = first
+        .first()
+        .ok_or_else(|| cx.err("attribute `default_tensor` is empty"))?;
+    let default = Tensor::from_f64_as(out, vec![], &[*first]).map_err(|e| cx.err(e))?;
     let m = matches(cx, x, keys)?;
     let as_i32 = Op::Cast {
         to: DType::I32,

@@ -126,6 +126,11 @@ pub(in crate::ops) fn svm_classifier(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, 
     let rho = cx.attr_floats("rho").unwrap_or_default();
     let per_class = cx.attr_ints("vectors_per_class").unwrap_or_default();
     let c = labels.len();
+    if per_class.iter().any(|&n| n < 0) {
+        return Err(cx.err(format!(
+            "vectors_per_class {per_class:?} has a negative count"
+        )));
+    }
     let (x, f) = features(cx)?;
     let v: usize = per_class.iter().map(|&n| n.max(0) as usize).sum();
     if v == 0 {
