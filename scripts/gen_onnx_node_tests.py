@@ -48,7 +48,7 @@ Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip
 ConstantOfShape Conv ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div Dropout
 DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
 GRU Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
-HardSwish Identity IsInf IsNaN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
+HardSwish Identity If IsInf IsNaN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax
 MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QLinearConv QLinearMatMul
 QuantizeLinear RMSNormalization RNN Range Reciprocal
 ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum

@@ -379,6 +379,35 @@ CASES += [
 ]
 
 
+def if_model(name, static_cond):
+    """If whose branches read outer values (x, and the initializer w only they use): the
+    condition is `sum(x) > 0` (known at run time: both branches computed and selected) or
+    `shape(x)[0] == 3` (folded at import: one branch inlined)."""
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((6, 6)).astype(np.float32)
+    then_b = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["t0"]), helper.make_node("Relu", ["t0"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", F, [3, 6])])
+    else_b = helper.make_graph(
+        [helper.make_node("Mul", ["x", "two"], ["e0"]), helper.make_node("MatMul", ["e0", "w"], ["e"])],
+        "else", [], [helper.make_tensor_value_info("e", F, [3, 6])],
+        [init("two", np.array(2.0, np.float32))])
+    if static_cond:
+        nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+                 helper.make_node("Equal", ["s", "three"], ["c1"]),
+                 helper.make_node("Squeeze", ["c1"], ["cond"])]
+        inits = [init("w", w), init("three", np.array([3], np.int64))]
+    else:
+        nodes = [helper.make_node("ReduceSum", ["x"], ["total"], keepdims=0),
+                 helper.make_node("Greater", ["total", "zero"], ["cond"])]
+        inits = [init("w", w), init("zero", np.array(0.0, np.float32))]
+    nodes.append(helper.make_node("If", ["cond"], ["y"], then_branch=then_b, else_branch=else_b))
+    return name, model(name, nodes, [("x", F, [3, 6])], [("y", F, [3, 6])], inits)
+
+
+CASES += [if_model("if_runtime_cond", False), if_model("if_static_cond", True)]
+
+
 def cast_e8m0_dirs(out_dir):
     from onnx.reference import ReferenceEvaluator
 

@@ -8,7 +8,7 @@
 //! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
-//! (SkipLayerNormalization, FastGelu, ...), LayerNormalization's
+//! (SkipLayerNormalization, FastGelu, ...), If (inlined), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
@@ -121,6 +121,8 @@ op_tests! {
     ms_fast_gelu: "ms_fast_gelu";
     ms_gelu: "ms_gelu";
     ms_quick_gelu: "ms_quick_gelu";
+    if_runtime_condition_both_branches: "if_runtime_cond";
+    if_static_condition_one_branch: "if_static_cond";
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];

@@ -108,10 +108,11 @@ pub fn ai_onnx_opset(model: &ModelProto) -> Result<i64, OnnxError> {
     Ok(v)
 }
 
-/// Whether the importer maps `node`: an op of the registries, or Scan (unrolled, `scan.rs`).
+/// Whether the importer maps `node`: an op of the registries, Scan (unrolled, `scan.rs`) or
+/// If (inlined, `if_node.rs`).
 pub(crate) fn is_supported(node: &NodeProto) -> bool {
     lookup_node(node.domain(), node.op_type()).is_some()
-        || (is_default_domain(node.domain()) && node.op_type() == "Scan")
+        || (is_default_domain(node.domain()) && matches!(node.op_type(), "Scan" | "If"))
 }
 
 pub(crate) fn is_default_domain(domain: &str) -> bool {
@@ -671,6 +672,9 @@ pub(crate) fn map_node(
     let op_type = node.op_type();
     if is_default_domain(node.domain()) && op_type == "Scan" {
         return crate::scan::map_scan(g, values, node, name, mcx);
+    }
+    if is_default_domain(node.domain()) && op_type == "If" {
+        return crate::if_node::map_if(g, values, node, name, mcx);
     }
     let err = |msg: String| OnnxError::node(name, op_type, msg);
     let (build, arity) =

@@ -16,6 +16,7 @@ pub mod builder;
 mod error;
 pub mod export;
 pub mod external_data;
+mod if_node;
 mod import;
 mod inspect;
 mod ops;
