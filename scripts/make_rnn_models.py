@@ -11,8 +11,11 @@ Models (random weights, seed 0; sequence 7, batch 3, input 12, hidden 16), each 
 `rnn_<case>_ts.onnx` (TorchScript exporter, opset 17) and `rnn_<case>_dyn.onnx` (dynamo
 exporter, opset 18, weights embedded): a one-layer LSTM, a two-layer bidirectional LSTM, a
 batch-first two-layer LSTM (ONNX layout stays 0: the exporters transpose), a batch-first GRU
-(linear_before_reset), a bidirectional GRU and an RNN with ReLU. The sequence length is
-static in every export, as fp8c unrolls the recurrence over time.
+(linear_before_reset), a bidirectional GRU and an RNN with ReLU, with a static sequence length;
+and `rnn_lstm_dynseq_ts.onnx`, a batch-first LSTM with symbolic batch and sequence dims (fp8c
+unrolls the recurrence over time, so `run` takes the length from its inputs). The TorchScript
+files regenerate byte-identical; the dynamo exporter's files differ between runs in their
+bytes, not in what they compute.
 """
 
 import os
@@ -59,6 +62,14 @@ def main(argv):
         torch.onnx.export(m, (x,), dyn, input_names=["x"], output_names=["y"], dynamo=True,
                           opset_version=18, external_data=False)
         print(f"wrote {os.path.basename(ts)}, {os.path.basename(dyn)}")
+    # Symbolic batch and sequence (`fp8c run` takes the length from the inputs).
+    torch.manual_seed(0)
+    m = Model("LSTM", batch_first=True).eval()
+    path = os.path.join(out_dir, "rnn_lstm_dynseq_ts.onnx")
+    torch.onnx.export(m, (torch.randn(3, 7, 12),), path, input_names=["x"], output_names=["y"],
+                      dynamo=False, opset_version=17,
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}})
+    print(f"wrote {os.path.basename(path)}")
     return 0
 
 

@@ -101,6 +101,7 @@ op_tests! {
     static_qop_contrib_ops_u8: "static_qop_full_u8", ["--dim", "batch=3"];
     static_qop_contrib_ops_s8_per_channel: "static_qop_full_s8", ["--dim", "batch=3"];
     rnn_lstm_ts: "rnn_lstm_ts";
+    rnn_lstm_symbolic_sequence: "rnn_lstm_dynseq_ts", ["--dim", "batch=2", "--dim", "seq=9"];
     rnn_lstm_dyn: "rnn_lstm_dyn";
     rnn_lstm_bi_2l_ts: "rnn_lstm_bi_2l_ts";
     rnn_lstm_bi_2l_dyn: "rnn_lstm_bi_2l_dyn";

@@ -129,7 +129,7 @@ pub(crate) fn map_scan(
         let len = ty.shape[a as usize].known().ok_or_else(|| {
             err(format!(
                 "scan input {j} ({}) {ty} has no static length along axis {a}: fp8c unrolls a \
-                 Scan and needs it (give the input shapes with --input-shape)",
+                 Scan and needs it",
                 node.input[n_state + j]
             ))
         })?;

@@ -213,8 +213,7 @@ pub(super) fn recurrent(cx: &mut NodeCx<'_>, cell: Cell) -> Result<Vec<Value>, O
     let seq_axis = if layout == 1 { 1 } else { 0 };
     let seq = xty.shape[seq_axis].known().ok_or_else(|| {
         cx.err(format!(
-            "X {xty} has no static sequence length: fp8c unrolls {} over time and needs it \
-             (give the input shapes with --input-shape)",
+            "X {xty} has no static sequence length: fp8c unrolls {} over time and needs it",
             cx.op_type
         ))
     })?;

@@ -60,7 +60,7 @@ pub(super) fn features(cx: &mut NodeCx<'_>) -> Result<(Value, u64), OnnxError> {
     };
     let f = f.ok_or_else(|| {
         cx.err(format!(
-            "input X {ty} needs a known feature count (its last dim); give it with --input-shape"
+            "input X {ty} needs a known feature count (its last dim)"
         ))
     })?;
     let x = to_f32(cx, "x_f32", x)?;
