@@ -5,13 +5,13 @@
 //! own `map_node` (names `{if}.then.{node}` / `{if}.else.{node}`) and see the outer values.
 
 use crate::OnnxError;
-use crate::import::{MapCx, map_node};
+use crate::import::MapCx;
 use crate::proto::{GraphProto, NodeProto};
-use crate::tensor::tensor_from_proto;
+use crate::subgraph::{add_initializers, map_nodes};
 use fp8c_ir::{Graph, Op, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
-/// Maps branch `g` into the graph; returns its outputs.
+/// Maps branch `branch` into the graph; returns its outputs.
 fn inline(
     g: &mut Graph,
     values: &HashMap<String, Value>,
@@ -20,37 +20,8 @@ fn inline(
     mcx: &mut MapCx<'_>,
 ) -> Result<Vec<Value>, OnnxError> {
     let mut scope = values.clone();
-    for t in &branch.initializer {
-        let tensor = tensor_from_proto(t, mcx.base_dir)?;
-        let v = g
-            .add_node(
-                &format!("{prefix}.{}", t.name()),
-                Op::Constant { value: tensor },
-                &[],
-            )
-            .map_err(|e| OnnxError::tensor(t.name(), e.to_string()))?[0];
-        scope.insert(t.name().to_string(), v);
-    }
-    let used: HashSet<String> = branch
-        .node
-        .iter()
-        .flat_map(|n| n.output.iter().cloned())
-        .chain(branch.output.iter().map(|o| o.name().to_string()))
-        .collect();
-    let mut bcx = MapCx {
-        opset: mcx.opset,
-        used: &used,
-        base_dir: mcx.base_dir,
-        warnings: &mut *mcx.warnings,
-    };
-    for (k, n) in branch.node.iter().enumerate() {
-        let local = if n.name().is_empty() {
-            format!("{}_{k}", n.op_type())
-        } else {
-            n.name().to_string()
-        };
-        map_node(g, &mut scope, n, &format!("{prefix}.{local}"), &mut bcx)?;
-    }
+    add_initializers(g, &mut scope, branch, prefix, mcx)?;
+    map_nodes(g, &mut scope, branch, prefix, mcx)?;
     branch
         .output
         .iter()

@@ -332,7 +332,7 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
         if std::mem::replace(&mut keep[k], true) {
             continue;
         }
-        for i in crate::scan::node_refs(&nodes[k])
+        for i in crate::subgraph::node_refs(&nodes[k])
             .into_iter()
             .filter(|i| !i.is_empty())
         {
@@ -488,7 +488,7 @@ fn topo_order(
     producer: &HashMap<&str, usize>,
 ) -> Result<Vec<usize>, Vec<usize>> {
     let preds = |k: usize| {
-        crate::scan::node_refs(&nodes[k])
+        crate::subgraph::node_refs(&nodes[k])
             .into_iter()
             .filter_map(|i| producer.get(i).copied())
             .filter(|&p| keep[p])

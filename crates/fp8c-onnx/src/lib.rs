@@ -26,6 +26,7 @@ mod qdq_origin;
 mod scan;
 mod shape_inputs;
 mod stream;
+mod subgraph;
 mod tensor;
 
 /// The prost types generated from `proto/onnx.proto` (package `onnx`).

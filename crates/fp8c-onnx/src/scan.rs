@@ -8,49 +8,17 @@
 //! graph's values; its first outputs are the next state, the others are stacked along
 //! `scan_output_axes` (in reverse for `scan_output_directions` 1). A body's subgraph
 //! references to outer values are part of the Scan node's inputs for pruning and ordering
-//! ([`free_values`]).
+//! (`subgraph::node_refs`).
 
 use crate::OnnxError;
-use crate::import::{MapCx, map_node};
-use crate::proto::{GraphProto, NodeProto};
-use crate::tensor::tensor_from_proto;
+use crate::import::MapCx;
+use crate::proto::NodeProto;
+use crate::subgraph::{add_initializers, map_nodes};
 use fp8c_ir::{Graph, Op, Tensor, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Most iterations unrolled (each is a copy of the body).
 pub(crate) const MAX_ITERATIONS: u64 = 4096;
-
-/// The values a graph reads from its enclosing scopes: names its nodes (and their subgraphs)
-/// use that it does not define as an input, initializer or node output.
-pub(crate) fn free_values(g: &GraphProto) -> Vec<&str> {
-    let mut defined: HashSet<&str> = g.input.iter().map(|i| i.name()).collect();
-    defined.extend(g.initializer.iter().map(|t| t.name()));
-    for n in &g.node {
-        defined.extend(n.output.iter().map(String::as_str));
-    }
-    let mut free = Vec::new();
-    let mut seen = HashSet::new();
-    for n in &g.node {
-        for r in node_refs(n) {
-            if !r.is_empty() && !defined.contains(r) && seen.insert(r) {
-                free.push(r);
-            }
-        }
-    }
-    free
-}
-
-/// Every value a node reads: its inputs, then what its graph attributes (Scan's body, If's
-/// branches, Loop's body) read from outside them.
-pub(crate) fn node_refs(n: &NodeProto) -> Vec<&str> {
-    let mut refs: Vec<&str> = n.input.iter().map(String::as_str).collect();
-    for a in &n.attribute {
-        for g in a.g.iter().chain(a.graphs.iter()) {
-            refs.extend(free_values(g));
-        }
-    }
-    refs
-}
 
 /// Maps a Scan node: unrolls its body and records its outputs in `values`.
 pub(crate) fn map_scan(
@@ -155,23 +123,7 @@ pub(crate) fn map_scan(
     };
     // The body sees the outer values; its own names shadow them.
     let mut scope = values.clone();
-    for t in &body.initializer {
-        let tensor = tensor_from_proto(t, mcx.base_dir)?;
-        let v = g
-            .add_node(
-                &format!("{name}.{}", t.name()),
-                Op::Constant { value: tensor },
-                &[],
-            )
-            .map_err(ir)?[0];
-        scope.insert(t.name().to_string(), v);
-    }
-    let body_outputs: HashSet<String> = body
-        .node
-        .iter()
-        .flat_map(|n| n.output.iter().cloned())
-        .chain(body.output.iter().map(|o| o.name().to_string()))
-        .collect();
+    add_initializers(g, &mut scope, body, name, mcx)?;
     let mut stacked: Vec<Vec<Value>> = vec![Vec::new(); n_out - n_state];
     for i in 0..trips {
         for (j, &v) in state.iter().enumerate() {
@@ -193,20 +145,7 @@ pub(crate) fn map_scan(
                 .map_err(ir)?[0];
             scope.insert(body.input[n_state + j].name().to_string(), slice);
         }
-        let mut bcx = MapCx {
-            opset: mcx.opset,
-            used: &body_outputs,
-            base_dir: mcx.base_dir,
-            warnings: &mut *mcx.warnings,
-        };
-        for (k, bn) in body.node.iter().enumerate() {
-            let local = if bn.name().is_empty() {
-                format!("{}_{k}", bn.op_type())
-            } else {
-                bn.name().to_string()
-            };
-            map_node(g, &mut scope, bn, &format!("{name}.{i}.{local}"), &mut bcx)?;
-        }
+        map_nodes(g, &mut scope, body, &format!("{name}.{i}"), mcx)?;
         let out = |o: usize| {
             let n = body.output[o].name();
             scope
