@@ -381,6 +381,74 @@ fn trained_model_is_written_back_and_plotted() {
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
 }
 
+/// A model whose weights live in an external data file (as PyTorch's dynamo exporter leaves
+/// `model.onnx` and `model.onnx.data`) is written back with `-o` into another folder: the
+/// copy holds the trained weights itself, with no reference to the source's data file (was
+/// refused: "uses external data").
+#[test]
+fn a_model_with_external_data_is_written_back_self_contained() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("tests/models/export/mlp_external.onnx");
+    let data = dir.path().join("d.npz");
+    let (n, f, o) = (32usize, 32usize, 16usize);
+    let x: Vec<u8> = (0..n * f)
+        .flat_map(|i| ((((i * 29) % 23) as f32 - 11.0) / 8.0).to_le_bytes())
+        .collect();
+    let t: Vec<u8> = (0..n * o)
+        .flat_map(|i| ((((i * 7) % 5) as f32 - 2.0) / 2.0).to_le_bytes())
+        .collect();
+    npz(
+        &data,
+        &[("x", npy("<f4", &[n, f], &x)), ("t", npy("<f4", &[n, o], &t))],
+    );
+    let inputs = dir.path().join("x.npz");
+    npz(&inputs, &[("x", npy("<f4", &[n, f], &x))]);
+    let out = dir.path().join("trained.onnx");
+    let args = [
+        "train",
+        src.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--labels",
+        "t",
+        "--loss",
+        "mse",
+        "--precision",
+        "f32",
+        "--lr",
+        "0.01",
+        "--steps",
+        "4",
+        "--batch",
+        "8",
+        "--quiet",
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    ok(&args.map(String::from));
+    let bytes = std::fs::read(&out).unwrap();
+    let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    assert!(!has(b"mlp_external.onnx.data") && !has(b"location"));
+    // 32×32 + 32×16 f32 weights, inline.
+    assert!(bytes.len() > (32 * 32 + 32 * 16) * 4, "{} bytes", bytes.len());
+    let outputs = |model: &Path, name: &str| {
+        let path = dir.path().join(name);
+        ok(&[
+            "run",
+            model.to_str().unwrap(),
+            "--inputs",
+            inputs.to_str().unwrap(),
+            "--precision",
+            "f32",
+            "-o",
+            path.to_str().unwrap(),
+        ]
+        .map(String::from));
+        std::fs::read(path).unwrap()
+    };
+    assert_ne!(outputs(&src, "before.npz"), outputs(&out, "after.npz"));
+}
+
 #[test]
 fn bad_data_gives_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

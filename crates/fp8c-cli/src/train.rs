@@ -272,13 +272,11 @@ fn save_onnx(a: &TrainArgs, dst: &Path, trainer: &Trainer) -> Result<()> {
         .collect();
     let missing = fp8c_session::export::save_onnx(&a.model, dst, &trained).map_err(|e| {
         match e.root() {
-            fp8c_session::Error::Onnx(o) => match o.kind() {
-                fp8c_onnx::OnnxError::ExternalData { name } => anyhow!(
-                    "{}: initializer \"{name}\" uses external data; --save-onnx writes inline data only",
-                    a.model.display()
-                ),
-                _ => anyhow!("--save-onnx needs an ONNX model; {e}"),
-            },
+            fp8c_session::Error::Onnx(o)
+                if matches!(o.kind(), fp8c_onnx::OnnxError::Decode { .. }) =>
+            {
+                anyhow!("--save-onnx needs an ONNX model; {e}")
+            }
             _ => e.into(),
         }
     })?;

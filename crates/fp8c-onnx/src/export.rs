@@ -5,6 +5,7 @@
 //! as decoded, so the result runs wherever the source did (onnxruntime, `fp8c run`).
 
 use crate::OnnxError;
+use crate::proto::ModelProto;
 use crate::proto::attribute_proto::AttributeType;
 use fp8c_ir::Tensor;
 use prost::Message;
@@ -15,12 +16,23 @@ use std::collections::BTreeMap;
 /// and the names found in neither place (their values are not in the result).
 ///
 /// Initializers stored as external data are refused ([`OnnxError::ExternalData`]): the
-/// result holds inline data only, so it would silently disagree with the external file.
+/// result holds inline data only, so it would silently disagree with the external file
+/// (read the data in first and use [`set_weights`]).
 pub fn with_weights(
     src: &[u8],
     weights: &BTreeMap<String, Tensor>,
 ) -> Result<(Vec<u8>, Vec<String>), OnnxError> {
     let mut model = crate::decode_model(src)?;
+    let missing = set_weights(&mut model, weights)?;
+    Ok((model.encode_to_vec(), missing))
+}
+
+/// [`with_weights`] on a decoded model, in place. A caller that has read the model's
+/// external data in first ([`crate::external_data::read_in`]) can write any model's weights.
+pub fn set_weights(
+    model: &mut ModelProto,
+    weights: &BTreeMap<String, Tensor>,
+) -> Result<Vec<String>, OnnxError> {
     let graph = model.graph.as_mut().ok_or(OnnxError::NoGraph)?;
     let mut missing = Vec::new();
     for (name, t) in weights {
@@ -44,5 +56,5 @@ pub fn with_weights(
             None => missing.push(name.clone()),
         }
     }
-    Ok((model.encode_to_vec(), missing))
+    Ok(missing)
 }

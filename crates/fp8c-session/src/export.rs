@@ -1,5 +1,5 @@
 //! Saving a trained model as ONNX: the trained weights written into a copy of the source
-//! model ([`fp8c_onnx::export::with_weights`]), saved atomically.
+//! model ([`fp8c_onnx::export::set_weights`]), saved atomically.
 
 use crate::error::{Context, Error, Result};
 use fp8c_ir::Tensor;
@@ -9,6 +9,10 @@ use std::path::Path;
 /// Writes `weights` into a copy of the ONNX model at `src` and saves it to `dst`. Returns the
 /// names found neither as an initializer nor as a `Constant` (their values are not saved).
 /// Errors are prefixed with `src`.
+///
+/// The source's external data (a PyTorch dynamo export's `model.onnx.data`) is read in, so
+/// the copy does not point at the source's files; it is saved as [`save_model`] saves: one
+/// file, or its own `dst.data` past protobuf's 2 GiB.
 pub fn save_onnx(
     src: &Path,
     dst: &Path,
@@ -16,10 +20,54 @@ pub fn save_onnx(
 ) -> Result<Vec<String>> {
     let bytes = std::fs::read(src)
         .map_err(|e| Error::io(format_args!("{}: cannot read", src.display()), e))?;
-    let (out, missing) =
-        fp8c_onnx::export::with_weights(&bytes, weights).with_context(|| src.display())?;
-    crate::files::write_bytes_atomic(dst, &out)?;
+    let mut model = fp8c_onnx::decode_model(&bytes).with_context(|| src.display())?;
+    let base = crate::files::parent_dir(src);
+    fp8c_onnx::external_data::read_in(&mut model, Some(&base)).with_context(|| src.display())?;
+    let missing =
+        fp8c_onnx::export::set_weights(&mut model, weights).with_context(|| src.display())?;
+    save_model(&model, &crate::files::Output::check("-o", dst, &[src])?)?;
     Ok(missing)
+}
+
+/// Writes `model` to `out`: one self-contained file below protobuf's 2 GiB limit, else the
+/// weights go to `OUT.data` next to it (ONNX external data, as `onnx.save_model` with
+/// `save_as_external_data` writes it). Returns the data file's path when one was written.
+pub fn save_model(
+    model: &fp8c_onnx::proto::ModelProto,
+    out: &crate::files::Output,
+) -> Result<Option<std::path::PathBuf>> {
+    if prost::Message::encoded_len(model) <= fp8c_onnx::external_data::PROTOBUF_LIMIT {
+        out.write_bytes(&prost::Message::encode_to_vec(model))?;
+        return Ok(None);
+    }
+    let name = out
+        .path()
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "{}: the model is over 2 GiB and needs an external data file named after it; give -o a UTF-8 file name",
+                out.path().display()
+            ))
+        })?;
+    let location = format!("{name}.data");
+    let data_path = out.path().with_file_name(&location);
+    let mut model = model.clone();
+    // Initializers of 1 KiB and more go out (as onnx's default size_threshold).
+    let data = fp8c_onnx::external_data::write_out(&mut model, &location, 1024);
+    let bytes = prost::Message::encode_to_vec(&model);
+    if bytes.len() > fp8c_onnx::external_data::PROTOBUF_LIMIT {
+        return Err(Error::invalid(format!(
+            "{}: the graph without its weights is still over 2 GiB ({} bytes)",
+            out.path().display(),
+            bytes.len()
+        )));
+    }
+    if !out.is_discard() {
+        crate::files::Output::check("-o's external data", &data_path, &[])?.write_bytes(&data)?;
+    }
+    out.write_bytes(&bytes)?;
+    Ok(Some(data_path))
 }
 
 /// What [`fp8_onnx`] made; [`Fp8Onnx::save`] writes it.
@@ -54,39 +102,7 @@ impl Fp8Onnx {
     /// with `save_as_external_data` writes it). Returns the data file's path when one was
     /// written.
     pub fn save(&self, out: &crate::files::Output) -> Result<Option<std::path::PathBuf>> {
-        if let Some(bytes) = self.bytes() {
-            out.write_bytes(&bytes)?;
-            return Ok(None);
-        }
-        let name = out
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .ok_or_else(|| {
-                Error::invalid(format!(
-                    "{}: the model is over 2 GiB and needs an external data file named after it; give -o a UTF-8 file name",
-                    out.path().display()
-                ))
-            })?;
-        let location = format!("{name}.data");
-        let data_path = out.path().with_file_name(&location);
-        let mut model = self.model.clone();
-        // Initializers of 1 KiB and more go out (as onnx's default size_threshold).
-        let data = fp8c_onnx::external_data::write_out(&mut model, &location, 1024);
-        let bytes = prost::Message::encode_to_vec(&model);
-        if bytes.len() > fp8c_onnx::external_data::PROTOBUF_LIMIT {
-            return Err(Error::invalid(format!(
-                "{}: the graph without its weights is still over 2 GiB ({} bytes)",
-                out.path().display(),
-                bytes.len()
-            )));
-        }
-        if !out.is_discard() {
-            crate::files::Output::check("-o's external data", &data_path, &[])?
-                .write_bytes(&data)?;
-        }
-        out.write_bytes(&bytes)?;
-        Ok(Some(data_path))
+        save_model(&self.model, out)
     }
 }
 

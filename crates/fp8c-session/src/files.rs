@@ -169,7 +169,7 @@ impl Output {
 }
 
 /// The folder a path lives in (`.` for a bare file name).
-fn parent_dir(path: &Path) -> PathBuf {
+pub(crate) fn parent_dir(path: &Path) -> PathBuf {
     match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
