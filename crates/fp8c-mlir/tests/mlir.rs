@@ -915,6 +915,177 @@ mod with_mlir {
         );
     }
 
+    /// `op` on `inputs` (every one a graph input) run on the JIT and by the CPU kernel
+    /// (`fp8c_eval::eval_op`): (JIT outputs, CPU outputs), in output order.
+    fn one_op_on_the_jit(op: fp8c_ir::Op, inputs: &[&Tensor]) -> (Vec<Tensor>, Vec<Tensor>) {
+        let mut g = fp8c_ir::Graph::new("one_op");
+        let mut vals = Vec::new();
+        let mut feed = BTreeMap::new();
+        for (i, t) in inputs.iter().enumerate() {
+            let name = format!("in{i}");
+            vals.push(g.add_input(&name, t.ty()).unwrap());
+            feed.insert(name, (*t).clone());
+        }
+        let outs = g.add_node("op", op.clone(), &vals).unwrap();
+        for (k, v) in outs.iter().enumerate() {
+            g.set_output(&format!("out{k}"), *v).unwrap();
+        }
+        let mut exe = fp8c_mlir::prepare(&g, g.weights()).unwrap();
+        let got = exe.run(&feed).unwrap();
+        let want = fp8c_eval::eval_op(&op, inputs).unwrap();
+        let got = (0..outs.len())
+            .map(|k| got[&format!("out{k}")].clone())
+            .collect();
+        (got, want)
+    }
+
+    /// Asserts the JIT's outputs of `op` on `inputs` equal the CPU kernel's, bit for bit.
+    fn bit_exact_on_the_jit(what: &str, op: fp8c_ir::Op, inputs: &[&Tensor]) {
+        let (got, want) = one_op_on_the_jit(op, inputs);
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.ty(), w.ty(), "{what}: output {k}'s type");
+            assert!(
+                g.bytes() == w.bytes(),
+                "{what}: output {k}: JIT {:?} vs CPU {:?}",
+                g.to_f64_vec(),
+                w.to_f64_vec()
+            );
+        }
+    }
+
+    /// A model of tests/models (`path` without `.onnx`), run on the inputs its npz (`npz`:
+    /// `ort` or `ref`) holds on the JIT and the CPU (default FP8 compile, as `fp8c run`):
+    /// every output equal bit for bit.
+    fn model_is_bit_exact_on_the_jit(path: &str, npz: &str) {
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/models");
+        let name = path.rsplit('/').next().unwrap();
+        let model = Model::load(base.join(format!("{path}.onnx"))).unwrap();
+        let data: BTreeMap<String, Tensor> =
+            fp8c_session::npy::read_npz(&base.join(format!("{path}.{npz}.npz")))
+                .unwrap()
+                .into_iter()
+                .collect();
+        let mut opts = CompileOptions::default();
+        let mut inputs = BTreeMap::new();
+        for input in model.inputs() {
+            let t = data[&input.name].clone();
+            opts = opts.input_shape(&input.name, t.shape());
+            inputs.insert(input.name, t);
+        }
+        let compiled = model.compile(&opts).unwrap();
+        let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+        let got = compiled
+            .prepare(Device::Mlir)
+            .unwrap()
+            .run(&inputs)
+            .unwrap();
+        for (k, want) in &cpu {
+            assert_eq!(got[k].ty(), want.ty(), "{name}: {k}");
+            assert!(got[k].bytes() == want.bytes(), "{name}: {k} differs");
+        }
+    }
+
+    #[test]
+    fn arg_max_and_arg_min_run_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+        use fp8c_ir::{DType, Op};
+        let nan = f64::NAN;
+        // Rows with ties, a leading NaN, a NaN in the middle, infinities and -0.0 vs 0.0.
+        let rows: Vec<f64> = vec![
+            1.0,
+            3.0,
+            3.0,
+            2.0, //
+            nan,
+            5.0,
+            1.0,
+            5.0, //
+            2.0,
+            nan,
+            7.0,
+            -1.0, //
+            -0.0,
+            0.0,
+            f64::NEG_INFINITY,
+            f64::INFINITY, //
+            4.0,
+            4.0,
+            4.0,
+            4.0, //
+            -3.0,
+            9.0,
+            -3.0,
+            9.0,
+        ];
+        for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            let x = Tensor::from_f64_as(d, vec![6, 4], &rows).unwrap();
+            let x3 = Tensor::from_f64_as(d, vec![2, 3, 4], &rows).unwrap();
+            for (max, axis, keepdims, last) in [
+                (true, 1, true, false),
+                (true, -1, false, true),
+                (false, 1, false, false),
+                (false, 0, true, true),
+            ] {
+                let op = if max {
+                    Op::ArgMax {
+                        axis,
+                        keepdims,
+                        select_last_index: last,
+                    }
+                } else {
+                    Op::ArgMin {
+                        axis,
+                        keepdims,
+                        select_last_index: last,
+                    }
+                };
+                bit_exact_on_the_jit(&format!("{op:?} {d}"), op.clone(), &[&x]);
+                bit_exact_on_the_jit(&format!("{op:?} {d} rank 3"), op, &[&x3]);
+            }
+        }
+        // Integers: signed, unsigned (the high bit large) and i64 beyond 2^53.
+        let ints: Vec<f64> = vec![3.0, -1.0, 3.0, 100.0, -100.0, 0.0, 7.0, 7.0];
+        for d in [DType::I8, DType::I32, DType::U8, DType::U16] {
+            let x = Tensor::from_f64_as(d, vec![2, 4], &ints).unwrap();
+            for last in [false, true] {
+                let op = Op::ArgMax {
+                    axis: 1,
+                    keepdims: true,
+                    select_last_index: last,
+                };
+                bit_exact_on_the_jit(&format!("{op:?} {d}"), op, &[&x]);
+                let op = Op::ArgMin {
+                    axis: 0,
+                    keepdims: false,
+                    select_last_index: last,
+                };
+                bit_exact_on_the_jit(&format!("{op:?} {d}"), op, &[&x]);
+            }
+        }
+        let big = (1i64 << 60) + 1;
+        let x = Tensor::from_i64(vec![1, 4], &[big - 1, big, big - 2, -big]);
+        let op = Op::ArgMax {
+            axis: 1,
+            keepdims: false,
+            select_last_index: false,
+        };
+        bit_exact_on_the_jit("arg_max i64 beyond 2^53", op, &[&x]);
+        // u64 compares as its f64 rounding, as the CPU: 2^60 + 1 ties 2^60.
+        let x = Tensor::from_pod(DType::U64, vec![3], &[1u64 << 60, (1u64 << 60) + 1, 5]).unwrap();
+        for last in [false, true] {
+            let op = Op::ArgMax {
+                axis: 0,
+                keepdims: true,
+                select_last_index: last,
+            };
+            bit_exact_on_the_jit("arg_max u64", op, &[&x]);
+        }
+        // sklearn classifiers end in arg_max: labels and probabilities equal the CPU's.
+        for name in ["iris_gaussian_nb", "iris_logreg_binary"] {
+            model_is_bit_exact_on_the_jit(&format!("sklearn/{name}"), "ort");
+        }
+        model_is_bit_exact_on_the_jit("sklearn/mlp_digits_clf", "ref");
+    }
+
     #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.

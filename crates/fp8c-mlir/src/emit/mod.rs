@@ -372,6 +372,48 @@ impl<'c> Emitter<'c, '_> {
                 };
                 vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, fold, out_ty, loc)]
             }
+            Op::ArgMax {
+                axis,
+                keepdims,
+                select_last_index,
+            }
+            | Op::ArgMin {
+                axis,
+                keepdims,
+                select_last_index,
+            } => {
+                let xd = self.dims(node.inputs()[0], node)?;
+                let d = self.graph.value_type(node.inputs()[0]).dtype;
+                let keys = match d {
+                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => reduce::ArgKeys::Float,
+                    DType::U64 => reduce::ArgKeys::U64AsF64,
+                    DType::U8 | DType::U16 | DType::U32 => reduce::ArgKeys::Int(true),
+                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => reduce::ArgKeys::Int(false),
+                    other => {
+                        return Err(unsupported(
+                            node,
+                            format!("arg_max/arg_min of {other} tensors is not emitted yet"),
+                        ));
+                    }
+                };
+                let r = xd.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                if xd.is_empty() || xd[ax] == 0 {
+                    // The CPU fails such a run; the JIT code must not read an empty axis.
+                    return Err(unsupported(node, "an empty or rank-0 input has no extreme"));
+                }
+                let max = matches!(node.op, Op::ArgMax { .. });
+                vec![self.arg_extreme(
+                    block,
+                    ins[0],
+                    &xd,
+                    ax,
+                    (*keepdims, *select_last_index, max),
+                    keys,
+                    (self.elem(d, node)?, out_ty),
+                    loc,
+                )]
+            }
             Op::Gather { axis } => {
                 let dd = self.dims(node.inputs()[0], node)?;
                 let idd = self.dims(node.inputs()[1], node)?;

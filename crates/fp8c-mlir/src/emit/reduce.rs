@@ -299,3 +299,101 @@ pub(super) enum Fold {
     Max,
     Min,
 }
+
+/// How `arg_max` / `arg_min` compare two elements: exactly as fp8c-eval's `arg_extreme`
+/// (floats in f64, where f16/bf16/f32 widen exactly; i64 exactly; u64 through f64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ArgKeys {
+    /// Ordered float comparisons (a NaN never beats or ties) after widening to f32 / f64.
+    Float,
+    /// u64 values compared as their f64 roundings (the CPU's `as f64`).
+    U64AsF64,
+    /// Integer comparisons, unsigned or not.
+    Int(bool),
+}
+
+impl<'c> Emitter<'c, '_> {
+    /// ONNX ArgMax / ArgMin along `axis` as the CPU's loop: `best` starts at 0 and moves to
+    /// index j when `x[j]` strictly beats `x[best]` (or ties it, with `last`); comparisons with
+    /// a NaN are false, so a NaN is never selected over a number and a leading NaN stays. The
+    /// i64 accumulator is the index; the body reads `x[best]` with `tensor.extract`. Reduction
+    /// loops run in index order, the CPU's.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn arg_extreme<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        (keepdims, last, max): (bool, bool, bool),
+        keys: ArgKeys,
+        (elem, out_ty): (Type<'c>, Type<'c>),
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let i64t: Type = IntegerType::new(self.ctx, 64).into();
+        let s = Scalar {
+            ctx: self.ctx,
+            block,
+            loc,
+        };
+        let zero = s.i64c(0);
+        let empty = self.empty(block, out_ty, loc);
+        let init = self.fill(block, zero, empty, out_ty, i64t, loc);
+        let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let out_map = self.reduced_map(r, &[axis], keepdims);
+        let iters: Vec<&str> = (0..r)
+            .map(|k| if k == axis { "reduction" } else { "parallel" })
+            .collect();
+        let ctx = self.ctx;
+        self.generic_with_out_map(
+            block,
+            &[x],
+            vec![id],
+            out_map,
+            &iters,
+            out_ty,
+            init,
+            loc,
+            move |b, a| {
+                use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
+                let s = Scalar { ctx, block: b, loc };
+                let best = a[1];
+                let coords: Vec<Value> = (0..r)
+                    .map(|k| {
+                        if k == axis {
+                            s.named_pub("arith.index_cast", best, Type::index(ctx))
+                        } else {
+                            s.linalg_index(k)
+                        }
+                    })
+                    .collect();
+                let (xj, xb) = (a[0], s.extract(x, &coords, elem));
+                let (beats, ties) = match keys {
+                    ArgKeys::Float | ArgKeys::U64AsF64 => {
+                        let widen = |v| match keys {
+                            ArgKeys::U64AsF64 => s.named_pub("arith.uitofp", v, Type::float64(ctx)),
+                            _ if elem == Type::float64(ctx) || elem == Type::float32(ctx) => v,
+                            _ => s.named_pub("arith.extf", v, Type::float32(ctx)),
+                        };
+                        let (xj, xb) = (widen(xj), widen(xb));
+                        let p = if max { F::Ogt } else { F::Olt };
+                        (s.cmpf(p, xj, xb), s.cmpf(F::Oeq, xj, xb))
+                    }
+                    ArgKeys::Int(unsigned) => {
+                        let p = match (max, unsigned) {
+                            (true, true) => I::Ugt,
+                            (true, false) => I::Sgt,
+                            (false, true) => I::Ult,
+                            (false, false) => I::Slt,
+                        };
+                        (s.cmpi(p, xj, xb), s.cmpi(I::Eq, xj, xb))
+                    }
+                };
+                let take = if last { s.or(beats, ties) } else { beats };
+                let j = s.named_pub("arith.index_cast", s.linalg_index(axis), i64t);
+                s.select(take, j, best)
+            },
+        )
+    }
+}
