@@ -313,6 +313,44 @@ impl<'c, 'b> Scalar<'c, 'b> {
         temps.last().copied().unwrap_or_else(|| input(0))
     }
 
+    /// An f32 `v` rounded to the narrower float type `t` and widened back (exact).
+    pub fn round_through(&self, v: Value<'c, '_>, t: Type<'c>) -> Value<'c, 'b> {
+        let n = self.named("arith.truncf", &[v], t);
+        self.named("arith.extf", &[n], Type::float32(self.ctx))
+    }
+
+    /// [`Scalar::program`] on tensors of the narrow float type `t` (f16 / bf16), held as
+    /// f32: each instruction computes in f32 and its float result is rounded to `t`, as the
+    /// CPU evaluates a program instruction by instruction on `t` tensors (comparisons stay
+    /// i1).
+    pub fn program_rounded(
+        &self,
+        insts: &[fp8c_ir::EwInst],
+        t: Type<'c>,
+        input: impl Fn(u32) -> Value<'c, 'b>,
+    ) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        let f32t = Type::float32(self.ctx);
+        let mut temps: Vec<Value<'c, 'b>> = Vec::new();
+        for inst in insts {
+            let args: Vec<Value> = inst
+                .args
+                .iter()
+                .map(|arg| match arg {
+                    fp8c_ir::EwArg::Input(i) => input(*i),
+                    fp8c_ir::EwArg::Temp(t) => temps[*t as usize],
+                })
+                .collect();
+            let v = self.program_op(&inst.op, &args).expect("covered");
+            temps.push(if v.r#type() == f32t {
+                self.round_through(v, t)
+            } else {
+                v
+            });
+        }
+        temps.last().copied().unwrap_or_else(|| input(0))
+    }
+
     /// An fp8c elementwise op on f32 scalars (the ops the emitter covers), or None.
     pub fn elementwise(&self, op: &Op, a: &[Value<'c, '_>]) -> Option<Value<'c, 'b>> {
         let l = self.loc;
@@ -684,6 +722,17 @@ impl<'c, 'b> Scalar<'c, 'b> {
     /// `a·b + c` rounded once (`math.fma`, LLVM's `llvm.fma`).
     pub fn fma(&self, a: Value<'c, '_>, b: Value<'c, '_>, c: Value<'c, '_>) -> Value<'c, 'b> {
         self.inferred("math.fma", &[a, b, c])
+    }
+    /// A float as f32, as the CPU's `f32_values` reads a tensor: f32 as is, f16 / bf16
+    /// widened (exact), f64 rounded to nearest even.
+    pub fn to_f32(&self, v: Value<'c, 'b>) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        let f32t = Type::float32(self.ctx);
+        match v.r#type() {
+            t if t == f32t => v,
+            t if t == Type::float64(self.ctx) => self.truncf(v),
+            _ => self.named("arith.extf", &[v], f32t),
+        }
     }
     /// f32 → f64 (exact).
     pub fn extf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {

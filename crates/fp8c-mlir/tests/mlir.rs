@@ -1087,6 +1087,78 @@ mod with_mlir {
     }
 
     #[test]
+    fn fp8_of_f16_and_bf16_models_runs_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+        use fp8c_ir::{DType, Op};
+        // amax, quantize and quantize_amax of f16 / bf16 / f64 tensors (read as f32, as the
+        // CPU), every special class included; dequantize to f16 / bf16.
+        let mut v: Vec<f64> = values(60, 7)
+            .iter()
+            .map(|&x| f64::from(x) * 300.0)
+            .collect();
+        v.extend([
+            f64::NAN,
+            -f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            0.0,
+            -0.0,
+        ]);
+        v.extend([1e-6, -3e-8, 65504.0, 448.0, 464.0, 57344.0]);
+        let scale = Tensor::scalar_f32(0.75);
+        for d in [DType::F16, DType::BF16, DType::F64] {
+            let x = Tensor::from_f64_as(d, vec![8, 9], &v).unwrap();
+            bit_exact_on_the_jit(&format!("amax {d}"), Op::Amax, &[&x]);
+            let finite: Vec<f64> = v
+                .iter()
+                .map(|&a| if a.is_nan() { 1.0 } else { a })
+                .collect();
+            let xf = Tensor::from_f64_as(d, vec![8, 9], &finite).unwrap();
+            bit_exact_on_the_jit(&format!("amax {d} without NaN"), Op::Amax, &[&xf]);
+            for to in [DType::F8E4M3, DType::F8E5M2] {
+                for saturate in [true, false] {
+                    let op = Op::Quantize { to, saturate };
+                    bit_exact_on_the_jit(&format!("{op:?} of {d}"), op, &[&x, &scale]);
+                    let op = Op::QuantizeAmax { to, saturate };
+                    bit_exact_on_the_jit(&format!("{op:?} of {d}"), op, &[&x, &scale]);
+                }
+            }
+        }
+        let codes: Vec<u8> = (0..=255).collect();
+        for fmt in [DType::F8E4M3, DType::F8E5M2] {
+            let q = Tensor::from_pod(fmt, vec![16, 16], &codes).unwrap();
+            for to in [DType::F16, DType::BF16] {
+                let op = Op::Dequantize { to };
+                bit_exact_on_the_jit(&format!("{op:?} of {fmt}"), op, &[&q, &scale]);
+            }
+        }
+        // The f16 and bf16 MLPs in FP8: amax, quantize and the scaled GEMMs with an f16 /
+        // bf16 result and bias epilogue.
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/models/export");
+        for (name, d) in [("mlp_f16", DType::F16), ("mlp_bf16", DType::BF16)] {
+            let compiled = Model::load(dir.join(format!("{name}.onnx")))
+                .unwrap()
+                .compile(&CompileOptions::fp8().input_shape("x", &[4, 32]))
+                .unwrap();
+            let xs: Vec<f64> = values(128, 11)
+                .iter()
+                .map(|&a| f64::from(a) * 4.0)
+                .collect();
+            let x = Tensor::from_f64_as(d, vec![4, 32], &xs).unwrap();
+            let inputs = BTreeMap::from([("x".to_string(), x)]);
+            let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+            let got = compiled
+                .prepare(Device::Mlir)
+                .unwrap()
+                .run(&inputs)
+                .unwrap();
+            for (k, want) in &cpu {
+                assert_eq!(got[k].ty(), want.ty(), "{name}: {k}");
+                assert!(got[k].bytes() == want.bytes(), "{name}: {k} differs");
+            }
+        }
+    }
+
+    #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
         {

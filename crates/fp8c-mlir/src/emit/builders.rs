@@ -90,6 +90,20 @@ impl<'c> Emitter<'c, '_> {
         }
     }
 
+    /// An error unless input `k` of `node` is f32, f16, bf16 or f64: a tensor the CPU reads
+    /// as f32 (`Scalar::to_f32`) before doing `what` to it.
+    pub(super) fn float_operand(&self, node: &Node, k: usize, what: &str) -> Result<(), Error> {
+        let d = self.graph.value_type(node.inputs()[k]).dtype;
+        if matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
+            Ok(())
+        } else {
+            Err(unsupported(
+                node,
+                format!("only float inputs are {what} yet, got {d}"),
+            ))
+        }
+    }
+
     /// How an element of a Q/DQ node's output reads its f32 scale: one scale (per tensor), or
     /// one per index of `axis` (per axis). Blocked scales are not emitted yet.
     pub(super) fn qdq_scale_map(

@@ -4,7 +4,9 @@
 use super::*;
 
 impl<'c> Emitter<'c, '_> {
-    /// fp8c-core `amax_f32`: an unsigned max over `|x|`'s bits (NaN wins), then the f32.
+    /// fp8c-core `amax_f32`: an unsigned max over `|x|`'s bits (NaN wins), then the f32. An
+    /// f16 / bf16 `x` is widened to f32 (exact), an f64 one rounded to f32 (monotone), as the
+    /// CPU's `amax` reads them.
     pub(super) fn amax<'a>(
         &self,
         block: &'a Block<'c>,
@@ -37,7 +39,7 @@ impl<'c> Emitter<'c, '_> {
             loc,
             |b, a| {
                 let s = Scalar { ctx, block: b, loc };
-                let abs = s.abs_bits(a[0]);
+                let abs = s.abs_bits(s.to_f32(a[0]));
                 s.int("arith.maxui", abs, a[1])
             },
         );
@@ -51,7 +53,8 @@ impl<'c> Emitter<'c, '_> {
         self.scalar_tensor(block, s.float(v), loc)
     }
 
-    /// `quantize { to, saturate }(x, scale)` of an f32 `x` of `dims` (fp8c-core `quantize`).
+    /// `quantize { to, saturate }(x, scale)` of a float `x` of `dims` (fp8c-core `quantize`
+    /// of `x` read as f32).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn quantize<'a>(
         &self,
@@ -81,7 +84,10 @@ impl<'c> Emitter<'c, '_> {
             out_ty,
             None,
             loc,
-            |b, a| Scalar { ctx, block: b, loc }.quantize(to, saturate, a[0], a[1], f8),
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                s.quantize(to, saturate, s.to_f32(a[0]), a[1], f8)
+            },
         )
     }
 
@@ -150,6 +156,12 @@ impl<'c> Emitter<'c, '_> {
         let fa = self.graph.value_type(node.inputs()[0]).dtype;
         let fb = self.graph.value_type(node.inputs()[1]).dtype;
         let r = out_dims.len();
+        // An f16 / bf16 result: the f32 product is rounded to it, then each instruction of
+        // the program computes in f32 and rounds (the CPU's store, then its elementwise ops).
+        let f32t = Type::float32(self.ctx);
+        let out_elem = RankedTensorType::try_from(out_ty).map_or(f32t, |t| t.element());
+        let narrow = (out_elem != f32t).then_some(out_elem);
+        let out_ty_f32: Type = RankedTensorType::new(out_dims, f32t, None).into();
         let fast = matches!(
             node.op,
             Op::ScaledMatMul {
@@ -166,7 +178,7 @@ impl<'c> Emitter<'c, '_> {
                 node,
                 (ins[0], ins[1]),
                 (fa, fb),
-                out_ty,
+                out_ty_f32,
                 out_dims,
                 loc,
             )?
@@ -177,12 +189,11 @@ impl<'c> Emitter<'c, '_> {
                 ins,
                 (false, false),
                 Some((fa, fb)),
-                out_ty,
+                out_ty_f32,
                 out_dims,
                 loc,
             )?
         };
-        let f32t = Type::float32(self.ctx);
         let s = Scalar {
             ctx: self.ctx,
             block,
@@ -214,11 +225,22 @@ impl<'c> Emitter<'c, '_> {
             out_ty,
             None,
             loc,
-            |b, a| {
+            move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
                 let y = s.elementwise(&Op::Mul, &[a[0], a[1]]).expect("mul");
                 // a0 is the scaled product, a1… the extra operands (after the alpha slot).
-                s.program(&insts, |i| if i == 0 { y } else { a[i as usize + 1] })
+                match narrow {
+                    None => s.program(&insts, |i| if i == 0 { y } else { a[i as usize + 1] }),
+                    Some(t) => {
+                        let y = s.round_through(y, t);
+                        let extra: Vec<Value> =
+                            a[2..a.len() - 1].iter().map(|&v| s.to_f32(v)).collect();
+                        let v = s.program_rounded(&insts, t, |i| {
+                            if i == 0 { y } else { extra[i as usize - 1] }
+                        });
+                        s.named_pub("arith.truncf", v, t)
+                    }
+                }
             },
         ))
     }

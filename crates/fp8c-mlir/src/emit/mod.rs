@@ -263,6 +263,14 @@ impl<'c> Emitter<'c, '_> {
                 ))
             }
         };
+        // f32, or f16 / bf16 computed in f32 and rounded as the CPU stores it.
+        let float_result = |what: &str| -> Result<(), Error> {
+            if matches!(out_dtype, DType::F16 | DType::BF16) {
+                Ok(())
+            } else {
+                f32_only(what)
+            }
+        };
         Ok(match &node.op {
             Op::Constant { value } => vec![self.constant(block, value, out_ty, node, loc)?],
             Op::Identity => vec![ins[0]],
@@ -784,10 +792,11 @@ impl<'c> Emitter<'c, '_> {
                 vec![self.softmax(block, ins[0], &out_dims, ax, log, out_ty, loc)]
             }
             Op::Amax => {
-                if self.graph.value_type(node.inputs()[0]).dtype != DType::F32 {
+                let d = self.graph.value_type(node.inputs()[0]).dtype;
+                if !matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::F64) {
                     return Err(unsupported(
                         node,
-                        "only the amax of f32 tensors is emitted yet",
+                        format!("the amax of {d} tensors is not emitted yet"),
                     ));
                 }
                 let dims = self.dims(node.inputs()[0], node)?;
@@ -833,30 +842,41 @@ impl<'c> Emitter<'c, '_> {
                 )
             }
             Op::Quantize { to, saturate } => {
-                self.f32_operand(node, 0, "quantized")?;
+                self.float_operand(node, 0, "quantized")?;
                 vec![self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc)]
             }
             Op::Dequantize { .. } => {
-                f32_only("dequantize")?;
+                // The f32 product, rounded once to an f16 / bf16 result (the CPU's store).
+                let narrow = match out_dtype {
+                    DType::F32 => None,
+                    DType::F16 | DType::BF16 => Some(self.elem(out_dtype, node)?),
+                    _ => f32_only("dequantize").map(|_| None)?,
+                };
                 let fmt = self.graph.value_type(node.inputs()[0]).dtype;
                 let q_dims = self.dims(node.inputs()[0], node)?;
                 let maps = vec![
                     self.broadcast_map(&q_dims, &out_dims),
                     self.broadcast_map(&[], &out_dims),
                 ];
-                vec![self.per_element(block, &ins, maps, out_ty, loc, |b, a| {
-                    Scalar { ctx, block: b, loc }.dequantize(fmt, a[0], a[1])
-                })]
+                vec![
+                    self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
+                        let s = Scalar { ctx, block: b, loc };
+                        let y = s.dequantize(fmt, a[0], a[1]);
+                        match narrow {
+                            Some(t) => s.named_pub("arith.truncf", y, t),
+                            None => y,
+                        }
+                    }),
+                ]
             }
-            Op::ScaledMatMul { out, .. } => {
-                f32_only("scaled_matmul")?;
-                let _ = out;
+            Op::ScaledMatMul { .. } => {
+                float_result("scaled_matmul")?;
                 vec![self.scaled_matmul(block, node, &ins, None, out_ty, &out_dims, loc)?]
             }
             Op::ScaledMatMulEpilogue {
                 expr, to, saturate, ..
             } => {
-                f32_only("scaled_matmul_epilogue")?;
+                float_result("scaled_matmul_epilogue")?;
                 let d =
                     self.scaled_matmul(block, node, &ins, Some(expr), out_ty, &out_dims, loc)?;
                 match to {
@@ -868,12 +888,12 @@ impl<'c> Emitter<'c, '_> {
                 }
             }
             Op::QuantizeAmax { to, saturate } => {
-                self.f32_operand(node, 0, "quantized")?;
+                self.float_operand(node, 0, "quantized")?;
                 let q = self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc);
                 vec![q, self.amax(block, ins[0], &out_dims, loc)]
             }
             Op::CastTranspose { perm, to, saturate } => {
-                self.f32_operand(node, 0, "quantized")?;
+                self.float_operand(node, 0, "quantized")?;
                 let q = self.quantize(block, (ins[0], ins[1]), &out_dims, *to, *saturate, loc);
                 let t_ty = self.tensor(IrValue::new(id, 1), node)?;
                 let t = self.transpose(block, q, perm, t_ty, loc);
