@@ -32,6 +32,10 @@ Post-processing, for byte-reproducible files: the per-node `pkg.torch.onnx.stack
 metadata (absolute paths of this script and of the venv, line numbers) is dropped; all other
 exporter metadata is kept. Everything is saved in one file (no external data).
 
+`llama-tiny-op23` and `bert-tiny-enc-op23` are the same models exported with
+`opset_version=23`, where the exporter writes the opset-23 ops Attention, RotaryEmbedding and
+RMSNormalization (see OPSET); their reference outputs are PyTorch's.
+
 Next to each model, `<name>.ref.npz` holds deterministic inputs (batch 2, seq 16, seed 0;
 keys = graph input names) and ONNX Runtime's outputs for them (keys = graph output names;
 CPU, graph optimizations disabled, one thread, deterministic compute), written by
@@ -174,7 +178,14 @@ COMMITTED = {
     "bert-tiny-enc": spec_bert_tiny_enc,
     "mistral-tiny": spec_mistral_tiny,
     "vit-tiny": spec_vit_tiny,
+    "llama-tiny-op23": spec_llama_tiny,
+    "bert-tiny-enc-op23": spec_bert_tiny_enc,
 }
+# Models exported at another opset than 20. At 23 the exporter writes the opset-23 ops
+# Attention (scaled_dot_product_attention), RotaryEmbedding and RMSNormalization; their
+# reference outputs are PyTorch's, since onnxruntime 1.31 fails on the RotaryEmbedding nodes
+# (it wants cos/sin caches of X's shape) - it is still run and reported when it works.
+OPSET = {"llama-tiny-op23": 23, "bert-tiny-enc-op23": 23}
 LARGE = {"bert-base-rand": spec_bert_base_rand}
 
 
@@ -245,7 +256,8 @@ def export(name, torch, tf, out_dir, keep_traces):
         dyn = {k: {0: batch, 1: seq} for k in inputs}
     with torch.no_grad():
         prog = torch.onnx.export(
-            wrapped, example, dynamo=True, opset_version=20, input_names=list(inputs),
+            wrapped, example, dynamo=True, opset_version=OPSET.get(name, 20),
+            input_names=list(inputs),
             output_names=out_names, dynamic_shapes=dyn, verbose=False)
         ref_torch = wrapped(*example).numpy()
     proto = prog.model_proto
@@ -262,10 +274,20 @@ def export(name, torch, tf, out_dir, keep_traces):
     got_out = [o.name for o in model.graph.output]
     if got_in != list(inputs) or got_out != out_names:
         sys.exit(f"{name}: unexpected interface {got_in} -> {got_out}")
-    outs = run_ort(path, inputs, out_names)
-    rel = float(np.linalg.norm(outs[out_names[0]] - ref_torch) / np.linalg.norm(ref_torch))
+    torch_ref = name in OPSET
+    try:
+        outs = run_ort(path, inputs, out_names)
+        rel = float(np.linalg.norm(outs[out_names[0]] - ref_torch) / np.linalg.norm(ref_torch))
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own failure, reported
+        if not torch_ref:
+            raise
+        print(f"  onnxruntime cannot run it: {str(e).splitlines()[0][:200]}")
+        outs, rel = None, 0.0
     ref = collections.OrderedDict(inputs)
-    ref.update(outs)
+    if torch_ref:
+        ref[out_names[0]] = ref_torch
+    else:
+        ref.update(outs)
     ref_path = os.path.join(out_dir, f"{name}.ref.npz")
     save_npz(ref_path, ref)
     size = os.path.getsize(path)
@@ -278,7 +300,10 @@ def export(name, torch, tf, out_dir, keep_traces):
     print("  ops: " + ", ".join(f"{k} {v}" for k, v in sorted(hist.items(), key=lambda kv: (-kv[1], kv[0]))))
     print(f"  reference {ref_path}: {', '.join(f'{k} {list(v.shape)}' for k, v in ref.items())}")
     status = "ok" if rel <= RTOL_L2 else "FAIL"
-    print(f"  ORT vs torch relative L2 {rel:.3e} ({status}, tolerance {RTOL_L2:g})")
+    if outs is not None:
+        print(f"  ORT vs torch relative L2 {rel:.3e} ({status}, tolerance {RTOL_L2:g})")
+    if torch_ref:
+        print(f"  reference outputs: PyTorch's (opset {OPSET[name]})")
     return rel <= RTOL_L2
 
 

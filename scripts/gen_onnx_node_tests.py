@@ -44,7 +44,7 @@ PINNED_ONNX = "1.22.0"
 
 # fp8c's importer op list (ai.onnx domain), plus CastLike for the castlike tests.
 OPS = """
-Abs Add And ArgMax ArgMin AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
+Abs Add And ArgMax ArgMin Attention AveragePool BatchNormalization Cast CastLike Ceil Clip Concat Constant
 ConstantOfShape Conv ConvInteger ConvTranspose Cos CumSum DequantizeLinear Div Dropout
 DynamicQuantizeLinear Einsum Equal Erf Exp Expand Flatten Floor
 GRU Gather GatherElements GatherND Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual HardSigmoid
@@ -52,7 +52,7 @@ HardSwish Identity If IsInf IsNaN LSTM LayerNormalization LeakyRelu Less LessOrE
 MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QLinearConv QLinearMatMul
 QuantizeLinear RMSNormalization RNN Range Reciprocal
 ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
-ReduceSumSquare Relu Reshape Scan Shape Sigmoid Sign Sin Slice
+ReduceSumSquare Relu Reshape RotaryEmbedding Scan Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
 ScatterElements ScatterND
 DepthToSpace GroupNormalization InstanceNormalization Resize SpaceToDepth Upsample

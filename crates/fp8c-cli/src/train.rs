@@ -270,15 +270,13 @@ fn save_onnx(a: &TrainArgs, dst: &Path, trainer: &Trainer) -> Result<()> {
         .into_iter()
         .filter(|(k, _)| trainer.trained().contains(k))
         .collect();
-    let missing = fp8c_session::export::save_onnx(&a.model, dst, &trained).map_err(|e| {
-        match e.root() {
-            fp8c_session::Error::Onnx(o)
-                if matches!(o.kind(), fp8c_onnx::OnnxError::Decode { .. }) =>
-            {
-                anyhow!("--save-onnx needs an ONNX model; {e}")
-            }
-            _ => e.into(),
+    let missing = fp8c_session::export::save_onnx(&a.model, dst, &trained).map_err(|e| match e
+        .root()
+    {
+        fp8c_session::Error::Onnx(o) if matches!(o.kind(), fp8c_onnx::OnnxError::Decode { .. }) => {
+            anyhow!("--save-onnx needs an ONNX model; {e}")
         }
+        _ => e.into(),
     })?;
     for m in &missing {
         eprintln!(

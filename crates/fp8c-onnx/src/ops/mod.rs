@@ -8,6 +8,7 @@
 //! To add an op: write its builder in the family file and add one line to [`registry!`]
 //! below, with the number of inputs it accepts.
 
+mod attention;
 pub(crate) mod contrib;
 mod contrib_fused;
 mod contrib_qlinear;
@@ -66,6 +67,7 @@ registry! {
     "And" 2..=2 => |cx| math::binary(cx, Op::And),
     "ArgMax" 1..=1 => |cx| reduce::arg_extreme(cx, true),
     "ArgMin" 1..=1 => |cx| reduce::arg_extreme(cx, false),
+    "Attention" 3..=7 => attention::attention,
     "AveragePool" 1..=1 => nn::average_pool,
     "BatchNormalization" 5..=5 => nn::batch_norm,
     "Cast" 1..=1 => math::cast,
@@ -149,6 +151,7 @@ registry! {
     "Relu" 1..=1 => |cx| math::unary(cx, Op::Relu),
     "Reshape" 2..=2 => shape::reshape,
     "Resize" 1..=4 => resize::resize,
+    "RotaryEmbedding" 3..=4 => attention::rotary_embedding,
     "ScatterElements" 3..=3 => shape::scatter_elements,
     "ScatterND" 3..=3 => shape::scatter_nd,
     "Shape" 1..=1 => shape::shape,
