@@ -1,8 +1,8 @@
 //! The normalize family on CUDA: batch norm (inference, `conv.cu`), layer norm with its FP8
-//! output and gradient (`layernorm.cu`), softmax, log-softmax and their gradient
+//! output and gradient and RMS norm (`layernorm.cu`), softmax, log-softmax and their gradient
 //! (`softmax.cu`).
 
-use super::{Action, Lowerer, R, float_word, norm_axis, not_supported, numel, split3};
+use super::{Action, Lowerer, R, float_word, norm_axis, numel, split3};
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
@@ -17,9 +17,6 @@ pub(super) struct LnQuant {
     pub saturate: bool,
 }
 
-const RMS_NORM: &str = "rms_norm (ONNX RMSNormalization) has no CUDA kernel yet; exports that \
-     decompose RMSNorm into primitive ops run on CUDA";
-
 /// Whether CUDA runs `op` (see [`super::support`]).
 pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
     match op {
@@ -28,8 +25,8 @@ pub(crate) fn support(op: NormalizeOp<'_>) -> Support {
         | NormalizeOp::Softmax { .. }
         | NormalizeOp::LogSoftmax { .. }
         | NormalizeOp::LayerNormGrad { .. }
-        | NormalizeOp::SoftmaxGrad { .. } => Support::Yes,
-        NormalizeOp::RmsNormalization { .. } => Support::No(RMS_NORM),
+        | NormalizeOp::SoftmaxGrad { .. }
+        | NormalizeOp::RmsNormalization { .. } => Support::Yes,
         NormalizeOp::__Lifetime(never, _) => match never {},
     }
 }
@@ -42,10 +39,13 @@ impl Lowerer<'_> {
                 let beta = ins.get(2).copied();
                 self.layer_norm(ins[0], ins[1], beta, outs[0], None, *axis, *epsilon)
             }
+            NormalizeOp::RmsNormalization { axis, epsilon } => {
+                let beta = ins.get(2).copied();
+                self.rms_norm(ins[0], ins[1], beta, outs[0], *axis, *epsilon)
+            }
             NormalizeOp::LayerNormGrad { axis, epsilon } => {
                 self.layer_norm_grad(ins, outs, *axis, *epsilon)
             }
-            NormalizeOp::RmsNormalization { .. } => Err(not_supported(&step.op, RMS_NORM)),
             NormalizeOp::Softmax { axis } => self.softmax(ins[0], outs[0], *axis, false),
             NormalizeOp::LogSoftmax { axis } => self.softmax(ins[0], outs[0], *axis, true),
             NormalizeOp::SoftmaxGrad { axis, log } => {
@@ -116,6 +116,31 @@ impl Lowerer<'_> {
         axis: i64,
         eps: f32,
     ) -> R<Vec<Action>> {
+        self.norm_rows("layernorm", (x, gamma, beta, y), q, axis, eps)
+    }
+
+    /// rms_norm: `fp8c_rmsnorm_fwd_<t>`, LayerNorm's kernel with the mean taken as 0.
+    fn rms_norm(
+        &self,
+        x: BufId,
+        gamma: BufId,
+        beta: Option<BufId>,
+        y: BufId,
+        axis: i64,
+        eps: f32,
+    ) -> R<Vec<Action>> {
+        self.norm_rows("rmsnorm", (x, gamma, beta, y), None, axis, eps)
+    }
+
+    /// `fp8c_<kind>_fwd_<t>` (`kernels/layernorm.cu`) over the rows of `x` from `axis` on.
+    fn norm_rows(
+        &self,
+        kind: &str,
+        (x, gamma, beta, y): (BufId, BufId, Option<BufId>, BufId),
+        q: Option<LnQuant>,
+        axis: i64,
+        eps: f32,
+    ) -> R<Vec<Action>> {
         let dims = self.buf(x).dims.clone();
         let ax = norm_axis(axis, dims.len())?;
         let cols: u64 = dims[ax..].iter().product();
@@ -171,7 +196,7 @@ impl Lowerer<'_> {
             .i32(sat);
         actions.push(self.launch_rows(
             kernels::LAYERNORM,
-            &format!("fp8c_layernorm_fwd_{t}"),
+            &format!("fp8c_{kind}_fwd_{t}"),
             rows,
             a,
         )?);
