@@ -4,7 +4,8 @@
 //! transformer `vit-tiny.onnx` (patch-embedding Conv, LayerNormalization, Gelu) were exported by
 //! `scripts/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
 //! transformers configs with random weights; each `.ref.npz` holds the inputs and
-//! onnxruntime's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
+//! onnxruntime's outputs. `llama-tiny-op23` and `bert-tiny-enc-op23` are exported at opset 23
+//! (the Attention, RotaryEmbedding and RMSNormalization ops), with PyTorch's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
 //! relative L2, and FP8 (every weight GEMM, `--min-fp8-flops 0`: the models are tiny) must
 //! keep a cosine of at least 0.99 against f32 (`--compare`). The causal mask (CumSum,
 //! GatherND), rotary embeddings, grouped-query attention and SwiGLU all run. Each model runs on
@@ -26,6 +27,8 @@ const MODELS: &[&str] = &[
     "bert-tiny-enc",
     "mistral-tiny",
     "vit-tiny",
+    "llama-tiny-op23",
+    "bert-tiny-enc-op23",
 ];
 
 /// The graph outputs the exports have; every other tensor of a `.ref.npz` is an input.
@@ -142,6 +145,20 @@ test_backends! {
 test_backends! {
     fn vit_encoder_matches_onnxruntime_and_keeps_fp8_cosine(dev) {
         check(MODELS[5], dev);
+    }
+}
+
+// Exported at opset 23: Attention, RotaryEmbedding and RMSNormalization nodes (their
+// references are PyTorch's outputs: onnxruntime 1.31 fails on the RotaryEmbedding nodes).
+test_backends! {
+    fn opset23_llama_decoder_matches_pytorch_and_keeps_fp8_cosine(dev) {
+        check(MODELS[6], dev);
+    }
+}
+
+test_backends! {
+    fn opset23_bert_encoder_matches_pytorch_and_keeps_fp8_cosine(dev) {
+        check(MODELS[7], dev);
     }
 }
 
@@ -281,6 +298,56 @@ fn train_text(model: &str, text: &str, seq: &str, extra: &[&OsStr]) -> support::
     ];
     args.extend_from_slice(extra);
     support::run_fp8c(args)
+}
+
+/// The opset-23 Llama export (Attention, RotaryEmbedding, RMSNormalization, with rms_norm's
+/// gradient rule) trains as its opset-20 export does: the same model spelled in primitive
+/// ops, with PyTorch's decomposed RMSNorm differentiated op by op. Twelve f32 steps give the
+/// same losses within 1e-5 (relative); FP8 training of it runs without a skipped step.
+#[test]
+fn opset23_llama_trains_as_its_opset20_export() {
+    let dir = support::scratch("llm_op23_train");
+    let losses = |model: &str| {
+        let log = dir.join(format!("{model}.csv"));
+        let extra: [&OsStr; 8] = [
+            "--steps".as_ref(),
+            "12".as_ref(),
+            "--lr".as_ref(),
+            "0.003".as_ref(),
+            "--precision".as_ref(),
+            "f32".as_ref(),
+            "--log".as_ref(),
+            log.as_os_str(),
+        ];
+        let r = train_text(model, TEXT, "16", &extra);
+        assert!(r.ok, "{model}: {}", r.stderr);
+        let csv = std::fs::read_to_string(&log).unwrap();
+        csv.lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().parse::<f64>().unwrap())
+            .collect::<Vec<f64>>()
+    };
+    let (a, b) = (losses("llama-tiny"), losses("llama-tiny-op23"));
+    assert_eq!(a.len(), 12);
+    for (step, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-5 * x.abs(),
+            "step {step}: opset 20 loss {x}, opset 23 loss {y}"
+        );
+    }
+    assert!(a[11] < a[0], "{a:?}");
+    let r = train_text(
+        "llama-tiny-op23",
+        TEXT,
+        "16",
+        &[
+            "--steps".as_ref(),
+            "6".as_ref(),
+            "--lr".as_ref(),
+            "0.003".as_ref(),
+        ],
+    );
+    assert!(r.ok && r.stderr.contains("0 skipped steps"), "{}", r.stderr);
 }
 
 /// `fp8c train --text FILE --seq-len T` (issue #14): a file's bytes are the tokens, cut into

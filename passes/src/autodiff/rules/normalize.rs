@@ -1,5 +1,5 @@
 //! Normalisation rules: `layer_norm` (one `layer_norm_grad` node gives dx, dscale, dbias),
-//! inference-mode `batch_norm` (per-channel affine map, built from ordinary ops), `softmax`
+//! inference-mode `batch_norm` and `rms_norm` (built from ordinary ops), `softmax`
 //! and `log_softmax` (`softmax_grad` from the forward output), and the cross-entropy loss.
 
 use super::{At, Grads, R, SECOND_ORDER};
@@ -12,10 +12,8 @@ pub(super) fn support(o: NormalizeOp<'_>) -> Support {
         NormalizeOp::BatchNormalization { .. }
         | NormalizeOp::LayerNormalization { .. }
         | NormalizeOp::Softmax { .. }
-        | NormalizeOp::LogSoftmax { .. } => Support::Yes,
-        NormalizeOp::RmsNormalization { .. } => Support::No(
-            "rms_norm has no gradient rule yet (exports that decompose RMSNorm into primitive ops train)",
-        ),
+        | NormalizeOp::LogSoftmax { .. }
+        | NormalizeOp::RmsNormalization { .. } => Support::Yes,
         NormalizeOp::LayerNormGrad { .. } | NormalizeOp::SoftmaxGrad { .. } => {
             Support::No(SECOND_ORDER)
         }
@@ -50,6 +48,7 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             )?)]
         }
         Op::BatchNormalization { epsilon } => batch_norm(e, at, *epsilon)?,
+        Op::RmsNormalization { axis, epsilon } => rms_norm(e, at, *axis, *epsilon)?,
         _ => return Ok(None),
     }))
 }
@@ -119,6 +118,52 @@ fn batch_norm(e: &mut Emit<'_>, at: &At<'_>, epsilon: f32) -> R<Grads> {
         let t = e.mul(&n("d4.t"), sum_dyxc.expect("computed"), scale)?;
         let t = e.mul(&n("d4.u"), t, i3)?;
         out[4] = Some(e.scale(&n("d4"), t, -0.5)?);
+    }
+    Ok(out)
+}
+
+/// `y = x·inv·scale (+ bias)` over the axes from `axis` on, `inv = 1/√(mean(x²) + ε)`:
+/// with `g = dy·scale` and `x̂ = x·inv`,
+/// `dx = inv·(g − x̂·inv·mean(g·x))`, `dscale = Σ dy·x̂`, `dbias = Σ dy` (summed to their shapes).
+fn rms_norm(e: &mut Emit<'_>, at: &At<'_>, axis: i64, epsilon: f32) -> R<Grads> {
+    let (x, scale) = (at.ins[0], at.ins[1]);
+    let dy = at.dy()?;
+    let xd = e.dims(x)?;
+    let dt = e.dtype(x);
+    let rank = xd.len() as i64;
+    let ax = if axis < 0 { axis + rank } else { axis };
+    if !(0..rank).contains(&ax) {
+        return Err(at.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    let axes: Vec<i64> = (ax..rank).collect();
+    let count: u64 = xd[ax as usize..].iter().product();
+    let n = |s: &str| at.n(s);
+    let x2 = e.mul(&n("x_sq"), x, x)?;
+    let ss = e.reduce_sum(&n("sum_sq"), x2, axes.clone(), true)?;
+    let ms = e.scale(&n("mean_sq"), ss, 1.0 / count.max(1) as f64)?;
+    let eps = e.scalar(&n("eps"), dt, f64::from(epsilon))?;
+    let me = e.add(&n("mean_sq_eps"), ms, eps)?;
+    let rms = e.op(&n("rms"), Op::Sqrt, &[me])?;
+    let one = e.scalar(&n("one"), dt, 1.0)?;
+    let inv = e.div(&n("inv"), one, rms)?;
+    let xhat = e.mul(&n("x_hat"), x, inv)?;
+    let mut out: Grads = vec![None; at.ins.len()];
+    if at.want(1) {
+        let t = e.mul(&n("dy_x_hat"), dy, xhat)?;
+        out[1] = Some(e.sum_to(&n("d1"), t, &e.dims(scale)?)?);
+    }
+    if at.ins.len() == 3 && at.want(2) {
+        out[2] = Some(e.sum_to(&n("d2"), dy, &e.dims(at.ins[2])?)?);
+    }
+    if at.want(0) {
+        let g = e.mul(&n("g"), dy, scale)?;
+        let gx = e.mul(&n("g_x"), g, x)?;
+        let dot = e.reduce_sum(&n("sum_g_x"), gx, axes, true)?;
+        let dot = e.scale(&n("mean_g_x"), dot, 1.0 / count.max(1) as f64)?;
+        let k = e.mul(&n("inv_mean_g_x"), inv, dot)?;
+        let t = e.mul(&n("x_hat_k"), xhat, k)?;
+        let t = e.sub(&n("g_minus"), g, t)?;
+        out[0] = Some(e.mul(&n("d0"), inv, t)?);
     }
     Ok(out)
 }
