@@ -399,7 +399,10 @@ fn a_model_with_external_data_is_written_back_self_contained() {
         .collect();
     npz(
         &data,
-        &[("x", npy("<f4", &[n, f], &x)), ("t", npy("<f4", &[n, o], &t))],
+        &[
+            ("x", npy("<f4", &[n, f], &x)),
+            ("t", npy("<f4", &[n, o], &t)),
+        ],
     );
     let inputs = dir.path().join("x.npz");
     npz(&inputs, &[("x", npy("<f4", &[n, f], &x))]);
@@ -430,7 +433,11 @@ fn a_model_with_external_data_is_written_back_self_contained() {
     let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
     assert!(!has(b"mlp_external.onnx.data") && !has(b"location"));
     // 32×32 + 32×16 f32 weights, inline.
-    assert!(bytes.len() > (32 * 32 + 32 * 16) * 4, "{} bytes", bytes.len());
+    assert!(
+        bytes.len() > (32 * 32 + 32 * 16) * 4,
+        "{} bytes",
+        bytes.len()
+    );
     let outputs = |model: &Path, name: &str| {
         let path = dir.path().join(name);
         ok(&[
@@ -447,6 +454,52 @@ fn a_model_with_external_data_is_written_back_self_contained() {
         std::fs::read(path).unwrap()
     };
     assert_ne!(outputs(&src, "before.npz"), outputs(&out, "after.npz"));
+}
+
+/// A model whose import waits for static shapes (an LSTM export with a symbolic sequence
+/// length, unrolled at import) trains: its output is known before the import (it was "the
+/// model has 0 outputs"), and the import happens for the batch's shapes.
+#[test]
+fn a_model_imported_for_the_batch_shapes_trains() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = root().join("tests/models/ops/rnn_lstm_dynseq_ts.onnx");
+    let data = dir.path().join("d.npz");
+    let (n, t, f, o) = (16usize, 6usize, 12usize, 5usize);
+    let x: Vec<u8> = (0..n * t * f)
+        .flat_map(|i| ((((i * 13) % 17) as f32 - 8.0) / 8.0).to_le_bytes())
+        .collect();
+    let y: Vec<u8> = (0..n * t * o)
+        .flat_map(|i| ((((i * 5) % 7) as f32 - 3.0) / 4.0).to_le_bytes())
+        .collect();
+    npz(
+        &data,
+        &[
+            ("x", npy("<f4", &[n, t, f], &x)),
+            ("t", npy("<f4", &[n, t, o], &y)),
+        ],
+    );
+    let err = ok(&[
+        "train",
+        src.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--labels",
+        "t",
+        "--loss",
+        "mse",
+        "--steps",
+        "8",
+        "--batch",
+        "4",
+        "--lr",
+        "0.01",
+        "--quiet",
+    ]
+    .map(String::from));
+    assert!(
+        err.contains("output \"y\"") && err.contains("0 skipped steps"),
+        "{err}"
+    );
 }
 
 #[test]

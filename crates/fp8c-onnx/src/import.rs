@@ -69,6 +69,9 @@ pub struct Imported {
     /// Integer graph inputs whose values decide shapes ([`crate::shape_inputs`]), still graph
     /// inputs (not given in `ImportOptions::constant_inputs`); a caller specialises on them.
     pub shape_inputs: Vec<String>,
+    /// The graph outputs the full import gives, in order: the graph's own, except from
+    /// [`load_interface`], whose graph has none.
+    pub outputs: Vec<String>,
 }
 
 /// Decodes model bytes; an empty or graph-less message is an error.
@@ -165,6 +168,7 @@ pub fn load_interface(path: &Path, opts: &ImportOptions) -> Result<Imported, Onn
         };
         let mut imported = import_streamed(&s.model, &s.raw, path.parent(), &bare)?;
         imported.shape_inputs = shape_inputs;
+        imported.outputs = plan.selected.clone();
         Ok(imported)
     };
     run().map_err(|e: OnnxError| e.in_file(path))
@@ -205,6 +209,7 @@ fn import_streamed(
         .collect();
     let mut warnings = Vec::new();
     let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
+    let outputs = plan.selected.clone();
     Ok(Imported {
         graph,
         opset,
@@ -214,6 +219,7 @@ fn import_streamed(
         values: values.into_iter().collect(),
         warnings,
         shape_inputs,
+        outputs,
     })
 }
 

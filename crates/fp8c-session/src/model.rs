@@ -47,6 +47,8 @@ pub struct Model {
     /// Why only the interface is loaded: the import needs the values of shape inputs, or
     /// static input shapes (see the module docs).
     deferred: Option<String>,
+    /// The outputs a deferred model's import gives (its interface graph has none).
+    deferred_outputs: Vec<String>,
 }
 
 impl Model {
@@ -113,6 +115,7 @@ impl Model {
                         load: opts.clone(),
                         shape_inputs: bare.shape_inputs,
                         deferred: Some(e.to_string()),
+                        deferred_outputs: bare.outputs,
                     });
                 }
             };
@@ -131,6 +134,7 @@ impl Model {
             load: opts.clone(),
             shape_inputs,
             deferred: None,
+            deferred_outputs: Vec::new(),
         })
     }
 
@@ -218,6 +222,7 @@ impl Model {
             load: LoadOptions::default(),
             shape_inputs: Vec::new(),
             deferred: None,
+            deferred_outputs: Vec::new(),
         }
     }
 
@@ -264,6 +269,9 @@ impl Model {
 
     /// The graph output names, in order.
     pub fn outputs(&self) -> Vec<String> {
+        if self.deferred.is_some() {
+            return self.deferred_outputs.clone();
+        }
         self.graph
             .outputs()
             .iter()

@@ -268,7 +268,7 @@ impl Dataset {
     }
 
     /// The forward model for steps of `batch` samples: every input bound to `[batch, ...]`
-    /// of its array, types inferred; for cross-entropy, `output`'s class axis must be known
+    /// of its array (a deferred import done for those shapes), types inferred; for cross-entropy, `output`'s class axis must be known
     /// and every label in range. Errors from binding are prefixed with the model's file.
     pub fn forward_model(&self, model: &Model, batch: u64, output: &str) -> Result<Model> {
         let shapes: BTreeMap<String, Vec<u64>> = self
@@ -281,7 +281,9 @@ impl Dataset {
             })
             .collect();
         let mut forward = model.clone();
-        let bound = fp8c_passes::shapes::bind_input_shapes(forward.graph_mut(), &shapes);
+        // A model whose import waits for static shapes (an LSTM over a symbolic sequence) is
+        // imported for the batch's here.
+        let bound = forward.bind_input_shapes(&shapes);
         model.in_file(bound)?;
         forward.reinfer()?;
         let Some(out_ty) = forward.output_type(output) else {
