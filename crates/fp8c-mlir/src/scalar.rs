@@ -734,6 +734,15 @@ impl<'c, 'b> Scalar<'c, 'b> {
             _ => self.named("arith.extf", &[v], f32t),
         }
     }
+    /// A float in its CPU compute type: f64 as is, anything narrower as [`Scalar::to_f32`].
+    pub fn to_f32_or_f64(&self, v: Value<'c, 'b>) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        if v.r#type() == Type::float64(self.ctx) {
+            v
+        } else {
+            self.to_f32(v)
+        }
+    }
     /// f32 → f64 (exact).
     pub fn extf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
         self.named("arith.extf", &[v], Type::float64(self.ctx))

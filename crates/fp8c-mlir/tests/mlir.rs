@@ -915,9 +915,14 @@ mod with_mlir {
         );
     }
 
-    /// `op` on `inputs` (every one a graph input) run on the JIT and by the CPU kernel
-    /// (`fp8c_eval::eval_op`): (JIT outputs, CPU outputs), in output order.
-    fn one_op_on_the_jit(op: fp8c_ir::Op, inputs: &[&Tensor]) -> (Vec<Tensor>, Vec<Tensor>) {
+    /// `op` on `inputs` (graph inputs) then `constants` (constant nodes, as an import folds
+    /// axes and shapes) run on the JIT and by the CPU kernel (`fp8c_eval::eval_op`): (JIT
+    /// outputs, CPU outputs), in output order.
+    fn one_op_on_the_jit(
+        op: fp8c_ir::Op,
+        inputs: &[&Tensor],
+        constants: &[&Tensor],
+    ) -> (Vec<Tensor>, Vec<Tensor>) {
         let mut g = fp8c_ir::Graph::new("one_op");
         let mut vals = Vec::new();
         let mut feed = BTreeMap::new();
@@ -926,13 +931,20 @@ mod with_mlir {
             vals.push(g.add_input(&name, t.ty()).unwrap());
             feed.insert(name, (*t).clone());
         }
+        for (i, t) in constants.iter().enumerate() {
+            let c = fp8c_ir::Op::Constant {
+                value: (*t).clone(),
+            };
+            vals.push(g.add_node(&format!("c{i}"), c, &[]).unwrap()[0]);
+        }
         let outs = g.add_node("op", op.clone(), &vals).unwrap();
         for (k, v) in outs.iter().enumerate() {
             g.set_output(&format!("out{k}"), *v).unwrap();
         }
         let mut exe = fp8c_mlir::prepare(&g, g.weights()).unwrap();
         let got = exe.run(&feed).unwrap();
-        let want = fp8c_eval::eval_op(&op, inputs).unwrap();
+        let all: Vec<&Tensor> = inputs.iter().chain(constants).copied().collect();
+        let want = fp8c_eval::eval_op(&op, &all).unwrap();
         let got = (0..outs.len())
             .map(|k| got[&format!("out{k}")].clone())
             .collect();
@@ -941,7 +953,17 @@ mod with_mlir {
 
     /// Asserts the JIT's outputs of `op` on `inputs` equal the CPU kernel's, bit for bit.
     fn bit_exact_on_the_jit(what: &str, op: fp8c_ir::Op, inputs: &[&Tensor]) {
-        let (got, want) = one_op_on_the_jit(op, inputs);
+        bit_exact_with_constants(what, op, inputs, &[]);
+    }
+
+    /// [`bit_exact_on_the_jit`] with `constants` after the inputs (see [`one_op_on_the_jit`]).
+    fn bit_exact_with_constants(
+        what: &str,
+        op: fp8c_ir::Op,
+        inputs: &[&Tensor],
+        constants: &[&Tensor],
+    ) {
+        let (got, want) = one_op_on_the_jit(op, inputs, constants);
         for (k, (g, w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(g.ty(), w.ty(), "{what}: output {k}'s type");
             assert!(
@@ -1155,6 +1177,75 @@ mod with_mlir {
                 assert_eq!(got[k].ty(), want.ty(), "{name}: {k}");
                 assert!(got[k].bytes() == want.bytes(), "{name}: {k} differs");
             }
+        }
+    }
+
+    #[test]
+    fn gather_elements_and_cum_sum_run_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+        use fp8c_ir::{DType, Op};
+        // gather_elements: indices of another shape than data (smaller off the axis, larger
+        // along it), negative ones, i64 and i32 indices, float and integer data.
+        let data: Vec<f64> = (0..12).map(|k| f64::from(k) * 1.5 - 4.0).collect();
+        let idx = [0i64, -1, 2, 1, 3, -4, 2, 2, 0, 1, -2, 3, 1, 0, 0];
+        for d in [DType::F32, DType::F16, DType::I64, DType::U8] {
+            let x = Tensor::from_f64_as(
+                d,
+                vec![3, 4],
+                &data.iter().map(|v| v.abs()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            for (axis, shape, take) in [(1i64, vec![3u64, 5], 15usize), (-1, vec![2, 3], 6)] {
+                let i = Tensor::from_i64(shape.clone(), &idx[..take]);
+                let i32s: Vec<i32> = idx[..take].iter().map(|&v| v as i32).collect();
+                let i32_idx = Tensor::from_i32(shape, &i32s);
+                let op = Op::GatherElements { axis };
+                bit_exact_on_the_jit(&format!("{op:?} {d}"), op.clone(), &[&x, &i]);
+                bit_exact_on_the_jit(&format!("{op:?} {d} i32"), op, &[&x, &i32_idx]);
+            }
+            let i = Tensor::from_i64(vec![5, 2], &[0, 1, 2, -1, -3, 0, 1, 1, 2, 2]);
+            let op = Op::GatherElements { axis: 0 };
+            bit_exact_on_the_jit(&format!("{op:?} {d}"), op, &[&x, &i]);
+        }
+        // cum_sum: every exclusive / reverse mode along each axis; f32 values whose sums
+        // round differently in another order; f16 / bf16 summed in f32, integers wrapping.
+        let v: Vec<f64> = values(24, 5)
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| f64::from(a) * 10f64.powi(k as i32 % 7 - 3))
+            .collect();
+        for d in [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I8,
+        ] {
+            let vals: Vec<f64> = if d.is_int() {
+                v.iter()
+                    .map(|a| (a * 1000.0).round().clamp(-120.0, 120.0))
+                    .collect()
+            } else {
+                v.clone()
+            };
+            let x = Tensor::from_f64_as(d, vec![2, 3, 4], &vals).unwrap();
+            for axis in [0i64, 1, -1] {
+                for (exclusive, reverse) in
+                    [(false, false), (true, false), (false, true), (true, true)]
+                {
+                    let op = Op::CumSum { exclusive, reverse };
+                    let a = Tensor::from_i64(vec![], &[axis]);
+                    bit_exact_with_constants(&format!("{op:?} axis {axis} {d}"), op, &[&x], &[&a]);
+                }
+            }
+        }
+        // Tree ensembles (sklearn's, through onnxruntime's TreeEnsemble import) use both.
+        for name in [
+            "iris_decision_tree",
+            "iris_gradient_boosting",
+            "reg_gradient_boosting",
+        ] {
+            model_is_bit_exact_on_the_jit(&format!("sklearn/{name}"), "ort");
         }
     }
 

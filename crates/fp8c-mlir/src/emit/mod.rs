@@ -705,6 +705,77 @@ impl<'c> Emitter<'c, '_> {
                     ]
                 }
             }
+            Op::CumSum { exclusive, reverse } => {
+                let xd = self.dims(node.inputs()[0], node)?;
+                let axis = self
+                    .constant_ints(node.inputs()[1])
+                    .filter(|a| a.len() == 1)
+                    .ok_or_else(|| unsupported(node, "only a constant axis is emitted yet"))?[0];
+                let r = xd.len() as i64;
+                if !(-r..r).contains(&axis) {
+                    return Err(unsupported(node, format!("axis {axis} is out of range")));
+                }
+                let ax = (if axis < 0 { axis + r } else { axis }) as usize;
+                // f16 / bf16 sum in f32 and round once (the CPU's compute type).
+                let (acc_elem, float) = match out_dtype {
+                    DType::F32 | DType::F64 => (self.elem(out_dtype, node)?, true),
+                    DType::F16 | DType::BF16 => (Type::float32(ctx), true),
+                    d if d.is_int() => (self.elem(out_dtype, node)?, false),
+                    d => {
+                        return Err(unsupported(
+                            node,
+                            format!("cum_sum of {d} tensors is not emitted yet"),
+                        ));
+                    }
+                };
+                let acc = self.cum_sum(
+                    block,
+                    ins[0],
+                    &xd,
+                    ax,
+                    (*exclusive, *reverse),
+                    (acc_elem, float),
+                    loc,
+                );
+                if acc_elem == self.elem(out_dtype, node)? {
+                    vec![acc]
+                } else {
+                    let id = self.map_attr(AffineMap::multi_dim_identity(ctx, xd.len()));
+                    let t = self.elem(out_dtype, node)?;
+                    vec![
+                        self.per_element(block, &[acc], vec![id], out_ty, loc, move |b, a| {
+                            Scalar { ctx, block: b, loc }.named_pub("arith.truncf", a[0], t)
+                        }),
+                    ]
+                }
+            }
+            Op::GatherElements { axis } => {
+                let dd = self.dims(node.inputs()[0], node)?;
+                let idd = self.dims(node.inputs()[1], node)?;
+                let r = dd.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                // The CPU checks these shapes; the JIT code must not read outside data.
+                let fits = dd.len() == idd.len()
+                    && ax < dd.len()
+                    && dd[ax] > 0
+                    && (0..dd.len()).all(|k| k == ax || idd[k] <= dd[k]);
+                if !fits {
+                    return Err(unsupported(
+                        node,
+                        format!("indices {idd:?} do not fit data {dd:?} along axis {axis}"),
+                    ));
+                }
+                let elem = self.elem(out_dtype, node)?;
+                vec![self.gather_elements(
+                    block,
+                    (ins[0], ins[1]),
+                    dd[ax],
+                    ax,
+                    (out_ty, elem),
+                    &out_dims,
+                    loc,
+                )]
+            }
             Op::GatherNd { batch_dims } => {
                 let dd = self.dims(node.inputs()[0], node)?;
                 let idd = self.dims(node.inputs()[1], node)?;

@@ -1,5 +1,5 @@
 //! Data movement in the MLIR emitter: view ops as `tensor.reshape`, slices, concat pieces,
-//! gather and gather_nd.
+//! gather, gather_elements and gather_nd.
 
 use super::*;
 
@@ -82,6 +82,38 @@ impl<'c> Emitter<'c, '_> {
                 s.extract(data, &coords, elem)
             },
         )
+    }
+
+    /// ONNX GatherElements: `out[i…] = data[i…]` with index `axis` replaced by `idx[i…]`
+    /// (out shaped like the indices); negative indices count from the end, out-of-range ones
+    /// are clamped (see `gather`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn gather_elements<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (data, idx): (Value<'c, 'a>, Value<'c, 'a>),
+        axis_len: u64,
+        axis: usize,
+        (out_ty, elem): (Type<'c>, Type<'c>),
+        out_dims: &[u64],
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = out_dims.len();
+        let id = self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let ctx = self.ctx;
+        self.per_element(block, &[idx], vec![id], out_ty, loc, move |b, a| {
+            let s = Scalar { ctx, block: b, loc };
+            let coords: Vec<Value> = (0..r)
+                .map(|k| {
+                    if k == axis {
+                        s.axis_index(a[0], axis_len as i64)
+                    } else {
+                        s.linalg_index(k)
+                    }
+                })
+                .collect();
+            s.extract(data, &coords, elem)
+        })
     }
 
     /// ONNX GatherND: indices [B…, I…, k] pick data[B…, idx…] slices (B = `batch_dims`);

@@ -397,3 +397,104 @@ impl<'c> Emitter<'c, '_> {
         )
     }
 }
+
+impl<'c> Emitter<'c, '_> {
+    /// ONNX CumSum along `axis` as the CPU's scan: each output is a sum in scan order (from
+    /// the end with `reverse`) from 0 of the elements up to it (before it with `exclusive`),
+    /// in `acc_elem` (f32 for f16 / bf16, whose result is rounded once after; integers wrap).
+    /// The iteration space is the output's plus one reduction dim over the scan steps; a step
+    /// past the output's position adds nothing. A reverse scan is the forward scan of the
+    /// input reversed along the axis, reversed back (linalg needs invertible maps).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn cum_sum<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        (exclusive, reverse): (bool, bool),
+        (acc_elem, float): (Type<'c>, bool),
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let (r, ctx) = (dims.len(), self.ctx);
+        let acc_ty: Type = RankedTensorType::new(dims, acc_elem, None).into();
+        let x = if reverse {
+            let x_ty = x.r#type();
+            self.reverse_axis(block, x, dims, axis, x_ty, loc)
+        } else {
+            x
+        };
+        let zero: Attribute = if float {
+            FloatAttribute::new(ctx, acc_elem, 0.0).into()
+        } else {
+            IntegerAttribute::new(acc_elem, 0).into()
+        };
+        let zero = push(block, arith::constant(ctx, zero, loc));
+        let empty = self.empty(block, acc_ty, loc);
+        let init = self.fill(block, zero, empty, acc_ty, acc_elem, loc);
+        // x is read at the step's position along the axis.
+        let x_exprs: Vec<AffineExpr> = (0..r)
+            .map(|k| AffineExpr::dim(ctx, if k == axis { r } else { k }))
+            .collect();
+        let x_map = self.map_attr(AffineMap::new(ctx, r + 1, 0, &x_exprs));
+        let out_exprs: Vec<AffineExpr> = (0..r).map(|k| AffineExpr::dim(ctx, k)).collect();
+        let out_map = self.map_attr(AffineMap::new(ctx, r + 1, 0, &out_exprs));
+        let mut iters = vec!["parallel"; r];
+        iters.push("reduction");
+        let acc = self.generic_with_out_map(
+            block,
+            &[x],
+            vec![x_map],
+            out_map,
+            &iters,
+            acc_ty,
+            init,
+            loc,
+            move |b, a| {
+                use melior::dialect::arith::CmpiPredicate as I;
+                let s = Scalar { ctx, block: b, loc };
+                let (i, j) = (s.linalg_index(axis), s.linalg_index(r));
+                let p = if exclusive { I::Ult } else { I::Ule };
+                let include = s.cmpi(p, j, i);
+                let xv = if float { s.to_f32_or_f64(a[0]) } else { a[0] };
+                let sum = if float {
+                    s.addf64(a[1], xv)
+                } else {
+                    s.int("arith.addi", a[1], xv)
+                };
+                s.select(include, sum, a[1])
+            },
+        );
+        if reverse {
+            self.reverse_axis(block, acc, dims, axis, acc_ty, loc)
+        } else {
+            acc
+        }
+    }
+
+    /// `x` (of `dims`) reversed along `axis`.
+    fn reverse_axis<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let ctx = self.ctx;
+        let last = AffineExpr::constant(ctx, dims[axis] as i64 - 1);
+        let exprs: Vec<AffineExpr> = (0..dims.len())
+            .map(|k| {
+                let d = AffineExpr::dim(ctx, k);
+                if k == axis {
+                    last + d * AffineExpr::constant(ctx, -1)
+                } else {
+                    d
+                }
+            })
+            .collect();
+        let map = self.map_attr(AffineMap::new(ctx, dims.len(), 0, &exprs));
+        self.per_element(block, &[x], vec![map], ty, loc, |_, a| a[0])
+    }
+}
