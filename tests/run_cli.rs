@@ -661,6 +661,49 @@ fn emit_onnx_without_fp8_gemms_needs_no_calibration() {
     );
 }
 
+/// The precision report names the type a high-precision GEMM keeps: an f16 export's GEMMs
+/// stay f16 (the report said "stay f32"), an f32 model's f32.
+#[test]
+fn the_report_names_the_type_high_precision_gemms_keep() {
+    let dir = scratch("report_f16");
+    let root = support::repo_root();
+    let x = Tensor::from_f64_as(DType::F16, vec![4, 32], &[0.5; 128]).unwrap();
+    let inputs = npz(&dir, "x.npz", &[("x", &x)]);
+    let model = root.join("tests/models/export/mlp_f16.onnx");
+    let big = "1000000000";
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &inputs,
+        &"--min-fp8-flops",
+        &big,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("2 GEMMs stay f16: too small to gain"),
+        "{}",
+        r.stderr
+    );
+    let model = root.join("tests/models/export/mlp_external.onnx");
+    let x = Tensor::from_f32(vec![4, 32], &[0.5; 128]);
+    let inputs = npz(&dir, "x32.npz", &[("x", &x)]);
+    let r = run(&[
+        &"run",
+        &model,
+        &"--inputs",
+        &inputs,
+        &"--min-fp8-flops",
+        &big,
+    ]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("2 GEMMs stay f32: too small to gain"),
+        "{}",
+        r.stderr
+    );
+}
+
 /// A model with external data named without a directory (`fp8c run m.onnx` in its folder, as
 /// PyTorch's dynamo exporter leaves `m.onnx` and `m.onnx.data` side by side) finds its data:
 /// the model's directory is then `.`, not the empty path.

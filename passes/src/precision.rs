@@ -224,6 +224,10 @@ pub struct Decision {
     pub pad: bool,
     /// Why, for people (no code reads it).
     pub reason: String,
+    /// The type the node computes in when it is not quantized (its first output's; f16 for an
+    /// f16 model's GEMMs, which keep it), for the report's wording.
+    #[serde(skip)]
+    pub dtype: DType,
 }
 
 /// The precision pass.
@@ -705,6 +709,7 @@ pub fn decide(
             rule,
             pad,
             reason,
+            dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
         });
     }
     Ok(out)
@@ -812,6 +817,7 @@ pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
                 rule: Rule::NotGemm,
                 pad: false,
                 reason: reason.into(),
+                dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
             })
         })
         .collect()

@@ -132,25 +132,28 @@ pub fn old_weights_path(ir: &Path) -> PathBuf {
 /// per reason class (see [`Compiled::high_precision_summary`]).
 pub fn high_precision_summary(decisions: &[Decision]) -> Vec<String> {
     use fp8c_passes::precision::{Precision, Rule};
-    let mut classes: Vec<(Rule, Precision, usize, &str)> = Vec::new();
+    let mut classes: Vec<(Rule, Precision, fp8c_ir::DType, usize, &str)> = Vec::new();
     for d in decisions {
         if d.precision == Precision::Fp8 || d.rule == Rule::Mode {
             continue;
         }
         match classes
             .iter_mut()
-            .find(|c| c.0 == d.rule && c.1 == d.precision)
+            .find(|c| c.0 == d.rule && c.1 == d.precision && c.2 == d.dtype)
         {
-            Some(c) => c.2 += 1,
-            None => classes.push((d.rule, d.precision, 1, &d.reason)),
+            Some(c) => c.3 += 1,
+            None => classes.push((d.rule, d.precision, d.dtype, 1, &d.reason)),
         }
     }
     classes
         .into_iter()
-        .map(|(_, precision, n, reason)| {
+        .map(|(_, precision, dtype, n, reason)| {
+            // A high-precision GEMM keeps its own float type (an f16 model's stay f16).
+            let own = dtype.to_string();
             let word = match precision {
                 Precision::Bf16 => "bf16",
                 Precision::Own => "in their own type",
+                _ if dtype.is_float() => own.as_str(),
                 _ => "f32",
             };
             let gemms = if n == 1 { "GEMM stays" } else { "GEMMs stay" };
