@@ -743,6 +743,19 @@ impl<'c, 'b> Scalar<'c, 'b> {
             self.to_f32(v)
         }
     }
+    /// A float (f64 as is, narrower ones widened) or, with `signed_int`, a signed integer
+    /// as f64 (exact up to 2^53).
+    pub fn float_or_int_to_f64(&self, v: Value<'c, 'b>, signed_int: bool) -> Value<'c, 'b> {
+        use melior::ir::ValueLike;
+        let f64t = Type::float64(self.ctx);
+        if signed_int {
+            self.named("arith.sitofp", &[v], f64t)
+        } else if v.r#type() == f64t {
+            v
+        } else {
+            self.named("arith.extf", &[v], f64t)
+        }
+    }
     /// f32 → f64 (exact).
     pub fn extf(&self, v: Value<'c, '_>) -> Value<'c, 'b> {
         self.named("arith.extf", &[v], Type::float64(self.ctx))

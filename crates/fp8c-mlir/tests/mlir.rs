@@ -1250,6 +1250,74 @@ mod with_mlir {
     }
 
     #[test]
+    fn integer_quantize_linear_and_dequantize_linear_run_on_mlirs_jit_bit_for_bit() {
+        use fp8c_ir::{DType, Op};
+        // Halves (ties to even), NaN, infinities, values past the range, −0.0.
+        let mut v: Vec<f64> = values(30, 3)
+            .iter()
+            .map(|&a| f64::from(a) * 200.0)
+            .collect();
+        v.extend([
+            0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5, 127.5, -128.5, 254.5, 255.5,
+        ]);
+        v.extend([
+            f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            -0.0,
+            1e9,
+            -1e9,
+            3e4,
+            7e4,
+        ]);
+        assert_eq!(v.len(), 49);
+        let per_tensor = Tensor::scalar_f32(0.5);
+        let per_axis = Tensor::from_f32(vec![7], &[0.5, 1.0, 0.25, 3.0, 0.1, 1.0, 2.0]);
+        for xt in [DType::F32, DType::F16, DType::F64, DType::I32] {
+            let xv: Vec<f64> = if xt == DType::I32 {
+                v.iter()
+                    .map(|a| if a.is_finite() { a.round() } else { 7.0 })
+                    .collect()
+            } else {
+                v.clone()
+            };
+            let x = Tensor::from_f64_as(xt, vec![7, 7], &xv).unwrap();
+            for to in [DType::I8, DType::U8, DType::I16, DType::U16] {
+                let op = Op::QuantizeLinear {
+                    axis: 0,
+                    saturate: true,
+                    to,
+                    block_size: 0,
+                };
+                let what = format!("quantize_linear {xt} → {to}");
+                bit_exact_on_the_jit(&what, op.clone(), &[&x, &per_tensor]);
+                let zp = Tensor::from_f64_as(to, vec![], &[3.0]).unwrap();
+                bit_exact_on_the_jit(&what, op.clone(), &[&x, &per_tensor, &zp]);
+                let zps = Tensor::from_f64_as(to, vec![7], &[0.0, 1.0, 2.0, 100.0, 7.0, 0.0, 9.0])
+                    .unwrap();
+                bit_exact_on_the_jit(&what, op, &[&x, &per_axis, &zps]);
+            }
+        }
+        // Dequantize: every integer input type, per tensor and per axis, with and without
+        // a zero point.
+        for xt in [DType::I8, DType::U8, DType::I16, DType::U16, DType::I32] {
+            let xv: Vec<f64> = (0..49).map(|k| f64::from(k * 37 % 256)).collect();
+            let x = Tensor::from_f64_as(xt, vec![7, 7], &xv).unwrap();
+            let what = format!("dequantize_linear {xt}");
+            for axis in [0i64, 1] {
+                let op = Op::DequantizeLinear {
+                    axis,
+                    block_size: 0,
+                };
+                bit_exact_on_the_jit(&what, op.clone(), &[&x, &per_tensor]);
+                let zps = Tensor::from_f64_as(xt, vec![7], &[0.0, 1.0, 2.0, 100.0, 7.0, 0.0, 9.0])
+                    .unwrap();
+                bit_exact_on_the_jit(&what, op, &[&x, &per_axis, &zps]);
+            }
+        }
+    }
+
+    #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
         {

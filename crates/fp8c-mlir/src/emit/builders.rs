@@ -140,6 +140,29 @@ impl<'c> Emitter<'c, '_> {
         ))
     }
 
+    /// How an element of a Q/DQ node's output reads its zero point (input 2): as the scale
+    /// (`smap`), or its one element when it has one (a shape the scale's may differ from).
+    pub(super) fn qdq_zero_point_map(
+        &self,
+        node: &Node,
+        smap: Attribute<'c>,
+        out_dims: &[u64],
+    ) -> Result<Attribute<'c>, Error> {
+        let zd = self.dims(node.inputs()[2], node)?;
+        let sd = self.dims(node.inputs()[1], node)?;
+        if zd.iter().product::<u64>() == 1 {
+            let zeros = vec![AffineExpr::constant(self.ctx, 0); zd.len()];
+            return Ok(self.map_attr(AffineMap::new(self.ctx, out_dims.len(), 0, &zeros)));
+        }
+        if zd == sd {
+            return Ok(smap);
+        }
+        Err(unsupported(
+            node,
+            format!("a zero point of shape {zd:?} for a scale of {sd:?} is not emitted"),
+        ))
+    }
+
     /// The values of `v` when a constant node of integers makes it.
     pub(super) fn constant_ints(&self, v: IrValue) -> Option<Vec<i64>> {
         match &self.graph.node(v.node).op {
