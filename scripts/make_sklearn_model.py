@@ -6,6 +6,7 @@ outputs on fixed inputs.
 Usage (needs scikit-learn and skl2onnx: the export venv, PY=$(scripts/export-env.sh)):
 
   $PY scripts/make_sklearn_model.py [OUT_DIR]        # default: tests/models/sklearn
+  $PY scripts/make_sklearn_model.py --zoo NAME ...   # only those zoo entries
 
 Writes mlp_digits_clf.onnx: sklearn's MLPClassifier (64 -> 32 ReLU -> 10, 60 Adam epochs,
 random_state 0) trained on sklearn's bundled digits data (pixels / 16), converted with
@@ -64,6 +65,17 @@ def main(argv):
     save_npz(os.path.join(out_dir, "mlp_digits_clf.ref.npz"), ref)
     print(f"wrote {path}: train accuracy {clf.score(x, y):.4f}")
     zoo(out_dir)
+    return 0
+
+
+def zoo_only(argv):
+    """`--zoo NAME ...`: (re)writes only those zoo entries (into tests/models/sklearn)."""
+    out_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "models",
+                           "sklearn")
+    unknown = [n for n in argv if n not in ZOO]
+    if unknown:
+        sys.exit(f"make_sklearn_model.py: no zoo entry {unknown}; entries: {', '.join(ZOO)}")
+    zoo(out_dir, argv)
     return 0
 
 
@@ -131,6 +143,10 @@ ZOO = {
     "reg2_extra_trees": (lambda: ensemble.ExtraTreesRegressor(6, max_depth=6, random_state=0),
                          "reg2"),
     "reg_knn_distance": (lambda: neighbors.KNeighborsRegressor(4, weights="distance"), "reg"),
+    # probability=True: prob_a/prob_b and libsvm's pairwise coupling of the probabilities.
+    "iris_svc_proba": (lambda: pipeline.make_pipeline(
+        preprocessing.StandardScaler(), svm.SVC(probability=True, random_state=0)), "iris"),
+    "iris_svc_proba_binary": (lambda: svm.SVC(probability=True, random_state=0), "iris_binary"),
 }
 
 
@@ -142,9 +158,11 @@ def dense(v):
     return np.asarray(v)
 
 
-def zoo(out_dir):
+def zoo(out_dir, only=()):
     data = zoo_data()
     for name, (make, which) in ZOO.items():
+        if only and name not in only:
+            continue
         x, y = data[which]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -164,4 +182,6 @@ def zoo(out_dir):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--zoo"]:
+        sys.exit(zoo_only(sys.argv[2:]))
     sys.exit(main(sys.argv))

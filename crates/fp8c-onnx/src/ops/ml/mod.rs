@@ -15,6 +15,7 @@
 mod encode;
 mod linear;
 mod svm;
+mod svm_proba;
 mod transform;
 mod tree;
 

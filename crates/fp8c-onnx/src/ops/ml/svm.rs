@@ -7,8 +7,9 @@
 //! classifier's one-vs-one decision values are one f64 MatMul of K with a `[V, pairs]` matrix
 //! holding each pair's two coefficient blocks (onnxruntime sums them in double), plus rho;
 //! each pair votes for its first class where its value is > 0, and the label is the first
-//! class with the most votes. Probability estimates (`prob_a`/`prob_b`, libsvm's iterative
-//! pairwise coupling) are not supported.
+//! class with the most votes. With probability estimates (`prob_a`/`prob_b`) the scores are
+//! the class probabilities of libsvm's pairwise coupling (`svm_proba.rs`); the label is still
+//! the vote's, as onnxruntime's.
 
 use super::{Labels, PostTransform, features};
 use crate::OnnxError;
@@ -113,12 +114,8 @@ fn support_vectors(cx: &NodeCx<'_>, v: usize, f: u64) -> Result<Vec<f32>, OnnxEr
 
 /// SVMClassifier: outputs Y (i64 labels `[N]`) and Z (scores).
 pub(in crate::ops) fn svm_classifier(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    if cx.attr_floats("prob_a").is_some_and(|p| !p.is_empty()) {
-        return Err(cx.err(
-            "probability estimates (prob_a/prob_b: libsvm's pairwise coupling) are not supported; \
-             export the model without probability=True",
-        ));
-    }
+    let prob_a = cx.attr_floats("prob_a").unwrap_or_default();
+    let prob_b = cx.attr_floats("prob_b").unwrap_or_default();
     let labels = Labels::read(cx, "classlabels_ints", "classlabels_strings")?;
     let post = PostTransform::read(cx)?;
     let kernel = Kernel::read(cx)?;
@@ -219,7 +216,11 @@ pub(in crate::ops) fn svm_classifier(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, 
             cx.add(Op::Gather { axis: 0 }, &[lab, best])?
         }
     };
-    let z = if c > 2 {
+    let z = if !prob_a.is_empty() {
+        // SVC(probability=True): the coupled class probabilities are the scores.
+        let probs = super::svm_proba::coupled(cx, dec, c, &prob_a, &prob_b)?;
+        post.apply(cx, probs)?
+    } else if c > 2 {
         post.apply(cx, dec)?
     } else if post == PostTransform::Probit {
         return Err(cx.err("PROBIT on a binary SVMClassifier is not supported"));
