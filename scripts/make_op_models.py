@@ -408,6 +408,26 @@ def if_model(name, static_cond):
 CASES += [if_model("if_runtime_cond", False), if_model("if_static_cond", True)]
 
 
+def attention_masked(name, causal):
+    """Opset-23 Attention (as PyTorch's exporter writes scaled_dot_product_attention) with a
+    constant bool mask that hides every key from some queries (left padding): onnxruntime
+    gives those rows zeros, as PyTorch's SDPA does. With `causal`, is_causal and grouped
+    query heads (4 query heads sharing 2 KV heads) too."""
+    kv = 2 if causal else 4
+    mask = np.ones((2, 1, 6, 6), dtype=bool)
+    mask[1, 0, :2, :] = False          # two queries of batch row 1 see nothing
+    mask[0, 0, 3, 4:] = False
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], is_causal=int(causal))
+    return name, model_at(
+        name, [node],
+        [("q", F, [2, 4, 6, 8]), ("k", F, [2, kv, 6, 8]), ("v", F, [2, kv, 6, 8])],
+        [("y", F, [2, 4, 6, 8])], [init("mask", mask)], opset=23)
+
+
+CASES += [attention_masked("attention_fully_masked_rows", False),
+          attention_masked("attention_fully_masked_rows_causal_gqa", True)]
+
+
 def cast_e8m0_dirs(out_dir):
     from onnx.reference import ReferenceEvaluator
 

@@ -8,7 +8,8 @@
 //! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
-//! (SkipLayerNormalization, FastGelu, ...), If (inlined), LayerNormalization's
+//! (SkipLayerNormalization, FastGelu, ...), If (inlined), opset-23 Attention with fully
+//! masked query rows (zero rows, as onnxruntime and PyTorch), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
@@ -124,6 +125,8 @@ op_tests! {
     ms_quick_gelu: "ms_quick_gelu";
     if_runtime_condition_both_branches: "if_runtime_cond";
     if_static_condition_one_branch: "if_static_cond";
+    attention_fully_masked_rows_give_zeros: "attention_fully_masked_rows";
+    attention_fully_masked_causal_gqa: "attention_fully_masked_rows_causal_gqa";
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];

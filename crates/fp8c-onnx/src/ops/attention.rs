@@ -8,7 +8,9 @@
 //! them (`onnx.reference.ops.op_attention`, `op_rotary_embedding`): Q and K are each scaled by
 //! `sqrt(scale)` before their product; a boolean mask keeps the positions that are true; a
 //! causal mask hides key `j` from query `i` when `j > i + past_length`; grouped-query
-//! attention repeats each key/value head for `q_num_heads / kv_num_heads` query heads in turn.
+//! attention repeats each key/value head for `q_num_heads / kv_num_heads` query heads in turn;
+//! a query whose keys are all masked gets a zero row (PyTorch's and the operator's errata),
+//! where the reference implementation gives NaN.
 
 use super::NodeCx;
 use crate::OnnxError;
@@ -420,13 +422,29 @@ pub(super) fn attention(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         }
         _ => cx.add_helper("softmax", Op::Softmax { axis: -1 }, &[biased])?,
     };
+    // A query row whose keys are all masked gives a zero row of Y, not NaN (PyTorch's
+    // `_safe_softmax`, which the exporter's Attention stands for, and the ONNX errata to the
+    // operator); the softmax output (`qk_matmul_output_mode` 3) keeps its NaN.
+    let masked = cx.opt_input(3).is_some() || is_causal || cx.opt_input(6).is_some();
+    let weights = if masked {
+        let max = Op::ReduceMax {
+            axes: Some(vec![-1]),
+            keepdims: true,
+        };
+        let top = cx.add_helper("row_max", max, &[biased])?;
+        let hidden = cx.add_helper("row_fully_masked", Op::Equal, &[top, neg_inf])?;
+        let zero = cx.scalar("zero_weight", dtype, 0.0)?;
+        cx.add_helper("safe_softmax", Op::Where, &[hidden, zero, probs])?
+    } else {
+        probs
+    };
     let y = if rank == 3 {
-        let y = cx.add_helper("context", Op::MatMul, &[probs, v_rep])?;
+        let y = cx.add_helper("context", Op::MatMul, &[weights, v_rep])?;
         let y = transpose(cx, "context_bshd", y, &[0, 2, 1, 3])?;
         let shape = ints(cx, "merged.shape", &[0, 0, -1])?;
         cx.add(Op::Reshape { allowzero: false }, &[y, shape])?
     } else {
-        cx.add(Op::MatMul, &[probs, v_rep])?
+        cx.add(Op::MatMul, &[weights, v_rep])?
     };
     let qk_matmul_output = match mode {
         0 | 1 => qk_out,
