@@ -976,17 +976,23 @@ mod with_mlir {
     }
 
     /// A model of tests/models (`path` without `.onnx`), run on the inputs its npz (`npz`:
-    /// `ort` or `ref`) holds on the JIT and the CPU (default FP8 compile, as `fp8c run`):
-    /// every output equal bit for bit.
+    /// `ort` or `ref`) holds on the JIT and the CPU: see [`model_on_the_jit_is_bit_exact`].
     fn model_is_bit_exact_on_the_jit(path: &str, npz: &str) {
         let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/models");
-        let name = path.rsplit('/').next().unwrap();
-        let model = Model::load(base.join(format!("{path}.onnx"))).unwrap();
         let data: BTreeMap<String, Tensor> =
             fp8c_session::npy::read_npz(&base.join(format!("{path}.{npz}.npz")))
                 .unwrap()
                 .into_iter()
                 .collect();
+        model_on_the_jit_is_bit_exact(path, &data);
+    }
+
+    /// A model of tests/models (`path` without `.onnx`) compiled as `fp8c run` does (default
+    /// options, each input's shape from `data`), run on `data` on the JIT and the CPU: every
+    /// output equal bit for bit.
+    fn model_on_the_jit_is_bit_exact(path: &str, data: &BTreeMap<String, Tensor>) {
+        let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/models");
+        let model = Model::load(base.join(format!("{path}.onnx"))).unwrap();
         let mut opts = CompileOptions::default();
         let mut inputs = BTreeMap::new();
         for input in model.inputs() {
@@ -1002,8 +1008,8 @@ mod with_mlir {
             .run(&inputs)
             .unwrap();
         for (k, want) in &cpu {
-            assert_eq!(got[k].ty(), want.ty(), "{name}: {k}");
-            assert!(got[k].bytes() == want.bytes(), "{name}: {k} differs");
+            assert_eq!(got[k].ty(), want.ty(), "{path}: {k}");
+            assert!(got[k].bytes() == want.bytes(), "{path}: {k} differs");
         }
     }
 
@@ -1318,10 +1324,101 @@ mod with_mlir {
     }
 
     #[test]
+    fn integer_and_f64_matmuls_and_qoperator_models_run_on_mlirs_jit_like_the_cpu() {
+        use fp8c_ir::{DType, Op};
+        // Integer matmuls wrap in their type (the CPU's wrapping i64 sum cast back).
+        let av: Vec<f64> = (0..2 * 3 * 5)
+            .map(|k| f64::from((k * 53 % 255) - 127))
+            .collect();
+        let bv: Vec<f64> = (0..5 * 4)
+            .map(|k| f64::from((k * 29 % 251) - 125))
+            .collect();
+        for d in [DType::I32, DType::I8, DType::U8, DType::I64, DType::I16] {
+            let (a, b) = if d == DType::U8 {
+                let u = |v: &[f64]| v.iter().map(|x| x + 127.0).collect::<Vec<_>>();
+                (u(&av), u(&bv))
+            } else {
+                (av.clone(), bv.clone())
+            };
+            let a2 = Tensor::from_f64_as(d, vec![6, 5], &a).unwrap();
+            let a3 = Tensor::from_f64_as(d, vec![2, 3, 5], &a).unwrap();
+            let b = Tensor::from_f64_as(d, vec![5, 4], &b).unwrap();
+            bit_exact_on_the_jit(&format!("matmul {d}"), Op::MatMul, &[&a2, &b]);
+            bit_exact_on_the_jit(&format!("batched matmul {d}"), Op::MatMul, &[&a3, &b]);
+        }
+        // i32 sums past 2^31 wrap.
+        let big = Tensor::from_i32(vec![1, 2], &[i32::MAX, 3]);
+        let k = Tensor::from_i32(vec![2, 1], &[2, i32::MAX]);
+        bit_exact_on_the_jit("matmul i32 wrapping", Op::MatMul, &[&big, &k]);
+        // f64: integer-valued operands (exact in any order) bit for bit; other values within
+        // f64 rounding (fma in K order against the CPU's GEMM).
+        let a = Tensor::from_f64_as(DType::F64, vec![6, 5], &av).unwrap();
+        let b = Tensor::from_f64_as(DType::F64, vec![5, 4], &bv).unwrap();
+        bit_exact_on_the_jit("matmul f64 of integers", Op::MatMul, &[&a, &b]);
+        let fa: Vec<f64> = values(64 * 48, 21)
+            .iter()
+            .map(|&v| f64::from(v) / 3.0)
+            .collect();
+        let fb: Vec<f64> = values(48 * 8, 22)
+            .iter()
+            .map(|&v| f64::from(v) / 7.0)
+            .collect();
+        let a = Tensor::from_f64(vec![64, 48], &fa);
+        let b = Tensor::from_f64(vec![48, 8], &fb);
+        let (got, want) = one_op_on_the_jit(Op::MatMul, &[&a, &b], &[]);
+        assert_eq!(got[0].ty(), want[0].ty());
+        let err = rel_l2(&got[0], &want[0]);
+        assert!(err < 1e-15, "f64 matmul: {err:e}");
+        // f64 elementwise arithmetic (the correctly rounded ops) and a constant operand.
+        let x = Tensor::from_f64(vec![2, 3], &[1.0 / 3.0, -2.5, f64::NAN, 1e300, -0.0, 7.0]);
+        let c = Tensor::from_f64(vec![3], &[0.1, -1e300, 3.0]);
+        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min] {
+            bit_exact_with_constants(&format!("{op:?} f64"), op, &[&x], &[&c]);
+        }
+        for op in [Op::Neg, Op::Abs, Op::Sqrt, Op::Floor, Op::Ceil] {
+            bit_exact_on_the_jit(&format!("{op:?} f64"), op, &[&x]);
+        }
+        // onnxruntime's QOperator models (QLinearConv's f64 integer sums, QLinearMatMul and
+        // MatMulInteger's i32 sums, integer Q/DQ) and dynamic quantization, bit for bit.
+        let image = |n: usize, seed| Tensor::from_f32(vec![2, 3, 10, 10], &values(n, seed));
+        for name in ["static_qop_cnn_u8", "static_qop_cnn_s8"] {
+            let data = BTreeMap::from([("x".to_string(), image(600, 31))]);
+            model_on_the_jit_is_bit_exact(&format!("ops/{name}"), &data);
+        }
+        let x = Tensor::from_f32(vec![4, 32], &values(128, 32));
+        let data = BTreeMap::from([("x".to_string(), x)]);
+        model_on_the_jit_is_bit_exact("ops/dynamic_quant_mlp", &data);
+        let codes: Vec<u8> = (0..64u32).map(|k| (k * 97 % 256) as u8).collect();
+        let a = Tensor::from_pod(DType::U8, vec![2, 4, 8], &codes).unwrap();
+        let data = BTreeMap::from([("a".to_string(), a)]);
+        model_on_the_jit_is_bit_exact("ops/matmul_integer_u8", &data);
+        // sklearn's SVCs: f64 kernel sums (constants, matmul, add) before the f32 scores.
+        for name in ["iris_svc_rbf", "iris_svc_poly_binary", "iris_nusvc_sigmoid"] {
+            model_is_bit_exact_on_the_jit(&format!("sklearn/{name}"), "ort");
+        }
+    }
+
+    #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
         {
             use fp8c_ir::{DType, Graph, Op, TensorType};
+            let mut g = Graph::new("g");
+            let x = g
+                .add_input("x", TensorType::fixed(DType::F32, &[4, 8]))
+                .unwrap();
+            let k = g
+                .add_input("k", TensorType::fixed(DType::I64, &[]))
+                .unwrap();
+            let trilu = Op::Trilu { upper: true };
+            let y = g.add_node("the_trilu", trilu, &[x, k]).unwrap()[0];
+            g.set_output("y", y).unwrap();
+            let err = fp8c_mlir::emit(&g).unwrap_err().to_string();
+            assert!(
+                err.starts_with("node \"the_trilu\" (trilu)") && err.contains("not emitted"),
+                "{err}"
+            );
+            // An emitted op with an operand the emitter needs constant: refused the same way.
             let mut g = Graph::new("g");
             let x = g
                 .add_input("x", TensorType::fixed(DType::F32, &[4, 8]))
@@ -1333,8 +1430,8 @@ mod with_mlir {
                 exclusive: false,
                 reverse: false,
             };
-            let y = g.add_node("the_cumsum", cumsum, &[x, axis]).unwrap()[0];
-            g.set_output("y", y).unwrap();
+            let z = g.add_node("the_cumsum", cumsum, &[x, axis]).unwrap()[0];
+            g.set_output("z", z).unwrap();
             let err = fp8c_mlir::emit(&g).unwrap_err().to_string();
             assert!(
                 err.starts_with("node \"the_cumsum\" (cum_sum)") && err.contains("not emitted"),

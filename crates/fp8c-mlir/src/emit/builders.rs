@@ -381,7 +381,7 @@ impl<'c> Emitter<'c, '_> {
         let elem = self.elem(value.dtype(), node)?;
         let vals: Vec<Attribute> = match value.dtype() {
             // f32 values are exact in f64, and FloatAttribute rounds nothing back.
-            DType::F32 => value
+            DType::F32 | DType::F64 => value
                 .to_f64_vec()
                 .map_err(|e| unsupported(node, e))?
                 .into_iter()

@@ -82,7 +82,8 @@ impl<'c> Emitter<'c, '_> {
 
     /// A (batched) matmul of op(A)·op(B) (`ta`/`tb`: transposed operands; numpy rules: the
     /// batch dims broadcast, size 1 reads index 0) as one `linalg.generic` over
-    /// (batch…, m, n, k) into a zero-filled accumulator, f32 in K order; FP8 operands (`fp8`:
+    /// (batch…, m, n, k) into a zero-filled accumulator, f32 (f64) in K order, integers
+    /// wrapping; FP8 operands (`fp8`:
     /// their formats) are decoded exactly first. Matmul, gemm and the scaled GEMMs share it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn batched_matmul<'a>(
@@ -132,15 +133,29 @@ impl<'c> Emitter<'c, '_> {
             self.map_attr(AffineMap::new(self.ctx, dims_n, 0, &b_e)),
         ];
         let out_map = self.map_attr(AffineMap::new(self.ctx, dims_n, 0, &o_e));
-        let f32t = Type::float32(self.ctx);
-        let zero = Scalar {
-            ctx: self.ctx,
-            block,
-            loc,
-        }
-        .f32(0.0);
+        // f32 (or f64) accumulates with fma in K order; integers wrap in their own width,
+        // which equals the CPU's wrapping i64 sum cast back to the type.
+        let elem = RankedTensorType::try_from(out_ty)
+            .map(|t| t.element())
+            .map_err(|_| Error::Invalid("a matmul result that is not a ranked tensor".into()))?;
+        let int = melior::ir::r#type::TypeLike::is_integer(&elem);
+        let zero = if int {
+            push(
+                block,
+                arith::constant(self.ctx, IntegerAttribute::new(elem, 0).into(), loc),
+            )
+        } else {
+            push(
+                block,
+                arith::constant(
+                    self.ctx,
+                    FloatAttribute::new(self.ctx, elem, 0.0).into(),
+                    loc,
+                ),
+            )
+        };
         let empty = self.empty(block, out_ty, loc);
-        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
+        let filled = self.fill(block, zero, empty, out_ty, elem, loc);
         let mut iters = vec!["parallel"; r];
         iters.push("reduction");
         let ctx = self.ctx;
@@ -159,7 +174,11 @@ impl<'c> Emitter<'c, '_> {
                     Some((fa, fb)) => (s.decode(fa, v[0]), s.decode(fb, v[1])),
                     None => (v[0], v[1]),
                 };
-                s.fma(x, y, v[2])
+                if int {
+                    s.int("arith.addi", v[2], s.int("arith.muli", x, y))
+                } else {
+                    s.fma(x, y, v[2])
+                }
             },
         ))
     }
@@ -270,13 +289,18 @@ impl<'c> Emitter<'c, '_> {
     ) -> Result<Value<'c, 'a>, Error> {
         let xd = self.dims(node.inputs()[0], node)?;
         let wd = self.dims(node.inputs()[1], node)?;
-        let f32t = Type::float32(self.ctx);
-        let s = Scalar {
-            ctx: self.ctx,
+        // f32, or f64 (QOperator convolutions' exact integer sums) in its own arithmetic.
+        let elem = RankedTensorType::try_from(out_ty)
+            .map(|t| t.element())
+            .map_err(|_| Error::Invalid("a conv result that is not a ranked tensor".into()))?;
+        let zero = push(
             block,
-            loc,
-        };
-        let zero = s.f32(0.0);
+            arith::constant(
+                self.ctx,
+                FloatAttribute::new(self.ctx, elem, 0.0).into(),
+                loc,
+            ),
+        );
         let padded = if g.iter().any(|a| a.pad_begin + a.pad_end != 0) {
             let low = [g[0].pad_begin, g[1].pad_begin];
             self.pad2d(
@@ -308,7 +332,7 @@ impl<'c> Emitter<'c, '_> {
         ];
         let out_map = self.map_attr(AffineMap::new(self.ctx, 7, 0, &[d(0), d(1), d(2), d(3)]));
         let empty = self.empty(block, out_ty, loc);
-        let filled = self.fill(block, zero, empty, out_ty, f32t, loc);
+        let filled = self.fill(block, zero, empty, out_ty, elem, loc);
         let ctx = self.ctx;
         let iters = [
             "parallel",

@@ -73,6 +73,8 @@ pub(crate) fn module_text(graph: &Graph) -> Result<String, Error> {
 /// How an elementwise op computes on its element type.
 #[derive(Clone, Copy)]
 enum Num<'c> {
+    /// In the element type's own arithmetic: f32, or f64 for the ops whose f64 form is the
+    /// same operations.
     F32,
     /// f16 / bf16 (this MLIR type): widened to f32, rounded once.
     Narrow(Type<'c>),
@@ -271,6 +273,14 @@ impl<'c> Emitter<'c, '_> {
                 f32_only(what)
             }
         };
+        // A matmul's result: f32, f64 (in f64, fma in K order) or an integer (wrapping).
+        let matmul_result = || -> Result<(), Error> {
+            if out_dtype == DType::F64 || out_dtype.is_int() {
+                Ok(())
+            } else {
+                f32_only("a matmul")
+            }
+        };
         Ok(match &node.op {
             Op::Constant { value } => vec![self.constant(block, value, out_ty, node, loc)?],
             Op::Identity => vec![ins[0]],
@@ -290,6 +300,26 @@ impl<'c> Emitter<'c, '_> {
                 }
                 let kind = match out_dtype {
                     DType::F32 => Num::F32,
+                    // f64 computes in f64 as the CPU; only the correctly rounded ops (whose
+                    // result no library choice can change) are emitted.
+                    DType::F64
+                        if matches!(
+                            op,
+                            Op::Add
+                                | Op::Sub
+                                | Op::Mul
+                                | Op::Div
+                                | Op::Max
+                                | Op::Min
+                                | Op::Neg
+                                | Op::Abs
+                                | Op::Sqrt
+                                | Op::Floor
+                                | Op::Ceil
+                        ) =>
+                    {
+                        Num::F32
+                    }
                     DType::F16 | DType::BF16 => Num::Narrow(self.elem(out_dtype, node)?),
                     d if d.is_int() && Scalar::covers_int(op) => Num::Int(matches!(
                         d,
@@ -322,7 +352,7 @@ impl<'c> Emitter<'c, '_> {
                 ]
             }
             Op::MatMul if out_dims.len() > 2 => {
-                f32_only("a matmul")?;
+                matmul_result()?;
                 vec![self.batched_matmul(
                     block,
                     node,
@@ -334,7 +364,11 @@ impl<'c> Emitter<'c, '_> {
                     loc,
                 )?]
             }
-            Op::MatMul | Op::Gemm { .. } => {
+            Op::MatMul => {
+                matmul_result()?;
+                vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
+            }
+            Op::Gemm { .. } => {
                 f32_only("a matmul")?;
                 vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
             }
@@ -710,7 +744,9 @@ impl<'c> Emitter<'c, '_> {
                 let axis = self
                     .constant_ints(node.inputs()[1])
                     .filter(|a| a.len() == 1)
-                    .ok_or_else(|| unsupported(node, "only a constant axis is emitted yet"))?[0];
+                    .ok_or_else(|| {
+                        unsupported(node, "an axis that is not a constant is not emitted yet")
+                    })?[0];
                 let r = xd.len() as i64;
                 if !(-r..r).contains(&axis) {
                     return Err(unsupported(node, format!("axis {axis} is out of range")));
@@ -798,7 +834,9 @@ impl<'c> Emitter<'c, '_> {
                 group,
                 auto_pad,
             } => {
-                f32_only("conv")?;
+                if out_dtype != DType::F64 {
+                    f32_only("conv")?;
+                }
                 let wd = self.dims(node.inputs()[1], node)?;
                 if out_dims.len() != 4 || wd.len() != 4 {
                     return Err(unsupported(node, "only 2-D convolutions are emitted yet"));
