@@ -1399,6 +1399,45 @@ mod with_mlir {
     }
 
     #[test]
+    fn rms_norm_runs_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+        use fp8c_ir::Op;
+        // Rows of 7, 15 and 5·3 elements (the CPU's four lane sums, a remainder), magnitudes
+        // spread so that another summation order would change the last bits.
+        let v: Vec<f32> = values(2 * 3 * 5 * 7, 41)
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| a * 10f32.powi(k as i32 % 9 - 4))
+            .collect();
+        for (shape, axis, sshape) in [
+            (vec![30u64, 7], -1i64, vec![7u64]),
+            (vec![14, 15], 1, vec![15]),
+            (vec![2, 3, 5, 7], 2, vec![5, 7]),
+            (vec![6, 35], 0, vec![6, 35]),
+        ] {
+            let x = Tensor::from_f32(shape.clone(), &v);
+            let n: u64 = sshape.iter().product();
+            let scale = Tensor::from_f32(sshape.clone(), &values(n as usize, 42));
+            let op = Op::RmsNormalization {
+                axis,
+                epsilon: 1e-6,
+            };
+            bit_exact_on_the_jit(
+                &format!("rms_norm {shape:?} axis {axis}"),
+                op,
+                &[&x, &scale],
+            );
+        }
+        // onnxruntime's SimplifiedLayerNormalization (and its skip form) import as rms_norm.
+        let x = Tensor::from_f32(vec![2, 3, 16], &v[..96]);
+        let data = BTreeMap::from([("x".to_string(), x)]);
+        model_on_the_jit_is_bit_exact("ops/ms_simplified_layer_norm", &data);
+        let x = Tensor::from_f32(vec![3, 16], &v[..48]);
+        let skip = Tensor::from_f32(vec![3, 16], &v[100..148]);
+        let data = BTreeMap::from([("x".to_string(), x), ("skip".to_string(), skip)]);
+        model_on_the_jit_is_bit_exact("ops/ms_skip_simplified_layer_norm", &data);
+    }
+
+    #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
         {

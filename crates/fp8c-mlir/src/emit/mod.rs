@@ -485,6 +485,23 @@ impl<'c> Emitter<'c, '_> {
                 }
                 vec![self.layer_norm(block, &ins, &pdims, &out_dims, ax, *epsilon, out_ty, loc)]
             }
+            Op::RmsNormalization { axis, epsilon } => {
+                f32_only("rms_norm")?;
+                self.f32_operand(node, 1, "read as the scale")?;
+                let r = out_dims.len() as i64;
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let sd = self.dims(node.inputs()[1], node)?;
+                vec![self.rms_norm(
+                    block,
+                    (ins[0], ins[1]),
+                    &sd,
+                    &out_dims,
+                    ax,
+                    *epsilon,
+                    out_ty,
+                    loc,
+                )]
+            }
             Op::Where | Op::Expand => {
                 // where: select on an i1 condition, broadcasting; expand: a broadcast copy.
                 let n = if matches!(node.op, Op::Where) { 3 } else { 1 };

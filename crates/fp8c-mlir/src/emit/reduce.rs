@@ -498,3 +498,82 @@ impl<'c> Emitter<'c, '_> {
         self.per_element(block, &[x], vec![map], ty, loc, |_, a| a[0])
     }
 }
+
+impl<'c> Emitter<'c, '_> {
+    /// rms_norm over axes `axis..` as the CPU: `Σ x²` in f64 as its four lane sums (element
+    /// `4i + l` of the flattened row into lane `l`, each in index order, then `(s0 + s1) +
+    /// (s2 + s3)`), `inv = 1/√(Σ/n + ε)`, `x · inv · scale` in f64, one rounding.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn rms_norm<'a>(
+        &self,
+        block: &'a Block<'c>,
+        (x, scale): (Value<'c, 'a>, Value<'c, 'a>),
+        scale_dims: &[u64],
+        dims: &[u64],
+        axis: usize,
+        epsilon: f32,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let r = dims.len();
+        let axes: Vec<usize> = (axis..r).collect();
+        let n: u64 = dims[axis..].iter().product();
+        let id = || self.map_attr(AffineMap::multi_dim_identity(self.ctx, r));
+        let kept = || self.reduced_map(r, &axes, true);
+        // Each normalised dim's stride in the flattened row.
+        let strides: Vec<(usize, i64)> = axes
+            .iter()
+            .map(|&k| (k, dims[k + 1..].iter().product::<u64>() as i64))
+            .collect();
+        let mut ops = vec![x];
+        let mut maps = vec![id()];
+        for lane in 0..4i64 {
+            let strides = strides.clone();
+            let acc = self.accumulate(
+                block,
+                &[x],
+                vec![id()],
+                dims,
+                &axes,
+                0.0,
+                loc,
+                move |s, a| {
+                    use melior::dialect::arith::CmpiPredicate as I;
+                    let mut flat = s.index_const(0);
+                    for &(k, st) in &strides {
+                        let term = s.int("arith.muli", s.linalg_index(k), s.index_const(st));
+                        flat = s.int("arith.addi", flat, term);
+                    }
+                    let l = s.int("arith.remui", flat, s.index_const(4));
+                    let mine = s.cmpi(I::Eq, l, s.index_const(lane));
+                    let xe = s.extf(a[0]);
+                    let sum = s.addf64(a[1], s.mulf64(xe, xe));
+                    s.select(mine, sum, a[1])
+                },
+            );
+            ops.push(acc);
+            maps.push(kept());
+        }
+        ops.push(scale);
+        maps.push(self.broadcast_map(scale_dims, dims));
+        let ctx = self.ctx;
+        let (nf, eps) = (n as f64, f64::from(epsilon));
+        self.generic(
+            block,
+            &ops,
+            maps,
+            &vec!["parallel"; r],
+            out_ty,
+            None,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let sq = s.addf64(s.addf64(a[1], a[2]), s.addf64(a[3], a[4]));
+                let var = s.divf64(sq, s.f64c(nf));
+                let sd = s.sqrtf64(s.addf64(var, s.f64c(eps)));
+                let inv = s.divf64(s.f64c(1.0), sd);
+                s.truncf(s.mulf64(s.mulf64(s.extf(a[0]), inv), s.extf(a[5])))
+            },
+        )
+    }
+}
