@@ -92,6 +92,8 @@ def zoo_data():
         "cats": (cats, yi),
         "iris": (xi.astype(f), yi),
         "iris_binary": (xi.astype(f), (yi > 0).astype(np.int64)),
+        "iris_names": (xi.astype(f), np.array(["setosa", "versicolor", "virginica"])[yi]),
+        "iris_yes_no": (xi.astype(f), np.array(["no", "yes"])[(yi > 0).astype(int)]),
         "reg": (xr.astype(f), yr),
         "reg2": (xr2.astype(f), yr2),
     }
@@ -147,6 +149,13 @@ ZOO = {
     "iris_svc_proba": (lambda: pipeline.make_pipeline(
         preprocessing.StandardScaler(), svm.SVC(probability=True, random_state=0)), "iris"),
     "iris_svc_proba_binary": (lambda: svm.SVC(probability=True, random_state=0), "iris_binary"),
+    # String class labels (iris' species names; "no"/"yes"): the label output is strings.
+    "iris_names_random_forest": (lambda: ensemble.RandomForestClassifier(
+        5, max_depth=3, random_state=0), "iris_names"),
+    "iris_names_gaussian_nb": (lambda: naive_bayes.GaussianNB(), "iris_names"),
+    "iris_names_knn": (lambda: neighbors.KNeighborsClassifier(3), "iris_names"),
+    "iris_yes_no_svc": (lambda: svm.SVC(), "iris_yes_no"),
+    "iris_yes_no_logreg": (lambda: linear_model.LogisticRegression(max_iter=500), "iris_yes_no"),
 }
 
 
@@ -155,7 +164,10 @@ def dense(v):
     if isinstance(v, list) and v and isinstance(v[0], dict):
         keys = list(v[0].keys())
         return np.array([[m[k] for k in keys] for m in v], dtype=np.float32)
-    return np.asarray(v)
+    a = np.asarray(v)
+    # String labels come back as Python objects; numpy's fixed-width unicode saves without
+    # pickling.
+    return a.astype(str) if a.dtype == object else a
 
 
 def zoo(out_dir, only=()):

@@ -601,7 +601,7 @@ fn sklearn_zoo_matches_onnxruntime() {
     assert!(names.len() >= 8, "the zoo shrank: {names:?}");
     let mut failures = Vec::new();
     for name in &names {
-        let reference = support::read_npz(&root.join(format!("{name}.ort.npz")));
+        let (reference, labels) = support::read_npz_mixed(&root.join(format!("{name}.ort.npz")));
         let inputs = npz(&dir, &format!("{name}_x.npz"), &[("X", &reference["X"])]);
         let out = dir.join(format!("{name}_out.npz"));
         let r = run(&[
@@ -616,7 +616,16 @@ fn sklearn_zoo_matches_onnxruntime() {
             failures.push(format!("{name}: {}", r.stderr.trim()));
             continue;
         }
-        let got = support::read_npz(&out);
+        let (got, got_labels) = support::read_npz_mixed(&out);
+        // String class labels come back as strings, equal to onnxruntime's.
+        for (key, want) in &labels {
+            if got_labels.get(key) != Some(want) {
+                failures.push(format!(
+                    "{name}: {key} is {:?}, onnxruntime's {want:?}",
+                    got_labels.get(key)
+                ));
+            }
+        }
         for (key, want) in reference.iter().filter(|(k, _)| k.as_str() != "X") {
             let Some(g) = got.get(key) else {
                 failures.push(format!("{name}: output {key} missing"));

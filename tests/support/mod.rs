@@ -155,6 +155,47 @@ pub fn read_npz(path: &Path) -> BTreeMap<String, Tensor> {
         .collect()
 }
 
+/// The arrays of an `.npz` holding numpy unicode (`<U`) arrays too, as written for string
+/// outputs (scikit-learn class labels) by onnxruntime's side and `fp8c run`: the numeric
+/// arrays as tensors, the string ones flattened.
+pub fn read_npz_mixed(path: &Path) -> (BTreeMap<String, Tensor>, BTreeMap<String, Vec<String>>) {
+    use std::io::Read;
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut zip = zip::ZipArchive::new(file).unwrap();
+    let (mut tensors, mut strings) = (BTreeMap::new(), BTreeMap::new());
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i).unwrap();
+        let key = member.name().trim_end_matches(".npy").to_string();
+        let mut bytes = Vec::new();
+        member.read_to_end(&mut bytes).unwrap();
+        let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+        let header = String::from_utf8_lossy(&bytes[10..10 + len]).to_string();
+        let Some(at) = header.find("'<U") else {
+            tensors.insert(key, npy::tensor_from_npy(&bytes).unwrap());
+            continue;
+        };
+        let width: usize = header[at + 3..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap();
+        let data = &bytes[10 + len..];
+        let values = data
+            .chunks(4 * width.max(1))
+            .map(|item| {
+                item.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .take_while(|&c| c != 0)
+                    .map(|c| char::from_u32(c).unwrap())
+                    .collect::<String>()
+            })
+            .collect();
+        strings.insert(key, values);
+    }
+    (tensors, strings)
+}
+
 /// The `fp8c` binary: `FP8C_BIN` when set (carried with the test binary by
 /// `scripts/gpu-check.sh`), else the one cargo built with the test.
 pub fn fp8c() -> Command {

@@ -158,14 +158,19 @@ fn read_inputs(a: &RunArgs, model: &Model) -> Result<BTreeMap<String, Tensor>> {
 }
 
 /// Writes the outputs to `--outputs` (.npz) and `--output-dir` (.pb files), in program order.
-fn write_outputs(a: &RunArgs, program: &Program, outs: &BTreeMap<String, Tensor>) -> Result<()> {
+fn write_outputs(
+    a: &RunArgs,
+    program: &Program,
+    outs: &BTreeMap<String, Tensor>,
+    labels: &BTreeMap<String, Vec<String>>,
+) -> Result<()> {
     let ordered: Vec<(&str, &Tensor)> = program
         .outputs()
         .iter()
         .filter_map(|(n, _)| outs.get(n).map(|t| (n.as_str(), t)))
         .collect();
     if let Some(path) = &a.outputs {
-        for (key, note) in npy::write_npz(path, &ordered)? {
+        for (key, note) in npy::write_npz_labelled(path, &ordered, labels)? {
             eprintln!("note: output \"{key}\": {note}");
         }
     }
@@ -448,7 +453,19 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("  {line}");
     }
     for (name, b) in program.outputs() {
-        eprintln!("  output \"{name}\": {}", program.buffer(*b).ty);
+        let ty = &program.buffer(*b).ty;
+        match model.string_outputs().get(name) {
+            // Indices into the class labels, written to --outputs as the strings.
+            Some(l) => {
+                let t = ty.to_string();
+                let dims = t.find('[').map_or("", |i| &t[i..]);
+                eprintln!(
+                    "  output \"{name}\": string{dims} (class labels: {})",
+                    label_list(l)
+                )
+            }
+            None => eprintln!("  output \"{name}\": {ty}"),
+        }
     }
     eprintln!(
         "  compile {:.1} ms, run {:.3} ms{repeat_note}; {} steps; {}",
@@ -483,7 +500,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         write_stats(path, &a, &recipe, &stats)?;
         print_what_if(path, &recipe, &stats)?;
     }
-    write_outputs(&a, program, &outs)
+    write_outputs(&a, program, &outs, model.string_outputs())
+}
+
+/// A model's string labels for a summary line: up to six, quoted.
+fn label_list(labels: &[String]) -> String {
+    let mut shown: Vec<String> = labels.iter().take(6).map(|l| format!("{l:?}")).collect();
+    if labels.len() > 6 {
+        shown.push(format!("... {} in all", labels.len()));
+    }
+    shown.join(", ")
 }
 
 /// How `fp8c run` names the recipe in its summary line.

@@ -72,6 +72,9 @@ pub struct Imported {
     /// The graph outputs the full import gives, in order: the graph's own, except from
     /// [`load_interface`], whose graph has none.
     pub outputs: Vec<String>,
+    /// Graph outputs that hold strings (a scikit-learn classifier's class labels), which the IR
+    /// gives as i64 indices into these labels: `labels[i]` is index i's string.
+    pub string_outputs: BTreeMap<String, Vec<String>>,
 }
 
 /// Decodes model bytes; an empty or graph-less message is an error.
@@ -208,7 +211,8 @@ fn import_streamed(
         .filter(|n| !opts.constant_inputs.contains_key(n) && plan.used.contains(n))
         .collect();
     let mut warnings = Vec::new();
-    let (graph, values) = build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
+    let (graph, values, string_outputs) =
+        build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
     let outputs = plan.selected.clone();
     Ok(Imported {
         graph,
@@ -220,6 +224,7 @@ fn import_streamed(
         warnings,
         shape_inputs,
         outputs,
+        string_outputs,
     })
 }
 
@@ -400,7 +405,7 @@ fn build(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<(Graph, HashMap<String, Value>), OnnxError> {
+) -> Result<(Graph, HashMap<String, Value>, BTreeMap<String, Vec<String>>), OnnxError> {
     let Plan {
         names,
         inputs,
@@ -440,8 +445,14 @@ fn build(
         };
         values.insert(vi.name().to_string(), v);
     }
+    let mut strings: HashMap<String, Vec<String>> = HashMap::new();
     for (i, t) in graph.initializer.iter().enumerate() {
         if !used.contains(t.name()) {
+            continue;
+        }
+        if t.data_type == Some(crate::proto::tensor_proto::DataType::String as i32) {
+            let v = crate::strings::index_constant(&mut g, t, &mut strings)?;
+            values.insert(t.name().to_string(), v);
             continue;
         }
         let tensor = match raw.get(i).cloned().flatten() {
@@ -466,16 +477,21 @@ fn build(
             used,
             base_dir,
             warnings: &mut *warnings,
+            strings: &mut strings,
         };
         map_node(&mut g, &mut values, &nodes[k], &names[k], &mut cx)?;
     }
+    let mut labels = BTreeMap::new();
     for o in selected {
         let v = *values
             .get(o)
             .ok_or_else(|| value_err("graph output", o, "was not imported"))?;
         g.set_output(o, v)?;
+        if let Some(table) = strings.get(o) {
+            labels.insert(o.clone(), table.clone());
+        }
     }
-    Ok((g, values))
+    Ok((g, values, labels))
 }
 
 fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxError {
@@ -663,6 +679,8 @@ pub(crate) struct MapCx<'a> {
     pub(crate) used: &'a HashSet<String>,
     pub(crate) base_dir: Option<&'a Path>,
     pub(crate) warnings: &'a mut Vec<String>,
+    /// Values that hold strings, as i64 indices into their table (`crate::strings`).
+    pub(crate) strings: &'a mut HashMap<String, Vec<String>>,
 }
 
 /// Maps one ONNX node through its builder and records its outputs.
@@ -723,8 +741,15 @@ pub(crate) fn map_node(
         .iter()
         .map(|o| !o.is_empty() && used.contains(o.as_str()))
         .collect();
+    let passed = crate::strings::check_inputs(node, name, mcx.strings)?;
     let mut cx = NodeCx::new(g, node, name, opset, inputs, used_outputs, base_dir);
     let outs = build(&mut cx)?;
+    for (slot, table) in std::mem::take(&mut cx.labels) {
+        mcx.strings.insert(node.output[slot].clone(), table);
+    }
+    if let (Some(table), Some(out)) = (passed, node.output.first()) {
+        mcx.strings.insert(out.clone(), table);
+    }
     for (slot, o) in node
         .output
         .iter()

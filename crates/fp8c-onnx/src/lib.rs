@@ -26,6 +26,7 @@ mod qdq_origin;
 mod scan;
 mod shape_inputs;
 mod stream;
+mod strings;
 mod subgraph;
 mod tensor;
 

@@ -83,6 +83,7 @@ pub(crate) fn map_nodes(
         used: &used,
         base_dir: mcx.base_dir,
         warnings: &mut *mcx.warnings,
+        strings: &mut *mcx.strings,
     };
     for (k, n) in sub.node.iter().enumerate() {
         let local = if n.name().is_empty() {

@@ -49,6 +49,8 @@ pub struct Model {
     deferred: Option<String>,
     /// The outputs a deferred model's import gives (its interface graph has none).
     deferred_outputs: Vec<String>,
+    /// Outputs the model declares as strings, given as i64 indices into these labels.
+    string_outputs: BTreeMap<String, Vec<String>>,
 }
 
 impl Model {
@@ -79,8 +81,13 @@ impl Model {
         constants: &BTreeMap<String, Tensor>,
         shapes: &BTreeMap<String, Vec<u64>>,
     ) -> Result<Model> {
-        let (graph, warnings, shape_inputs) = if is_ir_text(path)? {
-            (load_ir_text(path, &opts.outputs)?, Vec::new(), Vec::new())
+        let (graph, warnings, shape_inputs, string_outputs) = if is_ir_text(path)? {
+            (
+                load_ir_text(path, &opts.outputs)?,
+                Vec::new(),
+                Vec::new(),
+                BTreeMap::new(),
+            )
         } else {
             let import = fp8c_onnx::ImportOptions {
                 outputs: (!opts.outputs.is_empty()).then(|| opts.outputs.clone()),
@@ -116,6 +123,7 @@ impl Model {
                         shape_inputs: bare.shape_inputs,
                         deferred: Some(e.to_string()),
                         deferred_outputs: bare.outputs,
+                        string_outputs: BTreeMap::new(),
                     });
                 }
             };
@@ -125,7 +133,12 @@ impl Model {
                 .iter()
                 .map(|w| format!("{file}: {w}"))
                 .collect();
-            (imported.graph, warnings, imported.shape_inputs)
+            (
+                imported.graph,
+                warnings,
+                imported.shape_inputs,
+                imported.string_outputs,
+            )
         };
         Ok(Model {
             graph,
@@ -135,6 +148,7 @@ impl Model {
             shape_inputs,
             deferred: None,
             deferred_outputs: Vec::new(),
+            string_outputs,
         })
     }
 
@@ -223,6 +237,7 @@ impl Model {
             shape_inputs: Vec::new(),
             deferred: None,
             deferred_outputs: Vec::new(),
+            string_outputs: BTreeMap::new(),
         }
     }
 
@@ -265,6 +280,13 @@ impl Model {
                 }
             })
             .collect()
+    }
+
+    /// Outputs the model declares as strings (a scikit-learn classifier's class labels): the
+    /// graph gives each as i64 indices into its labels here (`labels[i]` for index i), and
+    /// [`crate::npy::write_npz_labelled`] writes the strings.
+    pub fn string_outputs(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.string_outputs
     }
 
     /// The graph output names, in order.

@@ -14,6 +14,7 @@
 use crate::error::{Context, Error, Result, bail};
 use fp8c_ir::{DType, Tensor};
 use npyz::{TypeChar, WriterBuilder};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -333,5 +334,98 @@ pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String,
     let out = crate::files::Output::check("", path, &[])?;
     let (bytes, notes) = npz_bytes(arrays).with_context(|| path.display())?;
     out.write_bytes(&bytes)?;
+    Ok(notes)
+}
+
+/// A `.npy` image of strings as numpy's fixed-width unicode (`<U{width}`, UTF-32 code points,
+/// zero-padded), the array type onnxruntime returns string tensors as.
+pub fn npy_strings(shape: &[u64], strings: &[&str]) -> Vec<u8> {
+    let width = strings
+        .iter()
+        .map(|s| s.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header =
+        format!("{{'descr': '<U{width}', 'fortran_order': False, 'shape': {shape}, }}");
+    // Magic (6) + version (2) + length (2) + header + newline: a multiple of 64.
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for s in strings {
+        let mut n = 0;
+        for c in s.chars() {
+            out.extend_from_slice(&u32::from(c).to_le_bytes());
+            n += 1;
+        }
+        out.resize(out.len() + 4 * (width - n), 0);
+    }
+    out
+}
+
+/// [`write_npz`] where the arrays named in `labels` are i64 indices into those string labels
+/// (a model's string outputs, see [`crate::Model::string_outputs`]): they are written as the
+/// strings. An index outside its labels is an error naming the array.
+pub fn write_npz_labelled(
+    path: &Path,
+    arrays: &[(&str, &Tensor)],
+    labels: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<(String, &'static str)>> {
+    if !arrays.iter().any(|(k, _)| labels.contains_key(*k)) {
+        return write_npz(path, arrays);
+    }
+    let out = crate::files::Output::check("", path, &[])?;
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .large_file(true);
+    let mut notes = Vec::new();
+    for (key, t) in arrays {
+        let bytes = match labels.get(*key) {
+            Some(table) => {
+                let index = t.to_i64_vec().map_err(Error::invalid)?;
+                let strings = index
+                    .iter()
+                    .map(|&i| {
+                        usize::try_from(i)
+                            .ok()
+                            .and_then(|i| table.get(i))
+                            .map(String::as_str)
+                            .ok_or_else(|| {
+                                Error::invalid(format!(
+                                    "array \"{key}\": label index {i} is outside its {} labels",
+                                    table.len()
+                                ))
+                            })
+                    })
+                    .collect::<Result<Vec<&str>>>()?;
+                npy_strings(t.shape(), &strings)
+            }
+            None => {
+                let (bytes, note) = npy_bytes(t).with_context(|| format!("array \"{key}\""))?;
+                if let Some(n) = note {
+                    notes.push((key.to_string(), n));
+                }
+                bytes
+            }
+        };
+        zip.start_file(format!("{key}.npy"), opts)
+            .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
+            .with_context(|| format!("array \"{key}\""))?;
+    }
+    let cursor = zip
+        .finish()
+        .context("cannot finish the archive")
+        .with_context(|| path.display())?;
+    out.write_bytes(&cursor.into_inner())?;
     Ok(notes)
 }

@@ -207,6 +207,8 @@ pub(crate) struct NodeCx<'a> {
     used_outputs: Vec<bool>,
     /// Where external data of `Constant` values lives.
     base_dir: Option<&'a Path>,
+    /// String labels of outputs given as indices into them ([`NodeCx::string_labels`]).
+    pub(crate) labels: Vec<(usize, Vec<String>)>,
 }
 
 impl<'a> NodeCx<'a> {
@@ -228,6 +230,7 @@ impl<'a> NodeCx<'a> {
             inputs,
             used_outputs,
             base_dir,
+            labels: Vec::new(),
         }
     }
 
@@ -313,6 +316,11 @@ impl<'a> NodeCx<'a> {
     /// True if the rest of the graph reads output `i`.
     pub fn output_used(&self, i: usize) -> bool {
         self.used_outputs.get(i).copied().unwrap_or(false)
+    }
+
+    /// Says that output `i` holds strings, as i64 indices into `labels` (see `crate::strings`).
+    pub fn string_labels(&mut self, i: usize, labels: Vec<String>) {
+        self.labels.push((i, labels));
     }
 
     /// Number of outputs the node declares.

@@ -89,8 +89,8 @@ pub(super) fn to_f32(cx: &mut NodeCx<'_>, suffix: &str, v: Value) -> Result<Valu
 pub(super) enum Labels {
     /// `classlabels_ints`.
     Ints(Vec<i64>),
-    /// `classlabels_strings`: how many (the IR has no string tensors).
-    Strings(usize),
+    /// `classlabels_strings` (the IR has no string tensors: a label output gives indices).
+    Strings(Vec<String>),
 }
 
 impl Labels {
@@ -99,7 +99,7 @@ impl Labels {
     pub(super) fn read(cx: &NodeCx<'_>, ints: &str, strings: &str) -> Result<Self, OnnxError> {
         match (cx.attr_ints(ints), cx.attr_strings(strings)?) {
             (Some(i), None) if !i.is_empty() => Ok(Labels::Ints(i)),
-            (None, Some(s)) if !s.is_empty() => Ok(Labels::Strings(s.len())),
+            (None, Some(s)) if !s.is_empty() => Ok(Labels::Strings(s)),
             (Some(i), Some(s)) if !i.is_empty() && !s.is_empty() => Err(cx.err(format!(
                 "both `{ints}` and `{strings}` are given; the node must have one"
             ))),
@@ -113,12 +113,13 @@ impl Labels {
     pub(super) fn len(&self) -> usize {
         match self {
             Labels::Ints(v) => v.len(),
-            Labels::Strings(n) => *n,
+            Labels::Strings(s) => s.len(),
         }
     }
 
-    /// The i64 labels as a constant, or an error if output `slot` (the labels) is used and
-    /// they are strings.
+    /// The i64 labels as a constant. String labels: the indices 0..n, with output `slot` (the
+    /// labels) recorded as holding strings (`crate::strings`: it may reach a graph output
+    /// through Identity, Reshape, ...; any other reader is an error).
     pub(super) fn constant(
         &self,
         cx: &mut NodeCx<'_>,
@@ -132,10 +133,12 @@ impl Labels {
                 let t = Tensor::from_i64(vec![v.len() as u64], v);
                 cx.constant("classlabels", t).map(Some)
             }
-            Labels::Strings(_) => Err(cx.err(format!(
-                "output {slot} (the labels) is used, but the class labels are strings, which fp8c \
-                 tensors cannot hold; select the numeric outputs with --output"
-            ))),
+            Labels::Strings(s) => {
+                let index: Vec<i64> = (0..s.len() as i64).collect();
+                cx.string_labels(slot, s.clone());
+                let t = Tensor::from_i64(vec![index.len() as u64], &index);
+                cx.constant("classlabel_indices", t).map(Some)
+            }
         }
     }
 }
