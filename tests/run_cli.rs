@@ -646,6 +646,36 @@ fn sklearn_zoo_matches_onnxruntime() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// String class labels through `--output-dir`: a STRING `TensorProto` holding onnxruntime's
+/// labels (as ONNX's test data stores string outputs).
+#[test]
+fn string_labels_to_an_output_dir_are_string_tensors() {
+    use prost::Message;
+    let dir = scratch("sklearn_string_pb");
+    let root = support::repo_root().join("tests/models/sklearn");
+    let (reference, labels) = support::read_npz_mixed(&root.join("iris_names_knn.ort.npz"));
+    let inputs = npz(&dir, "x.npz", &[("X", &reference["X"])]);
+    let out = dir.join("pb");
+    let model = root.join("iris_names_knn.onnx");
+    let r = run(&[&"run", &model, &"--inputs", &inputs, &"--output-dir", &out]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("output \"output_label\": string[16] (class labels: \"setosa\""),
+        "{}",
+        r.stderr
+    );
+    let bytes = std::fs::read(out.join("output_0.pb")).unwrap();
+    let t = fp8c_onnx::proto::TensorProto::decode(bytes.as_slice()).unwrap();
+    assert_eq!(t.data_type, Some(8), "STRING");
+    let got: Vec<String> = t
+        .string_data
+        .iter()
+        .map(|b| String::from_utf8(b.clone()).unwrap())
+        .collect();
+    assert_eq!(&got, &labels["output_label"]);
+}
+
 /// `compile --emit onnx` of a model whose GEMMs all stay in high precision (a small sklearn
 /// classifier: N = 3, K = 4) needs no `--calibrate`: there is nothing to quantize, the file
 /// keeps the model's opset and runs to the same labels.

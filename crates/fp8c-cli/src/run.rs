@@ -179,7 +179,13 @@ fn write_outputs(
             .with_context(|| format!("{}: cannot create the directory", dir.display()))?;
         for (k, (name, t)) in ordered.iter().enumerate() {
             let path = dir.join(format!("output_{k}.pb"));
-            let bytes = fp8c_onnx::tensor_pb_bytes(name, t);
+            let bytes = match labels.get(*name) {
+                Some(table) => {
+                    let strings = npy::label_strings(name, t, table)?;
+                    fp8c_onnx::string_tensor_pb_bytes(name, t.shape(), &strings)
+                }
+                None => fp8c_onnx::tensor_pb_bytes(name, t),
+            };
             fp8c_session::files::Output::check("--out-dir", &path, &[])?
                 .write_bytes(&bytes)
                 .with_context(|| format!("output \"{name}\""))?;

@@ -48,5 +48,5 @@ pub use ops::ml::ML_SUPPORTED_OPS;
 pub use shape_inputs::shape_inputs;
 pub use tensor::{
     decode_tensor_pb, dtype_from_onnx, dtype_to_onnx, load_tensor_pb, onnx_dtype_name,
-    save_tensor_pb, tensor_from_proto, tensor_pb_bytes, tensor_to_proto,
+    save_tensor_pb, string_tensor_pb_bytes, tensor_from_proto, tensor_pb_bytes, tensor_to_proto,
 };

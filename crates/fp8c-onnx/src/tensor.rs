@@ -407,6 +407,19 @@ pub fn tensor_pb_bytes(name: &str, tensor: &Tensor) -> Vec<u8> {
     tensor_to_proto(name, tensor).encode_to_vec()
 }
 
+/// A STRING `TensorProto` of `shape` holding `strings` (row-major), encoded: a model's string
+/// output (class labels) as onnxruntime's test data stores it.
+pub fn string_tensor_pb_bytes(name: &str, shape: &[u64], strings: &[&str]) -> Vec<u8> {
+    TensorProto {
+        name: Some(name.to_string()),
+        dims: shape.iter().map(|&d| d as i64).collect(),
+        data_type: Some(crate::proto::tensor_proto::DataType::String as i32),
+        string_data: strings.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
 /// Writes a `.pb` tensor file (plainly; the CLI writes through its checked, atomic outputs).
 pub fn save_tensor_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), OnnxError> {
     std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec())

@@ -392,22 +392,7 @@ pub fn write_npz_labelled(
     for (key, t) in arrays {
         let bytes = match labels.get(*key) {
             Some(table) => {
-                let index = t.to_i64_vec().map_err(Error::invalid)?;
-                let strings = index
-                    .iter()
-                    .map(|&i| {
-                        usize::try_from(i)
-                            .ok()
-                            .and_then(|i| table.get(i))
-                            .map(String::as_str)
-                            .ok_or_else(|| {
-                                Error::invalid(format!(
-                                    "array \"{key}\": label index {i} is outside its {} labels",
-                                    table.len()
-                                ))
-                            })
-                    })
-                    .collect::<Result<Vec<&str>>>()?;
+                let strings = label_strings(key, t, table)?;
                 npy_strings(t.shape(), &strings)
             }
             None => {
@@ -428,4 +413,25 @@ pub fn write_npz_labelled(
         .with_context(|| path.display())?;
     out.write_bytes(&cursor.into_inner())?;
     Ok(notes)
+}
+
+/// The strings the i64 indices of `t` (the array `key`) stand for in `table`; an index
+/// outside it is an error naming the array.
+pub fn label_strings<'a>(key: &str, t: &Tensor, table: &'a [String]) -> Result<Vec<&'a str>> {
+    let index = t.to_i64_vec().map_err(Error::invalid)?;
+    index
+        .iter()
+        .map(|&i| {
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| table.get(i))
+                .map(String::as_str)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "array \"{key}\": label index {i} is outside its {} labels",
+                        table.len()
+                    ))
+                })
+        })
+        .collect()
 }
