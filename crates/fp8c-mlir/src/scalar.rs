@@ -15,6 +15,18 @@ use melior::{
     },
 };
 
+/// How `arg_max` / `arg_min` and `top_k` compare two elements: exactly as fp8c-eval's `arg_extreme`
+/// (floats in f64, where f16/bf16/f32 widen exactly; i64 exactly; u64 through f64).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ArgKeys {
+    /// Ordered float comparisons (a NaN never beats or ties) after widening to f32 / f64.
+    Float,
+    /// u64 values compared as their f64 roundings (the CPU's `as f64`).
+    U64AsF64,
+    /// Integer comparisons, unsigned or not.
+    Int(bool),
+}
+
 /// Builds scalar operations at the end of one block.
 pub(crate) struct Scalar<'c, 'b> {
     pub ctx: &'c Context,
@@ -754,6 +766,57 @@ impl<'c, 'b> Scalar<'c, 'b> {
             v
         } else {
             self.named("arith.extf", &[v], f64t)
+        }
+    }
+    /// `(a before b, a ties b)` in top_k's total order of elements of type `elem` compared by
+    /// `keys` (best first: larger, or smaller unless `largest`; NaN above every number and
+    /// tying NaN; f16 / bf16 widened exactly).
+    pub fn total_order(
+        &self,
+        keys: ArgKeys,
+        largest: bool,
+        elem: Type<'c>,
+        a: Value<'c, 'b>,
+        b: Value<'c, 'b>,
+    ) -> (Value<'c, 'b>, Value<'c, 'b>) {
+        use ArgKeys as K;
+        match keys {
+            K::Int(unsigned) => {
+                let p = match (largest, unsigned) {
+                    (true, true) => CmpiPredicate::Ugt,
+                    (true, false) => CmpiPredicate::Sgt,
+                    (false, true) => CmpiPredicate::Ult,
+                    (false, false) => CmpiPredicate::Slt,
+                };
+                (self.cmpi(p, a, b), self.cmpi(CmpiPredicate::Eq, a, b))
+            }
+            K::Float | K::U64AsF64 => {
+                let f32t = Type::float32(self.ctx);
+                let wide = |v| {
+                    if elem == f32t || elem == Type::float64(self.ctx) {
+                        v
+                    } else {
+                        self.named("arith.extf", &[v], f32t)
+                    }
+                };
+                let (a, b) = (wide(a), wide(b));
+                let (na, nb) = (
+                    self.cmpf(CmpfPredicate::Uno, a, a),
+                    self.cmpf(CmpfPredicate::Uno, b, b),
+                );
+                let not = |v| self.int("arith.xori", v, self.bool_const(true));
+                // largest: a > b, or a NaN over a number; smallest: a < b, or a number
+                // under a NaN.
+                let beats = if largest {
+                    let gt = self.cmpf(CmpfPredicate::Ogt, a, b);
+                    self.or(gt, self.and(na, not(nb)))
+                } else {
+                    let lt = self.cmpf(CmpfPredicate::Olt, a, b);
+                    self.or(lt, self.and(not(na), nb))
+                };
+                let eq = self.cmpf(CmpfPredicate::Oeq, a, b);
+                (beats, self.or(eq, self.and(na, nb)))
+            }
         }
     }
     /// f32 → f64 (exact).

@@ -1438,6 +1438,73 @@ mod with_mlir {
     }
 
     #[test]
+    fn top_k_runs_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+        use fp8c_ir::{DType, Op};
+        // Many ties (ties go to the lower index), NaNs (above every number), ±0, ±inf.
+        let mut v: Vec<f64> = (0..60).map(|k| f64::from(k * 7 % 5 - 2)).collect();
+        for (at, x) in [
+            (1, f64::NAN),
+            (7, f64::NAN),
+            (3, -0.0),
+            (11, f64::INFINITY),
+            (13, -f64::INFINITY),
+            (22, f64::NAN),
+        ] {
+            v[at] = x;
+        }
+        for d in [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::U8,
+        ] {
+            let vals: Vec<f64> = if d.is_int() {
+                v.iter()
+                    .map(|&a| if a.is_finite() { a + 2.0 } else { 9.0 })
+                    .collect()
+            } else {
+                v.clone()
+            };
+            let x = Tensor::from_f64_as(d, vec![3, 4, 5], &vals).unwrap();
+            // Every case in f32; two in the other types (each case is one JIT compile).
+            let cases: &[(i64, i64, bool)] = if d == DType::F32 {
+                &[
+                    (-1, 3, true),
+                    (-1, 3, false),
+                    (1, 4, true),
+                    (1, 4, false),
+                    (0, 2, true),
+                    (0, 3, false),
+                    (2, 5, true),
+                    (1, 0, false),
+                ]
+            } else {
+                &[(-1, 3, true), (1, 4, false)]
+            };
+            for &(axis, k, largest) in cases {
+                let op = Op::TopK {
+                    axis,
+                    largest,
+                    sorted: true,
+                };
+                let kt = Tensor::from_i64(vec![1], &[k]);
+                let what = format!("{op:?} k={k} {d}");
+                bit_exact_with_constants(&what, op, &[&x], &[&kt]);
+            }
+        }
+        // One-node exports (sklearn's k-nearest-neighbours models select with top_k too, and
+        // match the same way, but their hundreds of nodes take the JIT 25–50 s to compile).
+        let x = Tensor::from_f64_as(DType::F32, vec![3, 10], &v[..30]).unwrap();
+        let data = BTreeMap::from([("x".to_string(), x)]);
+        model_on_the_jit_is_bit_exact("ops/top_k_largest", &data);
+        let x = Tensor::from_f64_as(DType::F32, vec![6, 4, 2], &v[..48]).unwrap();
+        let data = BTreeMap::from([("x".to_string(), x)]);
+        model_on_the_jit_is_bit_exact("ops/top_k_smallest_axis0", &data);
+    }
+
+    #[test]
     fn nodes_not_emitted_yet_are_errors_naming_node_and_op() {
         // An op not emitted yet: the node and its op are named.
         {

@@ -427,10 +427,14 @@ impl<'c> Emitter<'c, '_> {
                 let xd = self.dims(node.inputs()[0], node)?;
                 let d = self.graph.value_type(node.inputs()[0]).dtype;
                 let keys = match d {
-                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => reduce::ArgKeys::Float,
-                    DType::U64 => reduce::ArgKeys::U64AsF64,
-                    DType::U8 | DType::U16 | DType::U32 => reduce::ArgKeys::Int(true),
-                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => reduce::ArgKeys::Int(false),
+                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
+                        crate::scalar::ArgKeys::Float
+                    }
+                    DType::U64 => crate::scalar::ArgKeys::U64AsF64,
+                    DType::U8 | DType::U16 | DType::U32 => crate::scalar::ArgKeys::Int(true),
+                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+                        crate::scalar::ArgKeys::Int(false)
+                    }
                     other => {
                         return Err(unsupported(
                             node,
@@ -455,6 +459,55 @@ impl<'c> Emitter<'c, '_> {
                     (self.elem(d, node)?, out_ty),
                     loc,
                 )]
+            }
+            Op::TopK { axis, largest, .. } => {
+                let xd = self.dims(node.inputs()[0], node)?;
+                let d = self.graph.value_type(node.inputs()[0]).dtype;
+                let keys = match d {
+                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
+                        crate::scalar::ArgKeys::Float
+                    }
+                    DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
+                        crate::scalar::ArgKeys::Int(true)
+                    }
+                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
+                        crate::scalar::ArgKeys::Int(false)
+                    }
+                    other => {
+                        return Err(unsupported(
+                            node,
+                            format!("top_k of {other} tensors is not emitted yet"),
+                        ));
+                    }
+                };
+                let r = xd.len() as i64;
+                if !(-r..r).contains(axis) {
+                    return Err(unsupported(node, format!("axis {axis} is out of range")));
+                }
+                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
+                let k = self
+                    .constant_ints(node.inputs()[1])
+                    .filter(|k| k.len() == 1)
+                    .ok_or_else(|| {
+                        unsupported(node, "a k that is not a constant is not emitted yet")
+                    })?[0];
+                if k < 0 || k as u64 > xd[ax] || out_dims.get(ax) != Some(&(k as u64)) {
+                    return Err(unsupported(
+                        node,
+                        format!("k = {k} does not fit axis {ax} of {xd:?}"),
+                    ));
+                }
+                let idx_ty = self.tensor(IrValue::new(id, 1), node)?;
+                self.top_k(
+                    block,
+                    ins[0],
+                    &xd,
+                    ax,
+                    *largest,
+                    keys,
+                    (self.elem(d, node)?, (out_ty, idx_ty), &out_dims),
+                    loc,
+                )
             }
             Op::Gather { axis } => {
                 let dd = self.dims(node.inputs()[0], node)?;

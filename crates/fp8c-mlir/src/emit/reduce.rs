@@ -2,6 +2,7 @@
 //! CPU reference's), reduce_sum / reduce_mean, softmax and layer_norm.
 
 use super::*;
+use crate::scalar::ArgKeys;
 
 impl<'c> Emitter<'c, '_> {
     /// The map from `rank` iteration dims to a tensor that keeps the dims not in `axes`
@@ -300,18 +301,6 @@ pub(super) enum Fold {
     Min,
 }
 
-/// How `arg_max` / `arg_min` compare two elements: exactly as fp8c-eval's `arg_extreme`
-/// (floats in f64, where f16/bf16/f32 widen exactly; i64 exactly; u64 through f64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ArgKeys {
-    /// Ordered float comparisons (a NaN never beats or ties) after widening to f32 / f64.
-    Float,
-    /// u64 values compared as their f64 roundings (the CPU's `as f64`).
-    U64AsF64,
-    /// Integer comparisons, unsigned or not.
-    Int(bool),
-}
-
 impl<'c> Emitter<'c, '_> {
     /// ONNX ArgMax / ArgMin along `axis` as the CPU's loop: `best` starts at 0 and moves to
     /// index j when `x[j]` strictly beats `x[best]` (or ties it, with `last`); comparisons with
@@ -575,5 +564,109 @@ impl<'c> Emitter<'c, '_> {
                 s.truncf(s.mulf64(s.mulf64(s.extf(a[0]), inv), s.extf(a[5])))
             },
         )
+    }
+}
+
+impl<'c> Emitter<'c, '_> {
+    /// ONNX TopK along `axis` as the CPU's total order: best first (largest or smallest), NaN
+    /// above every number, equal keys in index order. That order is strict, so each element's
+    /// rank (how many elements of its line precede it) is a permutation: one `linalg.generic`
+    /// counts ranks, a second picks for output position r the index whose rank is r, and
+    /// the values are read at those indices (exact in every type).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn top_k<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axis: usize,
+        largest: bool,
+        keys: ArgKeys,
+        (elem, (values_ty, indices_ty), out_dims): (Type<'c>, (Type<'c>, Type<'c>), &[u64]),
+        loc: Location<'c>,
+    ) -> Vec<Value<'c, 'a>> {
+        let (r, ctx) = (dims.len(), self.ctx);
+        let i64t: Type = IntegerType::new(ctx, 64).into();
+        let s = Scalar { ctx, block, loc };
+        let zero = s.i64c(0);
+        let d = |k| AffineExpr::dim(ctx, k);
+        // Maps over r + 1 dims: the own dims, and the last one along the axis instead.
+        let own = self.map_attr(AffineMap::new(
+            ctx,
+            r + 1,
+            0,
+            &(0..r).map(d).collect::<Vec<_>>(),
+        ));
+        let other_exprs: Vec<AffineExpr> =
+            (0..r).map(|k| d(if k == axis { r } else { k })).collect();
+        let other = || self.map_attr(AffineMap::new(ctx, r + 1, 0, &other_exprs));
+        let mut iters = vec!["parallel"; r];
+        iters.push("reduction");
+        // rank[j] = #{j' : j' precedes j}.
+        let rank_ty: Type = RankedTensorType::new(dims, i64t, None).into();
+        let empty = self.empty(block, rank_ty, loc);
+        let init = self.fill(block, zero, empty, rank_ty, i64t, loc);
+        let rank = self.generic_with_out_map(
+            block,
+            &[x, x],
+            vec![own, other()],
+            own,
+            &iters,
+            rank_ty,
+            init,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let (j, jo) = (s.linalg_index(axis), s.linalg_index(r));
+                let (beats, ties) = s.total_order(keys, largest, elem, a[1], a[0]);
+                use melior::dialect::arith::CmpiPredicate as I;
+                let earlier = s.cmpi(I::Ult, jo, j);
+                let before = s.or(beats, s.and(ties, earlier));
+                let one = s.named_pub("arith.extui", before, i64t);
+                s.int("arith.addi", a[2], one)
+            },
+        );
+        // indices[r] = the j with rank[j] == r.
+        let empty = self.empty(block, indices_ty, loc);
+        let init = self.fill(block, zero, empty, indices_ty, i64t, loc);
+        let out_own = self.map_attr(AffineMap::new(
+            ctx,
+            r + 1,
+            0,
+            &(0..r).map(d).collect::<Vec<_>>(),
+        ));
+        let indices = self.generic_with_out_map(
+            block,
+            &[rank],
+            vec![other()],
+            out_own,
+            &iters,
+            indices_ty,
+            init,
+            loc,
+            move |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let pos = s.named_pub("arith.index_cast", s.linalg_index(axis), i64t);
+                let j = s.named_pub("arith.index_cast", s.linalg_index(r), i64t);
+                use melior::dialect::arith::CmpiPredicate as I;
+                let hit = s.cmpi(I::Eq, a[0], pos);
+                s.select(hit, j, a[1])
+            },
+        );
+        let id = self.map_attr(AffineMap::multi_dim_identity(ctx, out_dims.len()));
+        let values = self.per_element(block, &[indices], vec![id], values_ty, loc, move |b, a| {
+            let s = Scalar { ctx, block: b, loc };
+            let coords: Vec<Value> = (0..r)
+                .map(|k| {
+                    if k == axis {
+                        s.named_pub("arith.index_cast", a[0], Type::index(ctx))
+                    } else {
+                        s.linalg_index(k)
+                    }
+                })
+                .collect();
+            s.extract(x, &coords, elem)
+        });
+        vec![values, indices]
     }
 }
