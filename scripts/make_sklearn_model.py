@@ -87,9 +87,13 @@ def zoo_data():
     xn = xi.astype(f)
     xn[::7, 1] = np.nan
     cats = np.random.default_rng(3).integers(0, 4, (150, 3)).astype(np.int64)
+    words = np.stack([np.array(["oslo", "paris", "rome", "lima"])[cats[:, 0]],
+                      np.array(["small", "large"])[cats[:, 1] % 2],
+                      np.array(["red", "green", "blue", "grey"])[cats[:, 2]]], 1)
     return {
         "iris_nan": (xn, yi),
         "cats": (cats, yi),
+        "words": (words, yi),
         "iris": (xi.astype(f), yi),
         "iris_binary": (xi.astype(f), (yi > 0).astype(np.int64)),
         "iris_names": (xi.astype(f), np.array(["setosa", "versicolor", "virginica"])[yi]),
@@ -156,6 +160,13 @@ ZOO = {
     "iris_names_knn": (lambda: neighbors.KNeighborsClassifier(3), "iris_names"),
     "iris_yes_no_svc": (lambda: svm.SVC(), "iris_yes_no"),
     "iris_yes_no_logreg": (lambda: linear_model.LogisticRegression(max_iter=500), "iris_yes_no"),
+    # String inputs: categorical columns of city and size names.
+    "words_onehot_logreg": (lambda: pipeline.make_pipeline(
+        preprocessing.OneHotEncoder(handle_unknown="ignore"),
+        linear_model.LogisticRegression(max_iter=300)), "words"),
+    "words_ordinal_tree": (lambda: pipeline.make_pipeline(
+        preprocessing.OrdinalEncoder(), tree.DecisionTreeClassifier(max_depth=4, random_state=0)),
+        "words"),
 }
 
 

@@ -196,6 +196,24 @@ pub fn read_npz_mixed(path: &Path) -> (BTreeMap<String, Tensor>, BTreeMap<String
     (tensors, strings)
 }
 
+/// Writes `dst`, an `.npz` with the member `key` of the `.npz` at `src` as it is (any dtype:
+/// a string input's numpy unicode array).
+pub fn copy_npz_member(src: &Path, key: &str, dst: &Path) {
+    use std::io::{Read, Write};
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(src).unwrap()).unwrap();
+    let mut bytes = Vec::new();
+    zip.by_name(&format!("{key}.npy"))
+        .unwrap()
+        .read_to_end(&mut bytes)
+        .unwrap();
+    let mut out = zip::ZipWriter::new(std::fs::File::create(dst).unwrap());
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    out.start_file(format!("{key}.npy"), opts).unwrap();
+    out.write_all(&bytes).unwrap();
+    out.finish().unwrap();
+}
+
 /// The `fp8c` binary: `FP8C_BIN` when set (carried with the test binary by
 /// `scripts/gpu-check.sh`), else the one cargo built with the test.
 pub fn fp8c() -> Command {

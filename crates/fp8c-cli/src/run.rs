@@ -113,7 +113,7 @@ fn read_inputs(a: &RunArgs, model: &Model) -> Result<BTreeMap<String, Tensor>> {
         Ok(())
     };
     if let Some(path) = &a.inputs {
-        for (k, t) in npy::read_npz(path)? {
+        for (k, t) in npy::read_npz_with(path, model.string_inputs())? {
             add(k, t, path.display().to_string())?;
         }
     }
@@ -122,7 +122,13 @@ fn read_inputs(a: &RunArgs, model: &Model) -> Result<BTreeMap<String, Tensor>> {
             .split_once('=')
             .ok_or_else(|| anyhow!("--input `{spec}`: expected NAME=FILE.npy"))?;
         let path = Path::new(file);
-        let t = npy::read_npy(path).with_context(|| format!("input \"{name}\""))?;
+        let t = match model.string_inputs().get(name) {
+            Some(vocab) => std::fs::read(path)
+                .map_err(|e| anyhow!("{}: cannot read: {e}", path.display()))
+                .and_then(|b| Ok(npy::indices_from_npy(&b, vocab)?))
+                .with_context(|| format!("input \"{name}\": {}", path.display()))?,
+            None => npy::read_npy(path).with_context(|| format!("input \"{name}\""))?,
+        };
         add(name.to_string(), t, path.display().to_string())?;
     }
     let declared = model.inputs();

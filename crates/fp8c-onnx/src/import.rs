@@ -75,6 +75,10 @@ pub struct Imported {
     /// Graph outputs that hold strings (a scikit-learn classifier's class labels), which the IR
     /// gives as i64 indices into these labels: `labels[i]` is index i's string.
     pub string_outputs: BTreeMap<String, Vec<String>>,
+    /// Graph inputs that hold strings (categories a OneHotEncoder or LabelEncoder compares),
+    /// which the IR takes as i64 indices into this vocabulary (the strings the model compares
+    /// them with; a string outside it is `vocabulary.len()`, which matches no category).
+    pub string_inputs: BTreeMap<String, Vec<String>>,
 }
 
 /// Decodes model bytes; an empty or graph-less message is an error.
@@ -211,7 +215,7 @@ fn import_streamed(
         .filter(|n| !opts.constant_inputs.contains_key(n) && plan.used.contains(n))
         .collect();
     let mut warnings = Vec::new();
-    let (graph, values, string_outputs) =
+    let (graph, values, string_outputs, string_inputs) =
         build(graph, &plan, opset, raw, base_dir, opts, &mut warnings)?;
     let outputs = plan.selected.clone();
     Ok(Imported {
@@ -225,6 +229,7 @@ fn import_streamed(
         shape_inputs,
         outputs,
         string_outputs,
+        string_inputs,
     })
 }
 
@@ -397,6 +402,15 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
 }
 
 /// Builds the IR graph from a plan: inputs, the initializers read, nodes, outputs.
+/// What [`build`] makes: the graph, the IR value of every ONNX value, and the string tables
+/// of the graph outputs and of the graph inputs that hold strings.
+type Built = (
+    Graph,
+    HashMap<String, Value>,
+    BTreeMap<String, Vec<String>>,
+    BTreeMap<String, Vec<String>>,
+);
+
 fn build(
     graph: &GraphProto,
     plan: &Plan<'_>,
@@ -405,7 +419,7 @@ fn build(
     base_dir: Option<&Path>,
     opts: &ImportOptions,
     warnings: &mut Vec<String>,
-) -> Result<(Graph, HashMap<String, Value>, BTreeMap<String, Vec<String>>), OnnxError> {
+) -> Result<Built, OnnxError> {
     let Plan {
         names,
         inputs,
@@ -435,17 +449,26 @@ fn build(
             )));
         }
     }
+    let mut strings: HashMap<String, Vec<String>> = HashMap::new();
+    let vocabularies = crate::strings::input_vocabularies(graph, inputs, order);
     for vi in inputs {
         let v = match opts.constant_inputs.get(vi.name()) {
             Some(t) => constant_input(&mut g, vi, t)?,
-            None => {
-                let ty = input_type(vi, opts.input_shapes.get(vi.name()))?;
-                g.add_input(vi.name(), ty)?
-            }
+            None => match vocabularies.get(vi.name()) {
+                // A string input: i64 indices into the strings the model compares it with.
+                Some(vocab) => {
+                    let ty = crate::strings::input_type(vi, opts.input_shapes.get(vi.name()))?;
+                    strings.insert(vi.name().to_string(), vocab.clone());
+                    g.add_input(vi.name(), ty)?
+                }
+                None => {
+                    let ty = input_type(vi, opts.input_shapes.get(vi.name()))?;
+                    g.add_input(vi.name(), ty)?
+                }
+            },
         };
         values.insert(vi.name().to_string(), v);
     }
-    let mut strings: HashMap<String, Vec<String>> = HashMap::new();
     for (i, t) in graph.initializer.iter().enumerate() {
         if !used.contains(t.name()) {
             continue;
@@ -482,6 +505,7 @@ fn build(
         map_node(&mut g, &mut values, &nodes[k], &names[k], &mut cx)?;
     }
     let mut labels = BTreeMap::new();
+    let string_inputs: BTreeMap<String, Vec<String>> = vocabularies.into_iter().collect();
     for o in selected {
         let v = *values
             .get(o)
@@ -491,7 +515,7 @@ fn build(
             labels.insert(o.clone(), table.clone());
         }
     }
-    Ok((g, values, labels))
+    Ok((g, values, labels, string_inputs))
 }
 
 fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxError {
@@ -743,6 +767,11 @@ pub(crate) fn map_node(
         .collect();
     let passed = crate::strings::check_inputs(node, name, mcx.strings)?;
     let mut cx = NodeCx::new(g, node, name, opset, inputs, used_outputs, base_dir);
+    cx.input_tables = node
+        .input
+        .iter()
+        .map(|i| mcx.strings.get(i).cloned())
+        .collect();
     let outs = build(&mut cx)?;
     for (slot, table) in std::mem::take(&mut cx.labels) {
         mcx.strings.insert(node.output[slot].clone(), table);

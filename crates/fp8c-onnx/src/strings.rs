@@ -9,9 +9,9 @@
 //! error naming the node and the value.
 
 use crate::OnnxError;
-use crate::proto::{NodeProto, TensorProto};
-use fp8c_ir::{Graph, Op, Tensor, Value};
-use std::collections::HashMap;
+use crate::proto::{GraphProto, NodeProto, TensorProto, ValueInfoProto};
+use fp8c_ir::{DType, Graph, Op, Tensor, TensorType, Value};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Ops whose first input's elements they only move or pick, so that indices into a string
 /// table give the indices of the strings they would give.
@@ -28,6 +28,81 @@ const MOVES: &[&str] = &[
     "Expand",
     "Tile",
 ];
+
+/// The ai.onnx.ml ops that compare a string input with their string attributes, and those
+/// attributes: their output is numeric.
+const COMPARES: &[(&str, &str)] = &[
+    ("OneHotEncoder", "cats_strings"),
+    ("LabelEncoder", "keys_strings"),
+];
+
+/// The graph inputs declared as strings, each with its vocabulary: every string the kept
+/// nodes compare it with (through the ops that move its elements), sorted.
+pub(crate) fn input_vocabularies(
+    graph: &GraphProto,
+    inputs: &[&ValueInfoProto],
+    order: &[usize],
+) -> HashMap<String, Vec<String>> {
+    let mut out = HashMap::new();
+    for vi in inputs {
+        let is_string = crate::import::value_info_parts(vi)
+            .is_ok_and(|(code, _)| code == crate::proto::tensor_proto::DataType::String as i32);
+        if !is_string {
+            continue;
+        }
+        let mut reach: HashSet<&str> = HashSet::from([vi.name()]);
+        let mut vocab = BTreeSet::new();
+        for &k in order {
+            let n = &graph.node[k];
+            let Some(first) = n.input.first() else {
+                continue;
+            };
+            if !reach.contains(first.as_str()) {
+                continue;
+            }
+            if MOVES.contains(&n.op_type()) {
+                reach.extend(n.output.first().map(String::as_str));
+            }
+            for (op, attr) in COMPARES {
+                if n.op_type() == *op
+                    && let Some(a) = n.attribute.iter().find(|a| a.name() == *attr)
+                {
+                    vocab.extend(
+                        a.strings
+                            .iter()
+                            .map(|s| String::from_utf8_lossy(s).into_owned()),
+                    );
+                }
+            }
+        }
+        out.insert(vi.name().to_string(), vocab.into_iter().collect());
+    }
+    out
+}
+
+/// The IR type of a string graph input: i64 of its declared (or given) shape.
+pub(crate) fn input_type(
+    vi: &ValueInfoProto,
+    dims: Option<&Vec<u64>>,
+) -> Result<TensorType, OnnxError> {
+    let (_, declared) = crate::import::value_info_parts(vi).map_err(|m| OnnxError::Value {
+        kind: "graph input",
+        name: vi.name().into(),
+        msg: m.into(),
+    })?;
+    let shape = match (dims, declared) {
+        (Some(d), _) => fp8c_ir::shape_of(d),
+        (None, Some(s)) => s,
+        (None, None) => {
+            return Err(OnnxError::Value {
+                kind: "graph input",
+                name: vi.name().into(),
+                msg: "has no shape (unknown rank); give its dims in input_shapes".into(),
+            });
+        }
+    };
+    Ok(TensorType::new(DType::I64, shape))
+}
 
 /// A string initializer as an i64 constant of indices 0..n (in its shape), its strings
 /// recorded in `strings` under its name.
@@ -76,6 +151,10 @@ pub(crate) fn check_inputs(
     };
     if MOVES.contains(&node.op_type()) && at == 0 && read.len() == 1 {
         return Ok(Some(strings[first].clone()));
+    }
+    // A comparison of a string input with string attributes gives numbers.
+    if COMPARES.iter().any(|(op, _)| *op == node.op_type()) && at == 0 && read.len() == 1 {
+        return Ok(None);
     }
     Err(OnnxError::node(
         name,

@@ -51,6 +51,8 @@ pub struct Model {
     deferred_outputs: Vec<String>,
     /// Outputs the model declares as strings, given as i64 indices into these labels.
     string_outputs: BTreeMap<String, Vec<String>>,
+    /// Inputs that hold strings, taken as i64 indices into these vocabularies.
+    string_inputs: BTreeMap<String, Vec<String>>,
 }
 
 impl Model {
@@ -81,12 +83,13 @@ impl Model {
         constants: &BTreeMap<String, Tensor>,
         shapes: &BTreeMap<String, Vec<u64>>,
     ) -> Result<Model> {
-        let (graph, warnings, shape_inputs, string_outputs) = if is_ir_text(path)? {
+        let (graph, warnings, shape_inputs, (string_outputs, string_inputs)) = if is_ir_text(path)?
+        {
             (
                 load_ir_text(path, &opts.outputs)?,
                 Vec::new(),
                 Vec::new(),
-                BTreeMap::new(),
+                (BTreeMap::new(), BTreeMap::new()),
             )
         } else {
             let import = fp8c_onnx::ImportOptions {
@@ -124,6 +127,7 @@ impl Model {
                         deferred: Some(e.to_string()),
                         deferred_outputs: bare.outputs,
                         string_outputs: BTreeMap::new(),
+                        string_inputs: BTreeMap::new(),
                     });
                 }
             };
@@ -137,7 +141,7 @@ impl Model {
                 imported.graph,
                 warnings,
                 imported.shape_inputs,
-                imported.string_outputs,
+                (imported.string_outputs, imported.string_inputs),
             )
         };
         Ok(Model {
@@ -149,6 +153,7 @@ impl Model {
             deferred: None,
             deferred_outputs: Vec::new(),
             string_outputs,
+            string_inputs,
         })
     }
 
@@ -238,6 +243,7 @@ impl Model {
             deferred: None,
             deferred_outputs: Vec::new(),
             string_outputs: BTreeMap::new(),
+            string_inputs: BTreeMap::new(),
         }
     }
 
@@ -287,6 +293,13 @@ impl Model {
     /// [`crate::npy::write_npz_labelled`] writes the strings.
     pub fn string_outputs(&self) -> &BTreeMap<String, Vec<String>> {
         &self.string_outputs
+    }
+
+    /// Inputs the model declares as strings (categories a OneHotEncoder compares): the graph
+    /// takes each as i64 indices into its vocabulary here, which
+    /// [`crate::npy::read_npz_with`] makes from a numpy string array.
+    pub fn string_inputs(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.string_inputs
     }
 
     /// The graph output names, in order.

@@ -166,10 +166,29 @@ pub fn read_npz(path: &Path) -> Result<Vec<(String, Tensor)>> {
     read_npz_from(std::io::BufReader::new(f), path)
 }
 
+/// [`read_npz`] for a model with string inputs (see `crate::Model::string_inputs`): a numpy
+/// string array (`<U`) under one of their names becomes i64 indices into its vocabulary (a
+/// string outside it, `vocabulary.len()`).
+pub fn read_npz_with(
+    path: &Path,
+    vocabularies: &BTreeMap<String, Vec<String>>,
+) -> Result<Vec<(String, Tensor)>> {
+    let f = open_regular(path)?;
+    read_npz_impl(std::io::BufReader::new(f), path, vocabularies)
+}
+
 /// [`read_npz`] over any seekable reader (`path` names it in messages).
 pub fn read_npz_from(
     reader: impl std::io::Read + std::io::Seek,
     path: &Path,
+) -> Result<Vec<(String, Tensor)>> {
+    read_npz_impl(reader, path, &BTreeMap::new())
+}
+
+fn read_npz_impl(
+    reader: impl std::io::Read + std::io::Seek,
+    path: &Path,
+    vocabularies: &BTreeMap<String, Vec<String>>,
 ) -> Result<Vec<(String, Tensor)>> {
     let mut zip = zip::ZipArchive::new(reader).map_err(|e| {
         Error::invalid(format!(
@@ -216,11 +235,53 @@ pub fn read_npz_from(
                 path.display()
             )));
         }
-        let t = tensor_from_npy(&bytes)
-            .with_context(|| format!("{}: array \"{key}\"", path.display()))?;
+        let t = match vocabularies.get(&key) {
+            Some(vocab) => indices_from_npy(&bytes, vocab),
+            None => tensor_from_npy(&bytes),
+        }
+        .with_context(|| format!("{}: array \"{key}\"", path.display()))?;
         out.push((key, t));
     }
     Ok(out)
+}
+
+/// A numpy unicode array (`<U`) as i64 indices into `vocab` (`vocab.len()` for a string
+/// outside it).
+pub fn indices_from_npy(bytes: &[u8], vocab: &[String]) -> Result<Tensor> {
+    guarded(|| {
+        let mut data = bytes;
+        let header = npyz::NpyHeader::from_reader(&mut data)
+            .map_err(|e| Error::invalid(format!("not a valid .npy array: {e}")))?;
+        let npy = npyz::NpyFile::with_header(header, data);
+        let shape = npy.shape().to_vec();
+        let n = fp8c_ir::checked_numel(&shape)
+            .ok_or_else(|| Error::invalid(format!("shape {shape:?} is too large")))?
+            as usize;
+        let descr = npy.dtype().descr();
+        let npyz::DType::Plain(ts) = npy.dtype() else {
+            bail!("dtype {descr} is not a string array (this input holds strings)");
+        };
+        if ts.type_char() != TypeChar::UnicodeStr || descr.contains('>') {
+            bail!("dtype {descr} is not a string array (`<U`; this input holds strings)");
+        }
+        let width = ts.size_field() as usize;
+        let body = &bytes[bytes.len() - data.len()..];
+        if body.len() < n * width * 4 {
+            bail!("the array is truncated");
+        }
+        let index: Vec<i64> = (0..n)
+            .map(|i| {
+                let s: String = body[i * width * 4..][..width * 4]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .take_while(|&c| c != 0)
+                    .map(|c| char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER))
+                    .collect();
+                vocab.iter().position(|v| *v == s).unwrap_or(vocab.len()) as i64
+            })
+            .collect();
+        Ok(Tensor::from_i64(shape, &index))
+    })
 }
 
 /// One array as a `.npy` image; the second value says what was converted, if anything.

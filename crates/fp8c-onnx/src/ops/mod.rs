@@ -209,6 +209,8 @@ pub(crate) struct NodeCx<'a> {
     base_dir: Option<&'a Path>,
     /// String labels of outputs given as indices into them ([`NodeCx::string_labels`]).
     pub(crate) labels: Vec<(usize, Vec<String>)>,
+    /// Per input: the string table of an input that holds strings (`crate::strings`).
+    pub(crate) input_tables: Vec<Option<Vec<String>>>,
 }
 
 impl<'a> NodeCx<'a> {
@@ -231,6 +233,7 @@ impl<'a> NodeCx<'a> {
             used_outputs,
             base_dir,
             labels: Vec::new(),
+            input_tables: Vec::new(),
         }
     }
 
@@ -316,6 +319,11 @@ impl<'a> NodeCx<'a> {
     /// True if the rest of the graph reads output `i`.
     pub fn output_used(&self, i: usize) -> bool {
         self.used_outputs.get(i).copied().unwrap_or(false)
+    }
+
+    /// The strings input `i` holds, if it holds strings: it is then i64 indices into them.
+    pub fn input_strings(&self, i: usize) -> Option<&[String]> {
+        self.input_tables.get(i).and_then(|t| t.as_deref())
     }
 
     /// Says that output `i` holds strings, as i64 indices into `labels` (see `crate::strings`).

@@ -61,18 +61,44 @@ fn matches(cx: &mut NodeCx<'_>, x: Value, keys: Tensor) -> Result<Value, OnnxErr
     cx.add_helper("matches", Op::Equal, &[last, keys])
 }
 
+/// The position of each of `strings` in `vocab` (which holds them all: it was gathered from
+/// the model's string attributes).
+fn positions(cx: &NodeCx<'_>, strings: &[String], vocab: &[String]) -> Result<Vec<i64>, OnnxError> {
+    strings
+        .iter()
+        .map(|s| {
+            vocab
+                .iter()
+                .position(|v| v == s)
+                .map(|p| p as i64)
+                .ok_or_else(|| cx.err(format!("string \"{s}\" is not in its input's vocabulary")))
+        })
+        .collect()
+}
+
 /// OneHotEncoder: X (int64, or float/double truncated to int64 as onnxruntime does) to f32
 /// `X.shape + [categories]`, 1 in the column of the element's category. A value outside
 /// `cats_int64s` gives a row of zeros (onnxruntime fails on it when `zeros` = 0).
 pub(in crate::ops) fn one_hot_encoder(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    let cats = cx
-        .attr_ints("cats_int64s")
-        .filter(|c| !c.is_empty())
-        .ok_or_else(|| {
-            cx.err(
-                "`cats_int64s` is required (string categories, `cats_strings`, are not supported)",
-            )
-        })?;
+    let cats = match (
+        cx.attr_ints("cats_int64s").filter(|c| !c.is_empty()),
+        cx.input_strings(0),
+    ) {
+        (Some(c), _) => c,
+        // A string input is indices into its vocabulary: so are the categories.
+        (None, Some(vocab)) => {
+            let cats = cx.attr_strings("cats_strings")?.unwrap_or_default();
+            if cats.is_empty() {
+                return Err(cx.err("`cats_strings` is required for a string input"));
+            }
+            positions(cx, &cats, vocab)?
+        }
+        (None, None) => {
+            return Err(
+                cx.err("`cats_int64s` is required (`cats_strings` needs a string graph input)")
+            );
+        }
+    };
     let x = cx.input(0)?;
     let dtype = cx.ty(x).dtype;
     let x = match dtype {
@@ -115,7 +141,14 @@ pub(in crate::ops) fn label_encoder(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, O
     let strings = ["keys_strings", "values_strings"]
         .iter()
         .any(|a| cx.attr(a).is_some_and(|a| !a.strings.is_empty()));
-    let keys = list(cx, "keys_int64s", "keys_floats", "keys_tensor")?;
+    let keys = match (cx.input_strings(0), cx.attr_strings("keys_strings")?) {
+        // A string input and string keys: both indices into the input's vocabulary.
+        (Some(vocab), Some(k)) if !k.is_empty() => {
+            let p = positions(cx, &k, vocab)?;
+            Some(Tensor::from_i64(vec![p.len() as u64], &p))
+        }
+        _ => list(cx, "keys_int64s", "keys_floats", "keys_tensor")?,
+    };
     let values = list(cx, "values_int64s", "values_floats", "values_tensor")?;
     let (Some(keys), Some(values)) = (keys, values) else {
         return Err(cx.err(if strings {
