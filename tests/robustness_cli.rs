@@ -790,3 +790,76 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
         &["node \"mm4\" (MatMulNBits)", "B must be uint8 [4, 1, 16]"],
     );
 }
+
+/// Malformed opset-23 attention nodes are clean errors naming the node and what is wrong:
+/// 3-D inputs without head counts, query heads that no key/value head count divides, an
+/// odd rotary dimension and a cos cache of the wrong width.
+#[test]
+fn malformed_attention_and_rotary_nodes_are_errors() {
+    let d = scratch("robust-attention");
+    let f = |n: u64| fp8c_ir::Dim::Known(n);
+    let attention = |name: &str, q: u64, kv: u64, three_d: bool| {
+        let dims = |h: u64| {
+            if three_d {
+                vec![f(2), f(4), f(16)]
+            } else {
+                vec![f(2), f(h), f(4), f(8)]
+            }
+        };
+        one_node(
+            &d,
+            name,
+            ModelBuilder::new()
+                .opset(23)
+                .input("q", DType::F32, &dims(q))
+                .input("k", DType::F32, &dims(kv))
+                .input("v", DType::F32, &dims(kv))
+                .node("Attention", &["q", "k", "v"], &["y"])
+                .name("attn")
+                .output_untyped("y"),
+        )
+    };
+    must_fail(
+        &["compile", &attention("att3d.onnx", 2, 2, true)],
+        &[
+            "node \"attn\" (Attention)",
+            "`q_num_heads` and `kv_num_heads`",
+        ],
+    );
+    must_fail(
+        &["compile", &attention("gqa.onnx", 3, 2, false)],
+        &[
+            "node \"attn\" (Attention)",
+            "3 query heads cannot share 2 key/value heads",
+        ],
+    );
+    let rotary = |name: &str, cache: u64, dim: i64| {
+        one_node(
+            &d,
+            name,
+            ModelBuilder::new()
+                .opset(23)
+                .input("x", DType::F32, &[f(1), f(2), f(3), f(8)])
+                .input("c", DType::F32, &[f(1), f(3), f(cache)])
+                .input("s", DType::F32, &[f(1), f(3), f(cache)])
+                .node("RotaryEmbedding", &["x", "c", "s"], &["y"])
+                .name("rope")
+                .attr_int("rotary_embedding_dim", dim)
+                .output_untyped("y"),
+        )
+    };
+    must_fail(
+        &["compile", &rotary("odd.onnx", 4, 3)],
+        &[
+            "node \"rope\" (RotaryEmbedding)",
+            "rotary_embedding_dim 3 must be even",
+        ],
+    );
+    must_fail(
+        &["compile", &rotary("cache.onnx", 3, 0)],
+        &[
+            "node \"rope\" (RotaryEmbedding)",
+            "cos_cache (at the positions) has type f32[1,3,3]",
+        ],
+    );
+}
