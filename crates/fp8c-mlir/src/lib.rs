@@ -10,7 +10,8 @@
 //! without it [`emit`] returns [`Error::Unavailable`] saying how to build it.
 //!
 //! What is covered so far (static shapes; GEMMs, convolutions, pooling, broadcasting
-//! elementwise ops, reductions and normalisations; FP8 with current and delayed scaling:
+//! elementwise ops, reductions and normalisations, arg_max / top_k / cum_sum, integer and f64
+//! GEMMs, integer Q/DQ; FP8 of f32, f16 and bf16 with current and delayed scaling:
 //! amax, scales, history updates, quantize / dequantize as exact bit arithmetic, the scaled
 //! GEMMs with their epilogues and the CPU's fast-accumulation model; a training step's loss,
 //! optimizer and guard) and what is left: ARCHITECTURE.md, "MLIR out". Any other node is an

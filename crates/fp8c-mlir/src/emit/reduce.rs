@@ -1,5 +1,6 @@
 //! Reductions and normalisations in the MLIR emitter: f64 accumulators in index order (the
-//! CPU reference's), reduce_sum / reduce_mean, softmax and layer_norm.
+//! CPU reference's), the reduce_* ops, softmax, layer_norm and rms_norm; and the ops that fold
+//! along an axis in the CPU's loop order: arg_max / arg_min, cum_sum and top_k.
 
 use super::*;
 use crate::scalar::ArgKeys;
