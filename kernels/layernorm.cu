@@ -35,8 +35,7 @@ __device__ __forceinline__ double row_sum(const void* x, u64 base, u64 cols, boo
 
 // y = (x - mean) * inv * gamma + beta, rounded once to x's kind; q = quantize(y) and amax(y)
 // when q / amax are non-null (the FP8 value is computed from the rounded y, as the unfused ops).
-// RMS: rms_norm (ONNX RMSNormalization), the same with mean 0 (inv = 1 / sqrt(mean(x²) + eps)).
-template <int IN, bool RMS>
+template <int IN>
 __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, const void* __restrict__ gamma,
                                                    const void* __restrict__ beta, void* __restrict__ y,
                                                    u8* __restrict__ q, const float* __restrict__ scale,
@@ -48,7 +47,7 @@ __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, c
   u32 m = 0u;
   for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const u64 base = r * cols;
-    const double mean = RMS ? 0.0 : row_sum<IN>(x, base, cols, vec, 0.0, false) / (double)cols;
+    const double mean = row_sum<IN>(x, base, cols, vec, 0.0, false) / (double)cols;
     const double var = row_sum<IN>(x, base, cols, vec, mean, true) / (double)cols;
     const double inv = 1.0 / sqrt(var + (double)eps);
     if (stats != nullptr && threadIdx.x == 0) stats[r] = make_float2((float)mean, (float)inv);
@@ -96,19 +95,45 @@ __device__ __forceinline__ void layernorm_fwd_impl(const void* __restrict__ x, c
       fp8c_layernorm_fwd_##IN_NAME(const void* x, const void* gamma, const void* beta, void* y, u8* q,       \
                                    const float* scale, float* amax, float2* stats, u64 rows, u64 cols,        \
                                    float eps, int qfmt, int qsat) {                                          \
-    layernorm_fwd_impl<IN, false>(x, gamma, beta, y, q, scale, amax, stats, rows, cols, eps, qfmt, qsat);    \
+    layernorm_fwd_impl<IN>(x, gamma, beta, y, q, scale, amax, stats, rows, cols, eps, qfmt, qsat);           \
   }
 LN_FWD(f32, KIND_F32)
 LN_FWD(bf16, KIND_BF16)
 LN_FWD(f16, KIND_F16)
 
-// fp8c_rmsnorm_fwd_<in>: rms_norm, with fp8c_layernorm_fwd_<in>'s arguments.
+// rms_norm (ONNX RMSNormalization): y = x * inv * gamma, inv = 1 / sqrt(mean(x²) + eps), the
+// statistic in f64 and y computed in f64 and rounded once, as the CPU reference (the IR op has
+// no bias).
+template <int IN>
+__device__ __forceinline__ void rmsnorm_fwd_impl(const void* __restrict__ x, const void* __restrict__ gamma,
+                                                 void* __restrict__ y, u64 rows, u64 cols, float eps) {
+  const bool vec = cols % 8 == 0 && aligned16(x) && aligned16(y) && aligned16(gamma);
+  for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    const u64 base = r * cols;
+    const double inv = 1.0 / sqrt(row_sum<IN>(x, base, cols, vec, 0.0, true) / (double)cols + (double)eps);
+    if (vec) {
+      for (u64 c = (u64)threadIdx.x * 8; c < cols; c += (u64)blockDim.x * 8) {
+        float v[8], g[8];
+        load8<IN>(x, base + c, v);
+        load8<IN>(gamma, c, g);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] = __double2float_rn((double)v[j] * inv * (double)g[j]);
+        store8<IN>(y, base + c, v);
+      }
+    } else {
+      for (u64 c = threadIdx.x; c < cols; c += blockDim.x) {
+        store_elem<IN>(y, base + c,
+                       __double2float_rn((double)load_elem<IN>(x, base + c) * inv * (double)load_elem<IN>(gamma, c)));
+      }
+    }
+  }
+}
+
+// fp8c_rmsnorm_fwd_<in>(x, gamma, y, rows, cols, eps): 256 threads per block.
 #define RMS_FWD(IN_NAME, IN)                                                                                \
   extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                                  \
-      fp8c_rmsnorm_fwd_##IN_NAME(const void* x, const void* gamma, const void* beta, void* y, u8* q,         \
-                                 const float* scale, float* amax, float2* stats, u64 rows, u64 cols,          \
-                                 float eps, int qfmt, int qsat) {                                            \
-    layernorm_fwd_impl<IN, true>(x, gamma, beta, y, q, scale, amax, stats, rows, cols, eps, qfmt, qsat);     \
+      fp8c_rmsnorm_fwd_##IN_NAME(const void* x, const void* gamma, void* y, u64 rows, u64 cols, float eps) { \
+    rmsnorm_fwd_impl<IN>(x, gamma, y, rows, cols, eps);                                                      \
   }
 RMS_FWD(f32, KIND_F32)
 RMS_FWD(bf16, KIND_BF16)
@@ -122,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)
     fp8c_layernorm_fwd_tiles_f32(const void* x, const void* gamma, const void* beta, float* y, u8* q,
                                  float* scale_inv, u64 rows, u64 cols, float eps, u64 tc, int scaling,
                                  float epsilon, int qfmt, int qsat) {
-  layernorm_fwd_impl<KIND_F32, false>(x, gamma, beta, y, nullptr, nullptr, nullptr, nullptr, rows, cols, eps, 0, 1);
+  layernorm_fwd_impl<KIND_F32>(x, gamma, beta, y, nullptr, nullptr, nullptr, nullptr, rows, cols, eps, 0, 1);
   __syncthreads(); // this block's rows of y are written and visible to all its threads
   const float fmt_max = qfmt == FMT_E4M3 ? 448.0f : 57344.0f;
   const int emax = qfmt == FMT_E4M3 ? 8 : 15;

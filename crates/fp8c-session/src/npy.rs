@@ -37,7 +37,10 @@ pub fn tensor_from_npy(bytes: &[u8]) -> Result<Tensor> {
     guarded(|| parse_npy(bytes))
 }
 
-fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
+/// An `.npy` image's array (its data unread), shape, element count and data bytes.
+type Opened<'a> = (npyz::NpyFile<&'a [u8]>, Vec<u64>, usize, &'a [u8]);
+
+fn open_npy(bytes: &[u8]) -> Result<Opened<'_>> {
     let mut data = bytes;
     let header = npyz::NpyHeader::from_reader(&mut data)
         .map_err(|e| Error::invalid(format!("not a valid .npy array: {e}")))?;
@@ -46,6 +49,11 @@ fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
     let n = fp8c_ir::checked_numel(&shape)
         .ok_or_else(|| Error::invalid(format!("shape {shape:?} is too large")))?
         as usize;
+    Ok((npy, shape, n, data))
+}
+
+fn parse_npy(bytes: &[u8]) -> Result<Tensor> {
+    let (npy, shape, n, data) = open_npy(bytes)?;
     let npyz::DType::Plain(ts) = npy.dtype() else {
         bail!(
             "dtype {} is not supported (structured or array dtypes)",
@@ -249,14 +257,7 @@ fn read_npz_impl(
 /// outside it).
 pub fn indices_from_npy(bytes: &[u8], vocab: &[String]) -> Result<Tensor> {
     guarded(|| {
-        let mut data = bytes;
-        let header = npyz::NpyHeader::from_reader(&mut data)
-            .map_err(|e| Error::invalid(format!("not a valid .npy array: {e}")))?;
-        let npy = npyz::NpyFile::with_header(header, data);
-        let shape = npy.shape().to_vec();
-        let n = fp8c_ir::checked_numel(&shape)
-            .ok_or_else(|| Error::invalid(format!("shape {shape:?} is too large")))?
-            as usize;
+        let (npy, shape, n, body) = open_npy(bytes)?;
         let descr = npy.dtype().descr();
         let npyz::DType::Plain(ts) = npy.dtype() else {
             bail!("dtype {descr} is not a string array (this input holds strings)");
@@ -265,7 +266,6 @@ pub fn indices_from_npy(bytes: &[u8], vocab: &[String]) -> Result<Tensor> {
             bail!("dtype {descr} is not a string array (`<U`; this input holds strings)");
         }
         let width = ts.size_field() as usize;
-        let body = &bytes[bytes.len() - data.len()..];
         if body.len() < n * width * 4 {
             bail!("the array is truncated");
         }

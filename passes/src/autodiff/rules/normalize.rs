@@ -122,9 +122,9 @@ fn batch_norm(e: &mut Emit<'_>, at: &At<'_>, epsilon: f32) -> R<Grads> {
     Ok(out)
 }
 
-/// `y = x·inv·scale (+ bias)` over the axes from `axis` on, `inv = 1/√(mean(x²) + ε)`:
-/// with `g = dy·scale` and `x̂ = x·inv`,
-/// `dx = inv·(g − x̂·inv·mean(g·x))`, `dscale = Σ dy·x̂`, `dbias = Σ dy` (summed to their shapes).
+/// `y = x·inv·scale` over the axes from `axis` on, `inv = 1/√(mean(x²) + ε)`: with
+/// `g = dy·scale` and `x̂ = x·inv`, `dx = inv·(g − x̂·inv·mean(g·x))` and `dscale = Σ dy·x̂`
+/// (summed to its shape).
 fn rms_norm(e: &mut Emit<'_>, at: &At<'_>, axis: i64, epsilon: f32) -> R<Grads> {
     let (x, scale) = (at.ins[0], at.ins[1]);
     let dy = at.dy()?;
@@ -151,9 +151,6 @@ fn rms_norm(e: &mut Emit<'_>, at: &At<'_>, axis: i64, epsilon: f32) -> R<Grads> 
     if at.want(1) {
         let t = e.mul(&n("dy_x_hat"), dy, xhat)?;
         out[1] = Some(e.sum_to(&n("d1"), t, &e.dims(scale)?)?);
-    }
-    if at.ins.len() == 3 && at.want(2) {
-        out[2] = Some(e.sum_to(&n("d2"), dy, &e.dims(at.ins[2])?)?);
     }
     if at.want(0) {
         let g = e.mul(&n("g"), dy, scale)?;

@@ -40,8 +40,7 @@ impl Lowerer<'_> {
                 self.layer_norm(ins[0], ins[1], beta, outs[0], None, *axis, *epsilon)
             }
             NormalizeOp::RmsNormalization { axis, epsilon } => {
-                let beta = ins.get(2).copied();
-                self.rms_norm(ins[0], ins[1], beta, outs[0], *axis, *epsilon)
+                self.rms_norm(ins[0], ins[1], outs[0], *axis, *epsilon)
             }
             NormalizeOp::LayerNormGrad { axis, epsilon } => {
                 self.layer_norm_grad(ins, outs, *axis, *epsilon)
@@ -116,44 +115,7 @@ impl Lowerer<'_> {
         axis: i64,
         eps: f32,
     ) -> R<Vec<Action>> {
-        self.norm_rows("layernorm", (x, gamma, beta, y), q, axis, eps)
-    }
-
-    /// rms_norm: `fp8c_rmsnorm_fwd_<t>`, LayerNorm's kernel with the mean taken as 0.
-    fn rms_norm(
-        &self,
-        x: BufId,
-        gamma: BufId,
-        beta: Option<BufId>,
-        y: BufId,
-        axis: i64,
-        eps: f32,
-    ) -> R<Vec<Action>> {
-        self.norm_rows("rmsnorm", (x, gamma, beta, y), None, axis, eps)
-    }
-
-    /// `fp8c_<kind>_fwd_<t>` (`kernels/layernorm.cu`) over the rows of `x` from `axis` on.
-    fn norm_rows(
-        &self,
-        kind: &str,
-        (x, gamma, beta, y): (BufId, BufId, Option<BufId>, BufId),
-        q: Option<LnQuant>,
-        axis: i64,
-        eps: f32,
-    ) -> R<Vec<Action>> {
-        let dims = self.buf(x).dims.clone();
-        let ax = norm_axis(axis, dims.len())?;
-        let cols: u64 = dims[ax..].iter().product();
-        let rows: u64 = dims[..ax].iter().product();
-        let d = self.buf(x).ty.dtype;
-        let t = float_word(d)?;
-        for p in std::iter::once(gamma).chain(beta) {
-            if self.buf(p).ty.dtype != d || numel(self.buf(p)) != cols {
-                return Err(format!(
-                    "scale and bias must be {d} with the {cols} normalised elements on CUDA (no broadcasting)"
-                ));
-            }
-        }
+        let (rows, cols, t) = self.norm_rows(x, gamma, beta, axis)?;
         let mut actions = Vec::new();
         let (qp, scale, amax, fmt, sat) = match &q {
             Some(q) => {
@@ -196,11 +158,58 @@ impl Lowerer<'_> {
             .i32(sat);
         actions.push(self.launch_rows(
             kernels::LAYERNORM,
-            &format!("fp8c_{kind}_fwd_{t}"),
+            &format!("fp8c_layernorm_fwd_{t}"),
             rows,
             a,
         )?);
         Ok(actions)
+    }
+
+    /// `x` as `[rows, cols]` (cols: the dims from `axis` on) and its kernel suffix, with the
+    /// scale and bias checked to be `cols` elements of x's type.
+    fn norm_rows(
+        &self,
+        x: BufId,
+        gamma: BufId,
+        beta: Option<BufId>,
+        axis: i64,
+    ) -> R<(u64, u64, &'static str)> {
+        let dims = self.buf(x).dims.clone();
+        let ax = norm_axis(axis, dims.len())?;
+        let cols: u64 = dims[ax..].iter().product();
+        let rows: u64 = dims[..ax].iter().product();
+        let d = self.buf(x).ty.dtype;
+        let t = float_word(d)?;
+        for p in std::iter::once(gamma).chain(beta) {
+            if self.buf(p).ty.dtype != d || numel(self.buf(p)) != cols {
+                return Err(format!(
+                    "scale and bias must be {d} with the {cols} normalised elements on CUDA (no broadcasting)"
+                ));
+            }
+        }
+        Ok((rows, cols, t))
+    }
+
+    /// rms_norm: `fp8c_rmsnorm_fwd_<t>` (`kernels/layernorm.cu`) over the rows of `x` from
+    /// `axis` on.
+    fn rms_norm(&self, x: BufId, gamma: BufId, y: BufId, axis: i64, eps: f32) -> R<Vec<Action>> {
+        let (rows, cols, t) = self.norm_rows(x, gamma, None, axis)?;
+        if rows * cols == 0 {
+            return Ok(Vec::new());
+        }
+        let mut a = KernelArgs::new();
+        a.ptr(self.ptr(x))
+            .ptr(self.ptr(gamma))
+            .ptr(self.ptr(y))
+            .u64(rows)
+            .u64(cols)
+            .f32(eps);
+        Ok(vec![self.launch_rows(
+            kernels::LAYERNORM,
+            &format!("fp8c_rmsnorm_fwd_{t}"),
+            rows,
+            a,
+        )?])
     }
 
     /// layer_norm_block_quantize (f32, over the last axis): y, its one-row tiles' codes and
