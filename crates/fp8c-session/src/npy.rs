@@ -371,16 +371,31 @@ pub type Conversions = Vec<(String, &'static str)>;
 /// The bytes of an uncompressed `.npz` archive of `arrays`, and the arrays that had to be
 /// converted (see the module docs).
 pub fn npz_bytes(arrays: &[(&str, &Tensor)]) -> Result<(Vec<u8>, Conversions)> {
+    npz_labelled_bytes(arrays, &BTreeMap::new())
+}
+
+/// [`npz_bytes`] with the arrays named in `labels` written as the strings their i64 indices
+/// stand for (see [`write_npz_labelled`]).
+fn npz_labelled_bytes(
+    arrays: &[(&str, &Tensor)],
+    labels: &BTreeMap<String, Vec<String>>,
+) -> Result<(Vec<u8>, Conversions)> {
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     let opts = zip::write::SimpleFileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
         .large_file(true);
     let mut notes = Vec::new();
     for (key, t) in arrays {
-        let (bytes, note) = npy_bytes(t).with_context(|| format!("array \"{key}\""))?;
-        if let Some(n) = note {
-            notes.push((key.to_string(), n));
-        }
+        let bytes = match labels.get(*key) {
+            Some(table) => npy_strings(t.shape(), &label_strings(key, t, table)?),
+            None => {
+                let (bytes, note) = npy_bytes(t).with_context(|| format!("array \"{key}\""))?;
+                if let Some(n) = note {
+                    notes.push((key.to_string(), n));
+                }
+                bytes
+            }
+        };
         zip.start_file(format!("{key}.npy"), opts)
             .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
             .with_context(|| format!("array \"{key}\""))?;
@@ -392,10 +407,7 @@ pub fn npz_bytes(arrays: &[(&str, &Tensor)]) -> Result<(Vec<u8>, Conversions)> {
 /// Writes `arrays` to an uncompressed `.npz` file (checked and atomic, see
 /// [`crate::files::Output`]); returns `(key, note)` for every array that had to be converted.
 pub fn write_npz(path: &Path, arrays: &[(&str, &Tensor)]) -> Result<Vec<(String, &'static str)>> {
-    let out = crate::files::Output::check("", path, &[])?;
-    let (bytes, notes) = npz_bytes(arrays).with_context(|| path.display())?;
-    out.write_bytes(&bytes)?;
-    Ok(notes)
+    write_npz_labelled(path, arrays, &BTreeMap::new())
 }
 
 /// A `.npy` image of strings as numpy's fixed-width unicode (`<U{width}`, UTF-32 code points,
@@ -441,38 +453,9 @@ pub fn write_npz_labelled(
     arrays: &[(&str, &Tensor)],
     labels: &BTreeMap<String, Vec<String>>,
 ) -> Result<Vec<(String, &'static str)>> {
-    if !arrays.iter().any(|(k, _)| labels.contains_key(*k)) {
-        return write_npz(path, arrays);
-    }
     let out = crate::files::Output::check("", path, &[])?;
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored)
-        .large_file(true);
-    let mut notes = Vec::new();
-    for (key, t) in arrays {
-        let bytes = match labels.get(*key) {
-            Some(table) => {
-                let strings = label_strings(key, t, table)?;
-                npy_strings(t.shape(), &strings)
-            }
-            None => {
-                let (bytes, note) = npy_bytes(t).with_context(|| format!("array \"{key}\""))?;
-                if let Some(n) = note {
-                    notes.push((key.to_string(), n));
-                }
-                bytes
-            }
-        };
-        zip.start_file(format!("{key}.npy"), opts)
-            .and_then(|()| zip.write_all(&bytes).map_err(Into::into))
-            .with_context(|| format!("array \"{key}\""))?;
-    }
-    let cursor = zip
-        .finish()
-        .context("cannot finish the archive")
-        .with_context(|| path.display())?;
-    out.write_bytes(&cursor.into_inner())?;
+    let (bytes, notes) = npz_labelled_bytes(arrays, labels).with_context(|| path.display())?;
+    out.write_bytes(&bytes)?;
     Ok(notes)
 }
 
