@@ -3,13 +3,16 @@
 
 mod block;
 mod builders;
+mod cast;
 mod fast_accum;
 mod fp8;
 mod grad;
 mod linalg;
 mod movement;
+mod qdq_int;
 mod reduce;
 mod scaling;
+mod select;
 mod train;
 
 use crate::Error;
@@ -414,100 +417,11 @@ impl<'c> Emitter<'c, '_> {
                 };
                 vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, fold, out_ty, loc)]
             }
-            Op::ArgMax {
-                axis,
-                keepdims,
-                select_last_index,
+            Op::ArgMax { .. } | Op::ArgMin { .. } => {
+                self.arg_extreme_op(block, node, id, &ins, (out_ty, &out_dims, out_dtype), loc)?
             }
-            | Op::ArgMin {
-                axis,
-                keepdims,
-                select_last_index,
-            } => {
-                let xd = self.dims(node.inputs()[0], node)?;
-                let d = self.graph.value_type(node.inputs()[0]).dtype;
-                let keys = match d {
-                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
-                        crate::scalar::ArgKeys::Float
-                    }
-                    DType::U64 => crate::scalar::ArgKeys::U64AsF64,
-                    DType::U8 | DType::U16 | DType::U32 => crate::scalar::ArgKeys::Int(true),
-                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
-                        crate::scalar::ArgKeys::Int(false)
-                    }
-                    other => {
-                        return Err(unsupported(
-                            node,
-                            format!("arg_max/arg_min of {other} tensors is not emitted yet"),
-                        ));
-                    }
-                };
-                let r = xd.len() as i64;
-                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
-                if xd.is_empty() || xd[ax] == 0 {
-                    // The CPU fails such a run; the JIT code must not read an empty axis.
-                    return Err(unsupported(node, "an empty or rank-0 input has no extreme"));
-                }
-                let max = matches!(node.op, Op::ArgMax { .. });
-                vec![self.arg_extreme(
-                    block,
-                    ins[0],
-                    &xd,
-                    ax,
-                    (*keepdims, *select_last_index, max),
-                    keys,
-                    (self.elem(d, node)?, out_ty),
-                    loc,
-                )]
-            }
-            Op::TopK { axis, largest, .. } => {
-                let xd = self.dims(node.inputs()[0], node)?;
-                let d = self.graph.value_type(node.inputs()[0]).dtype;
-                let keys = match d {
-                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
-                        crate::scalar::ArgKeys::Float
-                    }
-                    DType::U8 | DType::U16 | DType::U32 | DType::U64 => {
-                        crate::scalar::ArgKeys::Int(true)
-                    }
-                    DType::I8 | DType::I16 | DType::I32 | DType::I64 => {
-                        crate::scalar::ArgKeys::Int(false)
-                    }
-                    other => {
-                        return Err(unsupported(
-                            node,
-                            format!("top_k of {other} tensors is not emitted yet"),
-                        ));
-                    }
-                };
-                let r = xd.len() as i64;
-                if !(-r..r).contains(axis) {
-                    return Err(unsupported(node, format!("axis {axis} is out of range")));
-                }
-                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
-                let k = self
-                    .constant_ints(node.inputs()[1])
-                    .filter(|k| k.len() == 1)
-                    .ok_or_else(|| {
-                        unsupported(node, "a k that is not a constant is not emitted yet")
-                    })?[0];
-                if k < 0 || k as u64 > xd[ax] || out_dims.get(ax) != Some(&(k as u64)) {
-                    return Err(unsupported(
-                        node,
-                        format!("k = {k} does not fit axis {ax} of {xd:?}"),
-                    ));
-                }
-                let idx_ty = self.tensor(IrValue::new(id, 1), node)?;
-                self.top_k(
-                    block,
-                    ins[0],
-                    &xd,
-                    ax,
-                    *largest,
-                    keys,
-                    (self.elem(d, node)?, (out_ty, idx_ty), &out_dims),
-                    loc,
-                )
+            Op::TopK { .. } => {
+                self.top_k_op(block, node, id, &ins, (out_ty, &out_dims, out_dtype), loc)?
             }
             Op::Gather { axis } => {
                 let dd = self.dims(node.inputs()[0], node)?;
@@ -768,119 +682,12 @@ impl<'c> Emitter<'c, '_> {
                 }
                 outs
             }
-            Op::Cast { to, saturate } => {
-                let from = self.graph.value_type(node.inputs()[0]).dtype;
-                if from == *to {
-                    vec![ins[0]]
-                } else {
-                    let (fe, te) = (self.elem(from, node)?, self.elem(*to, node)?);
-                    let x_dims = self.dims(node.inputs()[0], node)?;
-                    let maps = vec![self.broadcast_map(&x_dims, &out_dims)];
-                    let (from, to, sat) = (from, *to, *saturate);
-                    if from.is_fp8() || to.is_fp8() {
-                        // The exact encode and decode quantize and dequantize use, with no
-                        // scale: f32 to FP8 and back (other source types are refused).
-                        if !matches!((from, to), (DType::F32, t) | (t, DType::F32) if t.is_fp8()) {
-                            return Err(unsupported(
-                                node,
-                                "casts between FP8 and types other than f32 are not emitted yet",
-                            ));
-                        }
-                        return Ok(vec![self.per_element(
-                            block,
-                            &ins,
-                            maps,
-                            out_ty,
-                            loc,
-                            move |b, a| {
-                                let s = Scalar { ctx, block: b, loc };
-                                if to.is_fp8() {
-                                    s.cast_to_fp8(to, sat, a[0], te)
-                                } else {
-                                    s.decode(from, a[0])
-                                }
-                            },
-                        )]);
-                    }
-                    vec![
-                        self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
-                            Scalar { ctx, block: b, loc }.cast(a[0], from, to, fe, te)
-                        }),
-                    ]
-                }
+            Op::Cast { .. } => self.cast_op(block, node, &ins, (out_ty, &out_dims), loc)?,
+            Op::CumSum { .. } => {
+                self.cum_sum_op(block, node, id, &ins, (out_ty, &out_dims, out_dtype), loc)?
             }
-            Op::CumSum { exclusive, reverse } => {
-                let xd = self.dims(node.inputs()[0], node)?;
-                let axis = self
-                    .constant_ints(node.inputs()[1])
-                    .filter(|a| a.len() == 1)
-                    .ok_or_else(|| {
-                        unsupported(node, "an axis that is not a constant is not emitted yet")
-                    })?[0];
-                let r = xd.len() as i64;
-                if !(-r..r).contains(&axis) {
-                    return Err(unsupported(node, format!("axis {axis} is out of range")));
-                }
-                let ax = (if axis < 0 { axis + r } else { axis }) as usize;
-                // f16 / bf16 sum in f32 and round once (the CPU's compute type).
-                let (acc_elem, float) = match out_dtype {
-                    DType::F32 | DType::F64 => (self.elem(out_dtype, node)?, true),
-                    DType::F16 | DType::BF16 => (Type::float32(ctx), true),
-                    d if d.is_int() => (self.elem(out_dtype, node)?, false),
-                    d => {
-                        return Err(unsupported(
-                            node,
-                            format!("cum_sum of {d} tensors is not emitted yet"),
-                        ));
-                    }
-                };
-                let acc = self.cum_sum(
-                    block,
-                    ins[0],
-                    &xd,
-                    ax,
-                    (*exclusive, *reverse),
-                    (acc_elem, float),
-                    loc,
-                );
-                if acc_elem == self.elem(out_dtype, node)? {
-                    vec![acc]
-                } else {
-                    let id = self.map_attr(AffineMap::multi_dim_identity(ctx, xd.len()));
-                    let t = self.elem(out_dtype, node)?;
-                    vec![
-                        self.per_element(block, &[acc], vec![id], out_ty, loc, move |b, a| {
-                            Scalar { ctx, block: b, loc }.named_pub("arith.truncf", a[0], t)
-                        }),
-                    ]
-                }
-            }
-            Op::GatherElements { axis } => {
-                let dd = self.dims(node.inputs()[0], node)?;
-                let idd = self.dims(node.inputs()[1], node)?;
-                let r = dd.len() as i64;
-                let ax = (if *axis < 0 { axis + r } else { *axis }) as usize;
-                // The CPU checks these shapes; the JIT code must not read outside data.
-                let fits = dd.len() == idd.len()
-                    && ax < dd.len()
-                    && dd[ax] > 0
-                    && (0..dd.len()).all(|k| k == ax || idd[k] <= dd[k]);
-                if !fits {
-                    return Err(unsupported(
-                        node,
-                        format!("indices {idd:?} do not fit data {dd:?} along axis {axis}"),
-                    ));
-                }
-                let elem = self.elem(out_dtype, node)?;
-                vec![self.gather_elements(
-                    block,
-                    (ins[0], ins[1]),
-                    dd[ax],
-                    ax,
-                    (out_ty, elem),
-                    &out_dims,
-                    loc,
-                )]
+            Op::GatherElements { .. } => {
+                self.gather_elements_op(block, node, id, &ins, (out_ty, &out_dims, out_dtype), loc)?
             }
             Op::GatherNd { batch_dims } => {
                 let dd = self.dims(node.inputs()[0], node)?;
@@ -1316,105 +1123,26 @@ impl<'c> Emitter<'c, '_> {
                 to,
                 block_size,
                 ..
-            } => {
-                // ONNX's integer QuantizeLinear as the CPU: x / y_scale in f64 rounded to the
-                // f32 scale's precision, rounded half to even, plus the zero point, clamped
-                // to the type's range (NaN gives its low end).
-                let xt = self.graph.value_type(node.inputs()[0]).dtype;
-                let (lo, hi, unsigned) = match to {
-                    DType::I8 => (-128.0, 127.0, false),
-                    DType::U8 => (0.0, 255.0, true),
-                    DType::I16 => (-32768.0, 32767.0, false),
-                    DType::U16 => (0.0, 65535.0, true),
-                    d => {
-                        return Err(unsupported(
-                            node,
-                            format!("quantize_linear to {d} is not emitted yet"),
-                        ));
-                    }
-                };
-                if !matches!(
-                    xt,
-                    DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I32
-                ) {
-                    return Err(unsupported(
-                        node,
-                        format!("quantize_linear of {xt} is not emitted yet"),
-                    ));
-                }
-                let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
-                let mut maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
-                if node.inputs().len() > 2 {
-                    maps.push(self.qdq_zero_point_map(node, smap, &out_dims)?);
-                }
-                let n = maps.len();
-                let te = self.elem(*to, node)?;
-                vec![
-                    self.per_element(block, &ins[..n], maps, out_ty, loc, move |b, a| {
-                        use melior::dialect::arith::CmpfPredicate as F;
-                        let s = Scalar { ctx, block: b, loc };
-                        let f64t = Type::float64(ctx);
-                        let x = s.float_or_int_to_f64(a[0], xt == DType::I32);
-                        let q = s.extf(s.truncf(s.divf64(x, s.extf(a[1]))));
-                        let mut r = s.inferred("math.roundeven", &[q]);
-                        if n > 2 {
-                            let cvt = if unsigned {
-                                "arith.uitofp"
-                            } else {
-                                "arith.sitofp"
-                            };
-                            r = s.addf64(r, s.named_pub(cvt, a[2], f64t));
-                        }
-                        let nan = s.cmpf(F::Uno, r, r);
-                        let r = s.inferred("arith.maximumf", &[r, s.f64c(lo)]);
-                        let r = s.inferred("arith.minimumf", &[r, s.f64c(hi)]);
-                        let r = s.select(nan, s.f64c(lo), r);
-                        let cvt = if unsigned {
-                            "arith.fptoui"
-                        } else {
-                            "arith.fptosi"
-                        };
-                        s.named_pub(cvt, r, te)
-                    }),
-                ]
-            }
+            } => vec![self.quantize_linear(
+                block,
+                node,
+                &ins,
+                (*axis, *to, *block_size),
+                &out_dims,
+                out_ty,
+                loc,
+            )?],
             Op::DequantizeLinear { axis, block_size } => {
-                // ONNX's integer DequantizeLinear as the CPU: (x − zero point) · x_scale in
-                // f64, rounded once to the f32 scale's type.
                 f32_only("dequantize_linear")?;
-                let xt = self.graph.value_type(node.inputs()[0]).dtype;
-                let unsigned = match xt {
-                    DType::I8 | DType::I16 | DType::I32 => false,
-                    DType::U8 | DType::U16 => true,
-                    d => {
-                        return Err(unsupported(
-                            node,
-                            format!("dequantize_linear of {d} is not emitted yet"),
-                        ));
-                    }
-                };
-                let smap = self.qdq_scale_map(node, *axis, *block_size, &out_dims)?;
-                let mut maps = vec![self.broadcast_map(&out_dims, &out_dims), smap];
-                if node.inputs().len() > 2 {
-                    maps.push(self.qdq_zero_point_map(node, smap, &out_dims)?);
-                }
-                let n = maps.len();
-                vec![
-                    self.per_element(block, &ins[..n], maps, out_ty, loc, move |b, a| {
-                        let s = Scalar { ctx, block: b, loc };
-                        let f64t = Type::float64(ctx);
-                        let cvt = if unsigned {
-                            "arith.uitofp"
-                        } else {
-                            "arith.sitofp"
-                        };
-                        let mut x = s.named_pub(cvt, a[0], f64t);
-                        if n > 2 {
-                            x = s.subf64(x, s.named_pub(cvt, a[2], f64t));
-                        }
-                        s.truncf(s.mulf64(x, s.extf(a[1])))
-                    }),
-                ]
+                vec![self.dequantize_linear(
+                    block,
+                    node,
+                    &ins,
+                    (*axis, *block_size),
+                    &out_dims,
+                    out_ty,
+                    loc,
+                )?]
             }
             Op::SoftmaxCrossEntropy => self.cross_entropy(block, node, (ins[0], ins[1]), loc)?,
             Op::SoftmaxCrossEntropyGrad => {
