@@ -559,9 +559,8 @@ impl<'c> Emitter<'c, '_> {
             move |b, a| {
                 let s = Scalar { ctx, block: b, loc };
                 let sq = s.addf64(s.addf64(a[1], a[2]), s.addf64(a[3], a[4]));
-                let var = s.divf64(sq, s.f64c(nf));
-                let sd = s.sqrtf64(s.addf64(var, s.f64c(eps)));
-                let inv = s.divf64(s.f64c(1.0), sd);
+                // LayerNorm's 1/√(Σ/n + ε), the mean left out (zero).
+                let (_, inv) = s.mean_inv(s.f64c(0.0), sq, nf, eps);
                 s.truncf(s.mulf64(s.mulf64(s.extf(a[0]), inv), s.extf(a[5])))
             },
         )
