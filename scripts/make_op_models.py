@@ -59,6 +59,22 @@ def init(name, a):
     return numpy_helper.from_array(np.asarray(a), name)
 
 
+def layer_norm_before_17(name):
+    """LayerNormalization in an opset-14 model, as onnxruntime's transformer optimizer writes
+    it (onnxruntime defines the op in the default domain from opset 1; onnx's checker does not
+    know it there, so the model is not checked)."""
+    node = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-5)
+    g = helper.make_graph(
+        [node], name, [helper.make_tensor_value_info("x", F, [2, 4, 8])],
+        [helper.make_tensor_value_info("y", F, [2, 4, 8])],
+        [init("g", RNG.standard_normal(8).astype(np.float32)),
+         init("b", RNG.standard_normal(8).astype(np.float32))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 8
+    return name, m
+
+
 def einsum(name, eq, shapes, out_shape):
     ins = [(f"x{i}", F, s) for i, s in enumerate(shapes)]
     node = helper.make_node("Einsum", [n for n, _, _ in ins], ["y"], equation=eq)
@@ -186,6 +202,7 @@ CASES = [
     conv_integer("conv_integer"),
     dynamic_quantize("dynamic_quantize_linear"),
     layer_norm_stats("layer_norm_stats"),
+    layer_norm_before_17("layer_norm_opset14"),
     conv("conv_depthwise_5x5_stride", [2, 6, 7, 19], [6, 1, 5, 5], [2, 6, 4, 19], True,
          group=6, pads=[2, 2, 2, 2], strides=[2, 1]),
     conv("conv_depthwise_multiplier_dilation", [1, 3, 9, 8], [6, 1, 3, 3], [1, 6, 6, 4], False,
@@ -314,6 +331,32 @@ def static_qop_full(out_dir, name, signed):
                init("b2", w(8)), init("w3", w(4, 8, 1, 1)), init("b3", w(4)),
                init("wf", w(7, 12)), init("bf", w(7))])
     calib = [rng.standard_normal((1, 3, 8, 8)).astype(np.float32) for _ in range(8)]
+    return quantize_qop(m, calib, os.path.join(out_dir, f"{name}.onnx"), signed)
+
+
+def static_qop_attention(out_dir, name, signed, masked_with):
+    """One causal self-attention head (Q/K/V MatMuls, scores, an additive mask, Softmax,
+    the weighted sum) quantized by onnxruntime's static quantizer in its QOperator format:
+    QLinearMatMul, com.microsoft QLinearMul, QLinearAdd and QLinearSoftmax. The mask holds
+    `masked_with` above the diagonal; with −inf (as BERT exports mask) the calibrated scale
+    of the scores is infinite, the case onnxruntime's kernel turns into saturated codes."""
+    rng = np.random.default_rng(11)
+    w = lambda *shape: (rng.standard_normal(shape) * 0.3).astype(np.float32)  # noqa: E731
+    seq, d = 6, 8
+    mask = np.triu(np.full((seq, seq), masked_with, np.float32), 1)
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]),
+             helper.make_node("MatMul", ["x", "wk"], ["k"]),
+             helper.make_node("MatMul", ["x", "wv"], ["v"]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Add", ["ss", "mask"], ["sm"]),
+             helper.make_node("Softmax", ["sm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"])]
+    m = model("attention", nodes, [("x", F, ["batch", seq, d])], [("y", F, ["batch", seq, d])],
+              [init("wq", w(d, d)), init("wk", w(d, d)), init("wv", w(d, d)),
+               init("scale", np.float32(d ** -0.5)), init("mask", mask)])
+    calib = [rng.standard_normal((1, seq, d)).astype(np.float32) for _ in range(8)]
     return quantize_qop(m, calib, os.path.join(out_dir, f"{name}.onnx"), signed)
 
 
@@ -472,6 +515,9 @@ def main(argv):
     print(f"wrote {os.path.basename(static_qop_cnn(out_dir, 'static_qop_cnn_s8', True))}")
     print(f"wrote {os.path.basename(static_qop_full(out_dir, 'static_qop_full_u8', False))}")
     print(f"wrote {os.path.basename(static_qop_full(out_dir, 'static_qop_full_s8', True))}")
+    for name, signed, masked in [("static_qop_attention_u8", False, -1e4),
+                                 ("static_qop_attention_s8_inf", True, -np.inf)]:
+        print(f"wrote {os.path.basename(static_qop_attention(out_dir, name, signed, masked))}")
     for name, quant in [("nbits4_sym_b32", dict(bits=4, block_size=32, is_symmetric=True)),
                         ("nbits4_asym_b16", dict(bits=4, block_size=16, is_symmetric=False)),
                         ("nbits8_asym_b32", dict(bits=8, block_size=32, is_symmetric=False))]:

@@ -4,8 +4,8 @@
 //! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
 //! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, QLinearConv and
 //! QLinearMatMul and the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
-//! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool and QLinearGlobalAveragePool
-//! (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
+//! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and
+//! QLinearSoftmax (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ...), If (inlined), opset-23 Attention with fully
@@ -96,11 +96,14 @@ op_tests! {
     conv_integer: "conv_integer";
     dynamic_quantize_linear: "dynamic_quantize_linear";
     layer_norm_mean_and_inv_std: "layer_norm_stats";
+    layer_norm_at_opset_14: "layer_norm_opset14";
     dynamic_quant_mlp: "dynamic_quant_mlp", ["--dim", "batch=4"];
     static_qop_cnn_u8: "static_qop_cnn_u8", ["--dim", "batch=3"];
     static_qop_cnn_s8_per_channel: "static_qop_cnn_s8", ["--dim", "batch=3"];
     static_qop_contrib_ops_u8: "static_qop_full_u8", ["--dim", "batch=3"];
     static_qop_contrib_ops_s8_per_channel: "static_qop_full_s8", ["--dim", "batch=3"];
+    static_qop_attention_u8: "static_qop_attention_u8", ["--dim", "batch=2"];
+    static_qop_attention_s8_infinite_scale: "static_qop_attention_s8_inf", ["--dim", "batch=2"];
     rnn_lstm_ts: "rnn_lstm_ts";
     rnn_lstm_symbolic_sequence: "rnn_lstm_dynseq_ts", ["--dim", "batch=2", "--dim", "seq=9"];
     rnn_lstm_dyn: "rnn_lstm_dyn";

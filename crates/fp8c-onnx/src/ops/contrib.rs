@@ -37,6 +37,7 @@ registry! {
     "QLinearLeakyRelu" 4..=5 => qlinear::leaky_relu,
     "QLinearMul" 7..=8 => |cx| qlinear::binary(cx, Op::Mul),
     "QLinearSigmoid" 4..=5 => |cx| qlinear::unary(cx, Op::Sigmoid),
+    "QLinearSoftmax" 4..=5 => qlinear::softmax,
     "QuickGelu" 1..=1 => fused::quick_gelu,
     "SkipLayerNormalization" 3..=5 => fused::skip_layer_norm,
     "SkipSimplifiedLayerNormalization" 3..=4 => fused::skip_simplified_layer_norm,

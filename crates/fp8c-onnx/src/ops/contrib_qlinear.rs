@@ -1,7 +1,7 @@
 //! The com.microsoft QOperator ops onnxruntime's static quantizer writes around QLinearConv
 //! and QLinearMatMul (`quantize_static(..., quant_format=QOperator)`): QGemm, QLinearAdd,
 //! QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
-//! QLinearGlobalAveragePool and QLinearConcat.
+//! QLinearGlobalAveragePool, QLinearConcat and QLinearSoftmax (onnxruntime's own formula).
 //!
 //! - QGemm and QLinearGlobalAveragePool are exact integer sums (plus QGemm's i32 C), then
 //!   onnxruntime's requantization: the f32 sum times an f32 multiplier (QGemm:
@@ -224,4 +224,104 @@ pub(super) fn qgemm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         }
         _ => Err(cx.err("y_scale and y_zero_point must be given together")),
     }
+}
+
+/// QLinearSoftmax: X, X_scale, x_zero_point (unused: softmax ignores a shift), y_scale,
+/// y_zero_point; `axis`, and `opset`, the Softmax it replaced (below 13: over the dims from
+/// `axis` on, flattened; from 13: over `axis`).
+///
+/// Computed as onnxruntime's kernel does, so its bytes come out: `e = f32(exp((x − max(x) +
+/// s) · x_scale))` in f64, where `s · x_scale = max(0, ln(f32::MAX / D) − 5)` keeps the sum
+/// of the D terms finite; `y = round_half_even(e · ⌊1 / y_scale⌋ / Σe) + y_zero_point` in
+/// f32, saturated. A NaN ratio (an infinite or zero X_scale, which onnxruntime's calibration
+/// writes for attention scores masked with −inf) gives what onnxruntime's x86 build gives:
+/// y_zero_point for uint8; for int8 the saturated `i32::MIN + y_zero_point`, wrapped as i32
+/// (127 when y_zero_point is negative, else −128).
+pub(super) fn softmax(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let opset = cx
+        .attr_int_opt("opset")?
+        .ok_or_else(|| cx.err("attribute `opset` is required"))?;
+    let x = cx.input(0)?;
+    let ty = cx.ty(x).clone();
+    if !matches!(ty.dtype, DType::U8 | DType::I8) {
+        return Err(cx.err(format!("input X must be uint8 or int8, got {ty}")));
+    }
+    let rank = ty.rank();
+    let axis = cx.attr_int("axis", if opset < 13 { 1 } else { -1 })?;
+    let axis = super::normalize_axis(axis, rank)
+        .ok_or_else(|| cx.err(format!("axis {axis} is out of range for X {ty}")))?;
+    let cast = |to| Op::Cast {
+        to,
+        saturate: false,
+    };
+    let flat = opset < 13;
+    let (xs, red) = if flat {
+        let f = Op::Flatten { axis: axis as i64 };
+        (cx.add_helper("X.2d", f, &[x])?, 1)
+    } else {
+        (x, axis as i64)
+    };
+    let axes = Some(vec![red]);
+    let xf = cx.add_helper("X.f64", cast(DType::F64), &[xs])?;
+    let max = Op::ReduceMax {
+        axes: axes.clone(),
+        keepdims: true,
+    };
+    let xmax = cx.add_helper("max", max, &[xf])?;
+    let d = cx.add_helper("shifted", Op::Sub, &[xf, xmax])?;
+    // D, the length of each softmax (from the run's shape: it may be symbolic).
+    let len = cx.add_helper(
+        "len",
+        Op::Shape {
+            start: red,
+            end: Some(red + 1),
+        },
+        &[xs],
+    )?;
+    let len = cx.add_helper("len.f32", cast(DType::F32), &[len])?;
+    let fmax = cx.scalar("f32_max", DType::F32, f64::from(f32::MAX))?;
+    let room = cx.add_helper("room", Op::Div, &[fmax, len])?;
+    let room = cx.add_helper("room.f64", cast(DType::F64), &[room])?;
+    let room = cx.add_helper("room.ln", Op::Log, &[room])?;
+    let reserve = cx.scalar("reserve", DType::F64, 5.0)?;
+    let room = cx.add_helper("room.reserved", Op::Sub, &[room, reserve])?;
+    let zero = cx.scalar("zero", DType::F64, 0.0)?;
+    let room = cx.add_helper("room.nonneg", Op::Max, &[room, zero])?;
+    let x_scale = cx.add_helper("X_scale.f64", cast(DType::F64), &[cx.input(1)?])?;
+    let shift = cx.add_helper("bit_shift", Op::Div, &[room, x_scale])?;
+    let t = cx.add_helper("exponent.biased", Op::Add, &[d, shift])?;
+    let t = cx.add_helper("exponent", Op::Mul, &[t, x_scale])?;
+    let e = cx.add_helper("exp.f64", Op::Exp, &[t])?;
+    let e = cx.add_helper("exp", cast(DType::F32), &[e])?;
+    let sum = Op::ReduceSum {
+        axes,
+        keepdims: true,
+    };
+    let total = cx.add_helper("sum", sum, &[e])?;
+    let ys = cx.input(3)?;
+    let one = cx.scalar("one", DType::F32, 1.0)?;
+    let inv = cx.add_helper("y_scale.inv", Op::Div, &[one, ys])?;
+    let inv = cx.add_helper("y_scale.inv.floor", Op::Floor, &[inv])?;
+    let num = cx.add_helper("scaled", Op::Mul, &[e, inv])?;
+    let mut p = cx.add_helper("ratio", Op::Div, &[num, total])?;
+    if flat {
+        let shape = cx.add_helper("X.shape", Op::Shape { start: 0, end: None }, &[x])?;
+        p = cx.add_helper("ratio.nd", Op::Reshape { allowzero: false }, &[p, shape])?;
+    }
+    let zp = match cx.opt_input(4) {
+        Some(z) => z,
+        None => quant::zero_point(cx, ty.dtype, ys)?,
+    };
+    let y = integer::requantize_f32(cx, p, zp)?;
+    if ty.dtype == DType::U8 {
+        // Already y_zero_point: quantizing NaN gives 0 before the zero point.
+        return Ok(y);
+    }
+    let nan = cx.add_helper("ratio.nan", Op::IsNaN, &[p])?;
+    let zero = cx.scalar("zp.zero", DType::I8, 0.0)?;
+    let negative = cx.add_helper("zp.negative", Op::Less, &[zp, zero])?;
+    let hi = cx.scalar("i8.max", DType::I8, 127.0)?;
+    let lo = cx.scalar("i8.min", DType::I8, -128.0)?;
+    let wrapped = cx.add_helper("nan.code", Op::Where, &[negative, hi, lo])?;
+    Ok(vec![cx.add(Op::Where, &[nan, wrapped, y[0]])?])
 }

@@ -202,6 +202,23 @@ pub(super) fn requantize(
     };
     let acc = cx.add_helper("acc.f32", f, &[acc])?;
     let scaled = cx.add_helper("scaled", Op::Mul, &[acc, m])?;
+    requantize_f32(cx, scaled, y_zero_point)
+}
+
+/// The f32 `scaled` rounded half to even, plus `y_zero_point` (uint8 or int8), saturated:
+/// the node's own output.
+pub(super) fn requantize_f32(
+    cx: &mut NodeCx<'_>,
+    scaled: Value,
+    y_zero_point: Value,
+) -> Result<Vec<Value>, OnnxError> {
+    let to = cx.ty(y_zero_point).dtype;
+    if !matches!(to, DType::U8 | DType::I8) {
+        return Err(cx.err(format!(
+            "y_zero_point has type {to}; {} outputs uint8 or int8",
+            cx.op_type
+        )));
+    }
     let scalar = cx.constant("scalar_shape", fp8c_ir::Tensor::from_i64(vec![0], &[]))?;
     let reshape = Op::Reshape { allowzero: false };
     let zp = cx.add_helper("y_zero_point.scalar", reshape, &[y_zero_point, scalar])?;
