@@ -43,6 +43,7 @@ __device__ __forceinline__ float ew_floor(float x) { return floorf(x); }
 // −1, 0 or 1; ±0 and NaN are returned as they are (fp8c-ir's Sign row).
 __device__ __forceinline__ float ew_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); }
 __device__ __forceinline__ float ew_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ float ew_round(float x) { return rintf(x); }
 __device__ __forceinline__ float ew_sin(float x) { return sinf(x); }
 __device__ __forceinline__ float ew_cos(float x) { return cosf(x); }
 // 0.5·x·(1 + erf(x·(1/√2))), as onnxruntime and the CPU reference.

@@ -52,7 +52,7 @@ HardSwish Identity If IsInf IsNaN LSTM LayerNormalization LeakyRelu Less LessOrE
 MatMul MatMulInteger Max MaxPool Mean Min Mod Mul Neg Not Or Pad Pow QLinearConv QLinearMatMul
 QuantizeLinear RMSNormalization RNN Range Reciprocal
 ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum
-ReduceSumSquare Relu Reshape RotaryEmbedding Scan Shape Sigmoid Sign Sin Slice
+ReduceSumSquare Relu Reshape RotaryEmbedding Round Scan Shape Sigmoid Sign Sin Slice
 Softmax Split Sqrt Squeeze Sub Sum Tanh Tile TopK Transpose Trilu Unsqueeze Where Xor
 ScatterElements ScatterND
 DepthToSpace GroupNormalization InstanceNormalization Resize SpaceToDepth Upsample

@@ -51,6 +51,7 @@ pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
         | E::Floor
         | E::Sign
         | E::Ceil
+        | E::Round
         | E::Sin
         | E::Cos
         | E::Gelu { .. }
@@ -117,6 +118,7 @@ pub(crate) fn support(op: E<'_>) -> Support {
         | E::Floor
         | E::Sign
         | E::Ceil
+        | E::Round
         | E::Sin
         | E::Cos
         | E::Gelu { .. }

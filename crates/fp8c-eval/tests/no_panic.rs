@@ -117,6 +117,7 @@ fn op() -> impl Strategy<Value = Op> {
         Op::Relu,
         Op::Floor,
         Op::Ceil,
+        Op::Round,
         Op::Sin,
         Op::Cos,
         Op::Not,

@@ -108,6 +108,8 @@ pub trait Real:
     fn floor(self) -> Self;
     /// Round toward +∞.
     fn ceil(self) -> Self;
+    /// Round to the nearest integer, ties to even.
+    fn round_even(self) -> Self;
     /// `self` to the power `e`.
     fn powf(self, e: Self) -> Self;
     /// True for NaN.
@@ -168,6 +170,10 @@ macro_rules! impl_real {
             #[inline]
             fn ceil(self) -> Self {
                 <$t>::ceil(self)
+            }
+            #[inline]
+            fn round_even(self) -> Self {
+                <$t>::round_ties_even(self)
             }
             #[inline]
             fn powf(self, e: Self) -> Self {
@@ -425,6 +431,8 @@ elementwise_table! {
         float |x| if x > F::ZERO { F::ONE } else if x < F::ZERO { -F::ONE } else { x },
         grad Grad::Zero("sign is piecewise constant");
     Ceil => Unary, cuda Ok("ew_ceil({a0})"), float |x| x.ceil(), grad Grad::Zero("ceil is piecewise constant");
+    // ONNX Round: to the nearest integer, halves to even.
+    Round => Unary, cuda Ok("ew_round({a0})"), float |x| x.round_even(), grad Grad::Zero("round is piecewise constant");
     Sin => Unary, cuda Ok("ew_sin({a0})"), float |x| x.sin(), grad Grad::Formulas(&["dy * cos(x)"]);
     Cos => Unary, cuda Ok("ew_cos({a0})"), float |x| x.cos(), grad Grad::Formulas(&["-(dy * sin(x))"]);
     // 0.5·x·(1 + erf(x/√2)) with x/√2 computed as x·(1/√2), as onnxruntime does; or

@@ -251,6 +251,7 @@ define_ops! {
         Relu => "relu",
         Floor => "floor",
         Ceil => "ceil",
+        Round => "round",
         Sin => "sin",
         Cos => "cos",
         /// ONNX Sign: −1, 0 or 1 (NaN stays NaN); floats.

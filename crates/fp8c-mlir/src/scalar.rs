@@ -138,6 +138,7 @@ impl<'c, 'b> Scalar<'c, 'b> {
                 | Op::Abs
                 | Op::Floor
                 | Op::Ceil
+                | Op::Round
                 | Op::Sign
                 | Op::LeakyRelu { .. }
         )
@@ -432,6 +433,7 @@ impl<'c, 'b> Scalar<'c, 'b> {
             Op::Abs => self.inferred("math.absf", &[a[0]]),
             Op::Floor => self.inferred("math.floor", &[a[0]]),
             Op::Ceil => self.inferred("math.ceil", &[a[0]]),
+            Op::Round => self.inferred("math.roundeven", &[a[0]]),
             Op::Sign => {
                 // x > 0 ? 1 : x < 0 ? -1 : x (zeros and NaN stay), as the CPU's sign.
                 let zero = self.f32(0.0);

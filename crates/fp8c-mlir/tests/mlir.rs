@@ -1375,7 +1375,7 @@ mod with_mlir {
         for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min] {
             bit_exact_with_constants(&format!("{op:?} f64"), op, &[&x], &[&c]);
         }
-        for op in [Op::Neg, Op::Abs, Op::Sqrt, Op::Floor, Op::Ceil] {
+        for op in [Op::Neg, Op::Abs, Op::Sqrt, Op::Floor, Op::Ceil, Op::Round] {
             bit_exact_on_the_jit(&format!("{op:?} f64"), op, &[&x]);
         }
         // onnxruntime's QOperator models (QLinearConv's f64 integer sums, QLinearMatMul and

@@ -159,6 +159,7 @@ fn programs() -> Vec<(Vec<EwInst>, usize)> {
         Op::Relu,
         Op::Floor,
         Op::Ceil,
+        Op::Round,
         Op::Gelu {
             approximate: GeluApprox::None,
         },

@@ -27,6 +27,7 @@ pub(super) fn infer(op: ElementwiseOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec
         | ElementwiseOp::Floor
         | ElementwiseOp::Sign
         | ElementwiseOp::Ceil
+        | ElementwiseOp::Round
         | ElementwiseOp::Sin
         | ElementwiseOp::Cos
         | ElementwiseOp::Gelu { .. }

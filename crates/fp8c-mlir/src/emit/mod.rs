@@ -319,6 +319,7 @@ impl<'c> Emitter<'c, '_> {
                                 | Op::Sqrt
                                 | Op::Floor
                                 | Op::Ceil
+                                | Op::Round
                         ) =>
                     {
                         Num::F32

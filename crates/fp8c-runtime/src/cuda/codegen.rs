@@ -665,6 +665,7 @@ mod tests {
             (example("relu"), 1, "ew_relu(a[0])"),
             (example("floor"), 1, "ew_floor(a[0])"),
             (example("ceil"), 1, "ew_ceil(a[0])"),
+            (example("round"), 1, "ew_round(a[0])"),
             (example("sin"), 1, "ew_sin(a[0])"),
             (example("cos"), 1, "ew_cos(a[0])"),
             (example("gelu"), 1, "ew_gelu_none(a[0])"),

@@ -42,6 +42,7 @@ fn path(op: ElementwiseOp<'_>) -> Path {
         | E::Floor
         | E::Sign
         | E::Ceil
+        | E::Round
         | E::Sin
         | E::Cos
         | E::Gelu { .. }
