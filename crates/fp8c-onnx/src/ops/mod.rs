@@ -152,6 +152,7 @@ registry! {
     "Reshape" 2..=2 => shape::reshape,
     "Resize" 1..=4 => resize::resize,
     "RotaryEmbedding" 3..=4 => attention::rotary_embedding,
+    "Round" 1..=1 => |cx| math::unary(cx, Op::Round),
     "ScatterElements" 3..=3 => shape::scatter_elements,
     "ScatterND" 3..=3 => shape::scatter_nd,
     "Shape" 1..=1 => shape::shape,
