@@ -6,7 +6,7 @@
 // thread per output, loads coalesced across inner.
 //
 // Sums and products accumulate in f64 (the CPU reference does too), max / min propagate NaN;
-// each result is rounded once to x's kind.
+// each result is rounded once to x's kind. i64 and i32 reduce in integers (fp8c_reduce_int_*).
 #include "common.cuh"
 
 #define RED_SUM 0
@@ -82,6 +82,39 @@ __device__ __forceinline__ void reduce_impl(const void* __restrict__ x, void* __
 REDUCE(f32, KIND_F32)
 REDUCE(bf16, KIND_BF16)
 REDUCE(f16, KIND_F16)
+
+// fp8c_reduce_int_<t>(x, y, outer, r, inner, op): integer reductions as the CPU reference does
+// them: wrapping i64 sums and products (an i32 result keeps the low 32 bits), a mean that
+// divides the i64 sum truncating toward zero (0 over no elements). One thread per output.
+template <typename T>
+__device__ __forceinline__ void reduce_int_impl(const T* __restrict__ x, T* __restrict__ y, u64 outer, u64 r,
+                                                u64 inner, int op) {
+  const i64 lo = sizeof(T) == 8 ? (i64)0x8000000000000000ull : (i64)(-2147483647 - 1);
+  const i64 hi = sizeof(T) == 8 ? (i64)0x7fffffffffffffffull : (i64)2147483647;
+  for (u64 t = gtid(); t < outer * inner; t += gstride()) {
+    const u64 o = t / inner, i = t % inner;
+    u64 acc = op == RED_PROD ? 1ull : 0ull;
+    i64 best = op == RED_MAX ? lo : hi;
+    for (u64 j = 0; j < r; ++j) {
+      const i64 v = (i64)x[(o * r + j) * inner + i];
+      if (op == RED_MAX) best = v > best ? v : best;
+      else if (op == RED_MIN) best = v < best ? v : best;
+      else if (op == RED_PROD) acc *= (u64)v;
+      else acc += (u64)v;
+    }
+    i64 out = (op == RED_MAX || op == RED_MIN) ? best : (i64)acc;
+    if (op == RED_MEAN) out = r == 0 ? 0 : out / (i64)r;
+    y[t] = (T)out;
+  }
+}
+
+#define REDUCE_INT(NAME, T)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(FP8C_BLOCK)                                                   \
+      fp8c_reduce_int_##NAME(const T* x, T* y, u64 outer, u64 r, u64 inner, int op) {                       \
+    reduce_int_impl<T>(x, y, outer, r, inner, op);                                                           \
+  }
+REDUCE_INT(i64, i64)
+REDUCE_INT(i32, int)
 
 // fp8c_all_finite_<in>(x, n, flag): clears the bool *flag (set to 1 by the runtime before the
 // first input's launch) if any element is NaN or ±inf. Every writer stores the same 0.

@@ -5,7 +5,7 @@ use super::{Action, Lowerer, R, float_word, norm_axis, not_supported, numel, spl
 use crate::cuda::device::KernelArgs;
 use crate::cuda::kernels;
 use crate::program::{BufId, Step};
-use fp8c_ir::{ReduceOp, Support};
+use fp8c_ir::{DType, ReduceOp, Support};
 
 const CUM_SUM: &str = "cum_sum has no CUDA kernel yet (exports use it on integer mask data, \
      which is folded by the CPU reference when its inputs are constant)";
@@ -90,7 +90,15 @@ impl Lowerer<'_> {
         };
         ax.sort_unstable();
         ax.dedup();
-        let t = float_word(self.buf(x).ty.dtype)?;
+        let int = match self.buf(x).ty.dtype {
+            DType::I64 => Some("i64"),
+            DType::I32 => Some("i32"),
+            _ => None,
+        };
+        let t = match int {
+            Some(t) => t,
+            None => float_word(self.buf(x).ty.dtype)?,
+        };
         let mut actions = Vec::new();
         let mut src = self.ptr(x);
         let mut dims = dims;
@@ -133,6 +141,11 @@ impl Lowerer<'_> {
             .u64(red)
             .u64(inner)
             .i32(kind);
+        if int.is_some() {
+            let name = format!("fp8c_reduce_int_{t}");
+            actions.push(self.launch_1d(kernels::REDUCE, &name, outer * inner, 1, a)?);
+            return Ok(actions);
+        }
         let name = format!("fp8c_reduce_{t}");
         actions.push(if inner == 1 {
             self.launch_rows(kernels::REDUCE, &name, outer, a)?
