@@ -17,23 +17,33 @@ use crate::OnnxError;
 use fp8c_ir::{DType, Op, Tensor, Value};
 
 /// A 1-D i64 constant.
-fn ints(cx: &mut NodeCx<'_>, name: &str, v: &[i64]) -> Result<Value, OnnxError> {
+pub(super) fn ints(cx: &mut NodeCx<'_>, name: &str, v: &[i64]) -> Result<Value, OnnxError> {
     cx.constant(name, Tensor::from_i64(vec![v.len() as u64], v))
 }
 
 /// `x` reshaped to `dims` (ONNX Reshape: 0 copies the input's dim, −1 is inferred).
-fn reshape(cx: &mut NodeCx<'_>, name: &str, x: Value, dims: &[i64]) -> Result<Value, OnnxError> {
+pub(super) fn reshape(
+    cx: &mut NodeCx<'_>,
+    name: &str,
+    x: Value,
+    dims: &[i64],
+) -> Result<Value, OnnxError> {
     let shape = ints(cx, &format!("{name}.shape"), dims)?;
     cx.add_helper(name, Op::Reshape { allowzero: false }, &[x, shape])
 }
 
-fn transpose(cx: &mut NodeCx<'_>, name: &str, x: Value, perm: &[i64]) -> Result<Value, OnnxError> {
+pub(super) fn transpose(
+    cx: &mut NodeCx<'_>,
+    name: &str,
+    x: Value,
+    perm: &[i64],
+) -> Result<Value, OnnxError> {
     let perm = perm.to_vec();
     cx.add_helper(name, Op::Transpose { perm }, &[x])
 }
 
 /// `x[.., start:end:step]` along `axis`.
-fn slice(
+pub(super) fn slice(
     cx: &mut NodeCx<'_>,
     name: &str,
     x: Value,
@@ -48,12 +58,17 @@ fn slice(
 }
 
 /// The size of `axis` of `v` if static.
-fn dim(cx: &NodeCx<'_>, v: Value, axis: usize) -> Option<u64> {
+pub(super) fn dim(cx: &NodeCx<'_>, v: Value, axis: usize) -> Option<u64> {
     cx.ty(v).shape.get(axis).and_then(|d| d.known())
 }
 
 /// The float input `i`, checked to have one of `ranks`.
-fn float_input(cx: &NodeCx<'_>, i: usize, what: &str, ranks: &[usize]) -> Result<Value, OnnxError> {
+pub(super) fn float_input(
+    cx: &NodeCx<'_>,
+    i: usize,
+    what: &str,
+    ranks: &[usize],
+) -> Result<Value, OnnxError> {
     let v = cx.input(i)?;
     let ty = cx.ty(v);
     if !ty.dtype.is_float() || !ranks.contains(&ty.rank()) {
@@ -455,7 +470,7 @@ pub(super) fn attention(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
 }
 
 /// Axis 2 of a `[B, heads, S, D]` tensor as an i64 scalar (a constant when static).
-fn seq_len(cx: &mut NodeCx<'_>, x: Value, name: &str) -> Result<Value, OnnxError> {
+pub(super) fn seq_len(cx: &mut NodeCx<'_>, x: Value, name: &str) -> Result<Value, OnnxError> {
     let s = cx.add_helper(
         name,
         Op::Shape {
