@@ -11,7 +11,11 @@
 //!   ...): [`super::contrib_fused`].
 //! - The QOperator ops of onnxruntime's static quantizer (QGemm, QLinearAdd, ...):
 //!   [`super::contrib_qlinear`].
+//! - The attention fusions of the transformer optimizer (Attention, MultiHeadAttention,
+//!   EmbedLayerNormalization) and the dynamic quantizer's QAttention and
+//!   QEmbedLayerNormalization: [`super::contrib_attention`].
 
+use super::contrib_attention as attention;
 use super::contrib_fused as fused;
 use super::contrib_qlinear as qlinear;
 use super::{Build, MANY, NodeCx, registry};
@@ -25,10 +29,15 @@ pub(crate) const DOMAIN: &str = "com.microsoft";
 registry! {
     /// Every com.microsoft op type the importer maps, sorted.
     CONTRIB_SUPPORTED_OPS, lookup;
+    "Attention" 2..=7 => attention::attention,
     "BiasGelu" 2..=2 => fused::gelu,
+    "EmbedLayerNormalization" 7..=9 => attention::embed_layer_norm,
     "FastGelu" 1..=2 => fused::fast_gelu,
     "Gelu" 1..=1 => fused::gelu,
     "MatMulNBits" 2..=6 => matmul_nbits,
+    "MultiHeadAttention" 1..=10 => attention::multi_head_attention,
+    "QAttention" 5..=9 => attention::q_attention,
+    "QEmbedLayerNormalization" 18..=18 => attention::q_embed_layer_norm,
     "QGemm" 6..=9 => qlinear::qgemm,
     "QLinearAdd" 7..=8 => |cx| qlinear::binary(cx, Op::Add),
     "QLinearAveragePool" 4..=5 => qlinear::average_pool,
