@@ -27,6 +27,7 @@ zero, negatives, inf, NaN, values past 2^127).
 import os
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 import onnx
@@ -422,6 +423,242 @@ CASES += [
 ]
 
 
+# onnxruntime's attention fusions (com.microsoft Attention, MultiHeadAttention,
+# EmbedLayerNormalization) on every mask format its CPU kernels read. Masks that must hold
+# padding are initializers; a graph input named "keep" gets uniform ints in [0, 10) from
+# ort_reference.py (about one zero in ten: hidden keys, or entries Embed's count skips).
+I32 = TensorProto.INT32
+
+
+def rng_of(name):
+    """A generator of its own per model, so that adding a case changes no other model."""
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def ms_attention(name, op, inputs, outputs, inits=(), **attrs):
+    """One com.microsoft node; `inputs` are node input names (None: omitted), graph inputs
+    given as (name, elem, shape) in `graph_inputs=`, initializers as (name, array)."""
+    graph_inputs = attrs.pop("graph_inputs")
+    names = [n or "" for n in inputs]
+    while names and not names[-1]:
+        names.pop()
+    node = helper.make_node(op, names, [o for o, _ in outputs], domain="com.microsoft", **attrs)
+    g = helper.make_graph(
+        [node], name, [helper.make_tensor_value_info(n, t, s) for n, t, s in graph_inputs],
+        [helper.make_tensor_value_info(o, I32 if o == "mask_index" else F, s)
+         for o, s in outputs if o],
+        [init(n, a) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+def randn(rng, *shape, scale=0.5):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def mask_3d(name, shape):
+    return (rng_of(name + ".mask").random(shape) > 0.3).astype(np.int32)
+
+
+def attention(name, mask=None, b=2, s=6, di=16, heads=2, sizes=None, past=0, bias_in=False,
+              mask_input=None, dims=None, **attrs):
+    """com.microsoft Attention on x [b, s, di] (symbolic `dims` names if given) with a packed
+    QKV weight; `mask` a constant mask_index, `mask_input` a graph-input one; `past` > 0 adds
+    past [2, b, heads, past, head] and the present output; `bias_in` an attention_bias."""
+    d, dv = (sizes[0], sizes[2]) if sizes else (di, di)
+    if sizes:
+        attrs["qkv_hidden_sizes"] = sizes
+    rng = rng_of(name)
+    bb, ss = dims or (b, s)
+    graph_inputs = [("x", F, [bb, ss, di])]
+    inits = [("weights", randn(rng, di, 2 * d + dv)), ("bias", randn(rng, 2 * d + dv))]
+    if mask is not None:
+        inits.append(("mask_index", np.asarray(mask, np.int32)))
+    if mask_input is not None:
+        graph_inputs.append(mask_input)
+    mask_name = "mask_index" if mask is not None else (mask_input[0] if mask_input else None)
+    h = d // heads
+    outputs = [("y", [bb, ss, dv])]
+    if past:
+        graph_inputs.append(("past", F, [2, b, heads, past, h]))
+        outputs.append(("present", [2, b, heads, past + s, h]))
+    if bias_in:
+        graph_inputs.append(("attention_bias", F, [1, heads, s, past + s]))
+    return ms_attention(name, "Attention",
+                        ["x", "weights", "bias", mask_name, "past" if past else None,
+                         "attention_bias" if bias_in else None],
+                        outputs, inits, graph_inputs=graph_inputs, num_heads=heads, **attrs)
+
+
+def mha(name, b=2, s=5, kv=7, d=16, dv=16, heads=2, key_4d=False, bias=True, mask=None,
+        past=0, bias_in=False, qk=False, **attrs):
+    """com.microsoft MultiHeadAttention with separate query [b, s, d], key [b, kv, d] and
+    value [b, kv, dv] (or, with `key_4d`, key and value already [b, heads, kv, head])."""
+    h, hv = d // heads, dv // heads
+    if key_4d:
+        kin = [("key", F, [b, heads, kv, h]), ("value", F, [b, heads, kv, hv])]
+    else:
+        kin = [("key", F, [b, kv, d]), ("value", F, [b, kv, dv])]
+    graph_inputs = [("query", F, [b, s, d])] + kin
+    inits = [("bias", randn(rng_of(name), 2 * d + dv))] if bias else []
+    if mask is not None:
+        inits.append(("key_padding_mask", np.asarray(mask, np.int32)))
+    total = past + kv
+    if bias_in:
+        graph_inputs.append(("attention_bias", F, [b, 1, s, total]))
+    if past:
+        graph_inputs += [("past_key", F, [b, heads, past, h]), ("past_value", F, [b, heads, past, hv])]
+    outputs = [("y", [b, s, dv])]
+    if past or qk:
+        outputs += [("present_key", [b, heads, total, h]), ("present_value", [b, heads, total, hv])]
+    if qk:
+        outputs.append(("qk", [b, heads, s, total]))
+    inputs = ["query", "key", "value", "bias" if bias else None,
+              "key_padding_mask" if mask is not None else None,
+              "attention_bias" if bias_in else None,
+              "past_key" if past else None, "past_value" if past else None]
+    return ms_attention(name, "MultiHeadAttention", inputs, outputs, inits,
+                        graph_inputs=graph_inputs, num_heads=heads, **attrs)
+
+
+def embed_layer_norm(name, segment=True, mask=True, position_ids=None, b=2, s=7, hidden=16):
+    """com.microsoft EmbedLayerNormalization with all three outputs: tables of ten rows or
+    more, so the uniform ids in [0, 10) ort_reference.py makes index them all."""
+    rng = rng_of(name)
+    graph_inputs = [("input_ids", I32, [b, s])]
+    inits = [("word_embedding", randn(rng, 12, hidden, scale=1.0)),
+             ("position_embedding", randn(rng, max(s, 10), hidden, scale=1.0)),
+             ("gamma", randn(rng, hidden, scale=1.0)), ("beta", randn(rng, hidden, scale=1.0))]
+    if segment:
+        graph_inputs.append(("sentence", I32, [b, s]))
+        inits.append(("segment_embedding", randn(rng, 10, hidden, scale=1.0)))
+    if mask:
+        graph_inputs.append(("keep", I32, [b, s]))
+    if position_ids:
+        graph_inputs.append(("position_ids", I32, position_ids))
+    inputs = ["input_ids", "sentence" if segment else None, "word_embedding",
+              "position_embedding", "segment_embedding" if segment else None, "gamma", "beta",
+              "keep" if mask else None, "position_ids" if position_ids else None]
+    outputs = [("y", [b, s, hidden]), ("mask_index", [b]), ("embedding_sum", [b, s, hidden])]
+    return ms_attention(name, "EmbedLayerNormalization", inputs, outputs, inits,
+                        graph_inputs=graph_inputs, epsilon=1e-5)
+
+
+CASES += [
+    attention("ms_attention_no_mask"),
+    attention("ms_attention_raw_mask_padding",
+              mask=[[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]),
+    attention("ms_attention_raw_mask_runtime", mask_input=("keep", I32, ["batch", "seq"]),
+              dims=("batch", "seq")),
+    attention("ms_attention_mask_index_ends", mask=[4, 6]),
+    attention("ms_attention_mask_index_ends_starts", mask=[5, 6, 0, 2]),
+    attention("ms_attention_mask_3d", mask=mask_3d("ms_attention_mask_3d", (2, 6, 6))),
+    attention("ms_attention_unidirectional_left_padding", unidirectional=1,
+              mask=[[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]]),
+    attention("ms_attention_qkv_hidden_sizes", di=12, sizes=[16, 16, 8],
+              mask=[[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]),
+    attention("ms_attention_past_causal", past=3, unidirectional=1,
+              mask=[[0, 1, 1, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1, 0]]),
+    attention("ms_attention_bias_causal", bias_in=True, unidirectional=1, mask=[5, 6]),
+    attention("ms_attention_filter_value_scale_all_masked_row",
+              mask=[[1, 1, 1, 0, 0, 0], [0, 0, 0, 0, 0, 0]], mask_filter_value=-50.0, scale=0.3),
+    mha("ms_mha_key_padding_mask", mask=[[1, 1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 1, 1]], dv=8),
+    mha("ms_mha_lengths_past_causal_qk", kv=5, past=3, mask=[6, 8], bias_in=True,
+        unidirectional=1, qk=True),
+    mha("ms_mha_mask_3d_scale", mask=mask_3d("ms_mha_mask_3d_scale", (2, 5, 7)),
+        scale=0.2, mask_filter_value=-30.0),
+    mha("ms_mha_projected_kv", key_4d=True, bias=False),
+    embed_layer_norm("ms_embed_layer_norm"),
+    embed_layer_norm("ms_embed_layer_norm_position_ids", segment=False, mask=False,
+                     position_ids=[1, 7]),
+    embed_layer_norm("ms_embed_layer_norm_batch_position_ids", position_ids=[2, 7]),
+]
+
+
+def mha_packed(name, kv_only, b=2, s=5, heads=2, h=8):
+    """MultiHeadAttention on a packed QKV query [b, s, heads, 3, h] (or, with `kv_only`, a
+    query [b, s, heads·h] and a packed KV key [b, s + 2, heads, 2, h]), with a bias; and
+    NAME_ref, the same inputs unpacked with Gather and Reshape into the separate form, which
+    onnxruntime's CPU kernel runs (it has no packed path): the reference for NAME."""
+    d, kv = heads * h, s + 2
+    bias = init("bias", randn(rng_of(name), 3 * d))
+    if kv_only:
+        graph_inputs = [("query", F, [b, s, d]), ("kv", F, [b, kv, heads, 2, h])]
+        packed, parts, length = "kv", ["key", "value"], kv
+    else:
+        graph_inputs = [("qkv", F, [b, s, heads, 3, h])]
+        packed, parts, length = "qkv", ["query", "key", "value"], s
+    out = [("y", F, [b, s, d])]
+    attrs = dict(domain="com.microsoft", num_heads=heads)
+    inputs = ["query", "kv"] if kv_only else ["qkv"]
+    node = helper.make_node("MultiHeadAttention", inputs + [""] * (3 - len(inputs)) + ["bias"],
+                            ["y"], **attrs)
+    ref_nodes, inits = [], [bias, init("flat", np.array([0, 0, -1], np.int64))]
+    for i, part in enumerate(parts):
+        inits.append(init(f"{part}_at", np.array(i, np.int64)))
+        ref_nodes += [helper.make_node("Gather", [packed, f"{part}_at"], [f"{part}_bsnh"], axis=3),
+                      helper.make_node("Reshape", [f"{part}_bsnh", "flat"], [part])]
+    ref_nodes.append(helper.make_node("MultiHeadAttention", ["query", "key", "value", "bias"],
+                                      ["y"], **attrs))
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+    models = []
+    for n, nodes, inits_ in [(name, [node], [bias]), (f"{name}_ref", ref_nodes, inits)]:
+        g = helper.make_graph(nodes, n,
+                              [helper.make_tensor_value_info(i, t, sh) for i, t, sh in graph_inputs],
+                              [helper.make_tensor_value_info(o, t, sh) for o, t, sh in out], inits_)
+        m = helper.make_model(g, opset_imports=opsets, producer_name="make_op_models.py")
+        m.ir_version = 10
+        models.append((n, m))
+    assert length > 0
+    return models
+
+
+CASES += mha_packed("ms_mha_packed_qkv", False) + mha_packed("ms_mha_packed_kv", True)
+
+
+def q_attention(out_dir, name, weight_type, mask):
+    """An Attention (mask_index given as a constant) quantized by onnxruntime's dynamic
+    quantizer: DynamicQuantizeLinear of the input, then com.microsoft QAttention with the
+    8-bit weight (`weight_type` QInt8 or QUInt8) and its scale and zero point. Int8 weights
+    get `reduce_range` (7 bits): onnxruntime's U8S8 kernel on an AVX2 CPU without VNNI
+    saturates pairs of full-range products in 16 bits (see ARCHITECTURE.md), so its sums would
+    not be the exact ones fp8c computes."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    _, m = attention(name, mask=mask, dims=("batch", 6))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "attention.onnx")
+        onnx.save(m, src)
+        dst = os.path.join(out_dir, f"{name}.onnx")
+        quantize_dynamic(src, dst, weight_type=getattr(QuantType, weight_type),
+                         reduce_range=weight_type == "QInt8",
+                         extra_options={"DefaultTensorType": F})
+    assert any(n.op_type == "QAttention" for n in onnx.load(dst).graph.node), dst
+    return dst
+
+
+def q_embed_layer_norm(out_dir, name):
+    """An EmbedLayerNormalization (segments, a mask; outputs output and mask_index) quantized
+    by onnxruntime's dynamic quantizer into com.microsoft QEmbedLayerNormalization: the five
+    tables uint8 with their scales and zero points."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    _, m = embed_layer_norm(name)
+    del m.graph.output[2]
+    m.graph.node[0].output.pop()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "embed.onnx")
+        onnx.save(m, src)
+        dst = os.path.join(out_dir, f"{name}.onnx")
+        quantize_dynamic(src, dst, extra_options={"DefaultTensorType": F})
+    ops = [n.op_type for n in onnx.load(dst).graph.node]
+    assert ops == ["QEmbedLayerNormalization"], (dst, ops)
+    return dst
+
+
 def if_model(name, static_cond):
     """If whose branches read outer values (x, and the initializer w only they use): the
     condition is `sum(x) > 0` (known at run time: both branches computed and selected) or
@@ -518,6 +755,11 @@ def main(argv):
     for name, signed, masked in [("static_qop_attention_u8", False, -1e4),
                                  ("static_qop_attention_s8_inf", True, -np.inf)]:
         print(f"wrote {os.path.basename(static_qop_attention(out_dir, name, signed, masked))}")
+    for name, weight_type, mask in [("ms_q_attention_s8", "QInt8", [4, 6]),
+                                    ("ms_q_attention_u8", "QUInt8", [[1, 1, 1, 1, 1, 1],
+                                                                     [0, 1, 1, 1, 1, 0]])]:
+        print(f"wrote {os.path.basename(q_attention(out_dir, name, weight_type, mask))}")
+    print(f"wrote {os.path.basename(q_embed_layer_norm(out_dir, 'ms_q_embed_layer_norm'))}")
     for name, quant in [("nbits4_sym_b32", dict(bits=4, block_size=32, is_symmetric=True)),
                         ("nbits4_asym_b16", dict(bits=4, block_size=16, is_symmetric=False)),
                         ("nbits8_asym_b32", dict(bits=8, block_size=32, is_symmetric=False))]:

@@ -8,7 +8,9 @@
 //! QLinearSoftmax (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
-//! (SkipLayerNormalization, FastGelu, ...), If (inlined), opset-23 Attention with fully
+//! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
+//! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
+//! format), If (inlined), opset-23 Attention with fully
 //! masked query rows (zero rows, as onnxruntime and PyTorch), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
@@ -22,8 +24,17 @@ const MAX_REL_L2: f64 = 1e-5;
 
 /// Runs `model` with `fp8c run FLAGS` and compares every output with onnxruntime's.
 fn check(name: &str, ort_args: &[&str], flags: &[&str]) {
+    check_against(name, name, ort_args, flags);
+}
+
+/// Runs `name` with `fp8c run FLAGS` and compares every output with onnxruntime's outputs of
+/// `reference` (the same model, or one onnxruntime can run that computes the same function
+/// of the same inputs) on inputs made for `reference`.
+fn check_against(name: &str, reference: &str, ort_args: &[&str], flags: &[&str]) {
     let model = support::repo_root().join(format!("tests/models/ops/{name}.onnx"));
-    let (inputs, reference) = support::ort_reference(&model, &format!("ops_{name}"), ort_args);
+    let ref_model = support::repo_root().join(format!("tests/models/ops/{reference}.onnx"));
+    let (inputs, reference) =
+        support::ort_reference(&ref_model, &format!("ops_{reference}"), ort_args);
     let want = support::read_npz(&reference);
     let dir = support::scratch(&format!("op_parity_{name}_{}", flags.join("_")));
     let out = dir.join("out.npz");
@@ -126,6 +137,27 @@ op_tests! {
     ms_fast_gelu: "ms_fast_gelu";
     ms_gelu: "ms_gelu";
     ms_quick_gelu: "ms_quick_gelu";
+    ms_attention_no_mask: "ms_attention_no_mask";
+    ms_attention_raw_mask_with_padding: "ms_attention_raw_mask_padding";
+    ms_attention_raw_mask_input_symbolic_dims: "ms_attention_raw_mask_runtime", ["--dim", "batch=3", "--dim", "seq=7"];
+    ms_attention_mask_index_end_positions: "ms_attention_mask_index_ends";
+    ms_attention_mask_index_end_and_start_positions: "ms_attention_mask_index_ends_starts";
+    ms_attention_mask_3d: "ms_attention_mask_3d";
+    ms_attention_unidirectional_left_padding: "ms_attention_unidirectional_left_padding";
+    ms_attention_qkv_hidden_sizes: "ms_attention_qkv_hidden_sizes";
+    ms_attention_past_present_causal: "ms_attention_past_causal";
+    ms_attention_bias_causal: "ms_attention_bias_causal";
+    ms_attention_filter_value_scale_all_masked_row: "ms_attention_filter_value_scale_all_masked_row";
+    ms_mha_key_padding_mask_cross: "ms_mha_key_padding_mask";
+    ms_mha_lengths_past_causal_qk: "ms_mha_lengths_past_causal_qk";
+    ms_mha_mask_3d_scale: "ms_mha_mask_3d_scale";
+    ms_mha_projected_kv: "ms_mha_projected_kv";
+    ms_embed_layer_norm: "ms_embed_layer_norm";
+    ms_embed_layer_norm_position_ids: "ms_embed_layer_norm_position_ids";
+    ms_embed_layer_norm_batch_position_ids: "ms_embed_layer_norm_batch_position_ids";
+    ms_q_attention_uint8_weights_raw_mask: "ms_q_attention_u8", ["--dim", "batch=2"];
+    ms_q_attention_int8_weights_mask_index: "ms_q_attention_s8", ["--dim", "batch=2"];
+    ms_q_embed_layer_norm: "ms_q_embed_layer_norm";
     if_runtime_condition_both_branches: "if_runtime_cond";
     if_static_condition_one_branch: "if_static_cond";
     attention_fully_masked_rows_give_zeros: "attention_fully_masked_rows";
@@ -148,6 +180,16 @@ op_tests! {
     einsum_linear_with_symbolic_batch_and_time: "einsum_linear_symbolic", ["--dim", "b=2", "--dim", "t=3"];
     einsum_symbolic_flattened_groups: "einsum_symbolic_groups", ["--dim", "b=2", "--dim", "s=3", "--dim", "t=4"];
     conv_transpose_symbolic_batch: "conv_transpose_symbolic_batch", ["--dim", "batch=2"];
+}
+
+/// MultiHeadAttention with packed QKV (`[B, S, N, 3, H]`) and packed KV inputs, which
+/// onnxruntime's CPU kernel refuses: against onnxruntime on the same inputs unpacked by
+/// Gather and Reshape into separate query, key and value (`*_ref` models).
+#[test]
+fn ms_mha_packed_inputs_match_the_unpacked_form() {
+    for name in ["ms_mha_packed_qkv", "ms_mha_packed_kv"] {
+        check_against(name, &format!("{name}_ref"), &[], &["--precision", "f32"]);
+    }
 }
 
 /// `fp8c compile` of models with symbolic dims, without input shapes: an Einsum that is a
