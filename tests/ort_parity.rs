@@ -186,3 +186,53 @@ fn ppocr_mobile_cls_matches_onnxruntime() {
         min_cosine: 0.99,
     });
 }
+
+/// A BERT as onnxruntime's transformer optimizer leaves it (HuggingFace Optimum's "O2"
+/// layout: com.microsoft EmbedLayerNormalization, Attention with a 1-D mask index,
+/// SkipLayerNormalization, BiasGelu) and that model dynamically quantized (QAttention,
+/// QEmbedLayerNormalization, MatMulInteger), committed with their inputs (one padded batch
+/// row, two segments) and onnxruntime's outputs (`scripts/export_ort_fused.py`): `fp8c run
+/// --precision f32` matches onnxruntime within 1e-5 relative L2, and the default FP8 run
+/// keeps a cosine of 0.99 to it.
+#[test]
+fn bert_fused_by_onnxruntime_optimizer_matches_onnxruntime() {
+    let root = support::repo_root().join("tests/models");
+    let inputs = root.join("bert-tiny-ort-fused.inputs.npz");
+    let dir = support::scratch("ort_parity_bert_tiny_ort_fused");
+    for name in ["bert-tiny-ort-fused", "bert-tiny-ort-fused-qint8"] {
+        let model = root.join(format!("{name}.onnx"));
+        let want = support::read_npz(&root.join(format!("{name}.ort.npz")));
+        for (flags, min_cosine, max_rel_l2) in [
+            (&["--precision", "f32"][..], 0.999_999, 1e-5),
+            (&[][..], 0.99, f64::INFINITY),
+        ] {
+            let out = dir.join(format!("{name}{}.npz", flags.len()));
+            let mut args = vec![
+                "run".as_ref(),
+                model.as_os_str(),
+                "--inputs".as_ref(),
+                inputs.as_os_str(),
+                "-o".as_ref(),
+                out.as_os_str(),
+            ];
+            args.extend(flags.iter().map(std::ffi::OsStr::new));
+            let r = support::run_fp8c(args);
+            assert!(r.ok, "{name}: fp8c run {flags:?} failed:\n{}", r.stderr);
+            let got = support::read_npz(&out);
+            for (output, w) in &want {
+                let c = fp8c_runtime::compare(&got[output], w).unwrap();
+                eprintln!(
+                    "{name} {flags:?} vs onnxruntime, \"{output}\": rel_l2={:.3e} \
+                     max_abs={:.3e} cosine={:.6}",
+                    c.rel_l2, c.max_abs, c.cosine
+                );
+                assert!(
+                    c.rel_l2 <= max_rel_l2 && c.cosine >= min_cosine,
+                    "{name} {flags:?}: output \"{output}\": rel L2 {:.3e}, cosine {:.6}",
+                    c.rel_l2,
+                    c.cosine
+                );
+            }
+        }
+    }
+}
