@@ -863,3 +863,177 @@ fn malformed_attention_and_rotary_nodes_are_errors() {
         ],
     );
 }
+
+/// Malformed com.microsoft attention nodes (onnxruntime's transformer optimizer and dynamic
+/// quantizer write them) are clean errors naming the node and the bad value: a missing
+/// `num_heads`, hidden sizes it does not divide, `do_rotary`, a 4-D or wrongly sized mask,
+/// unequal Q and K sizes, MultiHeadAttention's `[3·B + 2]` mask and a packed query with a
+/// key, and an EmbedLayerNormalization with segment ids but no segment table.
+#[test]
+fn malformed_com_microsoft_attention_nodes_are_errors() {
+    let d = scratch("robust-ms-attention");
+    let f = |n: u64| fp8c_ir::Dim::Known(n);
+    let attention = |file: &str, cols: usize, attrs: &[(&str, i64)], mask: Option<&[u64]>| {
+        let mut b = ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("x", DType::F32, &[f(2), f(4), f(16)])
+            .initializer_f32("w", &[16, cols as u64], &vec![0.1; 16 * cols])
+            .initializer_f32("b", &[cols as u64], &vec![0.0; cols]);
+        let mut ins = vec!["x", "w", "b"];
+        if let Some(m) = mask {
+            let dims: Vec<_> = m.iter().map(|&n| f(n)).collect();
+            b = b.input("m", DType::I32, &dims);
+            ins.push("m");
+        }
+        let mut b = b
+            .node("Attention", &ins, &["y"])
+            .domain("com.microsoft")
+            .name("att");
+        for &(k, v) in attrs {
+            b = b.attr_int(k, v);
+        }
+        one_node(&d, file, b.output_untyped("y"))
+    };
+    let node = "node \"att\" (Attention)";
+    for (file, cols, attrs, mask, want) in [
+        (
+            "heads.onnx",
+            48,
+            &[][..],
+            None,
+            "attribute `num_heads` is required",
+        ),
+        (
+            "divide.onnx",
+            48,
+            &[("num_heads", 5)][..],
+            None,
+            "multiples of num_heads = 5",
+        ),
+        (
+            "rotary.onnx",
+            48,
+            &[("num_heads", 2), ("do_rotary", 1)][..],
+            None,
+            "`do_rotary` = 1 is not supported",
+        ),
+        (
+            "mask4d.onnx",
+            48,
+            &[("num_heads", 2)][..],
+            Some(&[2, 1, 4, 4][..]),
+            "4-D (Megatron) masks are not supported",
+        ),
+        (
+            "mask1d.onnx",
+            48,
+            &[("num_heads", 2)][..],
+            Some(&[3][..]),
+            "a 1-D mask holds batch_size (2) or 2·batch_size positions",
+        ),
+        (
+            "mask2d.onnx",
+            48,
+            &[("num_heads", 2)][..],
+            Some(&[2, 5][..]),
+            "its last axis must be the total key length 4",
+        ),
+        (
+            "cols.onnx",
+            40,
+            &[("num_heads", 2)][..],
+            None,
+            "40 columns, not three equal Q, K and V parts",
+        ),
+    ] {
+        must_fail(
+            &["compile", &attention(file, cols, attrs, mask)],
+            &[node, want],
+        );
+    }
+    let sizes = one_node(
+        &d,
+        "sizes.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("x", DType::F32, &[f(2), f(4), f(16)])
+            .initializer_f32("w", &[16, 40], &[0.1; 640])
+            .node("Attention", &["x", "w"], &["y"])
+            .domain("com.microsoft")
+            .name("att")
+            .attr_int("num_heads", 2)
+            .attr_ints("qkv_hidden_sizes", &[16, 8, 16])
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &sizes],
+        &[
+            node,
+            "qkv_hidden_sizes [16, 8, 16] must be three positive sizes",
+        ],
+    );
+    let mha = |file: &str, query: &[u64], mask: &[u64]| {
+        let q: Vec<_> = query.iter().map(|&n| f(n)).collect();
+        let m: Vec<_> = mask.iter().map(|&n| f(n)).collect();
+        one_node(
+            &d,
+            file,
+            ModelBuilder::new()
+                .opset(17)
+                .opset_import("com.microsoft", 1)
+                .input("q", DType::F32, &q)
+                .input("k", DType::F32, &[f(2), f(4), f(16)])
+                .input("v", DType::F32, &[f(2), f(4), f(16)])
+                .input("m", DType::I32, &m)
+                .node("MultiHeadAttention", &["q", "k", "v", "", "m"], &["y"])
+                .domain("com.microsoft")
+                .name("mha")
+                .attr_int("num_heads", 2)
+                .output_untyped("y"),
+        )
+    };
+    must_fail(
+        &["compile", &mha("mha_mask.onnx", &[2, 4, 16], &[8])],
+        &[
+            "node \"mha\" (MultiHeadAttention)",
+            "the [3·batch + 2] format",
+        ],
+    );
+    must_fail(
+        &["compile", &mha("mha_packed.onnx", &[2, 4, 2, 3, 8], &[2])],
+        &[
+            "node \"mha\" (MultiHeadAttention)",
+            "a packed QKV query (5-D) takes no key or value input",
+        ],
+    );
+    let embed = one_node(
+        &d,
+        "embed.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("ids", DType::I32, &[f(2), f(4)])
+            .input("seg", DType::I32, &[f(2), f(4)])
+            .initializer_f32("word", &[10, 8], &[0.1; 80])
+            .initializer_f32("pos", &[10, 8], &[0.1; 80])
+            .initializer_f32("g", &[8], &[1.0; 8])
+            .initializer_f32("b", &[8], &[0.0; 8])
+            .node(
+                "EmbedLayerNormalization",
+                &["ids", "seg", "word", "pos", "", "g", "b"],
+                &["y"],
+            )
+            .domain("com.microsoft")
+            .name("emb")
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &embed],
+        &[
+            "node \"emb\" (EmbedLayerNormalization)",
+            "segment_ids and segment_embedding must be given together",
+        ],
+    );
+}
