@@ -659,6 +659,57 @@ def q_embed_layer_norm(out_dir, name):
     return dst
 
 
+# onnxruntime-genai's com.microsoft GroupQueryAttention (the attention of its LLM exports).
+def gqa_model(name, batch, seq, past, lens, heads, kv_heads, head, packed, rotary, **attrs):
+    """One GroupQueryAttention node as onnxruntime-genai writes it: query [B, S, N·H] with key
+    and value [B, S, kvN·H], or all three packed in query; past KV [B, kvN, P, H] when `past`;
+    seqlens_k (`lens`, each row's total length − 1) and total_sequence_length as int32
+    constants; with `rotary` (the rotated dims), cos/sin caches [64, rotary/2]."""
+    total = max(lens) + 1
+    width = (heads + 2 * kv_heads) * head if packed else heads * head
+    vi = helper.make_tensor_value_info
+    ins, names = [vi("query", F, [batch, seq, width])], ["query"]
+    kv = ("key", "value")
+    if not packed:
+        ins += [vi(n, F, [batch, seq, kv_heads * head]) for n in kv]
+    names += list(kv) if not packed else ["", ""]
+    pasts = ("past_key", "past_value")
+    if past:
+        ins += [vi(n, F, [batch, kv_heads, past, head]) for n in pasts]
+    names += list(pasts) if past else ["", ""]
+    inits = [init("seqlens_k", np.array(lens, np.int32)), init("total_len", np.int32(total))]
+    names += ["seqlens_k", "total_len"]
+    if rotary:
+        half = rotary // 2
+        angle = np.arange(64)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+        inits += [init("cos", np.cos(angle).astype(np.float32)),
+                  init("sin", np.sin(angle).astype(np.float32))]
+        names += ["cos", "sin"]
+        attrs["do_rotary"] = 1
+    present = max(past, total)
+    outs = [vi("y", F, [batch, seq, heads * head])]
+    outs += [vi(n, F, [batch, kv_heads, present, head]) for n in ("present_key", "present_value")]
+    node = helper.make_node("GroupQueryAttention", names, [o.name for o in outs],
+                            domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, **attrs)
+    g = helper.make_graph([node], name, ins, outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+CASES += [
+    gqa_model("ms_gqa_prompt_window_softcap", 2, 6, 0, [5, 5], 4, 2, 16, False, 0,
+              local_window_size=2, softcap=3.0),
+    gqa_model("ms_gqa_prompt_packed_rotary", 1, 5, 0, [4], 4, 1, 16, True, 16,
+              rotary_interleaved=1),
+    gqa_model("ms_gqa_decode_ragged_rotary_partial", 2, 1, 6, [3, 5], 2, 2, 32, True, 16,
+              scale=0.3),
+    gqa_model("ms_gqa_chunk_after_past", 1, 3, 4, [6], 4, 2, 16, False, 16),
+]
+
+
 def if_model(name, static_cond):
     """If whose branches read outer values (x, and the initializer w only they use): the
     condition is `sum(x) > 0` (known at run time: both branches computed and selected) or

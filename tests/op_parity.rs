@@ -10,7 +10,8 @@
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
-//! format), If (inlined), opset-23 Attention with fully
+//! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk), If (inlined),
+//! LayerNormalization at opset 14, opset-23 Attention with fully
 //! masked query rows (zero rows, as onnxruntime and PyTorch), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
@@ -157,6 +158,10 @@ op_tests! {
     ms_embed_layer_norm_batch_position_ids: "ms_embed_layer_norm_batch_position_ids";
     ms_q_attention_uint8_weights_raw_mask: "ms_q_attention_u8", ["--dim", "batch=2"];
     ms_q_attention_int8_weights_mask_index: "ms_q_attention_s8", ["--dim", "batch=2"];
+    ms_gqa_prompt_window_softcap: "ms_gqa_prompt_window_softcap";
+    ms_gqa_prompt_packed_interleaved_rotary: "ms_gqa_prompt_packed_rotary";
+    ms_gqa_decode_ragged_rows_partial_rotary: "ms_gqa_decode_ragged_rotary_partial";
+    ms_gqa_chunk_after_past: "ms_gqa_chunk_after_past";
     ms_q_embed_layer_norm: "ms_q_embed_layer_norm";
     if_runtime_condition_both_branches: "if_runtime_cond";
     if_static_condition_one_branch: "if_static_cond";

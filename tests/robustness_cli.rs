@@ -1037,3 +1037,68 @@ fn malformed_com_microsoft_attention_nodes_are_errors() {
         ],
     );
 }
+
+/// Malformed com.microsoft GroupQueryAttention nodes (onnxruntime-genai's attention) are clean
+/// errors naming the node and the bad value: kv_num_heads that does not divide num_heads, a
+/// packed query whose width is not whole heads, rotary without its caches, and the
+/// attention_bias input it does not take.
+#[test]
+fn malformed_group_query_attention_nodes_are_errors() {
+    let d = scratch("robust-gqa");
+    let f = |n: u64| fp8c_ir::Dim::Known(n);
+    let gqa = |file: &str, width: u64, attrs: &[(&str, i64)], bias: bool| {
+        let mut ins = vec!["q", "", "", "", "", "lens", "total"];
+        let mut b = ModelBuilder::new()
+            .opset(21)
+            .opset_import("com.microsoft", 1)
+            .input("q", DType::F32, &[f(1), f(4), f(width)])
+            .input("lens", DType::I32, &[f(1)])
+            .input("total", DType::I32, &[]);
+        if bias {
+            b = b.input("bias", DType::F32, &[f(1), f(1), f(4), f(4)]);
+            ins.extend(["", "", "", "bias"]);
+        }
+        let mut b = b
+            .node("GroupQueryAttention", &ins, &["y"])
+            .domain("com.microsoft")
+            .name("gqa");
+        for &(k, v) in attrs {
+            b = b.attr_int(k, v);
+        }
+        one_node(&d, file, b.output_untyped("y"))
+    };
+    let node = "node \"gqa\" (GroupQueryAttention)";
+    let heads = [("num_heads", 4), ("kv_num_heads", 2)];
+    for (file, width, attrs, bias, want) in [
+        (
+            "divide.onnx",
+            64,
+            &[("num_heads", 4), ("kv_num_heads", 3)][..],
+            false,
+            "num_heads 4 must be a multiple of kv_num_heads 3",
+        ),
+        (
+            "width.onnx",
+            60,
+            &heads[..],
+            false,
+            "packed query width 60 is not (num_heads + 2·kv_num_heads = 8) · head_size",
+        ),
+        (
+            "rotary.onnx",
+            64,
+            &[("num_heads", 4), ("kv_num_heads", 2), ("do_rotary", 1)][..],
+            false,
+            "do_rotary = 1 needs the cos_cache and sin_cache inputs",
+        ),
+        (
+            "bias.onnx",
+            64,
+            &heads[..],
+            true,
+            "the attention_bias input is not supported",
+        ),
+    ] {
+        must_fail(&["compile", &gqa(file, width, attrs, bias)], &[node, want]);
+    }
+}

@@ -139,6 +139,41 @@ pub(super) fn rotary_embedding(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxEr
             )));
         }
     }
+    let (rotated, x_pass) = rotate(
+        cx,
+        xw,
+        (cos, sin),
+        head_axis,
+        interleaved,
+        (rot_attr, rot, d),
+    )?;
+    let last = !three_d;
+    let out = match x_pass {
+        Some(p) => cx.add_step(last, "joined", Op::Concat { axis: 3 }, &[rotated, p])?,
+        None if last => cx.add(Op::Identity, &[rotated])?,
+        None => rotated,
+    };
+    if three_d {
+        let shape = ints(cx, "merged.shape", &[0, 0, -1])?;
+        return Ok(vec![
+            cx.add(Op::Reshape { allowzero: false }, &[out, shape])?,
+        ]);
+    }
+    Ok(vec![out])
+}
+
+/// The rotation of RotaryEmbedding: `xw` (`[B, S, H, D]` with `head_axis` 2, or `[B, H, S, D]`
+/// with 1) turned by `cos` and `sin` (`[B, S, R/2]`, already at each token's position);
+/// `dims` are the `rotary_embedding_dim` attribute (0: absent), R if known and D if known.
+/// Returns the rotated features and, when only the first R of D rotate, the rest.
+pub(super) fn rotate(
+    cx: &mut NodeCx<'_>,
+    xw: Value,
+    (cos, sin): (Value, Value),
+    head_axis: i64,
+    interleaved: bool,
+    (rot_attr, rot, d): (i64, Option<i64>, Option<i64>),
+) -> Result<(Value, Option<Value>), OnnxError> {
     let axes = vec![head_axis];
     let cos = cx.add_helper("cos", Op::Unsqueeze { axes: axes.clone() }, &[cos])?;
     let sin = cx.add_helper("sin", Op::Unsqueeze { axes }, &[sin])?;
@@ -198,19 +233,7 @@ pub(super) fn rotary_embedding(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxEr
     } else {
         cx.add_helper("halves", Op::Concat { axis: 3 }, &[real, imag])?
     };
-    let last = !three_d;
-    let out = match x_pass {
-        Some(p) => cx.add_step(last, "joined", Op::Concat { axis: 3 }, &[rotated, p])?,
-        None if last => cx.add(Op::Identity, &[rotated])?,
-        None => rotated,
-    };
-    if three_d {
-        let shape = ints(cx, "merged.shape", &[0, 0, -1])?;
-        return Ok(vec![
-            cx.add(Op::Reshape { allowzero: false }, &[out, shape])?,
-        ]);
-    }
-    Ok(vec![out])
+    Ok((rotated, x_pass))
 }
 
 /// Attention (opset 23, 24): inputs Q, K, V (`[B, heads, S, D]`, or `[B, S, heads·D]` with

@@ -14,9 +14,12 @@
 //! - The attention fusions of the transformer optimizer (Attention, MultiHeadAttention,
 //!   EmbedLayerNormalization) and the dynamic quantizer's QAttention and
 //!   QEmbedLayerNormalization: [`super::contrib_attention`].
+//! - GroupQueryAttention, the attention of onnxruntime-genai's LLM exports:
+//!   [`super::contrib_gqa`].
 
 use super::contrib_attention as attention;
 use super::contrib_fused as fused;
+use super::contrib_gqa as gqa;
 use super::contrib_qlinear as qlinear;
 use super::{Build, MANY, NodeCx, registry};
 use crate::OnnxError;
@@ -34,6 +37,7 @@ registry! {
     "EmbedLayerNormalization" 7..=9 => attention::embed_layer_norm,
     "FastGelu" 1..=2 => fused::fast_gelu,
     "Gelu" 1..=1 => fused::gelu,
+    "GroupQueryAttention" 7..=16 => gqa::group_query_attention,
     "MatMulNBits" 2..=6 => matmul_nbits,
     "MultiHeadAttention" 1..=10 => attention::multi_head_attention,
     "QAttention" 5..=9 => attention::q_attention,
@@ -57,6 +61,12 @@ registry! {
 /// each row of N padded to whole bytes; or of the scales' type), g_idx (not supported) and
 /// bias `[N]`; attributes K, N, bits (default 4), block_size. Codes are packed low bits first.
 /// Without zero points the zero point is `2^(bits − 1)`.
+///
+/// `accuracy_level` 4 asks for A in int8: onnxruntime's CPU kernel (MLAS `CompInt8`) then
+/// quantizes A per block of `block_size` along K, symmetrically (`scale = max|a| / 127`,
+/// `round_half_even(a · 127 / max|a|)`), and multiplies the codes; fp8c gives the same
+/// products by rounding f32 A to those codes times their scale ([`int8_blocks`]). Other
+/// levels, f16/bf16 A and a K that is not whole blocks keep A as it is.
 fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let req = |cx: &NodeCx<'_>, name: &str| {
         cx.attr_int_opt(name)?.filter(|&v| v > 0).ok_or_else(|| {
@@ -168,10 +178,68 @@ fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let wt = Tensor::from_f64_as(dtype, vec![k as u64, n as u64], &w)
         .map_err(|e| cx.err(format!("the dequantized B: {e}")))?;
     let w = cx.param("weight", wt)?;
+    let a = if cx.attr_int("accuracy_level", 0)? == 4 && dtype == DType::F32 && k % block == 0 {
+        int8_blocks(cx, a, block)?
+    } else {
+        a
+    };
     let bias = cx.opt_input(5);
     let y = cx.add_step(bias.is_none(), "matmul", Op::MatMul, &[a, w])?;
     match bias {
         None => Ok(vec![y]),
         Some(bias) => Ok(vec![cx.add(Op::Add, &[y, bias])?]),
     }
+}
+
+/// `a` (f32 `[.., K]`, K a multiple of `block`) rounded as MLAS quantizes A to int8 for
+/// MatMulNBits' `accuracy_level` 4: per block of K, codes `round_half_even(a · (127 /
+/// max|a|))` (0 for an all-zero block) times `max|a| / 127`.
+fn int8_blocks(cx: &mut NodeCx<'_>, a: Value, block: usize) -> Result<Value, OnnxError> {
+    let rank = cx.ty(a).rank();
+    let mut dims = vec![0i64; rank - 1];
+    dims.extend([-1, block as i64]);
+    let shape = cx.constant(
+        "a_blocks.shape",
+        Tensor::from_i64(vec![rank as u64 + 1], &dims),
+    )?;
+    let reshape = Op::Reshape { allowzero: false };
+    let blocks = cx.add_helper("a_blocks", reshape.clone(), &[a, shape])?;
+    let abs = cx.add_helper("a_abs", Op::Abs, &[blocks])?;
+    let max = Op::ReduceMax {
+        axes: Some(vec![-1]),
+        keepdims: true,
+    };
+    let amax = cx.add_helper("a_amax", max, &[abs])?;
+    let levels = cx.scalar("int8_levels", DType::F32, 127.0)?;
+    let scale = cx.add_helper("a_scale", Op::Div, &[amax, levels])?;
+    let inv = cx.add_helper("a_inv_scale", Op::Div, &[levels, amax])?;
+    let zero = cx.scalar("zero", DType::F32, 0.0)?;
+    let empty = cx.add_helper("a_block_zero", Op::Equal, &[amax, zero])?;
+    let inv = cx.add_helper("a_inv_scale_safe", Op::Where, &[empty, zero, inv])?;
+    let scaled = cx.add_helper("a_scaled", Op::Mul, &[blocks, inv])?;
+    // Rounded half to even (and within ±127) by an int8 QuantizeLinear of unit scale.
+    let one = cx.scalar("unit_scale", DType::F32, 1.0)?;
+    let zp = cx.scalar("int8_zero", DType::I8, 0.0)?;
+    let q = Op::QuantizeLinear {
+        axis: 1,
+        saturate: true,
+        to: DType::I8,
+        block_size: 0,
+    };
+    let codes = cx.add_helper("a_codes", q, &[scaled, one, zp])?;
+    let f = Op::Cast {
+        to: DType::F32,
+        saturate: false,
+    };
+    let codes = cx.add_helper("a_codes.f32", f, &[codes])?;
+    let deq = cx.add_helper("a_int8", Op::Mul, &[codes, scale])?;
+    let back = cx.add_helper(
+        "a_shape",
+        Op::Shape {
+            start: 0,
+            end: None,
+        },
+        &[a],
+    )?;
+    cx.add_helper("a_int8_rows", reshape, &[deq, back])
 }

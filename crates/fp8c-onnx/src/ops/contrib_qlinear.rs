@@ -305,7 +305,14 @@ pub(super) fn softmax(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let num = cx.add_helper("scaled", Op::Mul, &[e, inv])?;
     let mut p = cx.add_helper("ratio", Op::Div, &[num, total])?;
     if flat {
-        let shape = cx.add_helper("X.shape", Op::Shape { start: 0, end: None }, &[x])?;
+        let shape = cx.add_helper(
+            "X.shape",
+            Op::Shape {
+                start: 0,
+                end: None,
+            },
+            &[x],
+        )?;
         p = cx.add_helper("ratio.nd", Op::Reshape { allowzero: false }, &[p, shape])?;
     }
     let zp = match cx.opt_input(4) {

@@ -12,6 +12,7 @@ mod attention;
 pub(crate) mod contrib;
 mod contrib_attention;
 mod contrib_fused;
+mod contrib_gqa;
 mod contrib_qlinear;
 mod depth_space;
 mod einsum;

@@ -125,7 +125,11 @@ pub(crate) fn check_attrs(
     // onnxruntime defines LayerNormalization in the default domain from opset 1 (a contrib
     // schema with opset 17's attributes), and its transformer optimizer writes it into opset
     // 11-16 models: such a node reads as opset 17's.
-    let opset = if op == "LayerNormalization" { opset.max(17) } else { opset };
+    let opset = if op == "LayerNormalization" {
+        opset.max(17)
+    } else {
+        opset
+    };
     let Some(schema) = all.iter().rev().find(|s| s.since <= opset) else {
         return match all.first() {
             Some(first) => Err(format!(
