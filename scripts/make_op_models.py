@@ -710,6 +710,83 @@ CASES += [
 ]
 
 
+# What onnxruntime's own graph optimizer saves (SessionOptions.optimized_model_filepath).
+def ort_graph_model(name, op, ins, out_shape, inits, **attrs):
+    """One com.microsoft node of onnxruntime's graph optimizer on f32 graph inputs `ins`
+    (name, shape) and initializers `inits` (name, array)."""
+    vi = helper.make_tensor_value_info
+    names = [n for n, _ in ins] + [n if a is not None else "" for n, a in inits]
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft", **attrs)
+    g = helper.make_graph([node], name, [vi(n, F, s) for n, s in ins], [vi("y", F, out_shape)],
+                          [init(n, a) for n, a in inits if a is not None])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+RNG_GRAPH = np.random.default_rng(23)
+
+
+def graph_w(*shape, dtype=np.float32):
+    """Random f32 weights, or integer codes: int8 within ±63 (onnxruntime's AVX2 u8×s8
+    kernel adds code pairs in saturating 16-bit lanes, so full-range int8 weights make its own
+    sums inexact; `quantize_dynamic`'s `reduce_range` keeps them this small for that reason)."""
+    if dtype == np.float32:
+        return (RNG_GRAPH.standard_normal(shape) * 0.5).astype(np.float32)
+    lo, hi = (-63, 64) if dtype == np.int8 else (0, 256)
+    return RNG_GRAPH.integers(lo, hi, size=shape).astype(dtype)
+
+
+CASES += [
+    ort_graph_model("ms_fused_matmul_trans_alpha", "FusedMatMul", [("a", [2, 8, 5])], [2, 5, 3],
+                    [("b", graph_w(2, 8, 3))], alpha=0.25, transA=1),
+    ort_graph_model("ms_fused_matmul_trans_b", "FusedMatMul", [("a", [4, 6])], [4, 3],
+                    [("b", graph_w(3, 6))], transB=1),
+    ort_graph_model("ms_fused_gemm_leaky_relu", "FusedGemm", [("a", [4, 6])], [4, 3],
+                    [("b", graph_w(3, 6)), ("c", graph_w(3))], transB=1, alpha=0.5, beta=2.0,
+                    activation="LeakyRelu", activation_alpha=0.2),
+    ort_graph_model("ms_fused_conv_hard_sigmoid", "FusedConv", [("x", [2, 3, 7, 7])],
+                    [2, 4, 7, 7], [("w", graph_w(4, 3, 3, 3)), ("b", graph_w(4))],
+                    pads=[1, 1, 1, 1], activation="HardSigmoid",
+                    activation_params=[0.25, 0.5]),
+    ort_graph_model("ms_fused_conv_sum_relu", "FusedConv", [("x", [1, 3, 6, 6])],
+                    [1, 4, 3, 3], [("w", graph_w(4, 3, 2, 2)), ("b", graph_w(4)),
+                                   ("z", graph_w(1, 4, 3, 3))],
+                    strides=[2, 2], activation="Relu"),
+    ort_graph_model("ms_dynamic_quantize_matmul", "DynamicQuantizeMatMul", [("a", [3, 4, 8])],
+                    [3, 4, 5], [("b", graph_w(8, 5, dtype=np.int8)),
+                                ("b_scale", (np.arange(1, 6) * 0.02).astype(np.float32)),
+                                ("b_zero_point", np.zeros(5, np.int8)),
+                                ("bias", graph_w(5))]),
+    ort_graph_model("ms_dynamic_quantize_matmul_u8", "DynamicQuantizeMatMul", [("a", [4, 8])],
+                    [4, 5], [("b", graph_w(8, 5, dtype=np.uint8)),
+                             ("b_scale", np.float32(0.03)), ("b_zero_point", np.uint8(130))]),
+]
+
+
+def matmul_integer_to_float(name):
+    """MatMulIntegerToFloat on a uint8 graph input A and int8 weights with zero points, per
+    column scales and a bias (what the optimizer makes of MatMulInteger → Cast → Mul)."""
+    vi = helper.make_tensor_value_info
+    ins = ["a", "b", "a_scale", "b_scale", "a_zero_point", "b_zero_point", "bias"]
+    node = helper.make_node("MatMulIntegerToFloat", ins, ["y"], domain="com.microsoft")
+    inits = [init("b", graph_w(6, 4, dtype=np.int8)), init("a_scale", np.float32(0.05)),
+             init("b_scale", (np.arange(1, 5) * 0.01).astype(np.float32)),
+             init("a_zero_point", np.uint8(120)), init("b_zero_point", np.zeros(4, np.int8)),
+             init("bias", graph_w(4))]
+    g = helper.make_graph([node], name, [vi("a", U8, [3, 6])], [vi("y", F, [3, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+CASES += [matmul_integer_to_float("ms_matmul_integer_to_float")]
+
+
 def if_model(name, static_cond):
     """If whose branches read outer values (x, and the initializer w only they use): the
     condition is `sum(x) > 0` (known at run time: both branches computed and selected) or

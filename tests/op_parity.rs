@@ -10,7 +10,9 @@
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
-//! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk), If (inlined),
+//! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk), what
+//! onnxruntime's graph optimizer saves (FusedMatMul, FusedGemm, FusedConv,
+//! DynamicQuantizeMatMul, MatMulIntegerToFloat), If (inlined),
 //! LayerNormalization at opset 14, opset-23 Attention with fully
 //! masked query rows (zero rows, as onnxruntime and PyTorch), LayerNormalization's
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
@@ -162,6 +164,14 @@ op_tests! {
     ms_gqa_prompt_packed_interleaved_rotary: "ms_gqa_prompt_packed_rotary";
     ms_gqa_decode_ragged_rows_partial_rotary: "ms_gqa_decode_ragged_rotary_partial";
     ms_gqa_chunk_after_past: "ms_gqa_chunk_after_past";
+    ms_fused_matmul_trans_a_alpha: "ms_fused_matmul_trans_alpha";
+    ms_fused_matmul_trans_b: "ms_fused_matmul_trans_b";
+    ms_fused_gemm_leaky_relu: "ms_fused_gemm_leaky_relu";
+    ms_fused_conv_hard_sigmoid: "ms_fused_conv_hard_sigmoid";
+    ms_fused_conv_sum_relu: "ms_fused_conv_sum_relu";
+    ms_dynamic_quantize_matmul_int8_per_column: "ms_dynamic_quantize_matmul";
+    ms_dynamic_quantize_matmul_uint8: "ms_dynamic_quantize_matmul_u8";
+    ms_matmul_integer_to_float: "ms_matmul_integer_to_float";
     ms_q_embed_layer_norm: "ms_q_embed_layer_norm";
     if_runtime_condition_both_branches: "if_runtime_cond";
     if_static_condition_one_branch: "if_static_cond";

@@ -1102,3 +1102,53 @@ fn malformed_group_query_attention_nodes_are_errors() {
         must_fail(&["compile", &gqa(file, width, attrs, bias)], &[node, want]);
     }
 }
+
+/// What onnxruntime's graph optimizer saves, malformed: a FusedConv activation fp8c does not
+/// have and a FusedMatMul batch transpose are errors naming the node and the value.
+#[test]
+fn unsupported_onnxruntime_graph_fusions_are_errors() {
+    let d = scratch("robust-ort-graph");
+    let f = |n: u64| fp8c_ir::Dim::Known(n);
+    let conv = one_node(
+        &d,
+        "fused_conv.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("x", DType::F32, &[f(1), f(2), f(4), f(4)])
+            .initializer_f32("w", &[3, 2, 1, 1], &[0.1; 6])
+            .node("FusedConv", &["x", "w"], &["y"])
+            .domain("com.microsoft")
+            .name("fc")
+            .attr_str("activation", "Elu")
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &conv],
+        &[
+            "node \"fc\" (FusedConv)",
+            "activation \"Elu\" is not supported",
+        ],
+    );
+    let matmul = one_node(
+        &d,
+        "fused_matmul.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("a", DType::F32, &[f(2), f(3), f(4)])
+            .input("b", DType::F32, &[f(2), f(4), f(5)])
+            .node("FusedMatMul", &["a", "b"], &["y"])
+            .domain("com.microsoft")
+            .name("fm")
+            .attr_int("transBatchA", 1)
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &matmul],
+        &[
+            "node \"fm\" (FusedMatMul)",
+            "transBatchA = 1 is not supported",
+        ],
+    );
+}

@@ -16,10 +16,13 @@
 //!   QEmbedLayerNormalization: [`super::contrib_attention`].
 //! - GroupQueryAttention, the attention of onnxruntime-genai's LLM exports:
 //!   [`super::contrib_gqa`].
+//! - What onnxruntime's own graph optimizer saves (FusedMatMul, FusedGemm, FusedConv,
+//!   DynamicQuantizeMatMul, MatMulIntegerToFloat): [`super::contrib_graph`].
 
 use super::contrib_attention as attention;
 use super::contrib_fused as fused;
 use super::contrib_gqa as gqa;
+use super::contrib_graph as graph;
 use super::contrib_qlinear as qlinear;
 use super::{Build, MANY, NodeCx, registry};
 use crate::OnnxError;
@@ -34,10 +37,15 @@ registry! {
     CONTRIB_SUPPORTED_OPS, lookup;
     "Attention" 2..=7 => attention::attention,
     "BiasGelu" 2..=2 => fused::gelu,
+    "DynamicQuantizeMatMul" 3..=5 => graph::dynamic_quantize_matmul,
     "EmbedLayerNormalization" 7..=9 => attention::embed_layer_norm,
     "FastGelu" 1..=2 => fused::fast_gelu,
+    "FusedConv" 2..=4 => graph::fused_conv,
+    "FusedGemm" 2..=3 => graph::fused_gemm,
+    "FusedMatMul" 2..=2 => graph::fused_matmul,
     "Gelu" 1..=1 => fused::gelu,
     "GroupQueryAttention" 7..=16 => gqa::group_query_attention,
+    "MatMulIntegerToFloat" 4..=7 => graph::matmul_integer_to_float,
     "MatMulNBits" 2..=6 => matmul_nbits,
     "MultiHeadAttention" 1..=10 => attention::multi_head_attention,
     "QAttention" 5..=9 => attention::q_attention,

@@ -242,6 +242,17 @@ pub(super) fn dynamic_quantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>,
             "input x has type {xty}; DynamicQuantizeLinear takes float32"
         )));
     }
+    let (y, scale, zp) = dynamic_quantize_of(cx, x, true)?;
+    Ok(vec![y, scale, zp])
+}
+
+/// DynamicQuantizeLinear of the f32 `x`: (y, y_scale, y_zero_point), y the node's own IR
+/// node when `last`.
+pub(super) fn dynamic_quantize_of(
+    cx: &mut NodeCx<'_>,
+    x: Value,
+    last: bool,
+) -> Result<(Value, Value, Value), OnnxError> {
     let (axes, keepdims) = (None, false);
     let lo = cx.add_helper(
         "min",
@@ -267,6 +278,6 @@ pub(super) fn dynamic_quantize_linear(cx: &mut NodeCx<'_>) -> Result<Vec<Value>,
         block_size: 0,
     };
     let zp = cx.add_helper("zero_point", quantize.clone(), &[neg_lo, scale, zp0])?;
-    let y = cx.add(quantize, &[x, scale, zp])?;
-    Ok(vec![y, scale, zp])
+    let y = cx.add_step(last, "quantized", quantize, &[x, scale, zp])?;
+    Ok((y, scale, zp))
 }

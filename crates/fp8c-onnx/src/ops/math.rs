@@ -212,19 +212,22 @@ pub(super) fn cast_like(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
 }
 
 pub(super) fn gemm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    Ok(vec![gemm_of(cx, true)?])
+}
+
+/// The node's Gemm (inputs A, B, C and its attributes), as the node's own IR node when `last`.
+pub(super) fn gemm_of(cx: &mut NodeCx<'_>, last: bool) -> Result<Value, OnnxError> {
     let alpha = cx.attr_float("alpha", 1.0)?;
     let beta = cx.attr_float("beta", 1.0)?;
     let trans_a = cx.attr_bool("transA", false)?;
     let trans_b = cx.attr_bool("transB", false)?;
     let mut inputs = vec![cx.input(0)?, cx.input(1)?];
     inputs.extend(cx.opt_input(2));
-    Ok(vec![cx.add(
-        Op::Gemm {
-            alpha,
-            beta,
-            trans_a,
-            trans_b,
-        },
-        &inputs,
-    )?])
+    let op = Op::Gemm {
+        alpha,
+        beta,
+        trans_a,
+        trans_b,
+    };
+    cx.add_step(last, "gemm", op, &inputs)
 }

@@ -13,6 +13,7 @@ pub(crate) mod contrib;
 mod contrib_attention;
 mod contrib_fused;
 mod contrib_gqa;
+mod contrib_graph;
 mod contrib_qlinear;
 mod depth_space;
 mod einsum;

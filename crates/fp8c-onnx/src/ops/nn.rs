@@ -423,7 +423,7 @@ pub(super) fn leaky_relu(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
 
 /// `clip(alpha * x + beta, 0, 1)`, with the final node named after the ONNX node unless
 /// `last` is false.
-fn hard_sigmoid_of(
+pub(super) fn hard_sigmoid_of(
     cx: &mut NodeCx<'_>,
     x: Value,
     alpha: f64,
