@@ -189,13 +189,6 @@ pub(super) fn requantize(
     m: Value,
     y_zero_point: Value,
 ) -> Result<Vec<Value>, OnnxError> {
-    let to = cx.ty(y_zero_point).dtype;
-    if !matches!(to, DType::U8 | DType::I8) {
-        return Err(cx.err(format!(
-            "y_zero_point has type {to}; {} outputs uint8 or int8",
-            cx.op_type
-        )));
-    }
     let f = Op::Cast {
         to: DType::F32,
         saturate: false,
