@@ -22,25 +22,13 @@ fn check(precision: &str, dev: TestDevice) {
         let inputs = dir.join(format!("{step}.inputs.npz"));
         let want = support::read_npz(&dir.join(format!("{step}.ort.npz")));
         let scratch = support::scratch(&format!("genai_{precision}_{step}_{}", dev.flag()));
-        let out = scratch.join("f32.npz");
-        let r = support::run_fp8c([
-            "run".as_ref(),
-            model.as_os_str(),
-            "--inputs".as_ref(),
-            inputs.as_os_str(),
-            "--precision".as_ref(),
-            "f32".as_ref(),
-            "--device".as_ref(),
-            dev.flag().as_ref(),
-            "-o".as_ref(),
-            out.as_os_str(),
-        ]);
-        assert!(
-            r.ok,
-            "{precision} {step} on {dev:?}: f32 run failed:\n{}",
-            r.stderr
+        let got = support::run_outputs(
+            &format!("{precision} {step} on {dev:?}"),
+            &model,
+            &inputs,
+            &["--precision", "f32", "--device", dev.flag()],
+            &scratch.join("f32.npz"),
         );
-        let got = support::read_npz(&out);
         assert_eq!(
             got.keys().collect::<Vec<_>>(),
             want.keys().collect::<Vec<_>>(),

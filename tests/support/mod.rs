@@ -251,6 +251,28 @@ where
     }
 }
 
+/// `fp8c run MODEL --inputs INPUTS FLAGS -o OUT` (asserted to succeed, `what` naming the
+/// case in the message), then the outputs it wrote.
+pub fn run_outputs(
+    what: &str,
+    model: &Path,
+    inputs: &Path,
+    flags: &[&str],
+    out: &Path,
+) -> BTreeMap<String, Tensor> {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "run".as_ref(),
+        model.as_os_str(),
+        "--inputs".as_ref(),
+        inputs.as_os_str(),
+    ];
+    args.extend(flags.iter().map(std::ffi::OsStr::new));
+    args.extend(["-o".as_ref(), out.as_os_str()]);
+    let r = run_fp8c(args);
+    assert!(r.ok, "{what}: fp8c run {flags:?} failed:\n{}", r.stderr);
+    read_npz(out)
+}
+
 /// A fresh scratch directory for one test (under cargo's per-target tmp dir).
 pub fn scratch(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
