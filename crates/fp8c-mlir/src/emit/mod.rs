@@ -393,31 +393,11 @@ impl<'c> Emitter<'c, '_> {
                 };
                 vec![self.reduce_f64(block, ins[0], &in_dims, &axes, true, fold, out_ty, loc)]
             }
-            Op::ReduceMean { axes, keepdims }
-            | Op::ReduceSum { axes, keepdims }
-            | Op::ReduceProd { axes, keepdims }
-            | Op::ReduceMax { axes, keepdims }
-            | Op::ReduceMin { axes, keepdims } => {
-                f32_only("a reduction")?;
-                use reduce::Fold;
-                let fold = match node.op {
-                    Op::ReduceMean { .. } => Fold::Mean,
-                    Op::ReduceSum { .. } => Fold::Sum,
-                    Op::ReduceProd { .. } => Fold::Prod,
-                    Op::ReduceMax { .. } => Fold::Max,
-                    _ => Fold::Min,
-                };
-                let in_dims = self.dims(node.inputs()[0], node)?;
-                let r = in_dims.len() as i64;
-                let axes: Vec<usize> = match axes {
-                    Some(a) => a
-                        .iter()
-                        .map(|&x| (if x < 0 { x + r } else { x }) as usize)
-                        .collect(),
-                    None => (0..in_dims.len()).collect(),
-                };
-                vec![self.reduce_f64(block, ins[0], &in_dims, &axes, *keepdims, fold, out_ty, loc)]
-            }
+            Op::ReduceMean { .. }
+            | Op::ReduceSum { .. }
+            | Op::ReduceProd { .. }
+            | Op::ReduceMax { .. }
+            | Op::ReduceMin { .. } => vec![self.reduce_op(block, node, ins[0], out_ty, loc)?],
             Op::ArgMax { .. } | Op::ArgMin { .. } => {
                 self.arg_extreme_op(block, node, id, &ins, (out_ty, &out_dims, out_dtype), loc)?
             }

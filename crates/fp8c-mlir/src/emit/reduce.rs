@@ -34,22 +34,34 @@ impl<'c> Emitter<'c, '_> {
         body: impl for<'b> FnOnce(&Scalar<'c, 'b>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
     ) -> Value<'c, 'a> {
         let f64t = Type::float64(self.ctx);
+        let init = FloatAttribute::new(self.ctx, f64t, init).into();
+        self.accumulate_in(block, ins, in_maps, dims, axes, (f64t, init), loc, body)
+    }
+
+    /// An accumulator of element type `acc` starting at `init` over `axes` of the iteration
+    /// space `dims` (reduction loops in index order), with `body(ins…, acc) -> acc`; dims
+    /// kept with size 1.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn accumulate_in<'a>(
+        &self,
+        block: &'a Block<'c>,
+        ins: &[Value<'c, 'a>],
+        in_maps: Vec<Attribute<'c>>,
+        dims: &[u64],
+        axes: &[usize],
+        (acc, init): (Type<'c>, Attribute<'c>),
+        loc: Location<'c>,
+        body: impl for<'b> FnOnce(&Scalar<'c, 'b>, &[Value<'c, 'b>]) -> Value<'c, 'b>,
+    ) -> Value<'c, 'a> {
         let kept: Vec<u64> = dims
             .iter()
             .enumerate()
             .map(|(k, &d)| if axes.contains(&k) { 1 } else { d })
             .collect();
-        let acc_ty: Type = RankedTensorType::new(&kept, f64t, None).into();
-        let init_v: Value = push(
-            block,
-            arith::constant(
-                self.ctx,
-                FloatAttribute::new(self.ctx, f64t, init).into(),
-                loc,
-            ),
-        );
+        let acc_ty: Type = RankedTensorType::new(&kept, acc, None).into();
+        let init_v: Value = push(block, arith::constant(self.ctx, init, loc));
         let empty = self.empty(block, acc_ty, loc);
-        let filled = self.fill(block, init_v, empty, acc_ty, f64t, loc);
+        let filled = self.fill(block, init_v, empty, acc_ty, acc, loc);
         let iters: Vec<&str> = (0..dims.len())
             .map(|k| {
                 if axes.contains(&k) {
@@ -136,6 +148,147 @@ impl<'c> Emitter<'c, '_> {
                     a[0]
                 };
                 s.truncf(v)
+            },
+        )
+    }
+
+    /// The five ONNX reductions of `node` on `x`: f32 through [`Self::reduce_f64`], integers
+    /// and bool through [`Self::reduce_int`]. Absent or empty axes reduce every axis.
+    pub(super) fn reduce_op<'a>(
+        &self,
+        block: &'a Block<'c>,
+        node: &Node,
+        x: Value<'c, 'a>,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Result<Value<'c, 'a>, Error> {
+        let (axes, keepdims, fold) = match &node.op {
+            Op::ReduceMean { axes, keepdims } => (axes, *keepdims, Fold::Mean),
+            Op::ReduceSum { axes, keepdims } => (axes, *keepdims, Fold::Sum),
+            Op::ReduceProd { axes, keepdims } => (axes, *keepdims, Fold::Prod),
+            Op::ReduceMax { axes, keepdims } => (axes, *keepdims, Fold::Max),
+            Op::ReduceMin { axes, keepdims } => (axes, *keepdims, Fold::Min),
+            _ => unreachable!("reduce_op on {}", node.op.name()),
+        };
+        let dims = self.dims(node.inputs()[0], node)?;
+        let r = dims.len() as i64;
+        let axes: Vec<usize> = match axes.as_deref() {
+            Some(a) if !a.is_empty() => a
+                .iter()
+                .map(|&x| (if x < 0 { x + r } else { x }) as usize)
+                .collect(),
+            _ => (0..dims.len()).collect(),
+        };
+        let dtype = self.graph.value_type(node.inputs()[0]).dtype;
+        if dtype.is_int() || dtype == DType::Bool {
+            return Ok(self.reduce_int(block, x, &dims, &axes, keepdims, fold, dtype, out_ty, loc));
+        }
+        if dtype != DType::F32 {
+            return Err(unsupported(
+                node,
+                format!("a reduction of {dtype} is not emitted yet"),
+            ));
+        }
+        Ok(self.reduce_f64(block, x, &dims, &axes, keepdims, fold, out_ty, loc))
+    }
+
+    /// An integer (or bool) reduction as the CPU's: each element widened to i64 (by its
+    /// signedness; u64 as its bits), folded in wrapping i64 arithmetic (sum and mean from 0,
+    /// prod from 1) or compared as signed i64 (max from the type's lowest value, min from its
+    /// highest), then wrapped back to the type. A mean is the wrapping sum divided by the
+    /// count, truncating toward zero (`arith.divsi`; the count is positive, so it cannot
+    /// trap), and 0 over no elements.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reduce_int<'a>(
+        &self,
+        block: &'a Block<'c>,
+        x: Value<'c, 'a>,
+        dims: &[u64],
+        axes: &[usize],
+        keepdims: bool,
+        fold: Fold,
+        dtype: DType,
+        out_ty: Type<'c>,
+        loc: Location<'c>,
+    ) -> Value<'c, 'a> {
+        let ctx = self.ctx;
+        let i64t: Type = IntegerType::new(ctx, 64).into();
+        let elem = RankedTensorType::try_from(out_ty)
+            .map(|t| t.element())
+            .expect("a ranked result");
+        let width = IntegerType::try_from(elem).map_or(64, |t| t.width());
+        let unsigned = matches!(
+            dtype,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+        );
+        // The CPU's starting values (fp8c-eval's `int_range`): the type's range for the
+        // signed types, u8 and bool; i64's for u16, u32 and u64, which wrap to the same bits.
+        let (lo, hi) = match dtype {
+            DType::I32 => (i32::MIN.into(), i32::MAX.into()),
+            DType::I16 => (i16::MIN.into(), i16::MAX.into()),
+            DType::I8 => (i8::MIN.into(), i8::MAX.into()),
+            DType::U8 => (0, u8::MAX.into()),
+            DType::Bool => (0, 1),
+            _ => (i64::MIN, i64::MAX),
+        };
+        let init = match fold {
+            Fold::Sum | Fold::Mean => 0,
+            Fold::Prod => 1,
+            Fold::Max => lo,
+            Fold::Min => hi,
+        };
+        let init = IntegerAttribute::new(i64t, init).into();
+        let id = self.map_attr(AffineMap::multi_dim_identity(ctx, dims.len()));
+        let acc = self.accumulate_in(
+            block,
+            &[x],
+            vec![id],
+            dims,
+            axes,
+            (i64t, init),
+            loc,
+            move |s, a| {
+                let v = match (width, unsigned) {
+                    (64, _) => a[0],
+                    (_, true) => s.named_pub("arith.extui", a[0], i64t),
+                    (_, false) => s.named_pub("arith.extsi", a[0], i64t),
+                };
+                let name = match fold {
+                    Fold::Sum | Fold::Mean => "arith.addi",
+                    Fold::Prod => "arith.muli",
+                    Fold::Max => "arith.maxsi",
+                    Fold::Min => "arith.minsi",
+                };
+                s.int(name, a[1], v)
+            },
+        );
+        let count: u64 = axes.iter().map(|&k| dims[k]).product();
+        let divide = fold == Fold::Mean && count > 0;
+        let rank = dims.len();
+        let in_map = self.map_attr(AffineMap::multi_dim_identity(ctx, rank));
+        let out_map = self.reduced_map(rank, axes, keepdims);
+        let empty = self.empty(block, out_ty, loc);
+        self.generic_with_out_map(
+            block,
+            &[acc],
+            vec![in_map],
+            out_map,
+            &vec!["parallel"; rank],
+            out_ty,
+            empty,
+            loc,
+            |b, a| {
+                let s = Scalar { ctx, block: b, loc };
+                let v = if divide {
+                    s.int("arith.divsi", a[0], s.i64c(count as i64))
+                } else {
+                    a[0]
+                };
+                if width == 64 {
+                    v
+                } else {
+                    s.named_pub("arith.trunci", v, elem)
+                }
             },
         )
     }

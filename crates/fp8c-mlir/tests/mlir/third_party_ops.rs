@@ -595,3 +595,203 @@ fn top_k_runs_on_mlirs_jit_like_the_cpu_bit_for_bit() {
     let data = BTreeMap::from([("x".to_string(), x)]);
     model_on_the_jit_is_bit_exact("ops/top_k_smallest_axis0", &data);
 }
+
+/// Every `(what, op, x)` case as one node of one graph (input `x{k}`, output `y{k}`), run on
+/// the JIT once and each node by its CPU kernel: every output equal bit for bit.
+fn unary_cases_bit_exact_in_one_graph(cases: &[(String, fp8c_ir::Op, Tensor)]) {
+    let mut g = fp8c_ir::Graph::new("cases");
+    let mut feed = BTreeMap::new();
+    for (k, (what, op, x)) in cases.iter().enumerate() {
+        let name = format!("x{k}");
+        let v = g.add_input(&name, x.ty()).unwrap();
+        feed.insert(name, x.clone());
+        let y = g.add_node(what, op.clone(), &[v]).unwrap()[0];
+        g.set_output(&format!("y{k}"), y).unwrap();
+    }
+    let mut exe = fp8c_mlir::prepare(&g, g.weights()).unwrap();
+    let got = exe.run(&feed).unwrap();
+    for (k, (what, op, x)) in cases.iter().enumerate() {
+        let want = &fp8c_eval::eval_op(op, &[x]).unwrap()[0];
+        let g = &got[&format!("y{k}")];
+        assert_eq!(g.ty(), want.ty(), "{what}: type");
+        assert!(
+            g.bytes() == want.bytes(),
+            "{what}: JIT {:?} vs CPU {:?}",
+            g.to_f64_vec(),
+            want.to_f64_vec()
+        );
+    }
+}
+
+/// A tensor of `d` holding each of `values` wrapped to `d`'s width (its low bytes).
+fn wrapped(d: fp8c_ir::DType, shape: Vec<u64>, values: &[i64]) -> Tensor {
+    let bytes = values
+        .iter()
+        .flat_map(|v| v.to_le_bytes()[..d.size()].to_vec())
+        .collect();
+    Tensor::from_bytes(d, shape, bytes).unwrap()
+}
+
+#[test]
+fn integer_reductions_run_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+    use fp8c_ir::{DType, Op};
+    // The five reductions of every integer type (and max / min of bool) over several axis
+    // sets, kept and dropped: values at the type's extremes make sums and products wrap
+    // (in i64, then to the type), small negative ones give means that truncate toward zero.
+    let reductions = |axes: Option<Vec<i64>>, keepdims: bool| {
+        [
+            Op::ReduceSum {
+                axes: axes.clone(),
+                keepdims,
+            },
+            Op::ReduceMean {
+                axes: axes.clone(),
+                keepdims,
+            },
+            Op::ReduceProd {
+                axes: axes.clone(),
+                keepdims,
+            },
+            Op::ReduceMax {
+                axes: axes.clone(),
+                keepdims,
+            },
+            Op::ReduceMin { axes, keepdims },
+        ]
+    };
+    let axis_sets = [
+        (None, false),
+        (Some(vec![]), true),
+        (Some(vec![1]), false),
+        (Some(vec![-1, 0]), true),
+        (Some(vec![2]), true),
+    ];
+    let mut cases = Vec::new();
+    for d in [
+        DType::I64,
+        DType::I32,
+        DType::I16,
+        DType::I8,
+        DType::U64,
+        DType::U32,
+        DType::U16,
+        DType::U8,
+    ] {
+        let bits = 8 * d.size() as u32;
+        let (max, min) = if bits == 64 {
+            (i64::MAX, i64::MIN)
+        } else {
+            ((1i64 << (bits - 1)) - 1, -(1i64 << (bits - 1)))
+        };
+        let v: Vec<i64> = values(60, u64::from(bits))
+            .iter()
+            .enumerate()
+            .map(|(k, &r)| match k % 9 {
+                0 => max,
+                4 => min,
+                7 => max - 1,
+                _ => (r * 9.0).round() as i64,
+            })
+            .collect();
+        let x = wrapped(d, vec![3, 4, 5], &v);
+        for (axes, keepdims) in axis_sets.clone() {
+            for op in reductions(axes.clone(), keepdims) {
+                let what = format!("{} {d} axes {axes:?} keepdims {keepdims}", op.name());
+                cases.push((what, op, x.clone()));
+            }
+        }
+    }
+    // Means that truncate toward zero: −7/2 → −3, 7/2 → 3, −10/2 → −5; a sum past i32's
+    // range divided back into it; no elements: 0 (sum, mean), 1 (prod), the type's range.
+    let means = Tensor::from_i64(vec![3, 2], &[-7, 0, 7, 0, -9, -1]);
+    let wide = Tensor::from_i32(vec![1, 3], &[i32::MAX, i32::MAX, i32::MAX - 3]);
+    let mean1 = Op::ReduceMean {
+        axes: Some(vec![1]),
+        keepdims: false,
+    };
+    cases.push(("negative means".into(), mean1.clone(), means.clone()));
+    cases.push(("i32 mean of a sum past i32".into(), mean1.clone(), wide));
+    for d in [DType::I64, DType::I32, DType::U8] {
+        let empty = wrapped(d, vec![2, 0, 3], &[]);
+        for op in reductions(Some(vec![1]), false) {
+            let what = format!("{} {d} over no elements", op.name());
+            cases.push((what, op, empty.clone()));
+        }
+    }
+    // bool: max is any, min is all.
+    let b: Vec<bool> = (0..24).map(|k| k % 5 != 0 && k % 7 != 3).collect();
+    let b = Tensor::from_bool(vec![2, 3, 4], &b);
+    for (axes, keepdims) in axis_sets.clone() {
+        for op in reductions(axes.clone(), keepdims).into_iter().skip(3) {
+            let what = format!("{} bool axes {axes:?}", op.name());
+            cases.push((what, op, b.clone()));
+        }
+    }
+    // f32 with empty axes (ONNX's absent axes input) reduces every axis, as on the CPU.
+    let f = Tensor::from_f32(vec![3, 4], &values(12, 9));
+    for op in reductions(Some(vec![]), false) {
+        cases.push((format!("{} f32 axes []", op.name()), op, f.clone()));
+    }
+    unary_cases_bit_exact_in_one_graph(&cases);
+    // The values themselves, for the record.
+    let mut g = fp8c_ir::Graph::new("mean");
+    let x = g.add_input("x", means.ty()).unwrap();
+    let y = g.add_node("mean", mean1, &[x]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+    let mut exe = fp8c_mlir::prepare(&g, g.weights()).unwrap();
+    let got = exe
+        .run(&BTreeMap::from([("x".to_string(), means)]))
+        .unwrap();
+    assert_eq!(got["y"].to_i64_vec().unwrap(), [-3, 3, -5]);
+    // sklearn's ordinal-encoded categories (an i32 reduce_max) on onnxruntime's inputs.
+    model_is_bit_exact_on_the_jit("sklearn/cats_ordinal", "ort");
+}
+
+/// onnxruntime-genai's tiny Llama export `model` (tests/models/genai, `llama-fp32` or
+/// `llama-int4`: GroupQueryAttention over an i64 attention mask summed per row, MatMulNBits
+/// in the int4 one) compiled in f32 for the shapes of `step`'s inputs: on the JIT every
+/// output equals the CPU's bit for bit and is within `tol` (relative L2) of onnxruntime's.
+fn genai_step_on_the_jit(model: &str, step: &str, tol: f64) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/models/genai")
+        .join(model);
+    let read = |f: &str| fp8c_session::npy::read_npz(&dir.join(f)).unwrap();
+    let inputs: BTreeMap<String, Tensor> =
+        read(&format!("{step}.inputs.npz")).into_iter().collect();
+    let ort: BTreeMap<String, Tensor> = read(&format!("{step}.ort.npz")).into_iter().collect();
+    let model_ = Model::load(dir.join("model.onnx")).unwrap();
+    let mut opts = CompileOptions::f32();
+    for (name, t) in &inputs {
+        opts = opts.input_shape(name, t.shape());
+    }
+    let compiled = model_.compile(&opts).unwrap();
+    let cpu = compiled.prepare(Device::Cpu).unwrap().run(&inputs).unwrap();
+    let got = compiled
+        .prepare(Device::Mlir)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
+    assert_eq!(got.len(), ort.len(), "{model} {step}: outputs");
+    for (k, want) in &ort {
+        let what = format!("{model} {step}: {k}");
+        assert_eq!(got[k].ty(), cpu[k].ty(), "{what}");
+        assert!(
+            got[k].bytes() == cpu[k].bytes(),
+            "{what}: JIT and CPU differ"
+        );
+        let err = rel_l2(&got[k], want);
+        assert!(err <= tol, "{what}: {err:.2e} from onnxruntime");
+    }
+}
+
+#[test]
+fn onnxruntime_genai_llama_exports_run_on_mlirs_jit_like_the_cpu_and_onnxruntime() {
+    // The first prompt (no past), one decode step and a chunked prompt after a past, each
+    // within 1e-5 of onnxruntime (measured: ≤ 3.3e-7).
+    for model in ["llama-fp32", "llama-int4"] {
+        for step in ["prompt", "decode", "chunk"] {
+            genai_step_on_the_jit(model, step, 1e-5);
+        }
+    }
+}
+
