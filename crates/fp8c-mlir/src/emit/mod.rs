@@ -517,22 +517,39 @@ impl<'c> Emitter<'c, '_> {
                 ]
             }
             Op::Clip => {
-                // y = x; if y < lo { y = lo }; if y > hi { y = hi } (NaN passes), as the CPU.
-                f32_only("clip")?;
+                // y = x; if y < lo { y = lo }; if y > hi { y = hi } (NaN passes), as the CPU;
+                // f32 and f64 compared as floats, integers by their signedness.
+                let int = out_dtype.is_int().then_some(matches!(
+                    out_dtype,
+                    DType::U8 | DType::U16 | DType::U32 | DType::U64
+                ));
+                if int.is_none() && out_dtype != DType::F64 {
+                    f32_only("clip")?;
+                }
                 let maps = in_maps(self)?;
                 let n = ins.len();
                 vec![
                     self.per_element(block, &ins, maps, out_ty, loc, move |b, a| {
-                        use melior::dialect::arith::CmpfPredicate as F;
+                        use melior::dialect::arith::{CmpfPredicate as F, CmpiPredicate as I};
                         let s = Scalar { ctx, block: b, loc };
+                        let beyond = |lower: bool, y, bound| match int {
+                            Some(u) => {
+                                let p = match (lower, u) {
+                                    (true, true) => I::Ult,
+                                    (true, false) => I::Slt,
+                                    (false, true) => I::Ugt,
+                                    (false, false) => I::Sgt,
+                                };
+                                s.cmpi(p, y, bound)
+                            }
+                            None => s.cmpf(if lower { F::Olt } else { F::Ogt }, y, bound),
+                        };
                         let mut y = a[0];
                         if n > 1 {
-                            let lt = s.cmpf(F::Olt, y, a[1]);
-                            y = s.select(lt, a[1], y);
+                            y = s.select(beyond(true, y, a[1]), a[1], y);
                         }
                         if n > 2 {
-                            let gt = s.cmpf(F::Ogt, y, a[2]);
-                            y = s.select(gt, a[2], y);
+                            y = s.select(beyond(false, y, a[2]), a[2], y);
                         }
                         y
                     }),

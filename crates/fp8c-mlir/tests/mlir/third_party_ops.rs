@@ -795,3 +795,38 @@ fn onnxruntime_genai_llama_exports_run_on_mlirs_jit_like_the_cpu_and_onnxruntime
     }
 }
 
+#[test]
+fn integer_and_f64_clip_run_on_mlirs_jit_like_the_cpu_bit_for_bit() {
+    use fp8c_ir::{DType, Op};
+    // Bounds inside the values' range and around it; unsigned values above the signed range.
+    let v: Vec<i64> = (0..24).map(|k| (k * 37 % 23) - 11).collect();
+    for d in [
+        DType::I64,
+        DType::I32,
+        DType::I8,
+        DType::U8,
+        DType::U32,
+        DType::F64,
+    ] {
+        let x = if d == DType::F64 {
+            Tensor::from_f64(
+                vec![4, 6],
+                &v.iter().map(|&a| a as f64 / 3.0).collect::<Vec<_>>(),
+            )
+        } else {
+            wrapped(d, vec![4, 6], &v)
+        };
+        let bound = |b: i64| {
+            if d == DType::F64 {
+                Tensor::from_f64(vec![], &[b as f64 / 3.0])
+            } else {
+                wrapped(d, vec![], &[b])
+            }
+        };
+        // (-4, 7) wraps to lo > hi in the unsigned types: hi wins, as on the CPU.
+        for (lo, hi) in [(-4, 7), (0, 100)] {
+            let (l, h) = (bound(lo), bound(hi));
+            bit_exact_on_the_jit(&format!("clip {d} {lo} {hi}"), Op::Clip, &[&x, &l, &h]);
+        }
+    }
+}
