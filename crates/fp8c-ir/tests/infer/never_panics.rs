@@ -388,13 +388,14 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             scaling: scaling_of(i(0)),
             amax_epsilon: i(2) as f32,
         },
+        116 => Op::Round,
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 116;
+const OP_KINDS: usize = 117;
 
 /// One of the per-tile scale rules, picked by `k`.
 fn scaling_of(k: i64) -> fp8c_ir::BlockScaling {
