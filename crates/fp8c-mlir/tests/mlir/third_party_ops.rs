@@ -1,4 +1,4 @@
-//! Third-party models' ops on MLIR's JIT (a module of `tests/mlir.rs`, built with
+//! Third-party models' ops on MLIR's JIT (a module of `tests/mlir/main.rs`, built with
 //! `--features mlir`): each op as a one-node graph bit for bit against its CPU kernel
 //! (`fp8c_eval::eval_op`), and the models that need it (sklearn's, onnxruntime's quantized and
 //! f16/bf16 ones, onnxruntime-genai's Llama exports) against the CPU and onnxruntime.

@@ -967,5 +967,4 @@ mod with_mlir {
 }
 
 #[cfg(feature = "mlir")]
-#[path = "mlir/third_party_ops.rs"]
 mod third_party_ops;
