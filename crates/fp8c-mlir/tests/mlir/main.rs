@@ -612,7 +612,7 @@ mod with_mlir {
     fn block_scaling_golden_cases_run_on_mlirs_jit_bit_for_bit() {
         use fp8c_eval::golden::{self, mismatch};
         let cases = golden::cases(include_str!(
-            "../../fp8c-eval/tests/golden/block_cases.json"
+            "../../../fp8c-eval/tests/golden/block_cases.json"
         ))
         .unwrap();
         assert!(cases.len() >= 20, "{} cases", cases.len());
