@@ -766,6 +766,30 @@ CASES += [
 ]
 
 
+def rotary_caches(positions, half):
+    """cos and sin caches [positions, half] of the usual 10000^(−i/half) frequencies."""
+    angle = np.arange(positions)[:, None] / (10000 ** (np.arange(half) / half))[None, :]
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def ms_rotary(name, shape, positions, half, **attrs):
+    """One com.microsoft RotaryEmbedding (onnxruntime's own; its optimizer writes it for
+    Phi/Llama graphs): input of `shape`, position_ids `positions` (one offset, or [B, S])."""
+    cos, sin = rotary_caches(32, half)
+    return ort_graph_model(name, "RotaryEmbedding", [("x", shape)], shape,
+                           [("position_ids", np.asarray(positions, np.int64)),
+                            ("cos", cos), ("sin", sin)], **attrs)
+
+
+CASES += [
+    ms_rotary("ms_rotary_offset_3d", [2, 5, 64], [3], 8, num_heads=4),
+    ms_rotary("ms_rotary_ids_4d_interleaved_partial", [2, 2, 5, 16],
+              [[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], 4, interleaved=1, rotary_embedding_dim=8,
+              num_heads=2),
+    ms_rotary("ms_rotary_3d_heads_from_cache", [1, 4, 32], [0], 8),
+]
+
+
 def matmul_integer_to_float(name):
     """MatMulIntegerToFloat on a uint8 graph input A and int8 weights with zero points, per
     column scales and a bias (what the optimizer makes of MatMulInteger → Cast → Mul)."""

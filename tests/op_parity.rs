@@ -10,7 +10,8 @@
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
-//! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk), what
+//! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk) and
+//! onnxruntime's RotaryEmbedding, what
 //! onnxruntime's graph optimizer saves (FusedMatMul, FusedGemm, FusedConv,
 //! DynamicQuantizeMatMul, MatMulIntegerToFloat), If (inlined),
 //! LayerNormalization at opset 14, opset-23 Attention with fully
@@ -172,6 +173,9 @@ op_tests! {
     ms_dynamic_quantize_matmul_int8_per_column: "ms_dynamic_quantize_matmul";
     ms_dynamic_quantize_matmul_uint8: "ms_dynamic_quantize_matmul_u8";
     ms_matmul_integer_to_float: "ms_matmul_integer_to_float";
+    ms_rotary_embedding_offset_3d: "ms_rotary_offset_3d";
+    ms_rotary_embedding_ids_4d_interleaved_partial: "ms_rotary_ids_4d_interleaved_partial";
+    ms_rotary_embedding_heads_from_the_cache: "ms_rotary_3d_heads_from_cache";
     ms_q_embed_layer_norm: "ms_q_embed_layer_norm";
     if_runtime_condition_both_branches: "if_runtime_cond";
     if_static_condition_one_branch: "if_static_cond";

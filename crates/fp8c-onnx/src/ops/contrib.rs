@@ -14,8 +14,8 @@
 //! - The attention fusions of the transformer optimizer (Attention, MultiHeadAttention,
 //!   EmbedLayerNormalization) and the dynamic quantizer's QAttention and
 //!   QEmbedLayerNormalization: [`super::contrib_attention`].
-//! - GroupQueryAttention, the attention of onnxruntime-genai's LLM exports:
-//!   [`super::contrib_gqa`].
+//! - GroupQueryAttention, the attention of onnxruntime-genai's LLM exports, and onnxruntime's
+//!   RotaryEmbedding: [`super::contrib_gqa`].
 //! - What onnxruntime's own graph optimizer saves (FusedMatMul, FusedGemm, FusedConv,
 //!   DynamicQuantizeMatMul, MatMulIntegerToFloat): [`super::contrib_graph`].
 
@@ -60,6 +60,7 @@ registry! {
     "QLinearSigmoid" 4..=5 => |cx| qlinear::unary(cx, Op::Sigmoid),
     "QLinearSoftmax" 4..=5 => qlinear::softmax,
     "QuickGelu" 1..=1 => fused::quick_gelu,
+    "RotaryEmbedding" 4..=4 => gqa::rotary_embedding,
     "SkipLayerNormalization" 3..=5 => fused::skip_layer_norm,
     "SkipSimplifiedLayerNormalization" 3..=4 => fused::skip_simplified_layer_norm,
 }

@@ -21,6 +21,9 @@
 //!
 //! Refused with an error that names the node: attention_bias, head_sink, `smooth_softmax`,
 //! the output_qk output, the quantized-cache inputs.
+//!
+//! Also onnxruntime's standalone com.microsoft RotaryEmbedding ([`rotary_embedding`]), the
+//! same rotation with its own input order and a position offset.
 
 use super::NodeCx;
 use super::attention::{dim, float_input, ints, reshape, rotate, slice, transpose};
@@ -302,4 +305,100 @@ pub(super) fn group_query_attention(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, O
     let shape = ints(cx, "merged.shape", &[0, 0, -1])?;
     let y = cx.add(Op::Reshape { allowzero: false }, &[y, shape])?;
     Ok(vec![y, present_k, present_v])
+}
+
+/// com.microsoft RotaryEmbedding (onnxruntime's own, older than opset 23's): inputs input
+/// (`[B, S, N·H]`, or `[B, N, S, H]`), position_ids (`[B, S]`, or one offset: positions
+/// `offset + s`), cos_cache and sin_cache (`[max_position, R/2]`); attributes `interleaved`,
+/// `num_heads` (0: the head size is R), `rotary_embedding_dim` R (0: the head size).
+pub(super) fn rotary_embedding(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    if cx.attr_bool("is_packed_batching", false)? {
+        return Err(cx.err("is_packed_batching = 1 is not supported"));
+    }
+    let x = float_input(cx, 0, "input", &[3, 4])?;
+    let (pos, cos, sin) = (cx.input(1)?, cx.input(2)?, cx.input(3)?);
+    let interleaved = cx.attr_bool("interleaved", false)?;
+    let rot_attr = cx.attr_int("rotary_embedding_dim", 0)?;
+    let half = dim(cx, cos, 1).map(|d| d as i64);
+    let three_d = cx.ty(x).rank() == 3;
+    let (xw, head_axis) = if three_d {
+        let heads = match cx.attr_int("num_heads", 0)? {
+            n if n > 0 => n,
+            _ => {
+                // onnxruntime's rule without num_heads: each head is the cached rotary width.
+                let (Some(width), Some(h)) = (dim(cx, x, 2), half) else {
+                    return Err(
+                        cx.err("a 3-D input needs `num_heads` or static hidden and cache sizes")
+                    );
+                };
+                width as i64 / (2 * h).max(1)
+            }
+        };
+        (reshape(cx, "heads", x, &[0, 0, heads, -1])?, 2)
+    } else {
+        (x, 1)
+    };
+    let d = dim(cx, xw, 3).map(|d| d as i64);
+    let rot = match rot_attr {
+        0 => half.map(|h| 2 * h).or(d),
+        r => Some(r),
+    };
+    // One position id is the first position: the run's positions count on from it.
+    let pos = i64_positions(cx, pos, xw, head_axis)?;
+    let cos = cx.add_helper("cos_at", Op::Gather { axis: 0 }, &[cos, pos])?;
+    let sin = cx.add_helper("sin_at", Op::Gather { axis: 0 }, &[sin, pos])?;
+    let partial = rot.zip(d).is_some_and(|(r, d)| r < d);
+    let attr = if partial { rot.unwrap_or(0) } else { 0 };
+    let (r, pass) = rotate(cx, xw, (cos, sin), head_axis, interleaved, (attr, rot, d))?;
+    let last = !three_d;
+    let out = match pass {
+        Some(p) => cx.add_step(last, "joined", Op::Concat { axis: 3 }, &[r, p])?,
+        None if last => cx.add(Op::Identity, &[r])?,
+        None => r,
+    };
+    if three_d {
+        let shape = ints(cx, "merged.shape", &[0, 0, -1])?;
+        return Ok(vec![
+            cx.add(Op::Reshape { allowzero: false }, &[out, shape])?,
+        ]);
+    }
+    Ok(vec![out])
+}
+
+/// RotaryEmbedding's position_ids as i64 `[B or 1, S]`: as given, or from a one-element
+/// offset `p`, `p + 0 .. S` (S the sequence axis of `xw`, the axis after the heads' or
+/// before them).
+fn i64_positions(
+    cx: &mut NodeCx<'_>,
+    pos: Value,
+    xw: Value,
+    head_axis: i64,
+) -> Result<Value, OnnxError> {
+    let pos = if cx.ty(pos).dtype == DType::I64 {
+        pos
+    } else {
+        let c = Op::Cast {
+            to: DType::I64,
+            saturate: false,
+        };
+        cx.add_helper("position_ids.i64", c, &[pos])?
+    };
+    if cx.ty(pos).rank() == 2 {
+        return Ok(pos);
+    }
+    let seq_axis = if head_axis == 2 { 1 } else { 2 };
+    let seq = cx.add_helper(
+        "seq_len",
+        Op::Shape {
+            start: seq_axis,
+            end: Some(seq_axis + 1),
+        },
+        &[xw],
+    )?;
+    let seq = reshape(cx, "seq_len_scalar", seq, &[])?;
+    let zero = cx.constant("zero_scalar", Tensor::scalar_i64(0))?;
+    let one = cx.constant("one_scalar", Tensor::scalar_i64(1))?;
+    let steps = cx.add_helper("steps", Op::Range, &[zero, seq, one])?;
+    let start = reshape(cx, "start", pos, &[1, 1])?;
+    cx.add_helper("positions", Op::Add, &[start, steps])
 }
