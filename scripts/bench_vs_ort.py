@@ -6,16 +6,16 @@ each timed as the fastest of `--reps` runs of one call on the same inputs after 
 (fp8c: `fp8c --threads T run M --inputs IN --repeat R`, whose summary line reports the fastest
 run; onnxruntime: `InferenceSession.run` with `intra_op_num_threads = T`, default graph
 optimizations). Prints one row per model and thread count with the ratios later changes are
-judged by: fp8c f32 / onnxruntime and fp8c FP8 / fp8c f32 (FP8 with fp8c's default forward
-GEMMs, the model of Hopper's fast accumulation; `--fast-accum none` passes that to the FP8
-run, whose GEMMs then accumulate in f32 as onnxruntime's Q/DQ MatMuls do, and `--fast-accum
-both` times both, adding a column). PyTorch is not run here: the
-committed models are ONNX exports without their Python modules.
+judged by: fp8c f32 / onnxruntime and fp8c FP8 / fp8c f32 (FP8 as `fp8c run` runs it by
+default, every GEMM summed in f32 on the CPU; `--accum hopper` times `--hopper-accum` instead,
+the forward GEMMs under the model of Hopper's fast accumulation, and `--accum both` times both,
+adding a column). PyTorch is not run here: the committed models are ONNX exports without
+their Python modules.
 
 Usage (the repo's venv has onnxruntime and numpy: PY=$(scripts/python-env.sh)):
 
   $PY scripts/bench_vs_ort.py [--fp8c target/release/fp8c] [--threads 1,2] [--reps 5]
-        [--json OUT.json] [--shape INPUT=2x3x48x192 ...] [--fast-accum fprop|none|both]
+        [--json OUT.json] [--shape INPUT=2x3x48x192 ...] [--accum default|hopper|both]
         [MODEL.onnx ...]
 
 Without models it takes the example exports (BERT-style encoder, Llama-style decoder,
@@ -119,9 +119,9 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--shape", action="append", default=[], metavar="NAME=D0xD1x...",
                     help="the shape of a random input (repeatable)")
-    ap.add_argument("--fast-accum", choices=["fprop", "none", "both"], default="fprop",
-                    help="the FP8 run's forward GEMMs: fp8c's default fast-accumulation model "
-                         "(fprop), f32 accumulation (none), or both timed")
+    ap.add_argument("--accum", choices=["default", "hopper", "both"], default="default",
+                    help="the FP8 run's forward GEMMs: fp8c's default (f32 sums on the CPU), "
+                         "--hopper-accum's model of Hopper's fast accumulation, or both timed")
     a = ap.parse_args()
     shapes = {}
     for spec in a.shape:
@@ -134,7 +134,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out.npz")
-        accums = ["fprop", "none"] if a.fast_accum == "both" else [a.fast_accum]
+        accums = ["default", "hopper"] if a.accum == "both" else [a.accum]
         head = "".join(f" fp8c FP8 ({x}) ms | FP8 ({x}) / f32 |" for x in accums)
         print(f"| model | threads | fp8c f32 ms | onnxruntime ms | f32 / ort |{head}")
         print("|---|---:|---:|---:|---:|" + "---:|---:|" * len(accums))
@@ -148,8 +148,9 @@ def main() -> int:
                        "ort_ms": ort, "f32_vs_ort": f32 / ort}
                 cells = ""
                 for x in accums:
-                    fp8 = fp8c_ms(a.fp8c, model, inputs, t, "fp8", a.reps, out, ("--fast-accum", x))
-                    sfx = "" if x == "fprop" else f"_{x}"
+                    flags = ("--hopper-accum",) if x == "hopper" else ()
+                    fp8 = fp8c_ms(a.fp8c, model, inputs, t, "fp8", a.reps, out, flags)
+                    sfx = "" if x == "default" else f"_{x}"
                     row[f"fp8c_fp8{sfx}_ms"] = fp8
                     row[f"fp8{sfx}_vs_f32"] = fp8 / f32
                     cells += f" {fp8:.3f} | {fp8 / f32:.2f}× |"

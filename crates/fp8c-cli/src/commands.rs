@@ -172,7 +172,9 @@ pub fn compile(a: CompileArgs) -> Result<()> {
         }
     }
     if a.emit == Emit::Mlir {
-        let text = fp8c_mlir::emit(&compiled.graph)
+        // MLIR's engines run on hosts: fast accumulation as --hopper-accum says.
+        let graph = compiled.graph_for(fp8c_session::Device::Mlir);
+        let text = fp8c_mlir::emit(&graph)
             .map_err(|e| anyhow::anyhow!("{}: --emit mlir: {e}", a.model.display()))?;
         match &a.out {
             Some(path) => compiled.write_text(path, &text)?,

@@ -3,7 +3,9 @@
 
 use anyhow::Result;
 use clap::Args;
-use fp8c_session::{CompileOptions, PolicyOptions, PrecisionMode, Recipe, RecipeOptions};
+use fp8c_session::{
+    CompileOptions, HostAccum, PolicyOptions, PrecisionMode, Recipe, RecipeOptions,
+};
 use std::path::PathBuf;
 
 /// Precision policy and FP8 recipe flags.
@@ -42,12 +44,18 @@ pub struct Fp8Args {
     /// exported FP8 Q/DQ model then quantizes to fp8c's very codes in any engine.
     #[arg(long = "power-2-scale")]
     pub power_2_scale: bool,
-    /// FP8 GEMMs that use Hopper's fast accumulation (about 14 significant bits in the tensor
-    /// cores, modelled by the CPU reference); the others accumulate in f32. A comma list of
-    /// fprop, dgrad, wgrad, or none [default: fprop, as TransformerEngine; none for
-    /// --emit onnx, whose Q/DQ MatMuls accumulate in f32].
+    /// FP8 GEMMs that use Hopper's fast accumulation on a CUDA device (about 14 significant
+    /// bits in the tensor cores); the others accumulate in f32. The host devices (cpu, mlir,
+    /// cuda-emulated) sum them in f32 too, unless --hopper-accum. A comma list of fprop,
+    /// dgrad, wgrad, or none [default: fprop, as TransformerEngine; none for --emit onnx,
+    /// whose Q/DQ MatMuls accumulate in f32].
     #[arg(long = "fast-accum", value_name = "GEMMS")]
     pub fast_accum: Option<String>,
+    /// On a host device (cpu, mlir, cuda-emulated; and for --emit mlir), sum the
+    /// fast-accumulation GEMMs as Hopper's narrow accumulator does (a model within 4e-5 of an
+    /// H100), not in f32: the host reference of a --device cuda run, several times slower.
+    #[arg(long = "hopper-accum")]
+    pub hopper_accum: bool,
     /// TOML file with a [recipe] table (TransformerEngine's field names) and, for train, a
     /// [train] table (the train flags' names, or Hugging Face's: learning_rate,
     /// gradient_accumulation_steps, max_grad_norm, ...); flags given override it.
@@ -146,6 +154,11 @@ impl Fp8Args {
         Ok(CompileOptions::fp8()
             .policy(policy)
             .recipe(recipe)
-            .no_fuse(self.no_fuse))
+            .no_fuse(self.no_fuse)
+            .host_accum(if self.hopper_accum {
+                HostAccum::Hopper
+            } else {
+                HostAccum::F32
+            }))
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::error::{Context, Error, Result};
 use crate::files::Output;
-use crate::runner::{Device, Runner};
+use crate::runner::{Device, HostAccum, Runner};
 use fp8c_ir::Graph;
 use fp8c_passes::PassCx;
 use fp8c_passes::precision::Decision;
@@ -18,15 +18,23 @@ pub struct Compiled {
     /// What the passes recorded: notes, IR dumps, decisions, scaling and fusion statistics.
     pub passes: PassCx,
     path: Option<PathBuf>,
+    /// How a host device runs the fast-accumulation GEMMs (from the compile options).
+    host_accum: HostAccum,
 }
 
 impl Compiled {
     /// Wraps a compiled graph and its pass context (`path`: the model's file, for messages).
-    pub(crate) fn new(graph: Graph, passes: PassCx, path: Option<PathBuf>) -> Self {
+    pub(crate) fn new(
+        graph: Graph,
+        passes: PassCx,
+        path: Option<PathBuf>,
+        host_accum: HostAccum,
+    ) -> Self {
         Compiled {
             graph,
             passes,
             path,
+            host_accum,
         }
     }
 
@@ -96,14 +104,23 @@ impl Compiled {
         fp8c_passes::report::build(&self.graph, &self.passes, all)
     }
 
-    /// Lowers the graph to a program and loads it on `device` with its weights.
+    /// Lowers the graph to a program and loads it on `device` with its weights. A host device
+    /// runs [`Compiled::graph_for`] it (fast accumulation as the compile options' [`HostAccum`]
+    /// says).
     pub fn prepare(&self, device: Device) -> Result<Runner> {
-        let program = self.in_file(fp8c_runtime::lower(&self.graph))?;
+        let graph = self.graph_for(device);
+        let program = self.in_file(fp8c_runtime::lower(&graph))?;
         let backend = device.backend();
         backend.check()?;
-        let exe =
-            self.in_file(backend.prepare_graph(&self.graph, &program, self.graph.weights()))?;
-        Ok(Runner::new(self.graph.clone(), program, exe, device))
+        let exe = self.in_file(backend.prepare_graph(&graph, &program, graph.weights()))?;
+        Ok(Runner::new(graph.into_owned(), program, exe, device))
+    }
+
+    /// The graph `device` runs: the compiled graph, with its GEMMs' fast accumulation
+    /// cleared on a host device unless the compile options asked for [`HostAccum::Hopper`]
+    /// (what `--emit mlir` writes, too).
+    pub fn graph_for(&self, device: Device) -> std::borrow::Cow<'_, Graph> {
+        self.host_accum.graph_for(&self.graph, device)
     }
 
     fn in_file<T, E: Into<Error>>(&self, r: std::result::Result<T, E>) -> Result<T> {

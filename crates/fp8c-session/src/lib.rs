@@ -65,7 +65,7 @@ pub use options::{
     parse_recipe_config, precision_name, read_gemm_granularity, read_recipe_config,
     validate_policy,
 };
-pub use runner::{Device, Runner};
+pub use runner::{Device, HostAccum, Runner};
 pub use session::Session;
 pub use train::{StepReport, Trainer};
 

@@ -412,7 +412,7 @@ impl Model {
             }));
             return self.in_file(Err(failure));
         }
-        Ok(Compiled::new(g, cx, self.path.clone()))
+        Ok(Compiled::new(g, cx, self.path.clone(), opts.host_accum))
     }
 
     /// Prefixes an error with the model's file, if it has one.

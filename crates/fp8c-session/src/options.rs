@@ -6,6 +6,7 @@
 //! pass crate's do; a program with other flag names maps them by field.
 
 use crate::error::{Context, Error, Result, bail};
+use crate::runner::HostAccum;
 use fp8c_core::{
     AmaxComputeAlgo, CurrentScaling, DelayedScaling, Format, Gemm, Granularity, MMParams, Recipe,
 };
@@ -44,6 +45,9 @@ pub struct CompileOptions {
     pub print_after: Vec<String>,
     /// Stop after this pass.
     pub stop_after: Option<String>,
+    /// How the host devices compute the GEMMs the recipe lets use fast accumulation
+    /// ([`HostAccum`]: in f32 by default; `--hopper-accum` models Hopper's accumulator).
+    pub host_accum: HostAccum,
 }
 
 impl Default for CompileOptions {
@@ -96,6 +100,7 @@ impl CompileOptions {
             verify: true,
             print_after: Vec::new(),
             stop_after: None,
+            host_accum: HostAccum::F32,
         }
     }
 
@@ -169,6 +174,12 @@ impl CompileOptions {
     /// 0 puts every eligible GEMM in FP8.
     pub fn min_fp8_flops(mut self, flops: u64) -> Self {
         self.policy.min_fp8_flops = Some(flops);
+        self
+    }
+
+    /// How the host devices compute fast-accumulation GEMMs ([`HostAccum`]).
+    pub fn host_accum(mut self, accum: HostAccum) -> Self {
+        self.host_accum = accum;
         self
     }
 

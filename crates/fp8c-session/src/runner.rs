@@ -5,7 +5,7 @@
 //! failed (`fp8c run` prefixes the model, or `(f32 path)` for its reference run).
 
 use crate::error::Result;
-use fp8c_ir::{Graph, Tensor};
+use fp8c_ir::{Graph, Op, Tensor};
 use fp8c_runtime::{Backend, CpuBackend, CudaBackend, Executable, Observer, Program};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,6 +77,82 @@ impl std::str::FromStr for Device {
                 "unknown device `{s}`; expected cpu, cuda, cuda-emulated or mlir"
             )),
         }
+    }
+}
+
+/// How the host devices (the CPU, MLIR's JIT and the emulated CUDA device) compute the FP8
+/// GEMMs a recipe lets use fast accumulation (`scaled_matmul { fast_accum: true }`, TE's
+/// forward GEMMs). A CUDA device always uses its tensor cores' own accumulator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HostAccum {
+    /// In f32, like every other GEMM. Fast accumulation lets Hopper's tensor cores keep
+    /// fewer bits for speed; a CPU gains nothing from it, so it sums in f32, as PyTorch's
+    /// CPU `_scaled_mm` ignores `use_fast_accum`. Against an H100's fast accumulation these
+    /// sums are about 1e-3 off at K = 4096 (its split accumulation: 1.3e-4).
+    #[default]
+    F32,
+    /// As Hopper's narrow accumulator does: fp8c-eval's model (14 bits per 32-product block,
+    /// within 4e-5 of an H100), the host reference of a `--device cuda` run. It costs about
+    /// seven vector operations per product where an f32 GEMM costs one.
+    Hopper,
+}
+
+impl HostAccum {
+    /// The graph `device` runs for `graph`: unchanged on a CUDA device or with
+    /// [`HostAccum::Hopper`], else with every GEMM's `fast_accum` cleared.
+    pub fn graph_for(self, graph: &Graph, device: Device) -> std::borrow::Cow<'_, Graph> {
+        if !self.clears(device) || !has_fast_accum(graph) {
+            return std::borrow::Cow::Borrowed(graph);
+        }
+        let mut g = graph.clone();
+        clear_fast_accum(&mut g);
+        std::borrow::Cow::Owned(g)
+    }
+
+    /// [`HostAccum::graph_for`] in place.
+    pub(crate) fn apply(self, graph: &mut Graph, device: Device) {
+        if self.clears(device) {
+            clear_fast_accum(graph);
+        }
+    }
+
+    /// Whether `device` sums fast-accumulation GEMMs in f32 under this choice.
+    fn clears(self, device: Device) -> bool {
+        self == HostAccum::F32 && device != Device::Cuda
+    }
+}
+
+/// Whether any node of `graph` asks for fast accumulation.
+fn has_fast_accum(graph: &Graph) -> bool {
+    graph.node_ids().into_iter().any(|id| {
+        matches!(
+            graph.node(id).op,
+            Op::ScaledMatMul {
+                fast_accum: true,
+                ..
+            } | Op::ScaledMatMulEpilogue {
+                fast_accum: true,
+                ..
+            }
+        )
+    })
+}
+
+/// Sets `fast_accum: false` on every GEMM of `graph` (the host's f32 sums, [`HostAccum::F32`]).
+fn clear_fast_accum(graph: &mut Graph) {
+    for id in graph.node_ids() {
+        let node = graph.node(id);
+        let mut op = node.op.clone();
+        match &mut op {
+            Op::ScaledMatMul { fast_accum, .. } | Op::ScaledMatMulEpilogue { fast_accum, .. }
+                if *fast_accum =>
+            {
+                *fast_accum = false
+            }
+            _ => continue,
+        }
+        let outputs = node.outputs.clone();
+        graph.set_op(id, op, outputs);
     }
 }
 

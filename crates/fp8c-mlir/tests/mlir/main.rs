@@ -123,13 +123,17 @@ mod with_mlir {
     }
 
     /// The digits MLP in FP8 with delayed scaling (amax histories as state), batch 16.
+    /// The digits MLP under delayed scaling, every GEMM in FP8, the forward ones under
+    /// Hopper's fast-accumulation model on the hosts (`--hopper-accum`), so that the
+    /// emitted loops of the model are what the tests run.
     fn delayed_mlp() -> fp8c_session::Compiled {
         Model::load(example("mlp_digits.onnx"))
             .unwrap()
             .compile(
                 &CompileOptions::fp8_training()
                     .input_shape("x", &[16, 64])
-                    .min_fp8_flops(0),
+                    .min_fp8_flops(0)
+                    .host_accum(fp8c_session::HostAccum::Hopper),
             )
             .unwrap()
     }
@@ -168,13 +172,39 @@ mod with_mlir {
         );
     }
 
+    /// What `fp8c compile --emit mlir` writes (`Compiled::graph_for(Device::Mlir)`): the
+    /// fast-accumulation GEMMs summed as `linalg` sums (f32) by default, the model's block
+    /// loops (`scf.for`) only under `HostAccum::Hopper` (`--hopper-accum`).
+    #[test]
+    fn emitted_modules_model_the_accumulator_only_when_asked() {
+        let compile = |accum| {
+            Model::load(example("mlp_digits.onnx"))
+                .unwrap()
+                .compile(
+                    &CompileOptions::fp8_training()
+                        .input_shape("x", &[16, 64])
+                        .min_fp8_flops(0)
+                        .host_accum(accum),
+                )
+                .unwrap()
+        };
+        let text = |accum| fp8c_mlir::emit(&compile(accum).graph_for(Device::Mlir)).unwrap();
+        let (plain, modelled) = (
+            text(fp8c_session::HostAccum::F32),
+            text(fp8c_session::HostAccum::Hopper),
+        );
+        assert!(!plain.contains("scf.for"), "f32 sums need no block loop");
+        assert!(modelled.contains("scf.for"), "the model's block loops");
+        assert!(plain.contains("f8E4M3FN") && modelled.contains("f8E4M3FN"));
+    }
+
     /// MLIR's own tools take the emitted text without fp8c: `mlir-opt` lowers an FP8 module
     /// with delayed scaling (state arguments and results, the fast-accumulation loops) through
     /// `fp8c_mlir::LOWERING`, and `mlir-translate` turns the result into LLVM IR.
     #[test]
     fn mlirs_tools_lower_an_fp8_module_with_state_to_llvm_ir() {
         let compiled = delayed_mlp();
-        let text = fp8c_mlir::emit(&compiled.graph).unwrap();
+        let text = fp8c_mlir::emit(&compiled.graph_for(Device::Mlir)).unwrap();
         assert!(text.contains("scf.for") && text.contains("f8E4M3FN"));
         let dir = tempfile::tempdir().unwrap();
         let (src, low) = (dir.path().join("m.mlir"), dir.path().join("m.llvm.mlir"));
@@ -274,6 +304,7 @@ mod with_mlir {
             .min_fp8_flops(0)
             .recipe(fp8c_session::Recipe::Delayed(Default::default()));
         opts.policy.pad_to_16 = true;
+        opts.host_accum = fp8c_session::HostAccum::Hopper;
         let mut cpu = Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
         let mut jit = Trainer::for_model(&forward, &spec, &opts, Device::Mlir).unwrap();
         let fp8 = fp8c_passes::precision::Precision::Fp8;

@@ -68,12 +68,25 @@ pub struct Trainer {
 
 impl Trainer {
     /// Compiles `forward` (static input shapes) for training with `options` (precision policy
-    /// and recipe) and prepares it on `backend`.
+    /// and recipe) and prepares it on `backend`, every GEMM accumulating as the recipe says
+    /// (fast accumulation through the host's model of Hopper's accumulator on a host backend;
+    /// [`Trainer::for_model`] applies [`crate::HostAccum`] instead).
     pub fn new(
         forward: &Graph,
         spec: &TrainSpec,
         options: PassOptions,
         backend: &dyn Backend,
+    ) -> Result<Trainer> {
+        Self::build(forward, spec, options, backend, |_| {})
+    }
+
+    /// [`Trainer::new`], `adapt` changing the training graph before it is lowered.
+    fn build(
+        forward: &Graph,
+        spec: &TrainSpec,
+        options: PassOptions,
+        backend: &dyn Backend,
+        adapt: impl FnOnce(&mut Graph),
     ) -> Result<Trainer> {
         let mut g = forward.clone();
         let mut cx = PassCx::new(PassOptions {
@@ -89,6 +102,7 @@ impl Trainer {
             .filter(|n| g.state_updates().contains_key(n))
             .collect();
         let initial = params_to_state(&mut g, &trained)?;
+        adapt(&mut g);
         let program = fp8c_runtime::lower(&g)?;
         backend.check()?;
         let mut exe = backend.prepare_graph(&g, &program, g.weights())?;
@@ -122,7 +136,9 @@ impl Trainer {
     }
 
     /// Compiles `model` for training on `device`: `opts` gives the input shapes to bind (the
-    /// batch), the precision policy and the recipe. Errors are prefixed with the model's file.
+    /// batch), the precision policy, the recipe and how a host device sums fast-accumulation
+    /// GEMMs ([`crate::HostAccum`]; [`Trainer::new`] keeps the recipe's GEMMs as they are).
+    /// Errors are prefixed with the model's file.
     pub fn for_model(
         model: &Model,
         spec: &TrainSpec,
@@ -133,11 +149,12 @@ impl Trainer {
         let mut forward = model.clone();
         let bound = forward.bind_input_shapes(&opts.input_shapes);
         model.in_file(bound)?;
-        let trainer = Trainer::new(
+        let trainer = Trainer::build(
             forward.graph(),
             spec,
             opts.pass_options(),
             device.backend().as_ref(),
+            |g| opts.host_accum.apply(g, device),
         );
         model.in_file(trainer)
     }
