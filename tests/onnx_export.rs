@@ -104,11 +104,8 @@ fn mlp_fp8_qdq_export_runs_in_onnxruntime_like_fp8c() {
         inputs.as_os_str(),
         "--recipe".as_ref(),
         "delayed".as_ref(),
-        // A Q/DQ graph's MatMul accumulates the dequantized values in f32: the comparison
-        // asks fp8c for the same accumulation (the default models Hopper's fast
-        // accumulation in the forward GEMM, which ONNX cannot state).
-        "--fast-accum".as_ref(),
-        "none".as_ref(),
+        // A Q/DQ graph's MatMul accumulates the dequantized values in f32, as `fp8c run`
+        // does on the CPU by default (`--hopper-accum` would model Hopper's accumulator).
         "--out".as_ref(),
         fp8c_out.as_os_str(),
     ]);
@@ -261,8 +258,8 @@ struct Exported {
 }
 
 /// `fp8c compile MODEL --emit onnx --calibrate INPUTS [extra]`, the export run by onnxruntime,
-/// and `fp8c run MODEL --recipe delayed --calibrate INPUTS --fast-accum none [extra]` (f32
-/// accumulation, as the exported Q/DQ MatMuls state it), in `dir`.
+/// and `fp8c run MODEL --recipe delayed --calibrate INPUTS [extra]` (f32 accumulation on the
+/// CPU, as the exported Q/DQ MatMuls state it), in `dir`.
 fn export_and_run(model: &Path, inputs: &Path, dir: &Path, extra: &[&str]) -> Exported {
     let name = model.display();
     let exported = dir.join("fp8.onnx");
@@ -292,8 +289,6 @@ fn export_and_run(model: &Path, inputs: &Path, dir: &Path, extra: &[&str]) -> Ex
         "delayed".as_ref(),
         "--calibrate".as_ref(),
         inputs.as_os_str(),
-        "--fast-accum".as_ref(),
-        "none".as_ref(),
         "-o".as_ref(),
         ours.as_os_str(),
     ];
@@ -472,8 +467,6 @@ fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
             inputs.as_os_str(),
             "--recipe".as_ref(),
             recipe.as_ref(),
-            "--fast-accum".as_ref(),
-            "none".as_ref(),
             "-o".as_ref(),
             ours.as_os_str(),
         ]);
@@ -675,8 +668,6 @@ fn einsum_products_quantize_on_the_einsum_or_stay_high_with_a_note() {
             inputs.to_str().unwrap(),
             "--recipe",
             recipe,
-            "--fast-accum",
-            "none",
             "--min-fp8-flops",
             "0",
             "-o",
@@ -763,8 +754,6 @@ fn external_data_models_export_self_contained() {
         inputs.to_str().unwrap(),
         "--recipe",
         "delayed",
-        "--fast-accum",
-        "none",
         "--min-fp8-flops",
         "0",
         "-o",
