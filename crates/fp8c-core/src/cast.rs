@@ -287,6 +287,12 @@ pub fn encode_f16_slice(fmt: Fp8Format, src: &[f16], dst: &mut [u8], saturate: b
 
 /// Decodes a whole FP8 buffer to f32. Panics if the lengths differ.
 pub fn decode_slice(fmt: Fp8Format, src: &[u8], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "decode_slice: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { crate::decode_simd::decode_scaled_avx2(fmt, src, None, dst) };
+    }
     let table = decode_table(fmt);
     map_into(src, dst, move |q| table[q as usize]);
 }
@@ -306,6 +312,12 @@ pub fn quantize_slice(fmt: Fp8Format, src: &[f32], scale: f32, dst: &mut [u8], s
 
 /// Fused dequantize: `dst[i] = decode(src[i]) * scale_inv`. Panics if the lengths differ.
 pub fn dequantize_slice(fmt: Fp8Format, src: &[u8], scale_inv: f32, dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "dequantize_slice: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { crate::decode_simd::decode_scaled_avx2(fmt, src, Some(scale_inv), dst) };
+    }
     let table = decode_table(fmt);
     map_into(src, dst, move |q| table[q as usize] * scale_inv);
 }

@@ -12,6 +12,7 @@
 //! scripts/gen_fp8_golden.py) and by property tests.
 
 pub mod cast;
+pub mod decode_simd;
 pub mod error;
 pub mod float8_ref;
 pub mod format;

@@ -32,11 +32,13 @@ const ROW_BLOCK: usize = 120;
 const PAR_WORK: usize = 1 << 16;
 
 /// Batched numpy matmul `alpha · (a · decode(b))`, f32 accumulation: `a` holds A's values
-/// (decoded FP8), `b` B's FP8 codes in format `fmt`.
+/// (decoded FP8), `b` B's FP8 codes in format `fmt`, `b_storage` the allocation holding them
+/// when they are a whole tensor's bytes (a small 2-D one then has its decoded panels kept
+/// between calls, `panel_cache.rs`).
 pub(crate) fn matmul(
     a: &[f32],
     a_shape: &[u64],
-    b: &[u8],
+    (b, b_storage): (&[u8], Option<&fp8c_ir::Storage>),
     b_shape: &[u64],
     fmt: Fp8Format,
     alpha: f32,
@@ -53,10 +55,26 @@ pub(crate) fn matmul(
     let rows = if shared { a_idx.len() * m } else { m };
     if rows * n > 0 {
         let spare = &mut out.spare_capacity_mut()[..total];
+        // A 2-D B (a weight): its panels from the cache once it has been seen before.
+        let len = n.div_ceil(NR) * k * NR;
+        let cached = match b_storage {
+            Some(st) if b_shape.len() == 2 && b.len() == k * n => {
+                crate::panel_cache::panels(st, fmt, (k, n), len, |buf| {
+                    for (j, panel) in buf.chunks_exact_mut(k * NR).enumerate() {
+                        let c0 = j * NR;
+                        decode_panel(b, n, c0, NR.min(n - c0), fmt, panel);
+                    }
+                })
+            }
+            _ => None,
+        };
         for (bi, ob) in spare.chunks_mut(rows * n).enumerate() {
             let am = &a[a_idx[bi] * m * k..][..rows * k];
-            let bm = &b[b_idx[bi] * k * n..][..k * n];
-            product(am, bm, rows, k, n, fmt, alpha, ob);
+            let bm = match &cached {
+                Some(p) => B::Panels(p),
+                None => B::Codes(&b[b_idx[bi] * k * n..][..k * n], fmt),
+            };
+            product(am, bm, rows, k, n, alpha, ob);
         }
     }
     // SAFETY: the products above wrote every one of the `total` elements (or there are none).
@@ -64,19 +82,29 @@ pub(crate) fn matmul(
     Ok((out, s.out))
 }
 
+/// B of one product: `[k, n]` codes in a format, or all its panels decoded already (panel
+/// `j` at `j · k · NR`, as [`decode_panel`] writes them).
+#[derive(Clone, Copy)]
+enum B<'a> {
+    Codes(&'a [u8], Fp8Format),
+    Panels(&'a [f32]),
+}
+
 /// `out[m×n] = alpha · am[m×k] · decode(bm[k×n])`, every element of `out` written.
-#[allow(clippy::too_many_arguments)]
 fn product(
     am: &[f32],
-    bm: &[u8],
+    bm: B<'_>,
     m: usize,
     k: usize,
     n: usize,
-    fmt: Fp8Format,
     alpha: f32,
     out: &mut [MaybeUninit<f32>],
 ) {
-    assert!(am.len() == m * k && bm.len() == k * n && out.len() == m * n);
+    let b_ok = match bm {
+        B::Codes(c, _) => c.len() == k * n,
+        B::Panels(p) => p.len() == n.div_ceil(NR) * k * NR,
+    };
+    assert!(am.len() == m * k && b_ok && out.len() == m * n);
     let panels = n.div_ceil(NR);
     let blocks = m.div_ceil(ROW_BLOCK);
     let dst = SendPtr(out.as_mut_ptr().cast::<f32>());
@@ -84,8 +112,7 @@ fn product(
         let (rb, j) = (t / panels, t % panels);
         let (r0, c0) = (rb * ROW_BLOCK, j * NR);
         let (rows, w) = (ROW_BLOCK.min(m - r0), NR.min(n - c0));
-        with_scratch::<f32, _>(k * NR, |panel| {
-            decode_panel(bm, n, c0, w, fmt, panel);
+        let run = |panel: &[f32]| {
             // SAFETY: rows r0..r0+rows, columns c0..c0+w of `out` belong to this task alone
             // (the tasks tile the output), and `out` is m×n (asserted above).
             unsafe {
@@ -96,44 +123,20 @@ fn product(
                 };
                 tiles(&am[r0 * k..][..rows * k], k, panel, alpha, out)
             }
-        });
+        };
+        match bm {
+            B::Panels(all) => run(&all[j * k * NR..][..k * NR]),
+            B::Codes(codes, fmt) => with_scratch::<f32, _>(k * NR, |panel| {
+                decode_panel(codes, n, c0, w, fmt, panel);
+                run(panel)
+            }),
+        }
     };
     let tasks = blocks * panels;
     if m.saturating_mul(n).saturating_mul(k) >= PAR_WORK && rayon::current_num_threads() > 1 {
         (0..tasks).into_par_iter().for_each(task);
     } else {
         (0..tasks).for_each(task);
-    }
-}
-
-/// How a format's finite codes decode by arithmetic: the magnitude bits shifted into an f32's
-/// exponent and mantissa fields, then rebased by a power of two (exact, subnormals included).
-#[derive(Clone, Copy)]
-struct Layout {
-    /// Left shift of the 7 magnitude bits (to f32's mantissa MSB).
-    shift: i32,
-    /// 2^(127 − bias): the f32 reading of the shifted bits times this is the value.
-    rebase: f32,
-    /// Magnitudes above this are infinities or NaN (decoded from the table).
-    finite_max: i32,
-}
-
-impl Layout {
-    fn of(fmt: Fp8Format) -> Layout {
-        match fmt {
-            // 4 exponent bits, bias 7; S.1111.111 is NaN.
-            Fp8Format::E4M3 => Layout {
-                shift: 20,
-                rebase: f32::from_bits((127 + 120) << 23),
-                finite_max: 0x7E,
-            },
-            // 5 exponent bits, bias 15; S.11111.xx is ±inf or NaN.
-            Fp8Format::E5M2 => Layout {
-                shift: 21,
-                rebase: f32::from_bits((127 + 112) << 23),
-                finite_max: 0x7B,
-            },
-        }
     }
 }
 
@@ -155,36 +158,21 @@ fn decode_panel(bm: &[u8], n: usize, c0: usize, w: usize, fmt: Fp8Format, panel:
 }
 
 /// [`decode_panel`] for whole panels, eight codes at a time: finite codes by arithmetic
-/// ([`Layout`]: the magnitude's bits as an f32 times a power of two, then the sign), a group
+/// (`fp8c_core::decode_simd`: the magnitude's bits as an f32 times a power of two, then the sign), a group
 /// with an infinity or NaN from the table (its bits, NaN payloads included).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn decode_panel_avx2(bm: &[u8], n: usize, c0: usize, fmt: Fp8Format, panel: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let table = fp8c_core::decode_table(fmt);
-    let l = Layout::of(fmt);
-    let (mag, sign) = (_mm256_set1_epi32(0x7F), _mm256_set1_epi32(0x80));
-    let (shift, sign_shift) = (_mm_cvtsi32_si128(l.shift), _mm_cvtsi32_si128(24));
-    let (rebase, finite_max) = (_mm256_set1_ps(l.rebase), _mm256_set1_epi32(l.finite_max));
-    let decode8 = |src: *const u8| -> __m256 {
-        // SAFETY: the callers pass 8 readable bytes; indices are bytes, within the table.
-        unsafe {
-            let c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(src.cast()));
-            let v = _mm256_and_si256(c, mag);
-            if _mm256_movemask_epi8(_mm256_cmpgt_epi32(v, finite_max)) != 0 {
-                return _mm256_i32gather_ps::<4>(table.as_ptr(), c);
-            }
-            let m = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_sll_epi32(v, shift)), rebase);
-            let s = _mm256_sll_epi32(_mm256_and_si256(c, sign), sign_shift);
-            _mm256_or_ps(m, _mm256_castsi256_ps(s))
-        }
-    };
+    use fp8c_core::decode_simd::{DecodeLayout, decode8_avx2};
+    use std::arch::x86_64::_mm256_storeu_ps;
+    let (l, table) = (DecodeLayout::of(fmt), fp8c_core::decode_table(fmt));
     for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
         let codes = &bm[kk * n + c0..][..NR];
-        // SAFETY: `codes` holds 16 bytes, `row` 16 floats.
+        // SAFETY: `codes` holds 16 bytes, `row` 16 floats; the CPU has AVX2.
         unsafe {
-            _mm256_storeu_ps(row.as_mut_ptr(), decode8(codes.as_ptr()));
-            _mm256_storeu_ps(row.as_mut_ptr().add(8), decode8(codes.as_ptr().add(8)));
+            _mm256_storeu_ps(row.as_mut_ptr(), decode8_avx2(l, table, codes.as_ptr()));
+            let hi = decode8_avx2(l, table, codes.as_ptr().add(8));
+            _mm256_storeu_ps(row.as_mut_ptr().add(8), hi);
         }
     }
 }
@@ -352,17 +340,25 @@ mod tests {
         ] {
             let a: Vec<f32> = codes(m * k, 3).iter().map(|&q| t[usize::from(q)]).collect();
             let b = codes(k * n, 11);
-            let (got, _) =
-                matmul(&a, &[m as u64, k as u64], &b, &[k as u64, n as u64], f, 0.5).unwrap();
             let want = portable(&a, &b, m, k, n, f);
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
-            assert!(
-                same,
-                "{m}x{k}x{n}: the tiles and the portable chains differ"
-            );
+            // Without a storage (codes decoded per call), then three calls on one storage:
+            // first and second sighting (decoded per call), third from the panel cache.
+            let storage = fp8c_ir::Storage::from_slice(&b);
+            for (call, st) in [None, Some(&storage), Some(&storage), Some(&storage)]
+                .into_iter()
+                .enumerate()
+            {
+                let shape = [k as u64, n as u64];
+                let (got, _) = matmul(&a, &[m as u64, k as u64], (&b, st), &shape, f, 0.5).unwrap();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                assert!(
+                    same,
+                    "{m}x{k}x{n}, call {call}: the tiles and the portable chains differ"
+                );
+            }
         }
     }
 
@@ -390,7 +386,7 @@ mod tests {
         let mut b = vec![0x38u8; k * n];
         b[2 * n + 19] = 0x40;
         b[4 * n + 3] = 0x7F;
-        let (got, shape) = matmul(&a, &[3, 5], &b, &[5, 20], Fp8Format::E4M3, 2.0).unwrap();
+        let (got, shape) = matmul(&a, &[3, 5], (&b, None), &[5, 20], Fp8Format::E4M3, 2.0).unwrap();
         assert_eq!(shape, vec![3, 20]);
         for i in 0..m {
             let row: f32 = a[i * k..][..k].iter().sum();

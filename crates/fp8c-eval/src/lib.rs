@@ -56,6 +56,7 @@ mod loss;
 mod movement;
 mod normalize;
 mod optim;
+mod panel_cache;
 mod pool;
 mod reduce;
 mod scratch;

@@ -718,7 +718,14 @@ pub(crate) fn scaled_matmul(inputs: &[&Tensor], out: DType, fast_accum: bool) ->
         acc.iter_mut().for_each(|p| *p *= alpha);
         (acc, shape)
     } else {
-        crate::fp8_gemm::matmul(&x, a.shape(), b.bytes(), b.shape(), fb, alpha)?
+        crate::fp8_gemm::matmul(
+            &x,
+            a.shape(),
+            (b.bytes(), Some(b.storage())),
+            b.shape(),
+            fb,
+            alpha,
+        )?
     };
     fp8::store_f32(acc, out, shape)
 }

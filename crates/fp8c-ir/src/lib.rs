@@ -35,7 +35,7 @@ pub use op::{
 };
 pub use op::{IGNORE_INDEX, ScatterReduction};
 pub use shape::{Dim, Shape, TensorType, shape_of};
-pub use storage::Storage;
+pub use storage::{Storage, StorageHandle};
 pub use tensor::{MAX_ELEMENTS, Tensor, checked_numel};
 pub use text::{
     from_json, parse, print, read_weights, to_json, to_json_with_weights, write_weights,

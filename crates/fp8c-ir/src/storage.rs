@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 #[cfg(target_endian = "big")]
 compile_error!(
@@ -141,6 +141,37 @@ impl Storage {
     pub fn is_unique(&mut self) -> bool {
         Arc::get_mut(&mut self.0).is_some()
     }
+
+    /// A handle on this allocation that does not keep its bytes alive ([`StorageHandle`]).
+    pub fn handle(&self) -> StorageHandle {
+        StorageHandle(Arc::downgrade(&self.0))
+    }
+}
+
+/// A non-owning handle on one [`Storage`] allocation, for caches of what was computed from
+/// its bytes. While a handle exists the allocation's address cannot be reused, and a write
+/// through [`Storage::bytes_mut`] moves the bytes to a new allocation (`Arc::make_mut` with a
+/// weak reference), so a storage the handle [refers to](StorageHandle::refers_to) holds the
+/// very bytes it had when the handle was taken.
+#[derive(Clone)]
+pub struct StorageHandle(Weak<Aligned>);
+
+impl StorageHandle {
+    /// True while some `Storage` still holds the allocation.
+    pub fn is_live(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// True if `s` is the allocation this handle was taken from (its bytes unchanged).
+    pub fn refers_to(&self, s: &Storage) -> bool {
+        std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&s.0))
+    }
+}
+
+impl fmt::Debug for StorageHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StorageHandle({:p})", self.0.as_ptr())
+    }
 }
 
 impl PartialEq for Storage {
@@ -171,6 +202,29 @@ impl<'de> Deserialize<'de> for Storage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A handle refers to its allocation and its clones while they live; a write to the last
+    /// holder moves the bytes away from the handle; dropping every holder ends it.
+    #[test]
+    fn handles_see_only_their_unchanged_allocation() {
+        let a = Storage::from_slice(&[1, 2, 3]);
+        let h = a.handle();
+        let b = a.clone();
+        assert!(h.is_live() && h.refers_to(&a) && h.refers_to(&b));
+        assert!(!h.refers_to(&Storage::from_slice(&[1, 2, 3])));
+        drop(b);
+        let mut a = a;
+        a.bytes_mut()[0] = 9;
+        assert!(
+            !h.refers_to(&a),
+            "a write moves the bytes to a new allocation"
+        );
+        assert!(!h.is_live());
+        let c = Storage::from_slice(&[4]);
+        let hc = c.handle();
+        drop(c);
+        assert!(!hc.is_live());
+    }
 
     #[test]
     fn clones_share_and_writes_copy() {
