@@ -16,6 +16,7 @@
 use crate::error::KResult;
 use crate::linalg::{SendPtr, batched_shape};
 use crate::scratch::with_scratch;
+use crate::weight_cache::Form;
 use fp8c_core::Fp8Format;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -34,7 +35,7 @@ const PAR_WORK: usize = 1 << 16;
 /// Batched numpy matmul `alpha · (a · decode(b))`, f32 accumulation: `a` holds A's values
 /// (decoded FP8), `b` B's FP8 codes in format `fmt`, `b_storage` the allocation holding them
 /// when they are a whole tensor's bytes (a small 2-D one then has its decoded panels kept
-/// between calls, `panel_cache.rs`).
+/// between calls, `weight_cache.rs`).
 pub(crate) fn matmul(
     a: &[f32],
     a_shape: &[u64],
@@ -59,7 +60,7 @@ pub(crate) fn matmul(
         let len = n.div_ceil(NR) * k * NR;
         let cached = match b_storage {
             Some(st) if b_shape.len() == 2 && b.len() == k * n => {
-                crate::panel_cache::panels(st, fmt, (k, n), len, |buf| {
+                crate::weight_cache::derived(st, Form::Fp8Panels(fmt), (k, n), len, |buf| {
                     for (j, panel) in buf.chunks_exact_mut(k * NR).enumerate() {
                         let c0 = j * NR;
                         decode_panel(b, n, c0, NR.min(n - c0), fmt, panel);

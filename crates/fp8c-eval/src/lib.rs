@@ -56,10 +56,10 @@ mod loss;
 mod movement;
 mod normalize;
 mod optim;
-mod panel_cache;
 mod pool;
 mod reduce;
 mod scratch;
+mod weight_cache;
 
 // Helpers shared by the families.
 mod broadcast;

@@ -566,26 +566,50 @@ fn gemm_op(
             let Data::F32(y) = Data::load(b)? else {
                 return dtype_err!("B must be f32");
             };
-            let mut acc = vec![0f32; m * n];
-            gemm_into(
-                m,
-                n,
-                k,
-                Mat {
+            // A small transposed B (`transB`, as `nn.Linear` exports; at most the weight
+            // cache's entry size) is multiplied as the row-major [k, n] it stands for, its
+            // transpose kept between calls (`weight_cache.rs`): the `gemm` crate then reads it
+            // in place instead of repacking B on every call. Until it is cached (or when the
+            // cache is full) it is transposed per call, so every call sums in the same order
+            // (the crate may sum a strided B in another one). A larger B stays strided: a
+            // per-call transpose of it costs more than the crate's packing.
+            let transpose = |t: &mut [f32]| {
+                for (j, row) in y.chunks_exact(k).enumerate() {
+                    for (p, &v) in row.iter().enumerate() {
+                        t[p * n + j] = v;
+                    }
+                }
+            };
+            let product = |b: &[f32], (rs, cs): (usize, usize)| {
+                let mut acc = vec![0f32; m * n];
+                let b = Mat {
+                    data: b,
+                    offset: 0,
+                    rs,
+                    cs,
+                };
+                let a = Mat {
                     data: &x,
                     offset: 0,
                     rs: a_rs,
                     cs: a_cs,
-                },
-                Mat {
-                    data: &y,
-                    offset: 0,
-                    rs: b_rs,
-                    cs: b_cs,
-                },
-                &mut acc,
-                true,
-            );
+                };
+                gemm_into(m, n, k, a, b, &mut acc, true);
+                acc
+            };
+            let small = k * n > 0 && k * n * 4 <= crate::weight_cache::ENTRY_BYTES;
+            let mut acc = if trans_b && small {
+                let form = crate::weight_cache::Form::Transposed;
+                match crate::weight_cache::derived(b.storage(), form, (k, n), k * n, transpose) {
+                    Some(t) => product(&t, (n, 1)),
+                    None => crate::scratch::with_scratch::<f32, _>(k * n, |t| {
+                        transpose(t);
+                        product(t, (n, 1))
+                    }),
+                }
+            } else {
+                product(&y, (b_rs, b_cs))
+            };
             // The epilogue in place: alpha·acc + beta·c.
             match c.as_ref().map(Data::load).transpose()? {
                 Some(Data::F32(cv)) => {
