@@ -573,13 +573,8 @@ fn gemm_op(
             // cache is full) it is transposed per call, so every call sums in the same order
             // (the crate may sum a strided B in another one). A larger B stays strided: a
             // per-call transpose of it costs more than the crate's packing.
-            let transpose = |t: &mut [f32]| {
-                for (j, row) in y.chunks_exact(k).enumerate() {
-                    for (p, &v) in row.iter().enumerate() {
-                        t[p * n + j] = v;
-                    }
-                }
-            };
+            // The stored [n, k] as [k, n] (tiled copy).
+            let transposed = || crate::movement::transpose_matrix(&y, n, k);
             let product = |b: &[f32], (rs, cs): (usize, usize)| {
                 let mut acc = vec![0f32; m * n];
                 let b = Mat {
@@ -600,12 +595,10 @@ fn gemm_op(
             let small = k * n > 0 && k * n * 4 <= crate::weight_cache::ENTRY_BYTES;
             let mut acc = if trans_b && small {
                 let form = crate::weight_cache::Form::Transposed;
-                match crate::weight_cache::derived(b.storage(), form, (k, n), k * n, transpose) {
+                let fill = |t: &mut [f32]| t.copy_from_slice(&transposed());
+                match crate::weight_cache::derived(b.storage(), form, (k, n), k * n, fill) {
                     Some(t) => product(&t, (n, 1)),
-                    None => crate::scratch::with_scratch::<f32, _>(k * n, |t| {
-                        transpose(t);
-                        product(t, (n, 1))
-                    }),
+                    None => product(&transposed(), (n, 1)),
                 }
             } else {
                 product(&y, (b_rs, b_cs))

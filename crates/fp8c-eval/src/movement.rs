@@ -366,6 +366,23 @@ pub(crate) fn transpose(x: &Tensor, perm: &[i64]) -> KResult<Tensor> {
     gather_tensor(x, &tables, &vec![0; es], shape_u64(&out_dims))
 }
 
+/// The row-major `rows × cols` matrix `src` transposed (tiled, as `transpose` moves a
+/// weight).
+pub(crate) fn transpose_matrix<T: Copy + Send + Sync>(
+    src: &[T],
+    rows: usize,
+    cols: usize,
+) -> Vec<T> {
+    swap::swap(
+        src,
+        swap::Swap {
+            batch: 1,
+            rows,
+            cols,
+        },
+    )
+}
+
 /// `x` transposed as the batch of 2-D transposes `s` (its elements moved as raw words).
 fn swapped(x: &Tensor, s: swap::Swap, shape: Vec<u64>) -> KResult<Tensor> {
     struct Swapped<'a>(&'a Tensor, swap::Swap, Vec<u64>);
