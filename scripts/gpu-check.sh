@@ -23,7 +23,8 @@
 #        softmax within the tolerances stated in crates/fp8c-runtime/tests/cuda_vs_cpu.rs;
 #      - runs the NVRTC kernel test with the machine's NVRTC;
 #      - runs `fp8c run --device cuda` on every example model (f32 and fp8) and compares the
-#        outputs with `--device cpu` (relative L2 error printed, 1e-3 / 5e-2 allowed);
+#        outputs with `--device cpu --hopper-accum` (relative L2 error printed, 1e-3 / 5e-2
+#        allowed; the CPU models the GPU's fast accumulation only when asked);
 #      - FP8 training steps of three example models on `--device cpu` and `--device cuda`, the
 #        losses compared (FP8C_TRAIN_ARGS adds one run of its own);
 #      - `fp8c bench` (tables);
@@ -200,8 +201,11 @@ PY
       local recipe=()
       case $prec in fp8-*) recipe=(--recipe "${prec#fp8-}") ;; esac
       for dev in cpu cuda; do
+        # The CPU models the GPU's fast accumulation (--hopper-accum; its default sums in f32).
+        local host=()
+        if [ "$dev" = cpu ]; then host=(--hopper-accum); fi
         # --min-fp8-flops 0: the example models are small, and every GEMM must run in FP8 here.
-        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "${prec%%-*}" ${recipe[@]+"${recipe[@]}"} --device "$dev" --min-fp8-flops 0 \
+        if ! "$fp8c" run "$m" --inputs "$logs/$name.inputs.npz" --precision "${prec%%-*}" ${recipe[@]+"${recipe[@]}"} ${host[@]+"${host[@]}"} --device "$dev" --min-fp8-flops 0 \
           --outputs "$logs/$name.$prec.$dev.npz" >"$logs/$name.$prec.$dev.log" 2>&1; then
           echo "$name $prec $dev: FAILED"; tail -n 5 "$logs/$name.$prec.$dev.log"; ok=1
         fi
@@ -243,7 +247,9 @@ train_compare() {
   for name in mlp llama cnn llama_block mlp_mxfp8; do
     local -n args=$name
     for dev in cpu cuda; do
-      if ! "$fp8c" train "${args[@]}" --min-fp8-flops 0 --device "$dev" --log "$logs/train_$name.$dev.csv" --quiet \
+      local host=()
+      if [ "$dev" = cpu ]; then host=(--hopper-accum); fi
+      if ! "$fp8c" train "${args[@]}" ${host[@]+"${host[@]}"} --min-fp8-flops 0 --device "$dev" --log "$logs/train_$name.$dev.csv" --quiet \
         >"$logs/train_$name.$dev.log" 2>&1; then
         echo "train $name on $dev: FAILED"; tail -n 8 "$logs/train_$name.$dev.log"; ok=1
       fi

@@ -122,18 +122,22 @@ mod with_mlir {
         (model, data, forward, options)
     }
 
-    /// The digits MLP in FP8 with delayed scaling (amax histories as state), batch 16.
-    /// The digits MLP under delayed scaling, every GEMM in FP8, the forward ones under
-    /// Hopper's fast-accumulation model on the hosts (`--hopper-accum`), so that the
-    /// emitted loops of the model are what the tests run.
+    /// The digits MLP in FP8 with delayed scaling (amax histories as state), batch 16, every
+    /// GEMM in FP8, the forward ones under Hopper's fast-accumulation model on the hosts
+    /// (`--hopper-accum`), so that the emitted loops of the model are what the tests run.
     fn delayed_mlp() -> fp8c_session::Compiled {
+        delayed_mlp_with(fp8c_session::HostAccum::Hopper)
+    }
+
+    /// [`delayed_mlp`] with the hosts' accumulation `accum`.
+    fn delayed_mlp_with(accum: fp8c_session::HostAccum) -> fp8c_session::Compiled {
         Model::load(example("mlp_digits.onnx"))
             .unwrap()
             .compile(
                 &CompileOptions::fp8_training()
                     .input_shape("x", &[16, 64])
                     .min_fp8_flops(0)
-                    .host_accum(fp8c_session::HostAccum::Hopper),
+                    .host_accum(accum),
             )
             .unwrap()
     }
@@ -177,18 +181,8 @@ mod with_mlir {
     /// loops (`scf.for`) only under `HostAccum::Hopper` (`--hopper-accum`).
     #[test]
     fn emitted_modules_model_the_accumulator_only_when_asked() {
-        let compile = |accum| {
-            Model::load(example("mlp_digits.onnx"))
-                .unwrap()
-                .compile(
-                    &CompileOptions::fp8_training()
-                        .input_shape("x", &[16, 64])
-                        .min_fp8_flops(0)
-                        .host_accum(accum),
-                )
-                .unwrap()
-        };
-        let text = |accum| fp8c_mlir::emit(&compile(accum).graph_for(Device::Mlir)).unwrap();
+        let text =
+            |accum| fp8c_mlir::emit(&delayed_mlp_with(accum).graph_for(Device::Mlir)).unwrap();
         let (plain, modelled) = (
             text(fp8c_session::HostAccum::F32),
             text(fp8c_session::HostAccum::Hopper),
