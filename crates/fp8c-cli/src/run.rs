@@ -420,9 +420,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     times.sort();
     let repeat_note = if a.repeat > 1 {
         format!(
-            " (fastest of {}; median {:.3} ms)",
+            " (fastest of {}; median {} ms)",
             a.repeat,
-            times[times.len() / 2].as_secs_f64() * 1e3
+            ms(times[times.len() / 2])
         )
     } else {
         String::new()
@@ -480,9 +480,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
     }
     eprintln!(
-        "  compile {:.1} ms, run {:.3} ms{repeat_note}; {} steps; {}",
+        "  compile {:.1} ms, run {} ms{repeat_note}; {} steps; {}",
         compile_time.as_secs_f64() * 1e3,
-        run_time.as_secs_f64() * 1e3,
+        ms(run_time),
         program.steps().len(),
         fp8c_runtime::describe_plan(&program.plan())
     );
@@ -549,5 +549,16 @@ fn recipe_word(r: &Recipe) -> String {
             }
         ),
         Recipe::Current(c) => format!("current {}", c.fp8_format.name()),
+    }
+}
+
+/// A run time in milliseconds with three decimals, or four significant digits below 1 ms
+/// (a small model's runs differ by microseconds).
+fn ms(d: std::time::Duration) -> String {
+    let ms = d.as_secs_f64() * 1e3;
+    if ms >= 1.0 {
+        format!("{ms:.3}")
+    } else {
+        format!("{ms:.4}")
     }
 }

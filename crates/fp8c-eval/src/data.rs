@@ -209,6 +209,10 @@ pub(crate) fn float_values_f32(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
 
 /// The single value of a one-element float tensor, as f32.
 pub(crate) fn float_scalar_f32(t: &Tensor, what: &str) -> KResult<f32> {
+    // A scale read per GEMM call: no vector for one f32.
+    if let (DType::F32, Ok(&[v])) = (t.dtype(), t.as_slice::<f32>()) {
+        return Ok(v);
+    }
     match float_values_f32(t, what)?.as_slice() {
         [v] => Ok(*v),
         _ => shape_err!("{what} must hold one element, got shape {:?}", t.shape()),

@@ -92,9 +92,7 @@ pub(crate) fn eval(op: FusedOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> 
                 return Fail::arity(&want.to_string(), inputs.len());
             }
             let acc = linalg::scaled_matmul(&inputs[..4], *out, *fast_accum)?;
-            let mut ew_in = vec![&acc];
-            ew_in.extend_from_slice(&inputs[4..4 + extras]);
-            let d = run_expr(expr, &ew_in)?;
+            let d = run_expr_on(expr, Some(acc), &inputs[4..4 + extras])?;
             match to {
                 Some(to) => quantized(d, inputs[4 + extras], *to, *saturate),
                 None => Ok(vec![d]),
@@ -183,19 +181,62 @@ fn with_tiles(
 
 /// Runs an elementwise program on its inputs `a0..`; the empty program returns `a0`.
 fn run_expr(expr: &EwExpr, inputs: &[&Tensor]) -> KResult<Tensor> {
-    let mut temps: Vec<Tensor> = Vec::with_capacity(expr.insts().len());
-    for (i, inst) in expr.insts().iter().enumerate() {
-        let mut args = Vec::with_capacity(inst.args.len());
-        for a in &inst.args {
-            let t = match *a {
-                EwArg::Input(k) => inputs.get(k as usize).copied(),
-                EwArg::Temp(k) => temps.get(k as usize),
+    run_expr_on(expr, None, inputs)
+}
+
+/// Runs an elementwise program. `owned`, when given, is `a0` by value (a GEMM epilogue's
+/// accumulator), and `rest` are `a1..`; otherwise `rest` are all the inputs. An instruction
+/// that is the only reader of `owned` or of an earlier instruction's result overwrites it
+/// where [`crate::eval_in_place`] handles the op (the same bits); the others get fresh
+/// tensors from [`crate::eval_op`].
+fn run_expr_on(expr: &EwExpr, mut owned: Option<Tensor>, rest: &[&Tensor]) -> KResult<Tensor> {
+    let insts = expr.insts();
+    let offset = usize::from(owned.is_some());
+    let mut input_reads = vec![0u32; rest.len() + offset];
+    let mut temp_reads = vec![0u32; insts.len()];
+    for a in insts.iter().flat_map(|i| &i.args) {
+        let n = match *a {
+            EwArg::Input(k) => input_reads.get_mut(k as usize),
+            EwArg::Temp(k) => temp_reads.get_mut(k as usize),
+        };
+        if let Some(n) = n {
+            *n += 1;
+        }
+    }
+    let mut temps: Vec<Option<Tensor>> = Vec::with_capacity(insts.len());
+    for (i, inst) in insts.iter().enumerate() {
+        // The argument this instruction may overwrite: its only reader, of at most two.
+        let sole = inst.args.iter().position(|a| match *a {
+            EwArg::Input(0) => owned.is_some() && input_reads[0] == 1,
+            EwArg::Temp(k) => {
+                temp_reads[k as usize] == 1 && temps.get(k as usize).is_some_and(Option::is_some)
+            }
+            EwArg::Input(_) => false,
+        });
+        if let Some(pos) = sole.filter(|_| inst.args.len() <= 2) {
+            let mut acc = match inst.args[pos] {
+                EwArg::Temp(k) => temps[k as usize].take(),
+                _ => owned.take(),
+            }
+            .ok_or_else(|| Fail::new(crate::ErrorKind::Unsupported, "internal: value taken"))?;
+            let other = match inst.args.get(1 - pos) {
+                Some(a) => Some(arg(*a, i, owned.as_ref(), offset, rest, &temps)?),
+                None => None,
             };
-            match t {
-                Some(t) => args.push(t),
-                None => return attr_err!("instruction {i} reads {a:?}, which does not exist"),
+            if crate::eval_in_place(&inst.op, &mut acc, pos, other) {
+                temps.push(Some(acc));
+                continue;
+            }
+            match inst.args[pos] {
+                EwArg::Temp(k) => temps[k as usize] = Some(acc),
+                _ => owned = Some(acc),
             }
         }
+        let args = inst
+            .args
+            .iter()
+            .map(|a| arg(*a, i, owned.as_ref(), offset, rest, &temps))
+            .collect::<KResult<Vec<&Tensor>>>()?;
         let at = |e: crate::EvalError| Fail::new(e.kind, format!("instruction {i}: {e}"));
         let mut out = crate::eval_op(&inst.op, &args).map_err(at)?;
         if out.len() != 1 {
@@ -204,13 +245,43 @@ fn run_expr(expr: &EwExpr, inputs: &[&Tensor]) -> KResult<Tensor> {
                 inst.op.name()
             );
         }
-        temps.push(out.remove(0));
+        temps.push(Some(out.remove(0)));
     }
     match temps.pop() {
-        Some(y) => Ok(y),
-        None => inputs
-            .first()
-            .map(|t| (*t).clone())
-            .map_or_else(|| Fail::arity("at least 1", 0), Ok),
+        Some(Some(y)) => Ok(y),
+        Some(None) => Err(Fail::new(
+            crate::ErrorKind::Unsupported,
+            "internal: result taken",
+        )),
+        None => match owned {
+            Some(t) => Ok(t),
+            None => rest
+                .first()
+                .map(|t| (*t).clone())
+                .map_or_else(|| Fail::arity("at least 1", 0), Ok),
+        },
+    }
+}
+
+/// The tensor argument `a` of instruction `i` names (see [`run_expr_on`]).
+fn arg<'a>(
+    a: EwArg,
+    i: usize,
+    owned: Option<&'a Tensor>,
+    offset: usize,
+    rest: &[&'a Tensor],
+    temps: &'a [Option<Tensor>],
+) -> KResult<&'a Tensor> {
+    let t = match a {
+        EwArg::Input(0) if offset == 1 => owned,
+        EwArg::Input(k) => (k as usize)
+            .checked_sub(offset)
+            .and_then(|k| rest.get(k))
+            .copied(),
+        EwArg::Temp(k) => temps.get(k as usize).and_then(Option::as_ref),
+    };
+    match t {
+        Some(t) => Ok(t),
+        None => attr_err!("instruction {i} reads {a:?}, which does not exist"),
     }
 }

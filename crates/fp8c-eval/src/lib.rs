@@ -50,6 +50,7 @@ mod fp8_gemm;
 mod fused;
 mod gather;
 pub mod golden;
+mod in_place;
 mod interface;
 mod linalg;
 mod loss;
@@ -75,6 +76,7 @@ use crate::error::{Fail, KResult};
 /// The fast-accumulation model's block length and kept bits (other executions of the model,
 /// such as the MLIR emitter's, read them from here).
 pub use crate::fast_accum::{BITS as FAST_ACCUM_BITS, BLOCK as FAST_ACCUM_BLOCK};
+pub use crate::in_place::eval_in_place;
 use fp8c_ir::{Op, OpView, Support, Tensor};
 
 /// Evaluates `op` on `inputs`, giving one tensor per output of the op.

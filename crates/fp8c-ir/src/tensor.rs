@@ -110,38 +110,26 @@ impl Tensor {
 
     /// An f32 tensor. Panics only if `values.len()` does not match `shape` (a caller bug).
     pub fn from_f32(shape: Vec<u64>, values: &[f32]) -> Self {
-        Self::from_le(
-            DType::F32,
-            shape,
-            values.iter().flat_map(|v| v.to_le_bytes()),
-        )
+        Self::from_vec(DType::F32, shape, values.to_vec())
+            .expect("value count must match the shape")
     }
 
     /// An f64 tensor.
     pub fn from_f64(shape: Vec<u64>, values: &[f64]) -> Self {
-        Self::from_le(
-            DType::F64,
-            shape,
-            values.iter().flat_map(|v| v.to_le_bytes()),
-        )
+        Self::from_vec(DType::F64, shape, values.to_vec())
+            .expect("value count must match the shape")
     }
 
     /// An i64 tensor.
     pub fn from_i64(shape: Vec<u64>, values: &[i64]) -> Self {
-        Self::from_le(
-            DType::I64,
-            shape,
-            values.iter().flat_map(|v| v.to_le_bytes()),
-        )
+        Self::from_vec(DType::I64, shape, values.to_vec())
+            .expect("value count must match the shape")
     }
 
     /// An i32 tensor.
     pub fn from_i32(shape: Vec<u64>, values: &[i32]) -> Self {
-        Self::from_le(
-            DType::I32,
-            shape,
-            values.iter().flat_map(|v| v.to_le_bytes()),
-        )
+        Self::from_vec(DType::I32, shape, values.to_vec())
+            .expect("value count must match the shape")
     }
 
     /// A bool tensor.

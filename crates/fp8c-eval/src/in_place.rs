@@ -1,0 +1,316 @@
+//! Elementwise f32 steps evaluated in place: a unary op, or a binary op whose other operand
+//! is the same shape, one value or a row repeated along the leading dims, overwrites the
+//! tensor it consumes instead of writing a fresh one.
+//!
+//! The scalar functions are the elementwise table's (`fp8c_ir::elementwise`), the same the
+//! out-of-place kernels in `elementwise.rs` call, each result rounded to f32 as the unfused
+//! op's output is: the bits are those of `eval_op`. A fused op's elementwise program
+//! (`fused.rs`) uses it for every instruction that is the only reader of the value before it
+//! (a GEMM epilogue's bias and activation then update the accumulator), and the CPU runtime
+//! for a step whose input dies there. Whatever this does not handle (other dtypes,
+//! broadcasting that is not a row, ops with kernels of their own) answers `false` and
+//! leaves the tensor as it was, for the caller's out-of-place path.
+
+use crate::data::PAR_MIN;
+use fp8c_ir::elementwise::{self as table, BinaryKernel, Kind, UnaryKernel};
+use fp8c_ir::{DType, ElementwiseOp as E, Op, OpView, Tensor};
+
+/// Evaluates the elementwise `op` with `acc` as its input number `pos` (0 or 1), writing the
+/// result over `acc`; `other` is the op's other input for a binary op (None for a unary op).
+/// Returns false, with `acc` unchanged, where the op, the dtypes or the shapes are not a
+/// case this handles.
+pub fn eval_in_place(op: &Op, acc: &mut Tensor, pos: usize, other: Option<&Tensor>) -> bool {
+    let OpView::Elementwise(e) = op.view() else {
+        return false;
+    };
+    if acc.dtype() != DType::F32 || pos > 1 {
+        return false;
+    }
+    // These have f32 kernels of their own (`erf.rs`, `gelu_tanh`) or no table function.
+    if matches!(e, E::Erf | E::Gelu { .. } | E::Mod { .. } | E::Identity) {
+        return false;
+    }
+    let kind = table::row(e).kind;
+    match (kind, other) {
+        (Kind::Unary, None) if pos == 0 => {
+            let Ok(v) = bytemuck::try_cast_slice_mut::<u8, f32>(acc.bytes_mut()) else {
+                return false;
+            };
+            table::dispatch_unary(e, Unary(v)).is_some()
+        }
+        (Kind::Binary | Kind::Variadic, Some(b)) if b.dtype() == DType::F32 => {
+            let Some(layout) = layout(acc.shape(), b.shape()) else {
+                return false;
+            };
+            let Ok(bv) = b.as_slice::<f32>() else {
+                return false;
+            };
+            let Ok(v) = bytemuck::try_cast_slice_mut::<u8, f32>(acc.bytes_mut()) else {
+                return false;
+            };
+            let other = match layout {
+                Layout::Same => Other::Same(bv),
+                Layout::Scalar => Other::Scalar(bv[0]),
+                Layout::Rows => Other::Rows(bv),
+            };
+            table::dispatch_binary(
+                e,
+                Binary {
+                    acc: v,
+                    other,
+                    acc_left: pos == 0,
+                },
+            )
+            .is_some()
+        }
+        _ => false,
+    }
+}
+
+/// How the other operand lines up with the updated tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Same,
+    Scalar,
+    Rows,
+}
+
+/// The layout of `b` broadcast against `a` when the result has `a`'s shape; None otherwise.
+fn layout(a: &[u64], b: &[u64]) -> Option<Layout> {
+    if b.len() > a.len() {
+        return None;
+    }
+    if a == b {
+        return Some(Layout::Same);
+    }
+    if b.iter().all(|&d| d == 1) {
+        return Some(Layout::Scalar);
+    }
+    // `b` without its leading ones must equal `a`'s trailing dims.
+    let lead = b.iter().take_while(|&&d| d == 1).count();
+    let tail = &b[lead..];
+    (a[a.len() - tail.len()..] == *tail).then_some(Layout::Rows)
+}
+
+/// The other operand's values.
+#[derive(Clone, Copy)]
+enum Other<'a> {
+    Same(&'a [f32]),
+    Scalar(f32),
+    /// One row, repeated: its length divides the tensor's.
+    Rows(&'a [f32]),
+}
+
+struct Unary<'a>(&'a mut [f32]);
+
+impl UnaryKernel<f32> for Unary<'_> {
+    type Out = ();
+    fn run(self, f: impl Fn(f32) -> f32 + Send + Sync + Copy) {
+        chunked(self.0, 1, |c, _| map_avx2_or_plain(c, f));
+    }
+}
+
+struct Binary<'a> {
+    acc: &'a mut [f32],
+    other: Other<'a>,
+    acc_left: bool,
+}
+
+impl BinaryKernel<f32> for Binary<'_> {
+    type Out = ();
+    fn run(self, f: impl Fn(f32, f32) -> f32 + Send + Sync + Copy) {
+        let period = match self.other {
+            Other::Rows(r) => r.len(),
+            _ => 1,
+        };
+        let other = self.other;
+        let go = |c: &mut [f32], start: usize| {
+            let o = match other {
+                Other::Same(v) => Other::Same(&v[start..start + c.len()]),
+                o => o,
+            };
+            if self.acc_left {
+                zip_avx2_or_plain(c, o, f);
+            } else {
+                zip_avx2_or_plain(c, o, move |x, y| f(y, x));
+            }
+        };
+        chunked(self.acc, period, go);
+    }
+}
+
+/// Runs `f(chunk, start)` over `v`, on rayon's pool in chunks of a multiple of `period`
+/// elements when `v` is large.
+fn chunked(v: &mut [f32], period: usize, f: impl Fn(&mut [f32], usize) + Send + Sync) {
+    use rayon::prelude::*;
+    let threads = rayon::current_num_threads();
+    if v.len() < PAR_MIN || threads < 2 || period == 0 {
+        return f(v, 0);
+    }
+    let chunk = v
+        .len()
+        .div_ceil(threads * 4)
+        .max(PAR_MIN / 4)
+        .next_multiple_of(period);
+    v.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(i, c)| f(c, i * chunk));
+}
+
+/// `x = f(x)` over the slice, compiled for AVX2 where the CPU has it (the same IEEE
+/// operations either way, as `data::map_into`).
+#[inline(always)]
+fn map_avx2_or_plain(v: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { map_avx2(v, f) };
+    }
+    map(v, f)
+}
+
+#[inline(always)]
+fn map(v: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+    for x in v {
+        *x = f(*x);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn map_avx2(v: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+    map(v, f)
+}
+
+/// `x = f(x, y)` with `y` from `o`, compiled for AVX2 where the CPU has it.
+#[inline(always)]
+fn zip_avx2_or_plain(v: &mut [f32], o: Other<'_>, f: impl Fn(f32, f32) -> f32 + Copy) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { zip_avx2(v, o, f) };
+    }
+    zip(v, o, f)
+}
+
+#[inline(always)]
+fn zip(v: &mut [f32], o: Other<'_>, f: impl Fn(f32, f32) -> f32 + Copy) {
+    match o {
+        Other::Same(b) => {
+            for (x, &y) in v.iter_mut().zip(b) {
+                *x = f(*x, y);
+            }
+        }
+        Other::Scalar(y) => {
+            for x in v {
+                *x = f(*x, y);
+            }
+        }
+        Other::Rows(r) => {
+            for row in v.chunks_exact_mut(r.len()) {
+                for (x, &y) in row.iter_mut().zip(r) {
+                    *x = f(*x, y);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn zip_avx2(v: &mut [f32], o: Other<'_>, f: impl Fn(f32, f32) -> f32 + Copy) {
+    zip(v, o, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Same bits as `eval_op` for every layout, both operand orders, and rejected cases
+    /// leave the tensor unchanged.
+    #[test]
+    fn matches_eval_op() {
+        let vals: Vec<f32> = (0..21)
+            .map(|i| (i as f32 - 11.5) * 0.37)
+            .chain([f32::NAN, -0.0, f32::INFINITY])
+            .collect();
+        let a = Tensor::from_f32(vec![2, 3, 4], &vals);
+        let others = [
+            Tensor::from_f32(
+                vec![2, 3, 4],
+                &vals.iter().map(|v| v * 0.5 - 1.0).collect::<Vec<_>>(),
+            ),
+            Tensor::from_f32(vec![4], &[1.5, -2.0, 0.0, f32::NAN]),
+            Tensor::from_f32(vec![1, 3, 4], &vals[..12]),
+            Tensor::from_f32(vec![1], &[0.25]),
+            Tensor::from_f32(vec![], &[-3.0]),
+        ];
+        for op in [Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min] {
+            for b in &others {
+                for pos in 0..2 {
+                    let ins = if pos == 0 { [&a, b] } else { [b, &a] };
+                    let want = crate::eval_op(&op, &ins).unwrap().remove(0);
+                    let mut got = a.clone();
+                    assert!(
+                        eval_in_place(&op, &mut got, pos, Some(b)),
+                        "{op:?} {:?}",
+                        b.shape()
+                    );
+                    assert_eq!(
+                        got.bytes(),
+                        want.bytes(),
+                        "{op:?} {:?} pos {pos}",
+                        b.shape()
+                    );
+                    assert_eq!(got.shape(), want.shape());
+                }
+            }
+        }
+        for op in [Op::Relu, Op::Neg, Op::Exp, Op::Tanh, Op::Sigmoid, Op::Sqrt] {
+            let want = crate::eval_op(&op, &[&a]).unwrap().remove(0);
+            let mut got = a.clone();
+            assert!(eval_in_place(&op, &mut got, 0, None), "{op:?}");
+            assert_eq!(got.bytes(), want.bytes(), "{op:?}");
+        }
+        // Not handled: a result of another shape, another dtype, ops with their own kernels.
+        let col = Tensor::from_f32(vec![2, 3, 1], &[1.0; 6]);
+        let wider = Tensor::from_f32(vec![1, 2, 3, 4], &vals);
+        let ints = Tensor::from_i64(vec![4], &[1, 2, 3, 4]);
+        for (op, b) in [
+            (Op::Add, Some(&col)),
+            (Op::Add, Some(&wider)),
+            (Op::Add, Some(&ints)),
+            (Op::Erf, None),
+            (Op::Add, None),
+            (Op::Relu, Some(&col)),
+        ] {
+            let mut got = a.clone();
+            assert!(!eval_in_place(&op, &mut got, 0, b), "{op:?}");
+            assert_eq!(got.bytes(), a.bytes());
+        }
+    }
+
+    /// Large tensors split over the pool on row boundaries.
+    #[test]
+    fn parallel_rows_match() {
+        let cols = 40;
+        let n = (PAR_MIN * 3).next_multiple_of(cols) + cols;
+        let vals: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.01 - 5.0)
+            .collect();
+        let a = Tensor::from_f32(vec![(n / cols) as u64, cols as u64], &vals);
+        let row = Tensor::from_f32(
+            vec![cols as u64],
+            &(0..cols).map(|i| i as f32).collect::<Vec<_>>(),
+        );
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        let op = Op::Sub;
+        let want = crate::eval_op(&op, &[&row, &a]).unwrap().remove(0);
+        let mut got = a.clone();
+        assert!(pool.install(|| eval_in_place(&op, &mut got, 1, Some(&row))));
+        assert_eq!(got.bytes(), want.bytes());
+    }
+}
