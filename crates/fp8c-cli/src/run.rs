@@ -389,9 +389,13 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
     };
     let t0 = Instant::now();
-    let outs = runner
-        .run_observed(&inputs, &mut observe)
-        .with_context(|| format!("{}", a.model.display()))?;
+    // Without an observer the CPU backend may overwrite a dying input in place.
+    let outs = if a.profile || want_stats {
+        runner.run_observed(&inputs, &mut observe)
+    } else {
+        runner.run(&inputs)
+    }
+    .with_context(|| format!("{}", a.model.display()))?;
     let run_time = t0.elapsed();
     if let Some(t) = timer.take() {
         t.finish();

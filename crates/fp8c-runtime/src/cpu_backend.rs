@@ -103,27 +103,19 @@ impl CpuExecutable {
 }
 
 impl Executable for CpuExecutable {
+    fn run(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        self.run_pooled(inputs, None)
+    }
+
     fn run_observed(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
         obs: &mut Observer<'_>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
-        // The steps run on one of rayon's worker threads: a kernel's parallel loop then
-        // starts from inside the pool (its pieces go to the worker's own queue, and with one
-        // thread run inline) instead of being handed to the pool and waited for with a
-        // blocking latch, two context switches per op that dominated small models. The other
-        // workers stay awake for the run (`keep_warm`).
-        let done = AtomicBool::new(false);
-        rayon::scope(|s| {
-            let owner = rayon::current_thread_index();
-            for _ in 1..rayon::current_num_threads() {
-                let done = &done;
-                s.spawn(move |_| keep_warm(done, owner));
-            }
-            let out = self.run_steps(inputs, obs);
-            done.store(true, Ordering::Release);
-            out
-        })
+        self.run_pooled(inputs, Some(obs))
     }
 
     fn state(&self) -> BTreeMap<String, Tensor> {
@@ -168,11 +160,38 @@ fn keep_warm(done: &AtomicBool, owner: Option<usize>) {
 }
 
 impl CpuExecutable {
-    /// Runs every step of the program on the calling thread (see `run_observed`).
+    /// Runs the program on one of rayon's workers, with or without an observer.
+    fn run_pooled(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        obs: Option<&mut Observer<'_>>,
+    ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
+        // The steps run on one of rayon's worker threads: a kernel's parallel loop then
+        // starts from inside the pool (its pieces go to the worker's own queue, and with one
+        // thread run inline) instead of being handed to the pool and waited for with a
+        // blocking latch, two context switches per op that dominated small models. The other
+        // workers stay awake for the run (`keep_warm`).
+        let done = AtomicBool::new(false);
+        rayon::scope(|s| {
+            let owner = rayon::current_thread_index();
+            for _ in 1..rayon::current_num_threads() {
+                let done = &done;
+                s.spawn(move |_| keep_warm(done, owner));
+            }
+            let out = self.run_steps(inputs, obs);
+            done.store(true, Ordering::Release);
+            out
+        })
+    }
+
+    /// Runs every step of the program on the calling thread (see `run_pooled`). Without an
+    /// observer, an elementwise step whose input dies at that step writes its result over
+    /// that input where `fp8c_eval::eval_in_place` handles it (same bits, no fresh buffer);
+    /// an observer sees every step's inputs as they were, so then each step writes anew.
     fn run_steps(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
-        obs: &mut Observer<'_>,
+        mut obs: Option<&mut Observer<'_>>,
     ) -> Result<BTreeMap<String, Tensor>, RuntimeError> {
         self.program.check_inputs(inputs)?;
         let p = &self.program;
@@ -192,12 +211,21 @@ impl CpuExecutable {
             let view = |b: &BufId| slots[b.index()].as_deref();
             let ins: Option<Vec<&Tensor>> = step.inputs.iter().map(view).collect();
             let outs: Option<Vec<Tensor>> = step.outputs.iter().map(|b| view(b).cloned()).collect();
-            if let (Some(ins), Some(outs)) = (ins, outs) {
+            if let (Some(ins), Some(outs), Some(obs)) = (ins, outs, obs.as_mut()) {
                 obs(step, &ins, &outs);
             }
         }
         for (i, step) in p.steps().iter().enumerate() {
             if self.hoisted[i] {
+                for &b in p.frees_after(i) {
+                    slots[b.index()] = None;
+                }
+                continue;
+            }
+            if obs.is_none()
+                && let Some(t) = in_place(p, i, &mut slots)?
+            {
+                slots[step.outputs[0].index()] = Some(Cow::Owned(t));
                 for &b in p.frees_after(i) {
                     slots[b.index()] = None;
                 }
@@ -218,7 +246,9 @@ impl CpuExecutable {
                     })
                     .collect::<Result<Vec<&Tensor>, _>>()?;
                 let outs = eval_step(p, step, &ins)?;
-                obs(step, &ins, &outs);
+                if let Some(obs) = obs.as_mut() {
+                    obs(step, &ins, &outs);
+                }
                 outs
             };
             for (t, &b) in outs.into_iter().zip(&step.outputs) {
@@ -250,6 +280,59 @@ impl CpuExecutable {
         }
         Ok(out)
     }
+}
+
+/// Step `i` evaluated over one of its inputs, when that input dies at the step, is a value
+/// this run made (not a parameter, constant, input or state) and the op is an elementwise
+/// one `fp8c_eval::eval_in_place` handles: the result, taken from `slots`. None (and
+/// `slots` as they were) otherwise.
+fn in_place(
+    p: &Program,
+    i: usize,
+    slots: &mut [Option<Cow<'_, Tensor>>],
+) -> Result<Option<Tensor>, RuntimeError> {
+    let step = &p.steps()[i];
+    if step.outputs.len() != 1
+        || !(1..=2).contains(&step.inputs.len())
+        || !matches!(step.op.view(), fp8c_ir::OpView::Elementwise(_))
+    {
+        return Ok(None);
+    }
+    let dies = p.frees_after(i);
+    let Some(pos) = step.inputs.iter().position(|b| {
+        dies.contains(b)
+            && matches!(slots[b.index()], Some(Cow::Owned(_)))
+            && step.inputs.iter().filter(|x| *x == b).count() == 1
+    }) else {
+        return Ok(None);
+    };
+    let b = step.inputs[pos];
+    let Some(Cow::Owned(mut t)) = slots[b.index()].take() else {
+        return Ok(None);
+    };
+    let other = match step.inputs.get(1 - pos) {
+        Some(o) => slots[o.index()].as_deref(),
+        None => None,
+    };
+    let done = (step.inputs.len() == 1 || other.is_some())
+        && fp8c_eval::eval_in_place(&step.op, &mut t, pos, other);
+    if !done {
+        slots[b.index()] = Some(Cow::Owned(t));
+        return Ok(None);
+    }
+    let want = p.buffer(step.outputs[0]);
+    if t.dtype() != want.ty.dtype || t.shape() != want.dims {
+        return Err(RuntimeError::node(
+            &step.node,
+            step.op.name(),
+            format!(
+                "internal: produced {}, type inference planned {}",
+                t.ty(),
+                want.ty
+            ),
+        ));
+    }
+    Ok(Some(t))
 }
 
 /// Computes, once, every step whose inputs are parameters, constants or results of such

@@ -356,23 +356,26 @@ fn compare_gives_rel_l2_max_abs_and_cosine() {
 
 // ------------------------------------------------------------------ random graphs
 
-/// A random DAG of elementwise and shape-preserving ops over [n] tensors of one length,
-/// outputs chosen among the values. The plan must validate and the run must equal a direct
-/// evaluation of every node.
+/// A random DAG of elementwise and shape-preserving ops over [3, n] tensors (and a row `r`
+/// of n subtracted from some), outputs chosen among the values. The plan must validate and
+/// the run must equal a direct evaluation of every node, with or without an observer (the
+/// CPU backend overwrites dying values in place only without one).
 fn random_graph(len: u64, picks: &[(u8, usize, usize)], outs: &[usize]) -> Graph {
     let mut g = Graph::new("random");
+    let r = g.add_input("r", f32t(&[len])).unwrap();
     let mut vals: Vec<Value> = vec![
-        g.add_input("a", f32t(&[len])).unwrap(),
-        g.add_input("b", f32t(&[len])).unwrap(),
+        g.add_input("a", f32t(&[3, len])).unwrap(),
+        g.add_input("b", f32t(&[3, len])).unwrap(),
     ];
     for (i, &(op, x, y)) in picks.iter().enumerate() {
         let (x, y) = (vals[x % vals.len()], vals[y % vals.len()]);
         let name = format!("n{i}");
-        let v = match op % 5 {
+        let v = match op % 6 {
             0 => g.add_node(&name, Op::Add, &[x, y]),
             1 => g.add_node(&name, Op::Mul, &[x, y]),
             2 => g.add_node(&name, Op::Neg, &[x]),
             3 => g.add_node(&name, Op::Max, &[x, y]),
+            4 => g.add_node(&name, Op::Sub, &[r, x]),
             _ => g.add_node(&name, Op::Tanh, &[x]),
         }
         .unwrap()[0];
@@ -399,13 +402,18 @@ proptest! {
         prop_assert!(p.plan().live_peak_bytes <= p.peak_bytes());
         prop_assert!(p.peak_bytes() <= p.plan().no_reuse_bytes);
         // Direct evaluation in topological order, every value kept.
-        let a = Tensor::from_f32(vec![len], &(0..len).map(|i| i as f32 * 0.1 - 3.0).collect::<Vec<_>>());
-        let b = Tensor::from_f32(vec![len], &(0..len).map(|i| 1.0 - i as f32 * 0.05).collect::<Vec<_>>());
+        let a = Tensor::from_f32(vec![3, len], &(0..3 * len).map(|i| i as f32 * 0.1 - 3.0).collect::<Vec<_>>());
+        let b = Tensor::from_f32(vec![3, len], &(0..3 * len).map(|i| 1.0 - i as f32 * 0.05).collect::<Vec<_>>());
+        let r = Tensor::from_f32(vec![len], &(0..len).map(|i| (i % 7) as f32 - 2.5).collect::<Vec<_>>());
         let mut env: BTreeMap<fp8c_ir::NodeId, Tensor> = BTreeMap::new();
         for id in g.topo_order().unwrap() {
             let n = g.node(id);
             let t = match &n.op {
-                Op::Input { name } => if name == "a" { a.clone() } else { b.clone() },
+                Op::Input { name } => match name.as_str() {
+                    "a" => a.clone(),
+                    "b" => b.clone(),
+                    _ => r.clone(),
+                },
                 op => {
                     let ins: Vec<&Tensor> = n.inputs().iter().map(|v| &env[&v.node]).collect();
                     fp8c_eval::eval_op(op, &ins).unwrap().remove(0)
@@ -414,9 +422,23 @@ proptest! {
             env.insert(id, t);
         }
         let mut exe = CpuBackend.prepare(&p, g.weights()).unwrap();
-        let got = exe.run(&inputs(&[("a", a), ("b", b)])).unwrap();
+        let feed = inputs(&[("a", a), ("b", b), ("r", r)]);
+        let got = exe.run(&feed).unwrap();
+        let mut seen = Vec::new();
+        let observed = exe
+            .run_observed(&feed, &mut |s, ins, _| {
+                seen.push((s.node.clone(), ins.iter().map(|t| t.bytes().to_vec()).collect::<Vec<_>>()))
+            })
+            .unwrap();
         for o in g.outputs() {
             prop_assert_eq!(got[&o.name].bytes(), env[&o.value.node].bytes());
+            prop_assert_eq!(observed[&o.name].bytes(), env[&o.value.node].bytes());
+        }
+        // The observer saw each step's inputs as the direct evaluation had them.
+        for (node, ins) in seen {
+            let id = g.find_node(&node).unwrap();
+            let want: Vec<Vec<u8>> = g.node(id).inputs().iter().map(|v| env[&v.node].bytes().to_vec()).collect();
+            prop_assert_eq!(ins, want, "inputs of {}", node);
         }
     }
 }
