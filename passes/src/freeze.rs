@@ -68,50 +68,42 @@ pub struct Frozen {
     pub added_bytes: u64,
 }
 
-/// Freezes the weight-only FP8 nodes of `g`.
+/// Freezes the weight-only FP8 nodes of `g`. Nodes are evaluated in order, each result
+/// dropped after its last reader, and each f32 weight read only by frozen nodes leaves the
+/// graph as soon as its last frozen reader has run, so a model's f32 weights and all their
+/// FP8 copies are never resident together (the pass manager's backup holds weights by
+/// handle, not by value).
 pub fn freeze(g: &mut Graph) -> Result<Frozen, IrError> {
-    let mut added_bytes = 0u64;
-    let mut values: HashMap<Value, Tensor> = HashMap::new();
-    let mut evaluated = Vec::new();
-    for id in g.topo_order()? {
+    use std::collections::HashSet;
+    let order = g.topo_order()?;
+    // Which nodes can be evaluated: freezable ones whose inputs all come from params with
+    // data, constants or other such nodes.
+    let mut known: HashSet<fp8c_ir::NodeId> = HashSet::new();
+    let mut candidates = Vec::new();
+    for &id in &order {
         let n = g.node(id);
-        match &n.op {
-            Op::Param { name } => {
-                if let Some(t) = g.weights().get(name) {
-                    values.insert(Value::new(id, 0), t.clone());
+        let ok = match &n.op {
+            Op::Param { name } => g.weights().contains_key(name),
+            Op::Constant { .. } => true,
+            op => {
+                let out_is_fp8 = n.outputs.iter().any(|t| t.dtype.is_fp8());
+                let from_known = n.inputs().iter().all(|v| known.contains(&v.node));
+                let ok = freezable(op, out_is_fp8) && from_known;
+                if ok {
+                    candidates.push(id);
                 }
-                continue;
+                ok
             }
-            Op::Constant { value } => {
-                values.insert(Value::new(id, 0), value.clone());
-                continue;
-            }
-            _ => {}
-        }
-        let out_is_fp8 = n.outputs.iter().any(|t| t.dtype.is_fp8());
-        if !freezable(&n.op, out_is_fp8) {
-            continue;
-        }
-        let Some(ins) = n
-            .inputs()
-            .iter()
-            .map(|v| values.get(v))
-            .collect::<Option<Vec<&Tensor>>>()
-        else {
-            continue;
         };
-        let outs = fp8c_eval::eval_op(&n.op, &ins)
-            .map_err(|e| IrError::node(&n.name, n.op.name(), e.to_string()))?;
-        for (slot, t) in outs.into_iter().enumerate() {
-            values.insert(Value::new(id, slot as u32), t);
+        if ok {
+            known.insert(id);
         }
-        evaluated.push(id);
     }
     // Keep only what quantizes a weight: FP8 results and the nodes leading to them (in
     // delayed scaling a weight's scale comes from state, so its amax alone is not worth
     // freezing: the weight stays f32 and is quantized each call).
-    let mut keep: std::collections::HashSet<fp8c_ir::NodeId> = std::collections::HashSet::new();
-    for &id in evaluated.iter().rev() {
+    let mut keep: HashSet<fp8c_ir::NodeId> = HashSet::new();
+    for &id in candidates.iter().rev() {
         let n = g.node(id);
         let fp8_out = n.outputs.iter().any(|t| t.dtype.is_fp8());
         let feeds_kept = (0..n.outputs.len() as u32)
@@ -121,29 +113,86 @@ pub fn freeze(g: &mut Graph) -> Result<Frozen, IrError> {
             keep.insert(id);
         }
     }
-    evaluated.retain(|id| keep.contains(id));
-    let is_evaluated: std::collections::HashSet<_> = evaluated.iter().copied().collect();
-    // Results read by nodes that are not evaluated (or by the graph's outputs) become params.
+    let evaluated: Vec<fp8c_ir::NodeId> = candidates
+        .into_iter()
+        .filter(|id| keep.contains(id))
+        .collect();
+    // Readers left among the evaluated nodes, per value they read.
+    let mut readers: HashMap<Value, usize> = HashMap::new();
     for &id in &evaluated {
-        let (name, n_out) = (g.node(id).name.clone(), g.node(id).outputs.len());
-        for slot in 0..n_out as u32 {
-            let v = Value::new(id, slot);
-            let outside =
-                g.is_graph_result(v) || g.users(v).iter().any(|(u, _)| !is_evaluated.contains(u));
-            if !outside {
+        for v in g.node(id).inputs() {
+            *readers.entry(*v).or_default() += 1;
+        }
+    }
+    // A value read outside the evaluated nodes (or a graph result) is needed afterwards.
+    let read_outside = |g: &Graph, v: Value| {
+        g.is_graph_result(v) || g.users(v).iter().any(|(u, _)| !keep.contains(u))
+    };
+    let mut values: HashMap<Value, Tensor> = HashMap::new();
+    let mut results: Vec<(Value, Tensor)> = Vec::new();
+    for &id in &evaluated {
+        let n = g.node(id);
+        let mut ins = Vec::with_capacity(n.inputs().len());
+        for v in n.inputs() {
+            let t = match &g.node(v.node).op {
+                Op::Param { name } => g.weights().get(name).cloned(),
+                Op::Constant { value } => Some(value.clone()),
+                _ => values.get(v).cloned(),
+            };
+            ins.push(t.ok_or_else(|| {
+                IrError::node(
+                    &n.name,
+                    n.op.name(),
+                    format!("internal: {v:?} is not frozen"),
+                )
+            })?);
+        }
+        let refs: Vec<&Tensor> = ins.iter().collect();
+        let outs = fp8c_eval::eval_op(&n.op, &refs)
+            .map_err(|e| IrError::node(&n.name, n.op.name(), e.to_string()))?;
+        drop(refs);
+        drop(ins);
+        for (slot, t) in outs.into_iter().enumerate() {
+            let v = Value::new(id, slot as u32);
+            if read_outside(g, v) {
+                results.push((v, t.clone()));
+            }
+            if readers.get(&v).is_some_and(|&r| r > 0) {
+                values.insert(v, t);
+            }
+        }
+        // Inputs read for the last time: drop them, and an f32 weight nothing else reads.
+        let inputs: Vec<Value> = g.node(id).inputs().to_vec();
+        for v in inputs {
+            let left = readers.get_mut(&v).map(|r| {
+                *r -= 1;
+                *r
+            });
+            if left != Some(0) {
                 continue;
             }
-            let t = values.remove(&v).expect("evaluated");
-            let base = if n_out == 1 {
-                name.clone()
-            } else {
-                format!("{name}.{slot}")
-            };
-            let pname = g.fresh_name(&base);
-            added_bytes += t.bytes().len() as u64;
-            let p = g.add_param(&pname, t.ty(), Some(t))?;
-            g.replace_uses(v, p)?;
+            values.remove(&v);
+            if let Op::Param { name } = &g.node(v.node).op
+                && !read_outside(g, v)
+            {
+                let name = name.clone();
+                g.take_weight(&name);
+            }
         }
+    }
+    let mut added_bytes = 0u64;
+    // Results read by nodes that are not evaluated (or by the graph's outputs) become params.
+    for (v, t) in results {
+        let (name, n_out) = (g.node(v.node).name.clone(), g.node(v.node).outputs.len());
+        let base = if n_out == 1 {
+            name.clone()
+        } else {
+            format!("{name}.{}", v.slot)
+        };
+        let pname = g.fresh_name(&base);
+        added_bytes += t.bytes().len() as u64;
+        let p = g.add_param(&pname, t.ty(), Some(t))?;
+        g.replace_uses(v, p)?;
     }
     // Params nobody reads any more (the f32 master weights of frozen GEMMs) go with DCE.
     let param_bytes = |g: &Graph| -> std::collections::HashMap<String, u64> {

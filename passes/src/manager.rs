@@ -80,7 +80,9 @@ pub enum PassError {
         /// What went wrong.
         #[source]
         source: IrError,
-        /// The graph as it was before the pass ran.
+        /// The graph as it was before the pass ran, with the data of every weight still
+        /// held when the pass failed (a pass may release a weight it has used for the last
+        /// time: `freeze-weights` lets each f32 weight go once its FP8 copy is made).
         last_good: Box<Graph>,
     },
     /// A pass name given on the command line does not exist.
@@ -148,13 +150,13 @@ impl PassManager {
         self.check_options(&cx.options)?;
         let verify = !cx.options.skip_verify;
         for pass in &self.passes {
-            let before = g.clone();
+            let before = Backup::of(g);
             let _span = tracing::info_span!("pass", name = pass.name()).entered();
             let started = std::time::Instant::now();
-            let fail = |source: IrError, before: Graph| PassError::Failed {
+            let fail = |source: IrError, before: Backup| PassError::Failed {
                 pass: pass.name(),
                 source,
-                last_good: Box::new(before),
+                last_good: Box::new(before.restore()),
             };
             let changed = match pass.run(g, cx) {
                 Ok(c) => c,
@@ -177,5 +179,50 @@ impl PassManager {
             }
         }
         Ok(())
+    }
+}
+
+/// The graph before a pass, kept for [`PassError::Failed`] without keeping its weights'
+/// bytes alive: the structure is copied and each weight is held by a [`StorageHandle`], so a
+/// pass can free a weight it has used for the last time (a model's f32 weights and their
+/// FP8 copies are then never all resident at once).
+struct Backup {
+    graph: Graph,
+    weights: Vec<(String, fp8c_ir::DType, Vec<u64>, fp8c_ir::StorageHandle)>,
+}
+
+impl Backup {
+    fn of(g: &Graph) -> Backup {
+        let weights = g
+            .weights()
+            .iter()
+            .map(|(n, t)| {
+                (
+                    n.clone(),
+                    t.dtype(),
+                    t.shape().to_vec(),
+                    t.storage().handle(),
+                )
+            })
+            .collect();
+        Backup {
+            graph: g.clone_without_weights(),
+            weights,
+        }
+    }
+
+    /// The graph with every weight whose bytes are still held somewhere.
+    fn restore(self) -> Graph {
+        let mut g = self.graph;
+        for (name, dtype, shape, h) in self.weights {
+            if let Some(t) = h
+                .upgrade()
+                .and_then(|s| fp8c_ir::Tensor::from_storage(dtype, shape, s).ok())
+            {
+                // The declaration is the backup's own, so the type matches.
+                let _ = g.set_weight(&name, t);
+            }
+        }
+        g
     }
 }

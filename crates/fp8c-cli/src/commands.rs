@@ -143,7 +143,7 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     if a.emit == Emit::Onnx {
         return emit_onnx(&a, &model, opts);
     }
-    let compiled = match model.compile(&opts) {
+    let compiled = match model.into_compiled(&opts) {
         Ok(c) => c,
         Err(e) => {
             if let Some(f) = e.pass_failure() {

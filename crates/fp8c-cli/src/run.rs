@@ -276,11 +276,15 @@ fn print_what_if(path: &Path, recipe: &Recipe, stats: &[Fp8TensorStats]) -> Resu
 
 /// Compiles `model` with `opts`, logging the passes' notes (`-v`).
 fn compile(model: &Model, opts: &fp8c_session::CompileOptions) -> Result<Compiled> {
-    let compiled = model.compile(opts)?;
+    Ok(notes(model.compile(opts)?))
+}
+
+/// Logs a compilation's notes (`-v`).
+fn notes(compiled: Compiled) -> Compiled {
     for n in compiled.notes() {
         tracing::info!("{n}");
     }
-    Ok(compiled)
+    compiled
 }
 
 /// `fp8c run`.
@@ -341,21 +345,23 @@ pub fn run(a: RunArgs) -> Result<()> {
             "warning: --calibrate has no effect: only FP8 runs with delayed scaling keep amax histories"
         );
     }
-    let compiled = compile(&model, &opts)?;
+    // The f32 path: the reference of --compare, and what calibration observes. Without it
+    // the model is compiled by value, so its f32 weights go as their FP8 copies are made.
+    let string_outputs = model.string_outputs().clone();
+    let (compiled, mut reference) = if a.compare || (delayed.is_some() && a.calibrate.is_some()) {
+        let f32_opts = opts.clone().with_precision(PrecisionMode::F32);
+        let reference = compile(&model, &f32_opts)?.prepare(device)?;
+        (compile(&model, &opts)?, Some((reference, model)))
+    } else {
+        (notes(model.into_compiled(&opts)?), None)
+    };
     let mut runner = compiled.prepare(device)?;
     if a.print_program {
         eprint!("{}", runner.program().dump());
     }
-    // The f32 path: the reference of --compare, and what calibration observes.
-    let mut reference = if a.compare || (delayed.is_some() && a.calibrate.is_some()) {
-        let f32_opts = opts.clone().with_precision(PrecisionMode::F32);
-        Some(compile(&model, &f32_opts)?.prepare(device)?)
-    } else {
-        None
-    };
     let compile_time = started.elapsed();
 
-    if let (Some(cal), Some(d), Some(r)) = (&a.calibrate, delayed, reference.as_mut()) {
+    if let (Some(cal), Some(d), Some((r, model))) = (&a.calibrate, delayed, reference.as_mut()) {
         let mut cal_inputs = BTreeMap::new();
         for (name, t) in npy::read_npz(cal)? {
             let t = model
@@ -470,7 +476,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     for (name, b) in program.outputs() {
         let ty = &program.buffer(*b).ty;
-        match model.string_outputs().get(name) {
+        match string_outputs.get(name) {
             // Indices into the class labels, written to --outputs as the strings.
             Some(l) => {
                 let t = ty.to_string();
@@ -491,7 +497,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         fp8c_runtime::describe_plan(&program.plan())
     );
 
-    if let (true, Some(r)) = (a.compare, reference.as_mut()) {
+    if let (true, Some((r, _))) = (a.compare, reference.as_mut()) {
         let ref_outs = r
             .run(&inputs)
             .with_context(|| format!("{} (f32 path)", a.model.display()))?;
@@ -516,7 +522,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         write_stats(path, &a, &recipe, &stats)?;
         print_what_if(path, &recipe, &stats)?;
     }
-    write_outputs(&a, program, &outs, model.string_outputs())
+    write_outputs(&a, program, &outs, &string_outputs)
 }
 
 /// A model's string labels for a summary line: up to six, quoted.

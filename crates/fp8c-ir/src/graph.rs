@@ -357,6 +357,29 @@ impl Graph {
         Ok(())
     }
 
+    /// Takes a parameter's data out of the graph, leaving the parameter declared without
+    /// data (as a graph whose weights come at prepare time has it): a pass that has used a
+    /// weight for the last time lets its bytes go before the pass ends.
+    pub fn take_weight(&mut self, name: &str) -> Option<Tensor> {
+        self.weights.remove(name)
+    }
+
+    /// A copy of the graph without its parameters' data (declared, with no data).
+    pub fn clone_without_weights(&self) -> Graph {
+        Graph {
+            weights: BTreeMap::new(),
+            name: self.name.clone(),
+            g: self.g.clone(),
+            inputs: self.inputs.clone(),
+            params: self.params.clone(),
+            state: self.state.clone(),
+            state_updates: self.state_updates.clone(),
+            outputs: self.outputs.clone(),
+            names: self.names.clone(),
+            interface: self.interface.clone(),
+        }
+    }
+
     /// Sets the data of an existing parameter (checked against its type).
     pub fn set_weight(&mut self, name: &str, data: Tensor) -> Result<()> {
         let id = self

@@ -162,6 +162,11 @@ impl StorageHandle {
         self.0.strong_count() > 0
     }
 
+    /// The storage again, while some `Storage` still holds the allocation.
+    pub fn upgrade(&self) -> Option<Storage> {
+        self.0.upgrade().map(Storage)
+    }
+
     /// True if `s` is the allocation this handle was taken from (its bytes unchanged).
     pub fn refers_to(&self, s: &Storage) -> bool {
         std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&s.0))

@@ -382,7 +382,7 @@ impl Model {
     /// dumps and notes recorded before it.
     pub fn compile(&self, opts: &CompileOptions) -> Result<Compiled> {
         opts.validate()?;
-        let mut g = match &self.deferred {
+        let g = match &self.deferred {
             None => self.graph.clone(),
             Some(why) if !self.shape_inputs.is_empty() => bail!(
                 "{why} (the values of the inputs {} decide shapes: give them, and the model is specialised on them, as `fp8c run` and `Session::run` do)",
@@ -401,6 +401,25 @@ impl Model {
                 m.graph
             }
         };
+        self.compile_graph(g, opts)
+    }
+
+    /// [`Model::compile`], consuming the model: the passes work on its graph itself, not a
+    /// copy, so a weight the pipeline no longer needs (an f32 weight once its FP8 copy is
+    /// made) is freed as the pipeline goes. An FP8 model then never holds its f32 weights
+    /// and all their FP8 copies at once: `fp8c run` and `fp8c compile` compile this way
+    /// when they need the model no more.
+    pub fn into_compiled(mut self, opts: &CompileOptions) -> Result<Compiled> {
+        if self.deferred.is_some() {
+            return self.compile(opts);
+        }
+        opts.validate()?;
+        let g = std::mem::replace(&mut self.graph, Graph::new(""));
+        self.compile_graph(g, opts)
+    }
+
+    /// Binds `opts.input_shapes` in `g` (the model's graph) and runs the pipeline on it.
+    fn compile_graph(&self, mut g: Graph, opts: &CompileOptions) -> Result<Compiled> {
         let bound = fp8c_passes::shapes::bind_input_shapes(&mut g, &opts.input_shapes);
         self.in_file(bound)?;
         let mut cx = PassCx::new(opts.pass_options());

@@ -353,6 +353,47 @@ fn resuming_without_amax_histories_recomputes_them_from_the_next_batch() {
     assert!(short.step(&batch(4)).unwrap().loss.is_finite());
 }
 
+/// `Model::into_compiled` hands the model's graph to the passes: the f32 weights of FP8
+/// GEMMs, frozen to FP8 params, are then held by nothing (`compile(&self)` leaves them with
+/// the model), and the outputs are those of `compile`.
+#[test]
+fn compiling_by_value_lets_the_frozen_f32_weights_go() {
+    let model = mlp();
+    let opts = CompileOptions::fp8()
+        .input_shape("x", &[16, 64])
+        .min_fp8_flops(0)
+        .recipe(Recipe::Current(Default::default()));
+    let handles: Vec<(String, fp8c_ir::StorageHandle)> = model
+        .graph()
+        .weights()
+        .iter()
+        .map(|(n, t)| (n.clone(), t.storage().handle()))
+        .collect();
+    let by_ref = model.compile(&opts).unwrap();
+    assert!(handles.iter().all(|(_, h)| h.is_live()));
+    let by_value = model.into_compiled(&opts).unwrap();
+    let mut gone = 0;
+    for (name, h) in &handles {
+        let held = by_value
+            .graph
+            .weights()
+            .values()
+            .chain(by_ref.graph.weights().values())
+            .any(|t| h.refers_to(t.storage()));
+        assert_eq!(h.is_live(), held, "{name}");
+        gone += usize::from(!held);
+    }
+    assert_eq!(
+        gone, 2,
+        "the two FP8 GEMMs' f32 weights (the last GEMM has N = 10)"
+    );
+    let run = |c: &fp8c_session::Compiled| c.prepare(Device::Cpu).unwrap().run(&feed(16)).unwrap();
+    assert_eq!(
+        run(&by_value)["logits"].bytes(),
+        run(&by_ref)["logits"].bytes()
+    );
+}
+
 #[test]
 fn a_failed_pass_keeps_its_error_and_last_good_ir() {
     let model = mlp().into_graph();
@@ -382,6 +423,11 @@ fn a_failed_pass_keeps_its_error_and_last_good_ir() {
         }) => {
             assert_eq!(*pass, "autodiff");
             assert!(!last_good.inputs().is_empty());
+            // The backup holds weights by handle: those still held come back with it.
+            assert_eq!(last_good.weights().len(), forward.graph().weights().len());
+            for (name, t) in forward.graph().weights() {
+                assert_eq!(last_good.weights()[name].bytes(), t.bytes(), "{name}");
+            }
         }
         other => panic!("expected a failed pass, got {other:?}"),
     }
