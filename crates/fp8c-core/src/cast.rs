@@ -322,6 +322,28 @@ pub fn dequantize_slice(fmt: Fp8Format, src: &[u8], scale_inv: f32, dst: &mut [f
     map_into(src, dst, move |q| table[q as usize] * scale_inv);
 }
 
+/// [`dequantize_slice`] into uninitialised memory (a result vector's spare capacity): every
+/// element of `dst` is written, with the same bits.
+pub fn dequantize_into(
+    fmt: Fp8Format,
+    src: &[u8],
+    scale_inv: f32,
+    dst: &mut [std::mem::MaybeUninit<f32>],
+) {
+    assert_eq!(src.len(), dst.len(), "dequantize_into: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe {
+            crate::decode_simd::decode_scaled_into_avx2(fmt, src, Some(scale_inv), dst)
+        };
+    }
+    let table = decode_table(fmt);
+    map_into(src, dst, move |q| {
+        std::mem::MaybeUninit::new(table[q as usize] * scale_inv)
+    });
+}
+
 /// max |x| over a buffer; 0.0 for an empty one.
 ///
 /// NaN propagates: any NaN element gives NaN, as `torch.amax(x.abs())` does, so a NaN tensor
@@ -364,6 +386,25 @@ unsafe fn amax_avx2(src: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
+
+    /// `dequantize_into` (uninitialised output) writes what `dequantize_slice` writes, for
+    /// every code of both formats.
+    #[test]
+    fn dequantize_into_matches_dequantize_slice() {
+        let codes: Vec<u8> = (0..=255u8).chain([0x7F, 0x80, 0x01]).collect();
+        for fmt in [Fp8Format::E4M3, Fp8Format::E5M2] {
+            for s in [1.0f32, 0.37, 2.0e-3] {
+                let mut want = vec![0f32; codes.len()];
+                dequantize_slice(fmt, &codes, s, &mut want);
+                let mut got: Vec<f32> = Vec::with_capacity(codes.len());
+                dequantize_into(fmt, &codes, s, &mut got.spare_capacity_mut()[..codes.len()]);
+                // SAFETY: dequantize_into wrote every element.
+                unsafe { got.set_len(codes.len()) };
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{fmt:?} scale {s}");
+            }
+        }
+    }
     use super::*;
 
     #[test]

@@ -90,6 +90,29 @@ pub(crate) unsafe fn decode_scaled_avx2(
     scale: Option<f32>,
     dst: &mut [f32],
 ) {
+    // SAFETY: same layout; only initialised f32 values are written (the contract above).
+    unsafe { decode_scaled_into_avx2(fmt, src, scale, as_uninit(dst)) }
+}
+
+/// `dst` viewed as possibly uninitialised memory (only ever written with valid values).
+fn as_uninit(dst: &mut [f32]) -> &mut [std::mem::MaybeUninit<f32>] {
+    // SAFETY: `MaybeUninit<f32>` has `f32`'s layout, and callers only write valid f32s.
+    unsafe { &mut *(dst as *mut [f32] as *mut [std::mem::MaybeUninit<f32>]) }
+}
+
+/// [`decode_scaled_avx2`] into uninitialised memory: writes `min(src.len(), dst.len())`
+/// elements.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn decode_scaled_into_avx2(
+    fmt: Fp8Format,
+    src: &[u8],
+    scale: Option<f32>,
+    dst: &mut [std::mem::MaybeUninit<f32>],
+) {
     use std::arch::x86_64::*;
     let (l, table) = (DecodeLayout::of(fmt), decode_table(fmt));
     let n = src.len().min(dst.len());
@@ -102,15 +125,15 @@ pub(crate) unsafe fn decode_scaled_avx2(
                 Some(s) => _mm256_mul_ps(v, _mm256_set1_ps(s)),
                 None => v,
             };
-            _mm256_storeu_ps(dst.as_mut_ptr().add(i), v);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i).cast::<f32>(), v);
         }
     }
     for i in whole..n {
         let v = table[usize::from(src[i])];
-        dst[i] = match scale {
+        dst[i] = std::mem::MaybeUninit::new(match scale {
             Some(s) => v * s,
             None => v,
-        };
+        });
     }
 }
 

@@ -21,9 +21,9 @@ pub mod recipe;
 pub mod scaling;
 
 pub use cast::{
-    amax_f32, decode, decode_slice, decode_table, dequantize, dequantize_slice, encode_bf16,
-    encode_bf16_slice, encode_f16, encode_f16_slice, encode_f32, encode_f32_slice, quantize,
-    quantize_slice,
+    amax_f32, decode, decode_slice, decode_table, dequantize, dequantize_into, dequantize_slice,
+    encode_bf16, encode_bf16_slice, encode_f16, encode_f16_slice, encode_f32, encode_f32_slice,
+    quantize, quantize_slice,
 };
 pub use error::CoreError;
 pub use format::Fp8Format;

@@ -373,7 +373,35 @@ fn dequantize(inputs: &[&Tensor], to: DType) -> KResult<Tensor> {
         return dtype_err!("q must be an FP8 tensor, got {}", q.dtype());
     };
     let s = f32_scalar(scale_inv, "scale_inv")?;
+    if to == DType::F32 {
+        let codes = q.bytes();
+        let v = filled(codes.len(), |start, o| {
+            fp8c_core::dequantize_into(fmt, &codes[start..start + o.len()], s, o)
+        });
+        return store_f32(v, to, q.shape().to_vec());
+    }
     let table = fp8c_core::decode_table(fmt);
     let v = par_map(q.bytes(), |&c| table[c as usize] * s);
     store_f32(v, to, q.shape().to_vec())
+}
+
+/// A vector of `len` f32 written by `fill(start, chunk)` over its uninitialised capacity,
+/// chunk by chunk (on rayon's pool when large); `fill` must write its whole chunk.
+fn filled(
+    len: usize,
+    fill: impl Fn(usize, &mut [std::mem::MaybeUninit<f32>]) + Sync + Send,
+) -> Vec<f32> {
+    let mut out: Vec<f32> = Vec::with_capacity(len);
+    let dst = &mut out.spare_capacity_mut()[..len];
+    if len >= PAR_MIN && rayon::current_num_threads() > 1 {
+        dst.par_chunks_mut(PAR_MIN)
+            .enumerate()
+            .for_each(|(i, o)| fill(i * PAR_MIN, o));
+    } else {
+        fill(0, dst);
+    }
+    // SAFETY: the chunks tile all `len` elements and `fill` writes each whole (a panic
+    // unwinds before this, leaving `out` empty).
+    unsafe { out.set_len(len) };
+    out
 }
