@@ -139,6 +139,13 @@ fn canonical_header(bytes: Vec<u8>) -> Result<Vec<u8>, String> {
     while !text.len().is_multiple_of(8) {
         text.push(b' ');
     }
+    if 8 + text.len() == end {
+        // The same keys and values in another order: as long as the crate's header, so it
+        // is written over it (no second copy of a model's weights).
+        let mut bytes = bytes;
+        bytes[8..end].copy_from_slice(&text);
+        return Ok(bytes);
+    }
     let mut out = Vec::with_capacity(8 + text.len() + bytes.len() - end);
     out.extend_from_slice(&(text.len() as u64).to_le_bytes());
     out.extend_from_slice(&text);
