@@ -209,7 +209,8 @@ fn run_expr_on(expr: &EwExpr, mut owned: Option<Tensor>, rest: &[&Tensor]) -> KR
         let sole = inst.args.iter().position(|a| match *a {
             EwArg::Input(0) => owned.is_some() && input_reads[0] == 1,
             EwArg::Temp(k) => {
-                temp_reads[k as usize] == 1 && temps.get(k as usize).is_some_and(Option::is_some)
+                temp_reads.get(k as usize) == Some(&1)
+                    && temps.get(k as usize).is_some_and(Option::is_some)
             }
             EwArg::Input(_) => false,
         });

@@ -23,7 +23,8 @@ pub fn eval_in_place(op: &Op, acc: &mut Tensor, pos: usize, other: Option<&Tenso
     let OpView::Elementwise(e) = op.view() else {
         return false;
     };
-    if acc.dtype() != DType::F32 || pos > 1 {
+    // An empty tensor has nothing to write (and no row to repeat).
+    if acc.dtype() != DType::F32 || pos > 1 || acc.is_empty() {
         return false;
     }
     // These have f32 kernels of their own (`erf.rs`, `gelu_tanh`) or no table function.
@@ -276,6 +277,10 @@ mod tests {
         let col = Tensor::from_f32(vec![2, 3, 1], &[1.0; 6]);
         let wider = Tensor::from_f32(vec![1, 2, 3, 4], &vals);
         let ints = Tensor::from_i64(vec![4], &[1, 2, 3, 4]);
+        let mut empty = Tensor::from_f32(vec![3, 0], &[]);
+        let no_row = Tensor::from_f32(vec![0], &[]);
+        assert!(!eval_in_place(&Op::Add, &mut empty, 0, Some(&no_row)));
+        assert!(!eval_in_place(&Op::Relu, &mut empty, 0, None));
         for (op, b) in [
             (Op::Add, Some(&col)),
             (Op::Add, Some(&wider)),
