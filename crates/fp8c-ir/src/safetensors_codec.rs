@@ -80,6 +80,87 @@ pub fn to_bytes(
     canonical_header(bytes)
 }
 
+/// Writes the safetensors file [`to_bytes`] gives to `w`, the same bytes, without holding
+/// them all: the header is made by the crate from the tensors' types and lengths alone (a
+/// view whose data is left out), then each tensor's bytes are written in the order its
+/// header offsets give.
+pub fn write_to(
+    tensors: &BTreeMap<String, Tensor>,
+    metadata: BTreeMap<String, String>,
+    w: &mut impl std::io::Write,
+) -> Result<(), String> {
+    /// A tensor's type and length, no data: the crate's header needs only these.
+    struct Shape {
+        dtype: St,
+        shape: Vec<usize>,
+        len: usize,
+    }
+    impl safetensors::tensor::View for &Shape {
+        fn dtype(&self) -> St {
+            self.dtype
+        }
+        fn shape(&self) -> &[usize] {
+            &self.shape
+        }
+        fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+            std::borrow::Cow::Borrowed(&[])
+        }
+        fn data_len(&self) -> usize {
+            self.len
+        }
+    }
+    let mut shapes = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+        let len = stored_len(t);
+        // The crate's own checks, as `to_bytes` meets them (no copy: a borrowed view).
+        safetensors::tensor::TensorView::new(to_st(t.dtype()), shape.clone(), &stored_bytes(t))
+            .map_err(|e| format!("tensor \"{name}\": {e}"))?;
+        shapes.push((
+            name.as_str(),
+            Shape {
+                dtype: to_st(t.dtype()),
+                shape,
+                len,
+            },
+        ));
+    }
+    let views = shapes.iter().map(|(n, s)| (*n, s));
+    let meta: std::collections::HashMap<String, String> = metadata.into_iter().collect();
+    let head = safetensors::tensor::serialize(views, Some(meta)).map_err(|e| e.to_string())?;
+    let head = canonical_header(head)?;
+    // The data's order is the header's offsets' (the crate sorts by dtype, then name).
+    let bad = || "internal: the crate wrote an unexpected header".to_string();
+    let header: serde_json::Value =
+        serde_json::from_slice(head.get(8..).ok_or_else(bad)?).map_err(|e| e.to_string())?;
+    let mut order: Vec<(u64, &String)> = Vec::with_capacity(tensors.len());
+    for name in tensors.keys() {
+        let start = header
+            .get(name)
+            .and_then(|t| t.get("data_offsets"))
+            .and_then(|o| o.get(0))
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(bad)?;
+        order.push((start, name));
+    }
+    order.sort();
+    let io = |e: std::io::Error| e.to_string();
+    w.write_all(&head).map_err(io)?;
+    for (_, name) in order {
+        w.write_all(&stored_bytes(&tensors[name])).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The number of bytes a tensor takes in the file (FP4 packs two elements per byte).
+fn stored_len(t: &Tensor) -> usize {
+    if t.dtype() == DType::F4E2M1 {
+        t.len().div_ceil(2)
+    } else {
+        t.bytes().len()
+    }
+}
+
 /// A tensor's bytes as safetensors stores them: FP4 packed two per byte (low nibble first).
 fn stored_bytes(t: &Tensor) -> std::borrow::Cow<'_, [u8]> {
     if t.dtype() != DType::F4E2M1 {
@@ -233,5 +314,31 @@ mod tests {
         }
         let fp4 = Tensor::from_bytes(DType::F4E2M1, vec![4], vec![1, 2, 3, 15]).unwrap();
         assert_eq!(&stored_bytes(&fp4)[..], &[0x21, 0xF3]);
+    }
+
+    /// `write_to` streams the bytes `to_bytes` builds: every dtype at once (the crate orders
+    /// the data by dtype, then name), an odd-length FP4, an empty tensor, metadata.
+    #[test]
+    fn streaming_writes_the_same_bytes() {
+        let mut tensors = BTreeMap::new();
+        for (i, d) in DType::ALL.iter().enumerate() {
+            let n = 2 + 2 * (i % 3);
+            let data: Vec<u8> = (0..n * d.size())
+                .map(|k| (k * 7 + i) as u8 & 0x0F)
+                .collect();
+            let t = Tensor::from_bytes(*d, vec![n as u64], data).unwrap();
+            tensors.insert(format!("{}{d}", (b'z' - i as u8) as char), t);
+        }
+        tensors.insert("empty".into(), Tensor::from_f32(vec![0, 3], &[]));
+        let meta = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        let want = to_bytes(&tensors, meta.clone()).unwrap();
+        let mut got = Vec::new();
+        write_to(&tensors, meta.clone(), &mut got).unwrap();
+        assert_eq!(got, want);
+        // What `to_bytes` refuses, `write_to` refuses (an FP4 tensor ending mid-byte).
+        let odd = Tensor::from_bytes(DType::F4E2M1, vec![3], vec![1, 2, 3]).unwrap();
+        let odd = BTreeMap::from([("odd".to_string(), odd)]);
+        let e = to_bytes(&odd, meta.clone()).unwrap_err();
+        assert_eq!(write_to(&odd, meta, &mut Vec::new()).unwrap_err(), e);
     }
 }

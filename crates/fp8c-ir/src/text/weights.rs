@@ -33,10 +33,11 @@ pub fn write_weights(g: &Graph, w: &mut impl Write) -> Result<()> {
             crate::safetensors_codec::digest(g.weights()),
         ),
     ]);
-    let bytes = crate::safetensors_codec::to_bytes(g.weights(), meta).map_err(bad)?;
-    let io = |e: std::io::Error| IrError::Other(format!("writing weights: {e}"));
-    w.write_all(&bytes).map_err(io)?;
-    w.flush().map_err(io)
+    // Streamed: a model's weights are not copied into one buffer first.
+    crate::safetensors_codec::write_to(g.weights(), meta, w)
+        .map_err(|e| IrError::Other(format!("writing weights: {e}")))?;
+    w.flush()
+        .map_err(|e| IrError::Other(format!("writing weights: {e}")))
 }
 
 /// Reads a safetensors sidecar written by [`write_weights`] (or any safetensors file whose
