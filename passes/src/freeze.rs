@@ -5,8 +5,11 @@
 //!
 //! A value is *frozen* when it is computed from params and constants alone (no input, no
 //! state). The pass evaluates, with the CPU reference (the same kernels that would run), every
-//! FP8-family node (`amax`, `compute_scale`, `quantize`, ...) whose inputs are all frozen, and
-//! every data-movement node on frozen FP8 data (the transpose of a quantized weight). The
+//! FP8-family node (`amax`, `compute_scale`, `quantize`, ...) whose inputs are all frozen and
+//! that leads to an FP8 result, with the pure movement and elementwise nodes on the way: the
+//! transpose of a quantized weight, and the ops an export builds a weight with (ONNX zoo's
+//! "light" models fill theirs with `ConstantOfShape`, which ResNet-50's FP8 run had filled,
+//! measured and quantized again on every call: 52 weights, 23M elements). The
 //! frozen results read by the rest of the graph become params (`{node}` names, data in the
 //! weights); params no longer read are dropped. Results are bit-identical: the same ops run
 //! on the same values, only earlier. Training graphs (and graphs whose weights are scaled from
@@ -45,12 +48,15 @@ impl Pass for FreezeWeights {
     }
 }
 
-/// Whether `op` is worth evaluating at compile time when its inputs are frozen: the FP8 family
-/// (quantizing a weight), and data movement of FP8 data (its transpose).
-fn freezable(op: &Op, out_is_fp8: bool) -> bool {
+/// Whether `op` may be evaluated at compile time when its inputs are frozen: the FP8 family
+/// (quantizing a weight) and the pure ops an export builds or moves a weight with (an
+/// `ConstantOfShape` fill, a cast, a transpose). Only those leading to an FP8 result are
+/// kept (see [`freeze`]), so an f32 computation on weights alone is not moved to compile
+/// time unless a quantize reads it.
+fn freezable(op: &Op) -> bool {
     match op.view() {
         OpView::Fp8(_) => true,
-        OpView::Movement(_) => out_is_fp8,
+        OpView::Movement(_) | OpView::Elementwise(_) => !op.is_interface(),
         _ => false,
     }
 }
@@ -86,9 +92,8 @@ pub fn freeze(g: &mut Graph) -> Result<Frozen, IrError> {
             Op::Param { name } => g.weights().contains_key(name),
             Op::Constant { .. } => true,
             op => {
-                let out_is_fp8 = n.outputs.iter().any(|t| t.dtype.is_fp8());
                 let from_known = n.inputs().iter().all(|v| known.contains(&v.node));
-                let ok = freezable(op, out_is_fp8) && from_known;
+                let ok = freezable(op) && from_known;
                 if ok {
                     candidates.push(id);
                 }
@@ -225,4 +230,104 @@ pub fn freeze(g: &mut Graph) -> Result<Frozen, IrError> {
         dropped_bytes,
         added_bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fp8c_ir::{AmaxSource, DType, TensorType};
+    use fp8c_runtime::{Backend, CpuBackend};
+
+    /// `x[2,4] · dequantize(quantize(w))` where `w = constant_of_shape([4, 3])` filled with
+    /// 0.75 (how ONNX zoo's light models build their weights) and `w` is scaled from its own
+    /// amax, as current scaling does.
+    fn built_weight() -> Graph {
+        let mut g = Graph::new("built_weight");
+        let x = g
+            .add_input("x", TensorType::fixed(DType::F32, &[2, 4]))
+            .unwrap();
+        let dims = Tensor::from_vec(DType::I64, vec![2], vec![4i64, 3]).unwrap();
+        let shape = g
+            .add_node("shape", Op::Constant { value: dims }, &[])
+            .unwrap()[0];
+        let fill = Tensor::from_f32(vec![1], &[0.75]);
+        let w = g
+            .add_node("w", Op::ConstantOfShape { value: fill }, &[shape])
+            .unwrap()[0];
+        let amax = g.add_node("w.amax", Op::Amax, &[w]).unwrap()[0];
+        let one = g
+            .add_node(
+                "w.scale_init",
+                Op::Constant {
+                    value: Tensor::from_f32(vec![], &[1.0]),
+                },
+                &[],
+            )
+            .unwrap()[0];
+        let scale = g
+            .add_node(
+                "w.compute_scale",
+                Op::ComputeScale {
+                    fmt: DType::F8E4M3,
+                    margin: 0.0,
+                    source: AmaxSource::Current,
+                    epsilon: 0.0,
+                    power_2: false,
+                },
+                &[amax, one],
+            )
+            .unwrap();
+        let q = g
+            .add_node(
+                "w.q",
+                Op::Quantize {
+                    to: DType::F8E4M3,
+                    saturate: true,
+                },
+                &[w, scale[0]],
+            )
+            .unwrap()[0];
+        let dq = g
+            .add_node("w.dq", Op::Dequantize { to: DType::F32 }, &[q, scale[1]])
+            .unwrap()[0];
+        let y = g.add_node("mm", Op::MatMul, &[x, dq]).unwrap()[0];
+        g.set_output("y", y).unwrap();
+        g
+    }
+
+    fn run(g: &Graph) -> Vec<u8> {
+        let x = Tensor::from_f32(vec![2, 4], &[1.0, -2.0, 0.5, 3.0, 0.25, 1.5, -1.0, 2.0]);
+        let inputs = [("x".to_string(), x)].into();
+        let program = fp8c_runtime::lower(g).unwrap();
+        let mut exe = CpuBackend.prepare(&program, g.weights()).unwrap();
+        exe.run(&inputs).unwrap()["y"].bytes().to_vec()
+    }
+
+    /// A weight an export builds with `ConstantOfShape` is quantized at compile time like a
+    /// stored one: the fill, its amax, scale and quantize leave the graph, an FP8 param takes
+    /// their place, and the result is the same bits.
+    #[test]
+    fn a_weight_built_from_constants_is_frozen_too() {
+        let mut g = built_weight();
+        let want = run(&g);
+        let f = freeze(&mut g).unwrap();
+        assert_eq!(f.nodes, 4, "fill, amax, compute_scale, quantize");
+        let ops: Vec<&str> = g
+            .topo_order()
+            .unwrap()
+            .into_iter()
+            .map(|id| g.node(id).op.name())
+            .collect();
+        for gone in ["constant_of_shape", "amax", "compute_scale", "quantize"] {
+            assert!(!ops.contains(&gone), "{gone} left in {ops:?}");
+        }
+        let fp8: Vec<&Tensor> = g
+            .weights()
+            .values()
+            .filter(|t| t.dtype() == DType::F8E4M3)
+            .collect();
+        assert_eq!(fp8.len(), 1);
+        assert_eq!(fp8[0].shape(), [4, 3]);
+        assert_eq!(run(&g), want);
+    }
 }
