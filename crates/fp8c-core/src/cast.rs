@@ -25,25 +25,25 @@ use half::{bf16, f16};
 use crate::format::Fp8Format;
 
 /// Constants of the bit-manipulation encoder for one format.
-struct EncodeSpec {
+pub(crate) struct EncodeSpec {
     /// `(127 - bias) << 23`: subtracting it re-biases an f32 exponent to the FP8 bias.
-    rebias: u32,
+    pub(crate) rebias: u32,
     /// `23 - mantissa_bits`: f32 mantissa bits dropped by the cast.
-    shift: u32,
+    pub(crate) shift: u32,
     /// Bits of the smallest normal FP8 value as f32; below it the subnormal path applies.
-    min_normal_bits: u32,
+    pub(crate) min_normal_bits: u32,
     /// |x| bit patterns above this round past max (464 rounds down to 448 by ties-to-even;
     /// 61440 rounds up past 57344, so E5M2's limit is the f32 just below 61440).
-    overflow_above_bits: u32,
+    pub(crate) overflow_above_bits: u32,
     /// 2^(23 + log2(smallest subnormal)): adding it to |x| < min normal makes the FPU round |x|
     /// to a multiple of the smallest subnormal, to nearest even, in one step.
-    subnormal_magic: f32,
+    pub(crate) subnormal_magic: f32,
     /// Code of +max.
-    max_code: u32,
+    pub(crate) max_code: u32,
     /// Code of a positive non-saturated overflow: NaN for E4M3, +inf for E5M2.
-    overflow_code: u32,
+    pub(crate) overflow_code: u32,
     /// Code of a positive NaN.
-    nan_code: u32,
+    pub(crate) nan_code: u32,
 }
 
 const E4M3_SPEC: EncodeSpec = EncodeSpec {
@@ -68,7 +68,7 @@ const E5M2_SPEC: EncodeSpec = EncodeSpec {
     nan_code: 0x7E,
 };
 
-const fn spec(fmt: Fp8Format) -> &'static EncodeSpec {
+pub(crate) const fn spec(fmt: Fp8Format) -> &'static EncodeSpec {
     match fmt {
         Fp8Format::E4M3 => &E4M3_SPEC,
         Fp8Format::E5M2 => &E5M2_SPEC,
@@ -302,6 +302,14 @@ pub fn decode_slice(fmt: Fp8Format, src: &[u8], dst: &mut [f32]) {
 pub fn quantize_slice(fmt: Fp8Format, src: &[f32], scale: f32, dst: &mut [u8], saturate: bool) {
     // Both results computed and one selected (no call or branch per element, so the loop
     // vectorises); `inf` is the positive infinite code, the sign added per element.
+    assert_eq!(src.len(), dst.len(), "quantize_slice: lengths differ");
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        done = unsafe { crate::encode_simd::quantize_avx2(fmt, src, scale, dst, saturate) };
+    }
+    let (src, dst) = (&src[done..], &mut dst[done..]);
     let inf = infinite_code(fmt, 1.0);
     with_encoder!(fmt, saturate, |enc| map_into(src, dst, move |x: f32| {
         let c = enc(x * scale);

@@ -13,6 +13,7 @@
 
 pub mod cast;
 pub mod decode_simd;
+mod encode_simd;
 pub mod error;
 pub mod float8_ref;
 pub mod format;
