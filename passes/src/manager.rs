@@ -102,6 +102,9 @@ pub fn pipeline() -> Vec<Box<dyn Pass>> {
         Box::new(crate::fold_batch_norm::FoldBatchNorm),
         // Scaling materialises the precision decisions.
         Box::new(crate::scaling::ScalingPass),
+        // Inference only, after scaling: the norms after FP8 convolutions fold behind the
+        // weights' dequantize, the FP8 codes untouched.
+        Box::new(crate::fold_batch_norm::FoldBatchNormFp8),
         // Training only (`PassOptions::train`): after scaling, so the backward GEMMs read the
         // forward FP8 copies (ARCHITECTURE.md, "Training"); before fusion, so the whole step fuses.
         Box::new(crate::autodiff::AutodiffPass),
