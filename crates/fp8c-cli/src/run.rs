@@ -382,7 +382,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut stats: Vec<Fp8TensorStats> = Vec::new();
     let want_stats = a.stats.is_some();
     let mut profile = fp8c_runtime::Profile::new();
-    let mut timer = a.profile.then(|| profile.start());
+    let precomputed = runner.precomputed_steps();
+    let mut timer = a
+        .profile
+        .then(|| profile.start_skipping(precomputed.clone()));
     let mut observe = |s: &Step, ins: &[&Tensor], outs: &[Tensor]| {
         if let Some(t) = timer.as_mut() {
             t.observe(s, ins, outs);
@@ -414,7 +417,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         let context = || format!("{} (run {})", a.model.display(), k + 1);
         let t = Instant::now();
         if a.profile {
-            let mut timer = profile.start();
+            let mut timer = profile.start_skipping(precomputed.clone());
             runner
                 .run_observed(
                     &inputs,

@@ -147,4 +147,12 @@ pub trait Executable {
 
     /// Replaces a state entry's value (same dtype and shape as declared).
     fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError>;
+
+    /// The node names of the steps computed once, when the program was prepared (their
+    /// inputs never change): an observer still sees them at the start of every run, but
+    /// whatever the backend does to show them is not their time, and a profiler leaves it
+    /// out ([`crate::Profile::start_skipping`]).
+    fn precomputed_steps(&self) -> std::collections::BTreeSet<String> {
+        std::collections::BTreeSet::new()
+    }
 }

@@ -9,10 +9,13 @@
 //!
 //! Steps that read only parameters, constants and other such steps' results (weights an
 //! export computes with `ConstantOfShape`, a weight's transpose or FP8 cast) give the same
-//! values on every run: `prepare` computes them once and keeps their results, as
-//! onnxruntime's constant folding does, and each run starts from them. The observer still
-//! sees every such step at the start of each run (with its kept inputs and outputs), so
-//! `--stats` and `--profile` list them; they take no time there.
+//! values on every run: `prepare` computes them once and keeps the results a run reads, as
+//! onnxruntime's constant folding does, and each run starts from them (a result only other
+//! such steps read goes after its last reader: an FP8 conv's dequantized weight once its
+//! batch-norm factors have scaled it). The observer still sees every such step at the start
+//! of each run, with its inputs and outputs (those not kept computed again for it), so
+//! `--stats` and `--profile` list them; a profile counts them with no time
+//! (`Executable::precomputed_steps`).
 
 use crate::backend::{Backend, Executable, Observer, RuntimeError};
 use crate::program::{BufId, BufferKind, Program, Step};
@@ -103,6 +106,14 @@ impl CpuExecutable {
 }
 
 impl Executable for CpuExecutable {
+    fn precomputed_steps(&self) -> std::collections::BTreeSet<String> {
+        let steps = self.program.steps().iter().zip(&self.hoisted);
+        steps
+            .filter(|(_, h)| **h)
+            .map(|(s, _)| s.node.clone())
+            .collect()
+    }
+
     fn run(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
@@ -206,13 +217,40 @@ impl CpuExecutable {
             };
             slots[b.id.index()] = v.map(Cow::Borrowed);
         }
-        // The steps computed at prepare, shown to the observer first (see the module docs).
-        for (step, _) in p.steps().iter().zip(&self.hoisted).filter(|(_, h)| **h) {
-            let view = |b: &BufId| slots[b.index()].as_deref();
-            let ins: Option<Vec<&Tensor>> = step.inputs.iter().map(view).collect();
-            let outs: Option<Vec<Tensor>> = step.outputs.iter().map(|b| view(b).cloned()).collect();
-            if let (Some(ins), Some(outs), Some(obs)) = (ins, outs, obs.as_mut()) {
-                obs(step, &ins, &outs);
+        // The steps computed at prepare, shown to the observer first (see the module docs);
+        // the results prepare did not keep (read by other such steps alone) are computed
+        // again for it.
+        if let Some(obs) = obs.as_mut() {
+            let mut again: BTreeMap<BufId, Tensor> = BTreeMap::new();
+            for (step, _) in p.steps().iter().zip(&self.hoisted).filter(|(_, h)| **h) {
+                let view = |b: &BufId| slots[b.index()].as_deref().or_else(|| again.get(b));
+                let outs = {
+                    let ins = step
+                        .inputs
+                        .iter()
+                        .map(view)
+                        .collect::<Option<Vec<&Tensor>>>()
+                        .ok_or_else(|| {
+                            RuntimeError::node(
+                                &step.node,
+                                step.op.name(),
+                                "internal: a hoisted input is not available",
+                            )
+                        })?;
+                    let kept: Option<Vec<Tensor>> =
+                        step.outputs.iter().map(|b| view(b).cloned()).collect();
+                    let outs = match kept {
+                        Some(outs) => outs,
+                        None => eval_step(p, step, &ins)?,
+                    };
+                    obs(step, &ins, &outs);
+                    outs
+                };
+                for (b, t) in step.outputs.iter().zip(&outs) {
+                    if slots[b.index()].is_none() {
+                        again.insert(*b, t.clone());
+                    }
+                }
             }
         }
         for (i, step) in p.steps().iter().enumerate() {
@@ -336,32 +374,78 @@ fn in_place(
 }
 
 /// Computes, once, every step whose inputs are parameters, constants or results of such
-/// steps (see the module docs). Returns which steps those are and their results.
+/// steps (see the module docs). Returns which steps those are and the results a run reads:
+/// those of a step computed at run time, a graph output or a state update. A result only
+/// other hoisted steps read is dropped after its last such reader (an FP8 conv's
+/// dequantized weight, once its batch-norm factors have scaled it), so the executable holds
+/// each weight's last form only; [`CpuExecutable::run_steps`] computes the dropped ones
+/// again for an observer.
 fn hoist(
     p: &Program,
     params: &BTreeMap<BufId, Tensor>,
 ) -> Result<(Vec<bool>, BTreeMap<BufId, Tensor>), RuntimeError> {
+    use std::collections::{HashMap, HashSet};
+    // Which steps: every input a param with data, a constant or a hoisted step's result.
     let mut hoisted = vec![false; p.steps().len()];
-    let mut kept: BTreeMap<BufId, Tensor> = BTreeMap::new();
+    let mut made: HashSet<BufId> = HashSet::new();
     for (i, step) in p.steps().iter().enumerate() {
-        let value = |b: &BufId| match &p.buffer(*b).kind {
-            BufferKind::Param(_) => params.get(b),
-            BufferKind::Constant(t) => Some(t),
-            BufferKind::Temp => kept.get(b),
-            BufferKind::Input(_) | BufferKind::State(_) => None,
-        };
-        let Some(ins) = step
-            .inputs
-            .iter()
-            .map(value)
-            .collect::<Option<Vec<&Tensor>>>()
-        else {
-            continue;
-        };
-        let outs = eval_step(p, step, &ins)?;
-        kept.extend(step.outputs.iter().copied().zip(outs));
-        hoisted[i] = true;
+        let known = step.inputs.iter().all(|b| match &p.buffer(*b).kind {
+            BufferKind::Param(_) => params.contains_key(b),
+            BufferKind::Constant(_) => true,
+            BufferKind::Temp => made.contains(b),
+            BufferKind::Input(_) | BufferKind::State(_) => false,
+        });
+        if known {
+            hoisted[i] = true;
+            made.extend(step.outputs.iter().copied());
+        }
     }
+    // What a run reads of them, and how many hoisted readers each result has left.
+    let mut needed: HashSet<BufId> = p.outputs().iter().map(|(_, b)| *b).collect();
+    needed.extend(p.state().iter().filter_map(|s| s.update));
+    let mut left: HashMap<BufId, usize> = HashMap::new();
+    for (step, &h) in p.steps().iter().zip(&hoisted) {
+        if h {
+            for b in &step.inputs {
+                *left.entry(*b).or_default() += 1;
+            }
+        } else {
+            needed.extend(step.inputs.iter().copied());
+        }
+    }
+    let mut kept: BTreeMap<BufId, Tensor> = BTreeMap::new();
+    for (step, _) in p.steps().iter().zip(&hoisted).filter(|(_, h)| **h) {
+        let outs = {
+            let value = |b: &BufId| match &p.buffer(*b).kind {
+                BufferKind::Param(_) => params.get(b),
+                BufferKind::Constant(t) => Some(t),
+                _ => kept.get(b),
+            };
+            let ins = step
+                .inputs
+                .iter()
+                .map(value)
+                .collect::<Option<Vec<&Tensor>>>()
+                .ok_or_else(|| {
+                    RuntimeError::node(
+                        &step.node,
+                        step.op.name(),
+                        "internal: a hoisted input is not available",
+                    )
+                })?;
+            eval_step(p, step, &ins)?
+        };
+        kept.extend(step.outputs.iter().copied().zip(outs));
+        for b in &step.inputs {
+            if let Some(n) = left.get_mut(b) {
+                *n -= 1;
+                if *n == 0 && !needed.contains(b) {
+                    kept.remove(b);
+                }
+            }
+        }
+    }
+    kept.retain(|b, _| needed.contains(b));
     Ok((hoisted, kept))
 }
 

@@ -45,6 +45,8 @@ pub struct RunTimer<'p> {
     profile: &'p mut Profile,
     start: Instant,
     last: Instant,
+    /// Steps counted with no time (computed when the program was prepared).
+    precomputed: std::collections::BTreeSet<String>,
 }
 
 impl Profile {
@@ -55,11 +57,22 @@ impl Profile {
 
     /// Starts timing a run now.
     pub fn start(&mut self) -> RunTimer<'_> {
+        self.start_skipping(std::collections::BTreeSet::new())
+    }
+
+    /// Starts timing a run now, counting the steps named in `precomputed` (a backend's
+    /// [`crate::Executable::precomputed_steps`]) with no time: the time before their
+    /// observation is the backend showing them to the observer, not running them.
+    pub fn start_skipping(
+        &mut self,
+        precomputed: std::collections::BTreeSet<String>,
+    ) -> RunTimer<'_> {
         let now = Instant::now();
         RunTimer {
             profile: self,
             start: now,
             last: now,
+            precomputed,
         }
     }
 
@@ -192,7 +205,11 @@ impl RunTimer<'_> {
     /// Records `step` as having run since the previous observation.
     pub fn observe(&mut self, step: &Step, _inputs: &[&Tensor], _outputs: &[Tensor]) {
         let now = Instant::now();
-        let d = now - self.last;
+        let d = if self.precomputed.contains(&step.node) {
+            Duration::ZERO
+        } else {
+            now - self.last
+        };
         self.last = now;
         self.profile.add(step, d);
     }

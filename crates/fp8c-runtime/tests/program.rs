@@ -238,6 +238,82 @@ fn the_observer_sees_every_step_in_order() {
     assert_eq!(seen, want);
 }
 
+/// `y = x · ((w · 2) + w)`: the weight's two steps read params and constants alone, so the
+/// CPU backend computes them once at prepare and keeps only what a run reads (the sum; the
+/// product, read by the sum alone, is dropped). An observer still sees both, first and with
+/// their values (the product computed again for it), a profile counts them with no time,
+/// and every run gives the same result as direct evaluation.
+#[test]
+fn weight_only_steps_are_precomputed_and_still_observed() {
+    let mut g = Graph::new("prep");
+    let x = g.add_input("x", f32t(&[2, 3])).unwrap();
+    let wv = [1., -2., 0.5, 3., 0.25, -1., 2., 4., -0.5];
+    let w = g
+        .add_param("w", f32t(&[3, 3]), Some(Tensor::from_f32(vec![3, 3], &wv)))
+        .unwrap();
+    let two = g
+        .add_node(
+            "two",
+            Op::Constant {
+                value: Tensor::from_f32(vec![], &[2.0]),
+            },
+            &[],
+        )
+        .unwrap()[0];
+    let scaled = g.add_node("w.scaled", Op::Mul, &[w, two]).unwrap()[0];
+    let sum = g.add_node("w.sum", Op::Add, &[scaled, w]).unwrap()[0];
+    let y = g.add_node("mm", Op::MatMul, &[x, sum]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+    let mut exe = prepare(&g);
+    let pre: Vec<String> = exe.precomputed_steps().into_iter().collect();
+    assert_eq!(pre, ["w.scaled", "w.sum"]);
+    let xv = [1., 2., 3., -1., 0.5, 2.];
+    let feed = inputs(&[("x", Tensor::from_f32(vec![2, 3], &xv))]);
+    // 3·w, then x · 3w.
+    let want: Vec<f32> = (0..2)
+        .flat_map(|i| (0..3).map(move |j| (i, j)))
+        .map(|(i, j)| (0..3).map(|k| xv[i * 3 + k] * 3.0 * wv[k * 3 + j]).sum())
+        .collect();
+    let mut seen: Vec<(String, Vec<Vec<f32>>, Vec<f32>)> = Vec::new();
+    let mut profile = fp8c_runtime::Profile::new();
+    for _ in 0..2 {
+        seen.clear();
+        let mut timer = profile.start_skipping(exe.precomputed_steps());
+        let out = exe
+            .run_observed(&feed, &mut |s, ins, outs| {
+                timer.observe(s, ins, outs);
+                seen.push((
+                    s.node.clone(),
+                    ins.iter().map(|t| values(t)).collect(),
+                    values(&outs[0]),
+                ));
+            })
+            .unwrap();
+        timer.finish();
+        assert_eq!(values(&out["y"]), want);
+        assert_eq!(values(&exe.run(&feed).unwrap()["y"]), want);
+        let names: Vec<&str> = seen.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["w.scaled", "w.sum", "mm"]);
+        let twice: Vec<f32> = wv.iter().map(|v| v * 2.0).collect();
+        assert_eq!(seen[0].1, [wv.to_vec(), vec![2.0]]);
+        assert_eq!(seen[0].2, twice, "the dropped product, computed again");
+        assert_eq!(seen[1].1, [twice.clone(), wv.to_vec()]);
+        assert_eq!(seen[1].2, wv.iter().map(|v| v * 3.0).collect::<Vec<f32>>());
+    }
+    let rows = profile.by_node();
+    for node in ["w.scaled", "w.sum"] {
+        let row = rows
+            .iter()
+            .find(|r| r.name == node)
+            .expect("a row per step");
+        assert_eq!(
+            (row.time, row.calls),
+            (std::time::Duration::ZERO, 2),
+            "{node}"
+        );
+    }
+}
+
 /// Delayed scaling for one tensor, wired as the scaling pass wires it.
 fn delayed(len: u64) -> Graph {
     let mut g = Graph::new("delayed");

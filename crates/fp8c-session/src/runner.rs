@@ -196,6 +196,12 @@ impl Runner {
         Ok(self.exe.run_observed(inputs, observe)?)
     }
 
+    /// The node names of the steps the backend computed once when it prepared the program
+    /// ([`fp8c_runtime::Executable::precomputed_steps`]): a profile counts them with no time.
+    pub fn precomputed_steps(&self) -> std::collections::BTreeSet<String> {
+        self.exe.precomputed_steps()
+    }
+
     /// Every state entry by name (amax histories, scales; for training, weights and moments).
     pub fn state(&self) -> BTreeMap<String, Tensor> {
         self.exe.state()
