@@ -259,7 +259,11 @@ pub fn fold(g: &mut Graph, fp8: &HashSet<&str>) -> Result<usize, IrError> {
         let Some(plan) = plan(g, bn, fp8, &mut known) else {
             continue;
         };
+        let replaced: Vec<Value> = g.node(plan.conv).inputs()[1..].to_vec();
         apply(g, bn, plan)?;
+        for v in replaced {
+            known.release(g, v);
+        }
         folded += 1;
     }
     if folded > 0 {
@@ -288,6 +292,21 @@ const MAX_DEPTH: usize = 8;
 impl Known {
     fn get(&mut self, g: &Graph, v: Value) -> Option<Tensor> {
         self.at_depth(g, v, 0)
+    }
+
+    /// Forgets `v`, a folded conv's old weight or bias, and takes its data out of the graph
+    /// when it is a param nothing reads any more: each original weight goes as soon as its
+    /// folded copy is made, so a model's weights are not held twice until the pass ends
+    /// (ResNet-50's f32 compile peaked at 2.2× its weights).
+    fn release(&mut self, g: &mut Graph, v: Value) {
+        self.values.remove(&v);
+        if let Op::Param { name } = &g.node(v.node).op
+            && g.users(v).is_empty()
+            && !g.is_graph_result(v)
+        {
+            let name = name.clone();
+            g.take_weight(&name);
+        }
     }
 
     fn at_depth(&mut self, g: &Graph, v: Value, depth: usize) -> Option<Tensor> {
@@ -483,6 +502,38 @@ mod tests {
         assert_eq!(fold_fp8(&mut g, &["conv0"].into()).unwrap(), 0);
         let mut g = conv_bn(true, 0.5, true);
         assert_eq!(fold_fp8(&mut g, &HashSet::new()).unwrap(), 0);
+    }
+
+    /// A folded conv's original weight leaves the graph's weights as soon as its fold is
+    /// applied (nothing reads it), not at the pass's end; a param still read stays.
+    #[test]
+    fn the_replaced_weight_is_released_at_once() {
+        let mut g = conv_bn(true, 0.5, true);
+        let mut known = Known {
+            values: HashMap::new(),
+        };
+        let bn = g.find_node("bn0").unwrap();
+        let f = plan(&g, bn, &HashSet::new(), &mut known).expect("foldable");
+        let replaced: Vec<Value> = g.node(f.conv).inputs()[1..].to_vec();
+        let w = replaced[0];
+        let handle = g.weights()["w"].storage().handle();
+        assert!(
+            known.values.contains_key(&w),
+            "plan read the weight through the cache"
+        );
+        apply(&mut g, bn, f).unwrap();
+        // Only the conv's weight and bias are released; the norm's vectors wait for DCE.
+        for v in replaced {
+            known.release(&mut g, v);
+        }
+        assert!(!known.values.contains_key(&w));
+        assert!(!g.weights().contains_key("w"));
+        assert!(!g.weights().contains_key("b"));
+        assert!(
+            !handle.is_live(),
+            "nothing holds the original weight's bytes"
+        );
+        assert!(g.weights().contains_key("gamma"));
     }
 
     #[test]
