@@ -44,23 +44,34 @@ impl Pass for FoldBatchNorm {
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
-        if cx.options.train.is_some() {
-            return Ok(false);
-        }
-        let fp8: HashSet<&str> = cx
-            .decisions
-            .iter()
-            .filter(|d| d.precision == crate::precision::Precision::Fp8)
-            .map(|d| d.name.as_str())
-            .collect();
-        let folded = fold(g, &fp8)?;
-        if folded > 0 {
-            cx.notes.push(format!(
-                "fold-batch-norm: {folded} batch norm(s) folded into the convolution before them"
-            ));
-        }
-        Ok(folded > 0)
+        let what = "folded into the convolution before them";
+        run_fold(g, cx, fold, (self.name(), what))
     }
+}
+
+/// Runs one of the folds over `g` with the GEMMs the precision pass put in FP8 (nothing in
+/// training), noting under the pass's name how many norms went and `what` became of them.
+fn run_fold(
+    g: &mut Graph,
+    cx: &mut PassCx,
+    fold: fn(&mut Graph, &HashSet<&str>) -> Result<usize, IrError>,
+    (pass, what): (&str, &str),
+) -> Result<bool, IrError> {
+    if cx.options.train.is_some() {
+        return Ok(false);
+    }
+    let fp8: HashSet<&str> = cx
+        .decisions
+        .iter()
+        .filter(|d| d.precision == crate::precision::Precision::Fp8)
+        .map(|d| d.name.as_str())
+        .collect();
+    let folded = fold(g, &fp8)?;
+    if folded > 0 {
+        cx.notes
+            .push(format!("{pass}: {folded} batch norm(s) {what}"));
+    }
+    Ok(folded > 0)
 }
 
 /// The batch-norm folding pass for FP8 convolutions, after scaling (see the module docs).
@@ -76,23 +87,8 @@ impl Pass for FoldBatchNormFp8 {
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
-        if cx.options.train.is_some() {
-            return Ok(false);
-        }
-        let fp8: HashSet<&str> = cx
-            .decisions
-            .iter()
-            .filter(|d| d.precision == crate::precision::Precision::Fp8)
-            .map(|d| d.name.as_str())
-            .collect();
-        let folded = fold_fp8(g, &fp8)?;
-        if folded > 0 {
-            cx.notes.push(format!(
-                "fold-batch-norm-fp8: {folded} batch norm(s) folded behind FP8 convolutions' \
-                 dequantized weights"
-            ));
-        }
-        Ok(folded > 0)
+        let what = "folded behind FP8 convolutions' dequantized weights";
+        run_fold(g, cx, fold_fp8, (self.name(), what))
     }
 }
 

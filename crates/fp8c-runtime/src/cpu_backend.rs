@@ -225,18 +225,7 @@ impl CpuExecutable {
             for (step, _) in p.steps().iter().zip(&self.hoisted).filter(|(_, h)| **h) {
                 let view = |b: &BufId| slots[b.index()].as_deref().or_else(|| again.get(b));
                 let outs = {
-                    let ins = step
-                        .inputs
-                        .iter()
-                        .map(view)
-                        .collect::<Option<Vec<&Tensor>>>()
-                        .ok_or_else(|| {
-                            RuntimeError::node(
-                                &step.node,
-                                step.op.name(),
-                                "internal: a hoisted input is not available",
-                            )
-                        })?;
+                    let ins = precomputed_inputs(step, view)?;
                     let kept: Option<Vec<Tensor>> =
                         step.outputs.iter().map(|b| view(b).cloned()).collect();
                     let outs = match kept {
@@ -421,18 +410,7 @@ fn hoist(
                 BufferKind::Constant(t) => Some(t),
                 _ => kept.get(b),
             };
-            let ins = step
-                .inputs
-                .iter()
-                .map(value)
-                .collect::<Option<Vec<&Tensor>>>()
-                .ok_or_else(|| {
-                    RuntimeError::node(
-                        &step.node,
-                        step.op.name(),
-                        "internal: a hoisted input is not available",
-                    )
-                })?;
+            let ins = precomputed_inputs(step, value)?;
             eval_step(p, step, &ins)?
         };
         kept.extend(step.outputs.iter().copied().zip(outs));
@@ -447,6 +425,25 @@ fn hoist(
     }
     kept.retain(|b, _| needed.contains(b));
     Ok((hoisted, kept))
+}
+
+/// The inputs of a precomputed step, looked up by `value` (params, constants, results
+/// computed before it); a missing one is an internal error naming the step.
+fn precomputed_inputs<'t>(
+    step: &Step,
+    value: impl Fn(&BufId) -> Option<&'t Tensor>,
+) -> Result<Vec<&'t Tensor>, RuntimeError> {
+    step.inputs
+        .iter()
+        .map(value)
+        .collect::<Option<Vec<&Tensor>>>()
+        .ok_or_else(|| {
+            RuntimeError::node(
+                &step.node,
+                step.op.name(),
+                "internal: a precomputed step's input is not available",
+            )
+        })
 }
 
 /// Evaluates one step, checking its results against the types the plan was made for.
