@@ -40,7 +40,7 @@ pub(crate) fn eval(op: ConvOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
                 group: *group,
                 auto_pad: *auto_pad,
             };
-            conv(inputs, &attrs)?
+            conv(inputs, &attrs, None)?
         }
         ConvOp::ConvGradInput {
             kernel_shape,
@@ -84,6 +84,42 @@ pub(crate) fn eval(op: ConvOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
         ConvOp::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
+}
+
+/// `conv` with `rows` called on each finished output row of an f32 conv (see [`Rows`]),
+/// where `fits` accepts the conv's output shape; None where it does not, and for the
+/// family's gradient ops.
+pub(crate) fn conv_with_rows(
+    op: ConvOp<'_>,
+    inputs: &[&Tensor],
+    fits: &dyn Fn(&[u64]) -> bool,
+    rows: &(dyn Fn(&mut [f32], usize) + Sync),
+) -> KResult<Option<Tensor>> {
+    let ConvOp::Conv {
+        kernel_shape,
+        strides,
+        pads,
+        dilations,
+        group,
+        auto_pad,
+    } = op
+    else {
+        return Ok(None);
+    };
+    let attrs = ConvAttrs {
+        kernel_shape,
+        strides,
+        pads,
+        dilations,
+        group: *group,
+        auto_pad: *auto_pad,
+    };
+    let (x, w, bias) = operands(inputs)?;
+    let geo = geometry(&dims_of(x), &dims_of(w), bias.map(|b| b.shape()), &attrs)?;
+    if !fits(&geo.out_shape) {
+        return Ok(None);
+    }
+    conv(inputs, &attrs, Some(rows)).map(Some)
 }
 
 /// Every op of the family is evaluated.
@@ -258,13 +294,15 @@ fn tap_offsets(axes: &[Axis], ksize: usize, out_plane: usize) -> Vec<usize> {
     offsets
 }
 
-/// Evaluates `conv(x, w[, bias])`.
-fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
-    let (x, w, bias) = match inputs {
-        [x, w] => (*x, *w, None),
-        [x, w, b] => (*x, *w, Some(*b)),
-        _ => return Fail::arity("2 or 3", inputs.len()),
-    };
+/// Work done on each output row (one (batch, channel) plane of positions) as soon as it is
+/// final, bias included: the row and the offset of its first element in the output. The CPU
+/// runtime's conv epilogues (`epilogue.rs`) apply the elementwise steps that follow a conv
+/// there, while the row is still in cache.
+pub(crate) type Rows<'a, T> = Option<&'a (dyn Fn(&mut [T], usize) + Sync)>;
+
+/// Evaluates `conv(x, w[, bias])`, calling `rows` on each finished output row of an f32 conv.
+fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>, rows: Rows<'_, f32>) -> KResult<Tensor> {
+    let (x, w, bias) = operands(inputs)?;
     let dtype = x.dtype();
     if w.dtype() != dtype || bias.is_some_and(|b| b.dtype() != dtype) {
         return dtype_err!("x, w and bias must share a dtype");
@@ -281,16 +319,25 @@ fn conv(inputs: &[&Tensor], attrs: &ConvAttrs<'_>) -> KResult<Tensor> {
                 Some(Data::F32(b)) => Some(b),
                 _ => None,
             };
-            Data::F32(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo))).store(dtype, out_shape)
+            Data::F32(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo, rows))).store(dtype, out_shape)
         }
         (Data::F64(xv), Data::F64(wv), b) => {
             let b = match b {
                 Some(Data::F64(b)) => Some(b),
                 _ => None,
             };
-            Data::F64(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo))).store(dtype, out_shape)
+            Data::F64(Cow::from(conv_t(&xv, &wv, b.as_deref(), &geo, None))).store(dtype, out_shape)
         }
         _ => dtype_err!("expects float inputs (f64, f32, f16, bf16), got {dtype}"),
+    }
+}
+
+/// A conv's `x`, `w` and optional bias.
+fn operands<'t>(inputs: &[&'t Tensor]) -> KResult<(&'t Tensor, &'t Tensor, Option<&'t Tensor>)> {
+    match inputs {
+        [x, w] => Ok((*x, *w, None)),
+        [x, w, b] => Ok((*x, *w, Some(*b))),
+        _ => Fail::arity("2 or 3", inputs.len()),
     }
 }
 
@@ -299,6 +346,7 @@ fn conv_t<T: GemmElem + ScratchElem>(
     w: &[T],
     bias: Option<&[T]>,
     geo: &Geometry,
+    rows_done: Rows<'_, T>,
 ) -> Vec<T> {
     let Geometry {
         n,
@@ -314,7 +362,7 @@ fn conv_t<T: GemmElem + ScratchElem>(
     if cg == 1
         && let Some(plan) = Padded::new(&geo.axes)
     {
-        return depthwise(x, w, bias, geo, &plan);
+        return depthwise(x, w, bias, geo, &plan, rows_done);
     }
     let rows = cg * ksize;
     // A 1×1 kernel that reads every input position once, in order (stride 1, no padding):
@@ -400,10 +448,19 @@ fn conv_t<T: GemmElem + ScratchElem>(
                 // SAFETY: the GEMM wrote every element of `dst` (`gemm_into_uninit`), and
                 // `MaybeUninit<T>` has `T`'s layout.
                 let dst = unsafe { &mut *(dst as *mut [std::mem::MaybeUninit<T>] as *mut [T]) };
-                if let Some(bias) = bias {
+                if bias.is_some() || rows_done.is_some() {
+                    let first = (b * m + gi * mg) * p;
                     dst.par_chunks_mut(p.max(1))
-                        .zip(&bias[gi * mg..][..mg])
-                        .for_each(|(row, &bv)| row.iter_mut().for_each(|v| *v = *v + bv));
+                        .enumerate()
+                        .for_each(|(r, row)| {
+                            if let Some(bias) = bias {
+                                let bv = bias[gi * mg + r];
+                                row.iter_mut().for_each(|v| *v = *v + bv);
+                            }
+                            if let Some(f) = rows_done {
+                                f(row, first + r * p);
+                            }
+                        });
                 }
             }
         }
@@ -426,6 +483,7 @@ fn depthwise<T: GemmElem>(
     bias: Option<&[T]>,
     geo: &Geometry,
     plan: &Padded,
+    rows_done: Rows<'_, T>,
 ) -> Vec<T> {
     let Geometry {
         n,
@@ -460,6 +518,9 @@ fn depthwise<T: GemmElem>(
         if let Some(bias) = bias {
             let bv = bias[oc];
             dst.iter_mut().for_each(|d| *d = *d + bv);
+        }
+        if let Some(f) = rows_done {
+            f(dst, r * p);
         }
     };
     let work = (n * m * p).saturating_mul(ksize);

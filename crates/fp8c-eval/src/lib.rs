@@ -43,6 +43,7 @@
 mod block;
 mod conv;
 mod elementwise;
+mod epilogue;
 mod erf;
 mod fast_accum;
 mod fp8;
@@ -71,6 +72,7 @@ mod quantize;
 mod window;
 
 pub use crate::block::Tiles as BlockTiles;
+pub use crate::epilogue::{EpilogueStep, epilogue_arity, eval_conv_epilogue};
 pub use crate::error::{ErrorKind, EvalError};
 use crate::error::{Fail, KResult};
 /// The fast-accumulation model's block length and kept bits (other executions of the model,

@@ -18,6 +18,7 @@
 //! (`Executable::precomputed_steps`).
 
 use crate::backend::{Backend, Executable, Observer, RuntimeError};
+use crate::conv_epilogue::{self, Chain};
 use crate::program::{BufId, BufferKind, Program, Step};
 use fp8c_ir::Tensor;
 use std::borrow::Cow;
@@ -58,6 +59,8 @@ pub struct CpuExecutable {
     hoisted: Vec<bool>,
     /// The results of the hoisted steps, by buffer index.
     kept: BTreeMap<BufId, Tensor>,
+    /// Per step, the conv epilogue starting there (`conv_epilogue.rs`).
+    chains: Vec<Option<Chain>>,
 }
 
 impl CpuExecutable {
@@ -90,18 +93,33 @@ impl CpuExecutable {
             state.insert(s.buf, t);
         }
         let (hoisted, kept) = hoist(p, &params)?;
+        let chains = conv_epilogue::plan(p, &hoisted);
         Ok(CpuExecutable {
             program: p.clone(),
             params,
             state,
             hoisted,
             kept,
+            chains,
         })
     }
 
     /// The program this executable runs.
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// The conv epilogues a run without an observer takes: each conv step's node with the
+    /// nodes of the elementwise steps fused into it (`conv_epilogue.rs`).
+    pub fn conv_epilogues(&self) -> Vec<(String, Vec<String>)> {
+        let steps = self.program.steps();
+        let chains = self.chains.iter().enumerate();
+        chains
+            .filter_map(|(i, c)| {
+                let nodes = c.as_ref()?.steps().map(|k| steps[k].node.clone());
+                Some((steps[i].node.clone(), nodes.collect()))
+            })
+            .collect()
     }
 }
 
@@ -196,9 +214,11 @@ impl CpuExecutable {
     }
 
     /// Runs every step of the program on the calling thread (see `run_pooled`). Without an
-    /// observer, an elementwise step whose input dies at that step writes its result over
-    /// that input where `fp8c_eval::eval_in_place` handles it (same bits, no fresh buffer);
-    /// an observer sees every step's inputs as they were, so then each step writes anew.
+    /// observer, a conv and the elementwise steps after it run as one where prepare found
+    /// such a chain (`conv_epilogue.rs`), and an elementwise step whose input dies at that
+    /// step writes its result over that input where `fp8c_eval::eval_in_place` handles it
+    /// (same bits, no fresh buffer); an observer sees every step's inputs as they were, so
+    /// then each step runs alone and writes anew.
     fn run_steps(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
@@ -242,7 +262,26 @@ impl CpuExecutable {
                 }
             }
         }
+        // Steps up to this index ran inside a conv epilogue.
+        let mut fused_to = None;
         for (i, step) in p.steps().iter().enumerate() {
+            if fused_to.is_some_and(|last| i <= last) {
+                continue;
+            }
+            if obs.is_none()
+                && let Some(chain) = &self.chains[i]
+                && let Some(t) = conv_epilogue::run(p, i, chain, &slots)?
+            {
+                let last = chain.last();
+                slots[p.steps()[last].outputs[0].index()] = Some(Cow::Owned(t));
+                for k in i..=last {
+                    for &b in p.frees_after(k) {
+                        slots[b.index()] = None;
+                    }
+                }
+                fused_to = Some(last);
+                continue;
+            }
             if self.hoisted[i] {
                 for &b in p.frees_after(i) {
                     slots[b.index()] = None;

@@ -6,6 +6,7 @@
 //! with the reference evaluator (`fp8c_eval::eval_op`); [`CudaBackend`] runs the same program on a GPU ([`cuda`]). [`compare`] and [`fp8_stats`] give the numbers to judge FP8 results by.
 
 mod backend;
+mod conv_epilogue;
 mod cpu_backend;
 pub mod cuda;
 mod lower;

@@ -518,3 +518,63 @@ proptest! {
         }
     }
 }
+
+/// Two convs as in a ResNet block: `r1 = relu(conv(x))`, `y = relu(conv(r1) + r1)`. The CPU
+/// backend fuses each conv with the elementwise steps whose inputs die there (the first
+/// conv with its ReLU, the second with the add and the ReLU; `r1` lives on, read by the
+/// add, so the first chain stops at it), and gives the bits of the steps run one by one,
+/// which is how it runs them for an observer.
+#[test]
+fn convs_take_their_elementwise_steps_as_epilogues_with_the_same_bits() {
+    let conv = |pad: i64| Op::Conv {
+        kernel_shape: vec![3, 3],
+        strides: vec![1, 1],
+        pads: vec![pad; 4],
+        dilations: vec![1, 1],
+        group: 1,
+        auto_pad: fp8c_ir::AutoPad::NotSet,
+    };
+    let vals = |n: usize, seed: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 37 + seed * 11) % 23) as f32 * 0.11 - 1.2)
+            .collect()
+    };
+    let mut g = Graph::new("block");
+    let x = g.add_input("x", f32t(&[2, 4, 6, 5])).unwrap();
+    let param = |g: &mut Graph, name: &str, dims: &[u64], seed: usize| {
+        let n = dims.iter().product::<u64>() as usize;
+        let t = Tensor::from_f32(dims.to_vec(), &vals(n, seed));
+        g.add_param(name, f32t(dims), Some(t)).unwrap()
+    };
+    let (w1, b1) = (
+        param(&mut g, "w1", &[4, 4, 3, 3], 1),
+        param(&mut g, "b1", &[4], 2),
+    );
+    let w2 = param(&mut g, "w2", &[4, 4, 3, 3], 3);
+    let c1 = g.add_node("conv1", conv(1), &[x, w1, b1]).unwrap()[0];
+    let r1 = g.add_node("relu1", Op::Relu, &[c1]).unwrap()[0];
+    let c2 = g.add_node("conv2", conv(1), &[r1, w2]).unwrap()[0];
+    let s = g.add_node("residual", Op::Add, &[r1, c2]).unwrap()[0];
+    let y = g.add_node("relu2", Op::Relu, &[s]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+
+    let p = lower(&g).unwrap();
+    let mut exe = fp8c_runtime::CpuExecutable::new(&p, g.weights()).unwrap();
+    let fused = vec![
+        ("conv1".to_string(), vec!["relu1".to_string()]),
+        (
+            "conv2".to_string(),
+            vec!["residual".to_string(), "relu2".to_string()],
+        ),
+    ];
+    assert_eq!(exe.conv_epilogues(), fused);
+    let ins = inputs(&[("x", Tensor::from_f32(vec![2, 4, 6, 5], &vals(240, 4)))]);
+    let got = exe.run(&ins).unwrap();
+    let mut seen = Vec::new();
+    let one_by_one = exe
+        .run_observed(&ins, &mut |s, _, _| seen.push(s.node.clone()))
+        .unwrap();
+    assert_eq!(seen, ["conv1", "relu1", "conv2", "residual", "relu2"]);
+    assert_eq!(got["y"].bytes(), one_by_one["y"].bytes());
+    assert!(values(&got["y"]).iter().any(|&v| v > 0.0));
+}
