@@ -13,7 +13,7 @@
 use crate::args;
 use crate::data::{Data, dims_of, numel, shape_u64};
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
-use crate::linalg::{GemmElem, Mat, gemm_into, gemm_into_uninit};
+use crate::linalg::{GemmElem, Mat, SendPtr, gemm_into, gemm_into_uninit, raw_gemm};
 use crate::scratch::{ScratchElem, with_scratch};
 use crate::window::{self, Axis, Padded, Tap, WindowAttrs, increment};
 
@@ -387,13 +387,45 @@ fn conv_t<T: GemmElem + ScratchElem>(
     // element of them written before it is read.
     let total = n * m * p;
     let mut out: Vec<T> = Vec::with_capacity(total);
-    let col_len = if pointwise { 0 } else { rows * p };
+    // Many output positions: im2col and the GEMM go together, chunk by chunk (see
+    // `Chunks`), each chunk's im2col slice in one of `slots` per-thread regions.
+    let chunks = plan
+        .as_ref()
+        .and_then(|pl| Chunks::new(pl, rows, p, size_of::<T>()));
+    let slots = rayon::current_num_threads() + 1;
+    let col_len = match &chunks {
+        _ if pointwise => 0,
+        Some(ch) => slots * rows * ch.width,
+        None => rows * p,
+    };
     let pad_len = plan.as_ref().map_or(0, |pl| cg * pl.size());
     with_scratch::<T, _>(col_len + pad_len, |scratch| {
         let (col, padded) = scratch.split_at_mut(col_len);
         let spare = &mut out.spare_capacity_mut()[..total];
         for b in 0..n {
             for gi in 0..g {
+                if let (Some(ch), Some(plan)) = (&chunks, &plan) {
+                    let dst = &mut spare[(b * m + gi * mg) * p..][..mg * p];
+                    let planes = &x[(b * c + gi * cg) * plane..][..cg * plane];
+                    let size = plan.size();
+                    padded
+                        .par_chunks_mut(size.max(1))
+                        .zip(planes.par_chunks(plane.max(1)))
+                        .for_each(|(dst, src)| plan.pad_into(src, T::ZERO, dst));
+                    let block = Block {
+                        w,
+                        w_offset: gi * mg * rows,
+                        rows,
+                        ksize,
+                        mg,
+                        p,
+                        bias: bias.map(|bv| &bv[gi * mg..][..mg]),
+                        first: (b * m + gi * mg) * p,
+                        rows_done,
+                    };
+                    ch.run(plan, &block, padded, col, dst);
+                    continue;
+                }
                 let dst = &mut spare[(b * m + gi * mg) * p..][..mg * p];
                 let wm = Mat {
                     data: w,
@@ -468,6 +500,140 @@ fn conv_t<T: GemmElem + ScratchElem>(
     // SAFETY: the (batch, group) blocks above tile the n·m·p outputs, each written whole.
     unsafe { out.set_len(total) };
     out
+}
+
+/// im2col bytes a chunk of output positions aims at: its slice of the im2col matrix stays in
+/// L2 from the gather to the GEMM's packing of it.
+const CHUNK_BYTES: usize = 256 << 10;
+/// Output positions a chunk has at least (a GEMM narrower than that loses more to its edge
+/// tiles and to packing the weights once per chunk than the cache saves).
+const CHUNK_MIN_POSITIONS: usize = 64;
+/// Output positions from which a conv goes chunk by chunk: ResNet-50's stem (12,544
+/// positions, an im2col matrix of 7 MiB) and its 56×56 and 28×28 3×3 convs.
+const CHUNKED_FROM: usize = 512;
+
+/// Output positions split into chunks of whole output lines: for each chunk, its slice of
+/// the im2col matrix is gathered into a per-thread region and multiplied right away by the
+/// weights (one single-threaded GEMM per chunk, the chunks spread over the threads), then
+/// the bias and the caller's row work ([`Rows`]) run over the chunk's part of each output
+/// row. Gathered whole, a large im2col matrix went out to L3 or memory and came back for the
+/// GEMM's packing; the chunks keep each slice in L2. Each output element is the same single
+/// GEMM sum as with the whole matrix (the `gemm` crate's k blocking depends on k alone).
+struct Chunks {
+    /// Output lines per chunk.
+    lines: usize,
+    /// Output positions per chunk (the last may have fewer).
+    width: usize,
+    /// Output lines in all.
+    total_lines: usize,
+}
+
+/// One (batch, group) block of a conv, for [`Chunks::run`].
+struct Block<'a, T> {
+    w: &'a [T],
+    /// Where the group's weights start in `w` (`mg` rows of `rows`).
+    w_offset: usize,
+    rows: usize,
+    ksize: usize,
+    mg: usize,
+    p: usize,
+    bias: Option<&'a [T]>,
+    /// The offset of the block's first element in the conv's output (for `rows_done`).
+    first: usize,
+    rows_done: Rows<'a, T>,
+}
+
+impl Chunks {
+    /// The chunking of a conv with `rows` im2col rows and `p` output positions; None where it
+    /// has too few positions to gain from it.
+    fn new(plan: &Padded, rows: usize, p: usize, elem: usize) -> Option<Chunks> {
+        let row = plan.row;
+        if p < CHUNKED_FROM || row == 0 || rows == 0 || p % row != 0 {
+            return None;
+        }
+        let total_lines = p / row;
+        let by_bytes = CHUNK_BYTES / (rows * row * elem).max(1);
+        let lines = by_bytes
+            .max(CHUNK_MIN_POSITIONS.div_ceil(row))
+            .clamp(1, total_lines);
+        (lines < total_lines).then_some(Chunks {
+            lines,
+            width: lines * row,
+            total_lines,
+        })
+    }
+
+    /// Computes one block into `dst` (`mg × p`, row-major, every element written): `padded`
+    /// holds the group's padded input planes, `col` [`slots`](conv_t) regions of `rows ×
+    /// width` elements.
+    fn run<T: GemmElem>(
+        &self,
+        plan: &Padded,
+        blk: &Block<'_, T>,
+        padded: &[T],
+        col: &mut [T],
+        dst: &mut [std::mem::MaybeUninit<T>],
+    ) {
+        let (rows, p, size) = (blk.rows, blk.p, plan.size());
+        let region = rows * self.width;
+        let slots = col.len() / region.max(1);
+        let col = SendPtr(col.as_mut_ptr());
+        let out = SendPtr(dst.as_mut_ptr().cast::<T>());
+        let count = self.total_lines.div_ceil(self.lines);
+        (0..count).into_par_iter().for_each(|c| {
+            let l0 = c * self.lines;
+            let l1 = (l0 + self.lines).min(self.total_lines);
+            let (c0, cw) = (l0 * plan.row, (l1 - l0) * plan.row);
+            // One region per thread of the pool (the last for a caller outside it): a task
+            // runs whole on one thread and starts no parallel work of its own.
+            let slot = rayon::current_thread_index().map_or(slots - 1, |i| i.min(slots - 1));
+            // SAFETY: region `slot` belongs to this thread for the task (see above), and
+            // `col` holds `slots` regions.
+            let cm = unsafe { std::slice::from_raw_parts_mut(col.at(slot * region), rows * cw) };
+            for (r, dst) in cm.chunks_exact_mut(cw).enumerate() {
+                let (ci, t) = (r / blk.ksize, r % blk.ksize);
+                plan.gather_tap_lines(&padded[ci * size..][..size], t, l0, dst);
+            }
+            let wm = Mat {
+                data: blk.w,
+                offset: blk.w_offset,
+                rs: rows,
+                cs: 1,
+            };
+            let cm = Mat {
+                data: &*cm,
+                offset: 0,
+                rs: cw,
+                cs: 1,
+            };
+            // SAFETY: columns c0..c0+cw of the `mg × p` block belong to this chunk alone
+            // (the chunks tile the positions), and both operands are in bounds.
+            unsafe {
+                raw_gemm(
+                    blk.mg,
+                    cw,
+                    rows,
+                    out.at(c0),
+                    p,
+                    wm,
+                    cm,
+                    0,
+                    gemm::Parallelism::None,
+                )
+            };
+            for r in 0..blk.mg {
+                // SAFETY: as for the GEMM, which wrote these elements.
+                let seg = unsafe { std::slice::from_raw_parts_mut(out.at(r * p + c0), cw) };
+                if let Some(bias) = blk.bias {
+                    let bv = bias[r];
+                    seg.iter_mut().for_each(|v| *v = *v + bv);
+                }
+                if let Some(f) = blk.rows_done {
+                    f(seg, blk.first + r * p + c0);
+                }
+            }
+        });
+    }
 }
 
 /// `conv` with one input channel per group (depthwise layers, with or without a channel

@@ -257,7 +257,7 @@ fn pack_strided_b(b_row_bytes: usize) {
 /// no one else during the call; every element of A (offset + i·rs + p·cs, i < m, p < k) and
 /// of B (offset + p·rs + (col0 + j)·cs, j < n) must be in bounds.
 #[allow(clippy::too_many_arguments)]
-unsafe fn raw_gemm<T: GemmElem>(
+pub(crate) unsafe fn raw_gemm<T: GemmElem>(
     m: usize,
     n: usize,
     k: usize,

@@ -183,12 +183,24 @@ impl Padded {
     /// One im2col row: for each output position (row-major), what kernel tap `t` reads from
     /// `padded` (one padded plane), written to `dst` (one entry per output position).
     pub(crate) fn gather_tap<T: Copy>(&self, padded: &[T], t: usize, dst: &mut [T]) {
+        self.gather_tap_lines(padded, t, 0, dst);
+    }
+
+    /// [`Self::gather_tap`] for the output lines from `first` on (`dst.len() / row` of
+    /// them): a slice of an im2col row, the positions of those lines.
+    pub(crate) fn gather_tap_lines<T: Copy>(
+        &self,
+        padded: &[T],
+        t: usize,
+        first: usize,
+        dst: &mut [T],
+    ) {
         if self.row == 0 || self.ksize == 0 {
             return;
         }
         for (line, starts) in dst
             .chunks_exact_mut(self.row)
-            .zip(self.starts.chunks_exact(self.ksize))
+            .zip(self.starts.chunks_exact(self.ksize).skip(first))
         {
             let start = starts[t];
             // The row's reads span (row − 1)·stride + 1 elements; slicing exactly that much

@@ -686,6 +686,77 @@ fn reductions_hand_computed() {
     );
 }
 
+/// Convs with many output positions (ResNet-50's stem: 7×7 at stride 2 over 3 channels; a
+/// padded 3×3) go chunk by chunk, im2col slice and GEMM together. Each output is still the
+/// bits of one GEMM over the whole im2col matrix, built here by hand, plus the bias, on one
+/// thread and on three.
+#[test]
+fn chunked_convs_give_the_bits_of_one_gemm_over_the_whole_im2col() {
+    let vals = |len: usize, seed: usize| -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0)
+            .collect()
+    };
+    // (channels, input side, kernel, stride, pad, output channels)
+    for [c, side, k, s, pad, m] in [[3usize, 64, 7, 2, 3, 8], [6, 30, 3, 1, 1, 5]] {
+        let x = f32s(
+            &[1, c as u64, side as u64, side as u64],
+            &vals(c * side * side, 1),
+        );
+        let w = f32s(
+            &[m as u64, c as u64, k as u64, k as u64],
+            &vals(m * c * k * k, 2),
+        );
+        let b = f32s(&[m as u64], &vals(m, 3));
+        let ki = k as i64;
+        let op = conv(
+            vec![ki, ki],
+            vec![s as i64; 2],
+            vec![pad as i64; 4],
+            vec![],
+            1,
+            AutoPad::NotSet,
+        );
+        let out = (side + 2 * pad - k) / s + 1;
+        let p = out * out;
+        assert!(p >= 512, "{p} positions: not a chunked conv");
+        // im2col by hand: row (ci, ky, kx), column (oy, ox).
+        let xv = vf32(&x);
+        let mut col = vec![0f32; c * k * k * p];
+        for ci in 0..c {
+            for ky in 0..k {
+                for kx in 0..k {
+                    let r = (ci * k + ky) * k + kx;
+                    for oy in 0..out {
+                        for ox in 0..out {
+                            let (iy, ix) = (
+                                (oy * s + ky) as isize - pad as isize,
+                                (ox * s + kx) as isize - pad as isize,
+                            );
+                            let inside = (0..side as isize).contains(&iy)
+                                && (0..side as isize).contains(&ix);
+                            if inside {
+                                col[r * p + oy * out + ox] =
+                                    xv[(ci * side + iy as usize) * side + ix as usize];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let rows = (c * k * k) as u64;
+        let w2 = f32s(&[m as u64, rows], &vf32(&w));
+        let col = f32s(&[rows, p as u64], &col);
+        let prod = eval1(Op::MatMul, &[&w2, &col]);
+        let want = eval1(Op::Add, &[&prod, &f32s(&[m as u64, 1], &vf32(&b))]);
+        for threads in [1, 3] {
+            let got = on_pool(threads, || eval1(op.clone(), &[&x, &w, &b]));
+            assert_eq!(got.shape(), [1, m as u64, out as u64, out as u64]);
+            assert_eq!(got.bytes(), want.bytes(), "{k}×{k} conv, {threads} threads");
+        }
+    }
+}
+
 /// Runs `f` on a rayon pool of `threads` threads.
 fn on_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
     rayon::ThreadPoolBuilder::new()
