@@ -548,7 +548,7 @@ impl Chunks {
     /// has too few positions to gain from it.
     fn new(plan: &Padded, rows: usize, p: usize, elem: usize) -> Option<Chunks> {
         let row = plan.row;
-        if p < CHUNKED_FROM || row == 0 || rows == 0 || p % row != 0 {
+        if p < CHUNKED_FROM || row == 0 || rows == 0 || !p.is_multiple_of(row) {
             return None;
         }
         let total_lines = p / row;
