@@ -23,62 +23,15 @@ use std::borrow::Cow;
 
 /// Evaluates an op of the conv family.
 pub(crate) fn eval(op: ConvOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
+    let attrs = ConvAttrs::of(op);
     let out = match op {
-        ConvOp::Conv {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-        } => {
-            let attrs = ConvAttrs {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group: *group,
-                auto_pad: *auto_pad,
-            };
-            conv(inputs, &attrs, None)?
-        }
-        ConvOp::ConvGradInput {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-            input_shape,
-        } => {
+        ConvOp::Conv { .. } => conv(inputs, &attrs, None)?,
+        ConvOp::ConvGradInput { input_shape, .. } => {
             let [dy, w] = args(inputs)?;
-            let attrs = ConvAttrs {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group: *group,
-                auto_pad: *auto_pad,
-            };
             conv_grad_input(dy, w, &attrs, input_shape)?
         }
-        ConvOp::ConvGradWeight {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-        } => {
+        ConvOp::ConvGradWeight { .. } => {
             let [x, dy] = args(inputs)?;
-            let attrs = ConvAttrs {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group: *group,
-                auto_pad: *auto_pad,
-            };
             conv_grad_weight(x, dy, &attrs)?
         }
         ConvOp::__Lifetime(never, _) => match never {},
@@ -95,25 +48,10 @@ pub(crate) fn conv_with_rows(
     fits: &dyn Fn(&[u64]) -> bool,
     rows: &(dyn Fn(&mut [f32], usize) + Sync),
 ) -> KResult<Option<Tensor>> {
-    let ConvOp::Conv {
-        kernel_shape,
-        strides,
-        pads,
-        dilations,
-        group,
-        auto_pad,
-    } = op
-    else {
+    if !matches!(op, ConvOp::Conv { .. }) {
         return Ok(None);
-    };
-    let attrs = ConvAttrs {
-        kernel_shape,
-        strides,
-        pads,
-        dilations,
-        group: *group,
-        auto_pad: *auto_pad,
-    };
+    }
+    let attrs = ConvAttrs::of(op);
     let (x, w, bias) = operands(inputs)?;
     let geo = geometry(&dims_of(x), &dims_of(w), bias.map(|b| b.shape()), &attrs)?;
     if !fits(&geo.out_shape) {
@@ -140,6 +78,48 @@ struct ConvAttrs<'a> {
     dilations: &'a [i64],
     group: i64,
     auto_pad: AutoPad,
+}
+
+impl<'a> ConvAttrs<'a> {
+    /// The attributes every op of the family carries (the gradients' kernel_shape filled in).
+    fn of(op: ConvOp<'a>) -> Self {
+        let (kernel_shape, strides, pads, dilations, group, auto_pad) = match op {
+            ConvOp::Conv {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            }
+            | ConvOp::ConvGradInput {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+                ..
+            }
+            | ConvOp::ConvGradWeight {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            } => (kernel_shape, strides, pads, dilations, group, auto_pad),
+            ConvOp::__Lifetime(never, _) => match never {},
+        };
+        ConvAttrs {
+            kernel_shape,
+            strides,
+            pads,
+            dilations,
+            group: *group,
+            auto_pad: *auto_pad,
+        }
+    }
 }
 
 /// The resolved sizes of one convolution `conv(x, w)`.
