@@ -488,9 +488,20 @@ const CHUNK_BYTES: usize = 256 << 10;
 /// Output positions a chunk has at least (a GEMM narrower than that loses more to its edge
 /// tiles and to packing the weights once per chunk than the cache saves).
 const CHUNK_MIN_POSITIONS: usize = 64;
+/// Rows of the `gemm` crate's f32 microkernel on AVX2 (its output positions here): a chunk
+/// width that is a multiple of it leaves no partial tile.
+const CHUNK_TILE: usize = 16;
 /// Output positions from which a conv goes chunk by chunk: ResNet-50's stem (12,544
 /// positions, an im2col matrix of 7 MiB) and its 56×56 and 28×28 3×3 convs.
 const CHUNKED_FROM: usize = 512;
+
+/// The greatest common divisor of `a` and `b` (`b` > 0).
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
 
 /// Output positions split into chunks of whole output lines: for each chunk, its slice of
 /// the im2col matrix is gathered into a per-thread region and multiplied right away by the
@@ -536,6 +547,15 @@ impl Chunks {
         let lines = by_bytes
             .max(CHUNK_MIN_POSITIONS.div_ceil(row))
             .clamp(1, total_lines);
+        // Whole microkernel tiles: a chunk of 3 lines of 28 (84 positions) ends in a tile of
+        // 4 rows that costs a full one; 4 lines (112 = 7·16) do not, at up to twice the bytes.
+        let step = CHUNK_TILE / gcd(row, CHUNK_TILE);
+        let aligned = lines.next_multiple_of(step);
+        let lines = if aligned <= 2 * lines {
+            aligned.min(total_lines)
+        } else {
+            lines
+        };
         (lines < total_lines).then_some(Chunks {
             lines,
             width: lines * row,
