@@ -901,3 +901,59 @@ fn cross_entropy_skips_the_ignore_index() {
     let err = eval_op(&Op::SoftmaxCrossEntropy, &[&logits, &bad]).unwrap_err();
     assert!(err.to_string().contains("label -1"), "{err}");
 }
+
+/// f32 logits go through cross-entropy read in place (`loss.rs`, `cross_entropy_f32`): the
+/// loss, the log-probabilities and the gradient are the f64 computation on the same values
+/// rounded once to f32, bit for bit; 300 rows of 256 classes take the threaded path, and an
+/// ignored row and a NaN row are among them.
+#[test]
+fn f32_cross_entropy_is_the_f64_one_rounded_once() {
+    let (rows, c) = (300usize, 256usize);
+    let mut x: Vec<f32> = (0..rows * c)
+        .map(|i| ((i as u64 * 2_654_435_761) % 20_011) as f32 / 997.0 - 10.0)
+        .collect();
+    x[7 * c + 3] = f32::NAN;
+    let mut lab: Vec<i64> = (0..rows as i64).map(|r| (r * 37) % c as i64).collect();
+    lab[11] = fp8c_ir::IGNORE_INDEX;
+    let labels = Tensor::from_i64(vec![rows as u64], &lab);
+    let shape = vec![rows as u64, c as u64];
+    let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    let (l32, l64) = (f32s(&shape, &x), Tensor::from_f64(shape.clone(), &x64));
+    let o32 = eval_op(&Op::SoftmaxCrossEntropy, &[&l32, &labels]).unwrap();
+    let o64 = eval_op(&Op::SoftmaxCrossEntropy, &[&l64, &labels]).unwrap();
+    assert_eq!(o32[1].dtype(), DType::F32);
+    let bits = |t: &Tensor| -> Vec<u32> { vf32(t).iter().map(|v| v.to_bits()).collect() };
+    let rounded = |t: &Tensor| -> Vec<u32> {
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| (v as f32).to_bits())
+            .collect()
+    };
+    assert_eq!(bits(&o32[0]), rounded(&o64[0]), "loss");
+    assert_eq!(bits(&o32[1]), rounded(&o64[1]), "log-probabilities");
+    let dloss = Tensor::scalar_f32(0.75);
+    let g32 = eval_op(&Op::SoftmaxCrossEntropyGrad, &[&o32[1], &labels, &dloss]).unwrap();
+    // The f64 gradient from the same (f32) log-probabilities.
+    let lp64 = Tensor::from_f64(shape.clone(), &o32[1].to_f64_vec().unwrap());
+    let dl64 = Tensor::from_f64(vec![], &[0.75]);
+    let g64 = eval_op(&Op::SoftmaxCrossEntropyGrad, &[&lp64, &labels, &dl64]).unwrap();
+    assert_eq!(bits(&g32[0]), rounded(&g64[0]), "gradient");
+    assert!(vf32(&g32[0])[11 * c..12 * c].iter().all(|&g| g == 0.0));
+}
+
+/// `all_finite` reads f32 tensors in place block by block: a NaN or an infinity in the last,
+/// partial block of the last input is still found.
+#[test]
+fn all_finite_finds_a_non_finite_value_anywhere() {
+    let ok = f32s(&[1000], &vec![1.5; 1000]);
+    let finite = |t: &[&Tensor]| eval_op(&Op::AllFinite, t).unwrap()[0].to_f64_vec().unwrap()[0];
+    assert_eq!(finite(&[&ok, &ok]), 1.0);
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut v = vec![1.5f32; 1000];
+        v[999] = bad;
+        assert_eq!(finite(&[&ok, &f32s(&[1000], &v)]), 0.0, "{bad}");
+    }
+    let f64_bad = Tensor::from_f64(vec![2], &[1.0, f64::NAN]);
+    assert_eq!(finite(&[&ok, &f64_bad]), 0.0);
+}
