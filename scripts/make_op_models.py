@@ -382,6 +382,35 @@ def nbits_mlp(out_dir, name, **quant):
     return dst
 
 
+def nbits_qdq_mlp(out_dir, name, is_symmetric):
+    """`nbits_mlp`'s MLP at opset 21 through the same quantizer in QDQ format: each weight an
+    INT4 (symmetric) or UINT4 (with UINT4 zero points) initializer behind a blocked
+    DequantizeLinear (block 32 along K = 72: a partial last block), as onnxruntime writes
+    4-bit weight-only models for other runtimes."""
+    from onnxruntime.quantization import QuantFormat
+    from onnxruntime.quantization import matmul_nbits_quantizer as mq
+
+    rng = np.random.default_rng(11)
+    w = lambda *shape: (rng.standard_normal(shape) * 0.2).astype(np.float32)  # noqa: E731
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y0"]),
+             helper.make_node("Add", ["y0", "b2"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", F, ["batch", 72])],
+                          [helper.make_tensor_value_info("y", F, ["batch", 48])],
+                          [init("w1", w(72, 64)), init("w2", w(64, 48)), init("b2", w(48))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    cfg = mq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=is_symmetric,
+                                          quant_format=QuantFormat.QDQ)
+    q = mq.MatMulNBitsQuantizer(m, algo_config=cfg)
+    q.process()
+    dst = os.path.join(out_dir, f"{name}.onnx")
+    q.model.save_model_to_file(dst)
+    return dst
+
+
 # onnxruntime's transformer-optimizer ops (com.microsoft, and its default-domain
 # SimplifiedLayerNormalization), one model each, with their own generator.
 RNG_MS = np.random.default_rng(5)
@@ -916,6 +945,8 @@ def main(argv):
                         ("nbits4_asym_b16", dict(bits=4, block_size=16, is_symmetric=False)),
                         ("nbits8_asym_b32", dict(bits=8, block_size=32, is_symmetric=False))]:
         print(f"wrote {os.path.basename(nbits_mlp(out_dir, name, **quant))}")
+    for name, sym in [("nbits4_qdq_int4_sym", True), ("nbits4_qdq_uint4_zero_points", False)]:
+        print(f"wrote {os.path.basename(nbits_qdq_mlp(out_dir, name, sym))}")
     for name in cast_e8m0_dirs(out_dir):
         print(f"wrote {name}/")
     return 0

@@ -6,7 +6,8 @@
 //! QLinearMatMul and the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
 //! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and
 //! QLinearSoftmax (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
-//! (its weight-only 2/4/8-bit quantizer), LSTM, GRU and RNN (PyTorch's two exporters,
+//! (its weight-only 2/4/8-bit quantizer; in QDQ format, INT4/UINT4 initializers behind a
+//! blocked DequantizeLinear), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
@@ -184,6 +185,8 @@ op_tests! {
     matmul_nbits_4bit_symmetric: "nbits4_sym_b32", ["--dim", "batch=5"];
     matmul_nbits_4bit_zero_points_block16: "nbits4_asym_b16", ["--dim", "batch=5"];
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];
+    int4_weights_behind_blocked_dequantize_linear: "nbits4_qdq_int4_sym", ["--dim", "batch=5"];
+    uint4_weights_and_zero_points_behind_dequantize_linear: "nbits4_qdq_uint4_zero_points", ["--dim", "batch=5"];
     conv_depthwise_5x5_stride: "conv_depthwise_5x5_stride";
     conv_depthwise_multiplier_dilation: "conv_depthwise_multiplier_dilation";
     conv_depthwise_1d_same_upper: "conv_depthwise_1d_same";

@@ -124,7 +124,7 @@ pub(crate) fn tensor_dims(t: &TensorProto) -> Result<(Vec<u64>, u64), OnnxError>
 pub(crate) fn tensor_from_raw(t: &TensorProto, raw: Storage) -> Result<Tensor, OnnxError> {
     let name = t.name();
     let err = |msg: String| OnnxError::tensor(name, msg);
-    let dtype = dtype_from_onnx(t.data_type()).map_err(err)?;
+    let dtype = stored_dtype(t.data_type()).map_err(err)?;
     let (dims, numel) = tensor_dims(t)?;
     if t.segment.is_some() {
         return Err(err("segmented tensors are not supported".into()));
@@ -132,21 +132,22 @@ pub(crate) fn tensor_from_raw(t: &TensorProto, raw: Storage) -> Result<Tensor, O
     let want = stored_len(dtype, numel);
     if raw.len() as u64 != want {
         return Err(err(format!(
-            "raw_data has {} bytes, but {dtype} dims {dims:?} need {want}",
-            raw.len()
+            "raw_data has {} bytes, but {} dims {dims:?} need {want}",
+            raw.len(),
+            dtype.name()
         )));
     }
-    if dtype == DType::F4E2M1 {
-        return Tensor::from_bytes(dtype, dims, unpack_nibbles(raw.bytes(), numel)).map_err(err);
+    if dtype.packed() {
+        return Tensor::from_bytes(dtype.ir(), dims, dtype.unpack(raw.bytes(), numel)).map_err(err);
     }
-    Tensor::from_storage(dtype, dims, raw).map_err(err)
+    Tensor::from_storage(dtype.ir(), dims, raw).map_err(err)
 }
 
 /// Decodes a tensor proto; `base_dir` is where external data files are looked up.
 pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, OnnxError> {
     let name = t.name();
     let err = |msg: String| OnnxError::tensor(name, msg);
-    let dtype = dtype_from_onnx(t.data_type()).map_err(err)?;
+    let dtype = stored_dtype(t.data_type()).map_err(err)?;
     let (dims, numel) = tensor_dims(t)?;
     if t.segment.is_some() {
         return Err(err("segmented tensors are not supported".into()));
@@ -158,29 +159,89 @@ pub fn tensor_from_proto(t: &TensorProto, base_dir: Option<&Path>) -> Result<Ten
     } else if let Some(raw) = &t.raw_data {
         if raw.len() as u64 != want {
             return Err(err(format!(
-                "raw_data has {} bytes, but {dtype} dims {dims:?} need {want}",
-                raw.len()
+                "raw_data has {} bytes, but {} dims {dims:?} need {want}",
+                raw.len(),
+                dtype.name()
             )));
         }
         raw.clone()
     } else {
         typed_bytes(t, dtype, numel).map_err(err)?
     };
-    let bytes = if dtype == DType::F4E2M1 {
-        unpack_nibbles(&bytes, numel)
+    let bytes = if dtype.packed() {
+        dtype.unpack(&bytes, numel)
     } else {
         bytes
     };
-    Tensor::from_bytes(dtype, dims, bytes).map_err(err)
+    Tensor::from_bytes(dtype.ir(), dims, bytes).map_err(err)
 }
 
-/// Bytes ONNX stores for `numel` elements: FP4 packs two per byte (the first element in the
-/// low nibble), every other IR dtype is whole bytes.
-fn stored_len(dtype: DType, numel: u64) -> u64 {
-    if dtype == DType::F4E2M1 {
+/// How a tensor proto's element type is stored: an IR dtype as it is, or ONNX's 4-bit integers
+/// (INT4 / UINT4: two per byte, the first in the low nibble), which the IR holds one per byte
+/// as I8 / U8 with the same values. Int4 weights arrive in weight-only quantized exports
+/// (onnxruntime's `MatMulNBitsQuantizer` in QDQ format: an int4 `DequantizeLinear` per weight);
+/// an I8 / U8 `DequantizeLinear` of the same integers gives the same values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stored {
+    Ir(DType),
+    Int4,
+    Uint4,
+}
+
+impl Stored {
+    /// The dtype the IR tensor has.
+    fn ir(self) -> DType {
+        match self {
+            Stored::Ir(d) => d,
+            Stored::Int4 => DType::I8,
+            Stored::Uint4 => DType::U8,
+        }
+    }
+
+    /// The type's name in messages (the IR's, or `int4` / `uint4`).
+    fn name(self) -> String {
+        match self {
+            Stored::Ir(d) => d.to_string(),
+            Stored::Int4 => "int4".into(),
+            Stored::Uint4 => "uint4".into(),
+        }
+    }
+
+    /// Two elements per byte in ONNX (FP4 and the 4-bit integers).
+    fn packed(self) -> bool {
+        matches!(
+            self,
+            Stored::Ir(DType::F4E2M1) | Stored::Int4 | Stored::Uint4
+        )
+    }
+
+    /// One element per byte from ONNX's packed form; INT4 nibbles sign-extended.
+    fn unpack(self, packed: &[u8], numel: u64) -> Vec<u8> {
+        let mut v = unpack_nibbles(packed, numel);
+        if self == Stored::Int4 {
+            v.iter_mut()
+                .for_each(|b| *b = (((*b << 4) as i8) >> 4) as u8);
+        }
+        v
+    }
+}
+
+/// The storage of a tensor proto's element type `code` (see [`Stored`]).
+fn stored_dtype(code: i32) -> Result<Stored, String> {
+    match DataType::try_from(code) {
+        Ok(DataType::Int4) => Ok(Stored::Int4),
+        Ok(DataType::Uint4) => Ok(Stored::Uint4),
+        _ => dtype_from_onnx(code).map(Stored::Ir),
+    }
+}
+
+/// Bytes ONNX stores for `numel` elements: FP4 and the 4-bit integers pack two per byte (the
+/// first element in the low nibble), every other IR dtype is whole bytes.
+fn stored_len(dtype: Stored, numel: u64) -> u64 {
+    if dtype.packed() {
         numel.div_ceil(2)
     } else {
-        numel * dtype.size() as u64
+        numel * dtype.ir().size() as u64
     }
 }
 
@@ -202,64 +263,71 @@ fn pack_nibbles(codes: &[u8]) -> Vec<u8> {
 }
 
 /// The little-endian bytes held in the typed `*_data` fields.
-fn typed_bytes(t: &TensorProto, dtype: DType, numel: u64) -> Result<Vec<u8>, String> {
-    fn check<T>(field: &str, v: &[T], numel: u64, dtype: DType) -> Result<(), String> {
-        if v.len() as u64 != numel {
-            if v.is_empty() {
+fn typed_bytes(t: &TensorProto, dtype: Stored, numel: u64) -> Result<Vec<u8>, String> {
+    // Packed types keep each byte (two elements) in one int32_data value.
+    let name = dtype.name();
+    let dtype = if dtype.packed() {
+        DType::F4E2M1
+    } else {
+        dtype.ir()
+    };
+    let check = |field: &str, len: usize, numel: u64| -> Result<(), String> {
+        if len as u64 != numel {
+            if len == 0 {
                 return Err(format!(
-                    "has no data ({dtype} needs raw_data or {field} with {numel} values)"
+                    "has no data ({name} needs raw_data or {field} with {numel} values)"
                 ));
             }
             return Err(format!(
                 "{field} has {} values, but the dims hold {numel}",
-                v.len()
+                len
             ));
         }
         Ok(())
-    }
+    };
     Ok(match dtype {
         DType::F32 => {
-            check("float_data", &t.float_data, numel, dtype)?;
+            check("float_data", t.float_data.len(), numel)?;
             t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         DType::F64 => {
-            check("double_data", &t.double_data, numel, dtype)?;
+            check("double_data", t.double_data.len(), numel)?;
             t.double_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         DType::I64 => {
-            check("int64_data", &t.int64_data, numel, dtype)?;
+            check("int64_data", t.int64_data.len(), numel)?;
             t.int64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         DType::I32 => {
-            check("int32_data", &t.int32_data, numel, dtype)?;
+            check("int32_data", t.int32_data.len(), numel)?;
             t.int32_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         DType::U32 => {
-            check("uint64_data", &t.uint64_data, numel, dtype)?;
+            check("uint64_data", t.uint64_data.len(), numel)?;
             t.uint64_data
                 .iter()
                 .flat_map(|&v| (v as u32).to_le_bytes())
                 .collect()
         }
         DType::U64 => {
-            check("uint64_data", &t.uint64_data, numel, dtype)?;
+            check("uint64_data", t.uint64_data.len(), numel)?;
             t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         // FP4: each int32_data value is one byte holding two packed elements.
         DType::F4E2M1 => {
-            check("int32_data", &t.int32_data, numel.div_ceil(2), dtype)?;
+            check("int32_data", t.int32_data.len(), numel.div_ceil(2))?;
             t.int32_data.iter().map(|&v| v as u8).collect()
         }
         // 16-bit types (f16 and bf16 as bit patterns) live in int32_data, one per element.
         DType::I16 | DType::U16 | DType::F16 | DType::BF16 => {
-            check("int32_data", &t.int32_data, numel, dtype)?;
+            check("int32_data", t.int32_data.len(), numel)?;
             t.int32_data
                 .iter()
                 .flat_map(|&v| (v as u16).to_le_bytes())
                 .collect()
         }
         DType::Bool => {
-            check("int32_data", &t.int32_data, numel, dtype)?;
+            check("int32_data", t.int32_data.len(), numel)?;
             t.int32_data.iter().map(|&v| (v != 0) as u8).collect()
         }
         // 8-bit types (FP8 as bit patterns) also live in int32_data.
@@ -270,7 +338,7 @@ fn typed_bytes(t: &TensorProto, dtype: DType, numel: u64) -> Result<Vec<u8>, Str
         | DType::F8E4M3Fnuz
         | DType::F8E5M2Fnuz
         | DType::F8E8M0 => {
-            check("int32_data", &t.int32_data, numel, dtype)?;
+            check("int32_data", t.int32_data.len(), numel)?;
             t.int32_data.iter().map(|&v| v as u8).collect()
         }
     })

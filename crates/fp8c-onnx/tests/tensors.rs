@@ -163,7 +163,7 @@ fn tensor_pb_files_round_trip() {
 
 #[test]
 fn tensor_pb_errors() {
-    // FNUZ and FP4 decode (FP4 packed two per byte, low nibble first); 4-bit ints do not.
+    // FNUZ and FP4 decode (FP4 packed two per byte, low nibble first); complex numbers do not.
     let fnuz = TensorProto {
         raw_data: Some(vec![0x80]),
         ..proto(18, &[1])
@@ -188,14 +188,14 @@ fn tensor_pb_errors() {
         decode_tensor_pb(&short).unwrap_err().to_string(),
         r#"tensor "t": raw_data has 1 bytes, but f4e2m1 dims [3] need 2"#
     );
-    let int4 = TensorProto {
-        raw_data: Some(vec![0]),
-        ..proto(22, &[1])
+    let complex = TensorProto {
+        raw_data: Some(vec![0; 8]),
+        ..proto(14, &[1])
     }
     .encode_to_vec();
     assert_eq!(
-        decode_tensor_pb(&int4).unwrap_err().to_string(),
-        r#"tensor "t": unsupported element type INT4"#
+        decode_tensor_pb(&complex).unwrap_err().to_string(),
+        r#"tensor "t": unsupported element type COMPLEX64"#
     );
     let strings = TensorProto {
         string_data: vec![b"a".to_vec()],
@@ -212,12 +212,53 @@ fn tensor_pb_errors() {
     assert!(msg.starts_with("not a valid ONNX tensor: "), "{msg}");
 
     let path = scratch().join("bad.pb");
-    std::fs::write(&path, &int4).unwrap();
+    std::fs::write(&path, &complex).unwrap();
     assert_eq!(
         load_tensor_pb(&path).unwrap_err().to_string(),
         format!(
-            r#"{}: tensor "t": unsupported element type INT4"#,
+            r#"{}: tensor "t": unsupported element type COMPLEX64"#,
             path.display()
         )
+    );
+}
+
+/// ONNX INT4 (22) and UINT4 (21) pack two elements per byte, the first in the low nibble (in
+/// raw_data, or one byte per int32_data value); the IR holds them one per byte as I8 (sign
+/// extended) and U8, an odd count leaving the last high nibble unused. Onnxruntime's
+/// weight-only quantizer writes such initializers behind DequantizeLinear.
+#[test]
+fn four_bit_integers_unpack_to_one_byte_each() {
+    // -8, 7, -1, 0, 5 in raw_data: bytes (lo | hi << 4).
+    let t = decode(&TensorProto {
+        raw_data: Some(vec![0x78, 0x0f, 0x05]),
+        ..proto(22, &[5])
+    });
+    assert_eq!(
+        (t.dtype(), t.to_i64_vec().unwrap()),
+        (DType::I8, vec![-8, 7, -1, 0, 5])
+    );
+    let t = decode(&TensorProto {
+        int32_data: vec![0x78, 0x0f],
+        ..proto(21, &[2, 2])
+    });
+    assert_eq!(
+        (t.dtype(), t.shape(), t.to_i64_vec().unwrap()),
+        (DType::U8, &[2u64, 2][..], vec![8, 7, 15, 0])
+    );
+    let short = TensorProto {
+        raw_data: Some(vec![0x78]),
+        ..proto(22, &[3])
+    };
+    let err = tensor_from_proto(&short, None).unwrap_err().to_string();
+    assert!(
+        err.contains("raw_data has 1 bytes, but int4 dims [3] need 2"),
+        "{err}"
+    );
+    let none = tensor_from_proto(&proto(21, &[3]), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        none.contains("uint4 needs raw_data or int32_data with 2 values"),
+        "{none}"
     );
 }
