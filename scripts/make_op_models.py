@@ -411,6 +411,77 @@ def nbits_qdq_mlp(out_dir, name, is_symmetric):
     return dst
 
 
+def gbq_model(name, data_type, data, scales, zp=None, **attrs):
+    """One com.microsoft GatherBlockQuantized over initializer `data` (INT4 / UINT4 written with
+    onnx's helper, two per byte; UINT8 as it is), `scales` and optional zero points `zp`, on
+    graph input `ids` int64 [2, 3] (filled with --vocab)."""
+    ins = ["data", "ids", "scales"] + (["zp"] if zp is not None else [])
+    node = helper.make_node("GatherBlockQuantized", ins, ["y"], domain="com.microsoft", **attrs)
+
+    def tensor(n, a):
+        if data_type in (TensorProto.INT4, TensorProto.UINT4):
+            return helper.make_tensor(n, data_type, a.shape, a.flatten().tolist())
+        return numpy_helper.from_array(a, n)
+    inits = [tensor("data", data), numpy_helper.from_array(scales, "scales")]
+    if zp is not None:
+        inits.append(tensor("zp", zp))
+    out = TensorProto.FLOAT16 if scales.dtype == np.float16 else F
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+                          [helper.make_tensor_value_info("y", out, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+RNG_GBQ = np.random.default_rng(5)
+# GatherBlockQuantized on each code format: UINT8 with two 4-bit codes per byte (no zero
+# points; packed zero points with a pad nibble, 5 blocks a row), UINT8 8-bit codes, INT4
+# gathered along axis 1 and quantized along axis 0 with float16 scales, a 3-D UINT4 table
+# with UINT4 zero points.
+CASES += [
+    gbq_model("gbq_u8_4bit", TensorProto.UINT8, RNG_GBQ.integers(0, 256, (6, 40), dtype=np.uint8),
+              RNG_GBQ.random((6, 5), dtype=np.float32), block_size=16),
+    gbq_model("gbq_u8_4bit_zero_points", TensorProto.UINT8,
+              RNG_GBQ.integers(0, 256, (6, 40), dtype=np.uint8), RNG_GBQ.random((6, 5), dtype=np.float32),
+              zp=RNG_GBQ.integers(0, 256, (6, 3), dtype=np.uint8), block_size=16),
+    gbq_model("gbq_u8_8bit_zero_points", TensorProto.UINT8,
+              RNG_GBQ.integers(0, 256, (6, 40), dtype=np.uint8), RNG_GBQ.random((6, 3), dtype=np.float32),
+              zp=RNG_GBQ.integers(0, 256, (6, 3), dtype=np.uint8), block_size=16, bits=8),
+    gbq_model("gbq_int4_axis1_f16", TensorProto.INT4, RNG_GBQ.integers(-8, 8, (40, 7)),
+              RNG_GBQ.random((3, 7)).astype(np.float16), block_size=16, gather_axis=1,
+              quantize_axis=0),
+    gbq_model("gbq_uint4_3d_zero_points", TensorProto.UINT4, RNG_GBQ.integers(0, 16, (3, 4, 32)),
+              RNG_GBQ.random((3, 4, 2), dtype=np.float32), zp=RNG_GBQ.integers(0, 16, (3, 4, 2)),
+              block_size=16, quantize_axis=2),
+]
+
+
+def gbq_embedding(out_dir, name, is_symmetric):
+    """An embedding (Gather of a [50, 72] table) through onnxruntime's weight-only quantizer
+    with Gather among its op types: a GatherBlockQuantized of INT4 codes (symmetric) or UINT4
+    codes and zero points, blocks of 32 along the hidden axis (a partial last block)."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as mq
+
+    rng = np.random.default_rng(3)
+    emb = (rng.standard_normal((50, 72)) * 0.3).astype(np.float32)
+    g = helper.make_graph([helper.make_node("Gather", ["emb", "ids"], ["y"], axis=0)], "embedding",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "s"])],
+                          [helper.make_tensor_value_info("y", F, ["b", "s", 72])], [init("emb", emb)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    cfg = mq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=is_symmetric,
+                                          op_types_to_quantize=("MatMul", "Gather"),
+                                          quant_axes=(("Gather", 1),))
+    q = mq.MatMulNBitsQuantizer(m, algo_config=cfg)
+    q.process()
+    dst = os.path.join(out_dir, f"{name}.onnx")
+    q.model.save_model_to_file(dst)
+    return dst
+
+
 # onnxruntime's transformer-optimizer ops (com.microsoft, and its default-domain
 # SimplifiedLayerNormalization), one model each, with their own generator.
 RNG_MS = np.random.default_rng(5)
@@ -947,6 +1018,8 @@ def main(argv):
         print(f"wrote {os.path.basename(nbits_mlp(out_dir, name, **quant))}")
     for name, sym in [("nbits4_qdq_int4_sym", True), ("nbits4_qdq_uint4_zero_points", False)]:
         print(f"wrote {os.path.basename(nbits_qdq_mlp(out_dir, name, sym))}")
+    for name, sym in [("gbq_embedding_int4", True), ("gbq_embedding_uint4_zero_points", False)]:
+        print(f"wrote {os.path.basename(gbq_embedding(out_dir, name, sym))}")
     for name in cast_e8m0_dirs(out_dir):
         print(f"wrote {name}/")
     return 0

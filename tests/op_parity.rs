@@ -7,7 +7,8 @@
 //! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and
 //! QLinearSoftmax (onnxruntime's static quantizer, QOperator format), com.microsoft MatMulNBits
 //! (its weight-only 2/4/8-bit quantizer; in QDQ format, INT4/UINT4 initializers behind a
-//! blocked DequantizeLinear), LSTM, GRU and RNN (PyTorch's two exporters,
+//! blocked DequantizeLinear), GatherBlockQuantized (the same quantizer's embeddings, and
+//! hand-made UINT8/INT4/UINT4 tables on other axes), LSTM, GRU and RNN (PyTorch's two exporters,
 //! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
@@ -187,6 +188,13 @@ op_tests! {
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];
     int4_weights_behind_blocked_dequantize_linear: "nbits4_qdq_int4_sym", ["--dim", "batch=5"];
     uint4_weights_and_zero_points_behind_dequantize_linear: "nbits4_qdq_uint4_zero_points", ["--dim", "batch=5"];
+    gather_block_quantized_uint8_4bit: "gbq_u8_4bit", ["--vocab", "6"];
+    gather_block_quantized_uint8_4bit_packed_zero_points: "gbq_u8_4bit_zero_points", ["--vocab", "6"];
+    gather_block_quantized_uint8_8bit_zero_points: "gbq_u8_8bit_zero_points", ["--vocab", "6"];
+    gather_block_quantized_int4_axis1_f16_scales: "gbq_int4_axis1_f16", ["--vocab", "7"];
+    gather_block_quantized_uint4_3d_zero_points: "gbq_uint4_3d_zero_points", ["--vocab", "3"];
+    gather_block_quantized_embedding_int4: "gbq_embedding_int4", ["--vocab", "50", "--dim", "b=2", "--dim", "s=5"];
+    gather_block_quantized_embedding_uint4: "gbq_embedding_uint4_zero_points", ["--vocab", "50", "--dim", "b=2", "--dim", "s=5"];
     conv_depthwise_5x5_stride: "conv_depthwise_5x5_stride";
     conv_depthwise_multiplier_dilation: "conv_depthwise_multiplier_dilation";
     conv_depthwise_1d_same_upper: "conv_depthwise_1d_same";

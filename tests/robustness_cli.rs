@@ -703,8 +703,9 @@ fn an_infinite_input_gives_nan_in_fp8_as_in_f32() {
 
 /// Malformed recurrent, classic-ML and contrib nodes are clean errors naming the node and
 /// what is wrong (no panic): an LSTM whose W does not match hidden_size, an SVM with a
-/// negative support-vector count, a LabelEncoder with an empty default tensor and a
-/// MatMulNBits whose B is too short.
+/// negative support-vector count, a LabelEncoder with an empty default tensor, a
+/// MatMulNBits whose B is too short and GatherBlockQuantized tables with scales of the wrong
+/// shape or an unsupported bit width.
 #[test]
 fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
     let d = scratch("robust-new-ops");
@@ -788,6 +789,38 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
     must_fail(
         &["compile", &nbits],
         &["node \"mm4\" (MatMulNBits)", "B must be uint8 [4, 1, 16]"],
+    );
+    // A packed 4-bit table of 4 × 32 codes has 2 blocks of 16 a row, not 1.
+    let gbq = |scales: &[u64], bits: i64| {
+        let n: u64 = scales.iter().product();
+        ModelBuilder::new()
+            .opset(21)
+            .opset_import("com.microsoft", 1)
+            .input("ids", DType::I64, &[3.into()])
+            .initializer(
+                "data",
+                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![4, 16], &[17.0; 64]).unwrap(),
+            )
+            .initializer_f32("s", scales, &vec![0.5; n as usize])
+            .node("GatherBlockQuantized", &["data", "ids", "s"], &["y"])
+            .domain("com.microsoft")
+            .name("emb")
+            .attr_int("block_size", 16)
+            .attr_int("bits", bits)
+            .output_untyped("y")
+    };
+    let bad_scales = one_node(&d, "gbq.onnx", gbq(&[4, 1], 4));
+    must_fail(
+        &["compile", &bad_scales],
+        &[
+            "node \"emb\" (GatherBlockQuantized)",
+            "scales [4, 1] must be the data's shape [4, 32]",
+        ],
+    );
+    let bad_bits = one_node(&d, "gbq_bits.onnx", gbq(&[4, 1], 2));
+    must_fail(
+        &["compile", &bad_bits],
+        &["node \"emb\" (GatherBlockQuantized)", "bits = 2 is not supported"],
     );
 }
 

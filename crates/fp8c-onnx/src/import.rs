@@ -450,6 +450,8 @@ fn build(
         }
     }
     let mut strings: HashMap<String, Vec<String>> = HashMap::new();
+    // Initializers stored as ONNX INT4 / UINT4 (held as I8 / U8, see `tensor.rs`).
+    let mut four_bit: HashSet<String> = HashSet::new();
     let vocabularies = crate::strings::input_vocabularies(graph, inputs, order);
     for vi in inputs {
         let v = match opts.constant_inputs.get(vi.name()) {
@@ -482,6 +484,9 @@ fn build(
             Some(data) => tensor_from_raw(t, data)?,
             None => tensor_from_proto(t, base_dir)?,
         };
+        if crate::tensor::is_four_bit_int(t.data_type()) {
+            four_bit.insert(t.name().to_string());
+        }
         let v = add_initializer(&mut g, t, tensor)?;
         values.insert(t.name().to_string(), v);
     }
@@ -501,6 +506,7 @@ fn build(
             base_dir,
             warnings: &mut *warnings,
             strings: &mut strings,
+            four_bit: &four_bit,
         };
         map_node(&mut g, &mut values, &nodes[k], &names[k], &mut cx)?;
     }
@@ -705,6 +711,8 @@ pub(crate) struct MapCx<'a> {
     pub(crate) warnings: &'a mut Vec<String>,
     /// Values that hold strings, as i64 indices into their table (`crate::strings`).
     pub(crate) strings: &'a mut HashMap<String, Vec<String>>,
+    /// Initializers stored as ONNX INT4 / UINT4, which the IR holds as I8 / U8.
+    pub(crate) four_bit: &'a HashSet<String>,
 }
 
 /// Maps one ONNX node through its builder and records its outputs.
@@ -771,6 +779,11 @@ pub(crate) fn map_node(
         .input
         .iter()
         .map(|i| mcx.strings.get(i).cloned())
+        .collect();
+    cx.four_bit_inputs = node
+        .input
+        .iter()
+        .map(|i| mcx.four_bit.contains(i))
         .collect();
     let outs = build(&mut cx)?;
     for (slot, table) in std::mem::take(&mut cx.labels) {

@@ -84,6 +84,7 @@ pub(crate) fn map_nodes(
         base_dir: mcx.base_dir,
         warnings: &mut *mcx.warnings,
         strings: &mut *mcx.strings,
+        four_bit: mcx.four_bit,
     };
     for (k, n) in sub.node.iter().enumerate() {
         let local = if n.name().is_empty() {

@@ -226,6 +226,11 @@ impl Stored {
     }
 }
 
+/// Whether `code` is ONNX INT4 or UINT4 (imported as I8 / U8, see [`Stored`]).
+pub(crate) fn is_four_bit_int(code: i32) -> bool {
+    matches!(stored_dtype(code), Ok(Stored::Int4 | Stored::Uint4))
+}
+
 /// The storage of a tensor proto's element type `code` (see [`Stored`]).
 fn stored_dtype(code: i32) -> Result<Stored, String> {
     match DataType::try_from(code) {

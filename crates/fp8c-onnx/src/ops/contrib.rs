@@ -7,6 +7,8 @@
 //!   of K in f32 (rounded to A's type), into a `[K, N]` parameter, and the node becomes a
 //!   MatMul with it (plus the bias): the precision policy then treats it as any other GEMM,
 //!   so fp8c re-quantizes it to FP8 where the policy says.
+//! - GatherBlockQuantized (the same quantizer's, and onnxruntime-genai's, quantized embedding
+//!   table): [`super::contrib_gather`].
 //! - The fused ops of onnxruntime's transformer optimizer (SkipLayerNormalization, FastGelu,
 //!   ...): [`super::contrib_fused`].
 //! - The QOperator ops of onnxruntime's static quantizer (QGemm, QLinearAdd, ...):
@@ -21,6 +23,7 @@
 
 use super::contrib_attention as attention;
 use super::contrib_fused as fused;
+use super::contrib_gather as gather;
 use super::contrib_gqa as gqa;
 use super::contrib_graph as graph;
 use super::contrib_qlinear as qlinear;
@@ -44,6 +47,7 @@ registry! {
     "FusedGemm" 2..=3 => graph::fused_gemm,
     "FusedMatMul" 2..=2 => graph::fused_matmul,
     "Gelu" 1..=1 => fused::gelu,
+    "GatherBlockQuantized" 3..=4 => gather::gather_block_quantized,
     "GroupQueryAttention" 7..=16 => gqa::group_query_attention,
     "MatMulIntegerToFloat" 4..=7 => graph::matmul_integer_to_float,
     "MatMulNBits" 2..=6 => matmul_nbits,

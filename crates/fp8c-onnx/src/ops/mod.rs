@@ -12,6 +12,7 @@ mod attention;
 pub(crate) mod contrib;
 mod contrib_attention;
 mod contrib_fused;
+mod contrib_gather;
 mod contrib_gqa;
 mod contrib_graph;
 mod contrib_qlinear;
@@ -215,6 +216,9 @@ pub(crate) struct NodeCx<'a> {
     pub(crate) labels: Vec<(usize, Vec<String>)>,
     /// Per input: the string table of an input that holds strings (`crate::strings`).
     pub(crate) input_tables: Vec<Option<Vec<String>>>,
+    /// Per input: whether it is an initializer stored as ONNX INT4 / UINT4 (held as I8 /
+    /// U8 with the same values; a UINT4 and a packed UINT8 table differ only there).
+    pub(crate) four_bit_inputs: Vec<bool>,
 }
 
 impl<'a> NodeCx<'a> {
@@ -238,6 +242,7 @@ impl<'a> NodeCx<'a> {
             base_dir,
             labels: Vec::new(),
             input_tables: Vec::new(),
+            four_bit_inputs: Vec::new(),
         }
     }
 
