@@ -435,6 +435,37 @@ def gbq_model(name, data_type, data, scales, zp=None, **attrs):
     return name, m
 
 
+def nbits_g_idx(name, with_zero_points):
+    """com.microsoft MatMulNBits with g_idx (GPTQ's act-order: row k of B takes the scale and
+    zero point of block g_idx[k], a shuffled assignment), 4-bit codes, K = 64 in blocks of 16,
+    with or without (float) zero points, on input a [batch, 64]."""
+    rng = np.random.default_rng(2)
+    k, n, bs = 64, 8, 16
+    blocks = k // bs
+    b = rng.integers(0, 256, (n, blocks, bs // 2), dtype=np.uint8)
+    scales = (rng.random((n * blocks,), dtype=np.float32) * 0.1).astype(np.float32)
+    g_idx = rng.permutation(np.repeat(np.arange(blocks), bs)).astype(np.int32)
+    inits = [init("b", b), init("s", scales), init("g", g_idx)]
+    ins = ["a", "b", "s", "", "g"]
+    if with_zero_points:
+        # Float zero points: onnxruntime 1.31's CPU kernel reads packed uint8 zero points
+        # next to g_idx into a variable it never uses (its zero point stays 8), so only
+        # these can be compared with it.
+        inits.append(init("zp", (rng.random((n * blocks,)) * 15).astype(np.float32)))
+        ins[3] = "zp"
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain="com.microsoft", K=k, N=n, bits=4,
+                            block_size=bs)
+    g = helper.make_graph([node], name, [helper.make_tensor_value_info("a", F, ["batch", k])],
+                          [helper.make_tensor_value_info("y", F, ["batch", n])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)],
+                          producer_name="make_op_models.py")
+    m.ir_version = 10
+    return name, m
+
+
+CASES += [nbits_g_idx("nbits4_g_idx", False), nbits_g_idx("nbits4_g_idx_zero_points", True)]
+
 RNG_GBQ = np.random.default_rng(5)
 # GatherBlockQuantized on each code format: UINT8 with two 4-bit codes per byte (no zero
 # points; packed zero points with a pad nibble, 5 blocks a row), UINT8 8-bit codes, INT4

@@ -188,6 +188,8 @@ op_tests! {
     matmul_nbits_8bit_zero_points: "nbits8_asym_b32", ["--dim", "batch=5"];
     int4_weights_behind_blocked_dequantize_linear: "nbits4_qdq_int4_sym", ["--dim", "batch=5"];
     uint4_weights_and_zero_points_behind_dequantize_linear: "nbits4_qdq_uint4_zero_points", ["--dim", "batch=5"];
+    matmul_nbits_act_order_g_idx: "nbits4_g_idx", ["--dim", "batch=3"];
+    matmul_nbits_act_order_g_idx_zero_points: "nbits4_g_idx_zero_points", ["--dim", "batch=3"];
     gather_block_quantized_uint8_4bit: "gbq_u8_4bit", ["--vocab", "6"];
     gather_block_quantized_uint8_4bit_packed_zero_points: "gbq_u8_4bit_zero_points", ["--vocab", "6"];
     gather_block_quantized_uint8_8bit_zero_points: "gbq_u8_8bit_zero_points", ["--vocab", "6"];

@@ -704,7 +704,7 @@ fn an_infinite_input_gives_nan_in_fp8_as_in_f32() {
 /// Malformed recurrent, classic-ML and contrib nodes are clean errors naming the node and
 /// what is wrong (no panic): an LSTM whose W does not match hidden_size, an SVM with a
 /// negative support-vector count, a LabelEncoder with an empty default tensor, a
-/// MatMulNBits whose B is too short and GatherBlockQuantized tables with scales of the wrong
+/// MatMulNBits whose B is too short or whose g_idx misses rows, and GatherBlockQuantized tables with scales of the wrong
 /// shape or an unsupported bit width.
 #[test]
 fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
@@ -790,6 +790,34 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
         &["compile", &nbits],
         &["node \"mm4\" (MatMulNBits)", "B must be uint8 [4, 1, 16]"],
     );
+    let g_idx = one_node(
+        &d,
+        "nbits_g_idx.onnx",
+        ModelBuilder::new()
+            .opset(17)
+            .opset_import("com.microsoft", 1)
+            .input("a", DType::F32, &[2.into(), 32.into()])
+            .initializer(
+                "b",
+                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![4, 1, 16], &[17.0; 64]).unwrap(),
+            )
+            .initializer_f32("s", &[4], &[0.5; 4])
+            .initializer("g", &fp8c_ir::Tensor::from_i64(vec![31], &[0; 31]))
+            .node("MatMulNBits", &["a", "b", "s", "", "g"], &["y"])
+            .domain("com.microsoft")
+            .name("mm4g")
+            .attr_int("K", 32)
+            .attr_int("N", 4)
+            .attr_int("block_size", 32)
+            .output_untyped("y"),
+    );
+    must_fail(
+        &["compile", &g_idx],
+        &[
+            "node \"mm4g\" (MatMulNBits)",
+            "g_idx has 31 entries for K = 32",
+        ],
+    );
     // A packed 4-bit table of 4 × 32 codes has 2 blocks of 16 a row, not 1.
     let gbq = |scales: &[u64], bits: i64| {
         let n: u64 = scales.iter().product();
@@ -820,7 +848,10 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
     let bad_bits = one_node(&d, "gbq_bits.onnx", gbq(&[4, 1], 2));
     must_fail(
         &["compile", &bad_bits],
-        &["node \"emb\" (GatherBlockQuantized)", "bits = 2 is not supported"],
+        &[
+            "node \"emb\" (GatherBlockQuantized)",
+            "bits = 2 is not supported",
+        ],
     );
 }
 

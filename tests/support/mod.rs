@@ -114,12 +114,24 @@ pub fn onnx_node_tests() -> PathBuf {
 
 /// onnxruntime's outputs for `model` on deterministic inputs made by
 /// `scripts/ort_reference.py --make-inputs` with `args` (`--dim`, `--shape`, `--seed`):
-/// `(inputs.npz, outputs.npz)`, cached in `.cache/ort/` under `tag`.
+/// `(inputs.npz, outputs.npz)`, cached in `.cache/ort/` under `tag` and a hash of the model and
+/// `args`.
 pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBuf) {
     let dir = cache_dir().join("ort");
+    // Keyed by the model's bytes and the arguments too: a regenerated model under the same
+    // tag gets a fresh reference instead of the one cached for its old version.
+    let key = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::fs::read(model)
+            .unwrap_or_else(|e| panic!("read {}: {e}", model.display()))
+            .hash(&mut h);
+        args.hash(&mut h);
+        h.finish()
+    };
     let (ins, outs) = (
-        dir.join(format!("{tag}.inputs.npz")),
-        dir.join(format!("{tag}.outputs.npz")),
+        dir.join(format!("{tag}.{key:016x}.inputs.npz")),
+        dir.join(format!("{tag}.{key:016x}.outputs.npz")),
     );
     let py = python(); // before the lock: python() takes it too
     let _g = cache_lock();

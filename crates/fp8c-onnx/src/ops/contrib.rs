@@ -71,8 +71,8 @@ registry! {
 
 /// MatMulNBits: inputs A `[.., K]`, B (uint8 `[N, blocks, block_size · bits / 8]`), scales
 /// (`[N · blocks]` or `[N, blocks]`), optional zero points (packed uint8, `bits` per block,
-/// each row of N padded to whole bytes; or of the scales' type), g_idx (not supported) and
-/// bias `[N]`; attributes K, N, bits (default 4), block_size. Codes are packed low bits first.
+/// each row of N padded to whole bytes; or of the scales' type), g_idx (optional, `[K]`: the
+/// block whose scale and zero point each row of B takes, GPTQ's act-order) and bias `[N]`; attributes K, N, bits (default 4), block_size. Codes are packed low bits first.
 /// Without zero points the zero point is `2^(bits − 1)`.
 ///
 /// `accuracy_level` 4 asks for A in int8: onnxruntime's CPU kernel (MLAS `CompInt8`) then
@@ -100,9 +100,6 @@ fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     let bits = bits as usize;
     if block < 16 || !block.is_power_of_two() {
         return Err(cx.err(format!("block_size = {block} must be a power of two ≥ 16")));
-    }
-    if cx.opt_input(4).is_some() {
-        return Err(cx.err("input g_idx (act-order block indices) is not supported"));
     }
     let a = cx.input(0)?;
     let dtype = cx.ty(a).dtype;
@@ -175,16 +172,37 @@ fn matmul_nbits(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
             }
         }
     };
+    // g_idx (GPTQ's act-order): row kk of B takes the scale and zero point of block
+    // g_idx[kk]; its codes stay where they are, in block kk / block_size.
+    let group: Vec<usize> = match cx.opt_input(4) {
+        None => (0..k).map(|kk| kk / block).collect(),
+        Some(_) => {
+            let g = known(cx, 4, "g_idx")?
+                .to_i64_vec()
+                .map_err(|e| cx.err(format!("g_idx: {e}")))?;
+            if g.len() != k {
+                return Err(cx.err(format!("g_idx has {} entries for K = {k}", g.len())));
+            }
+            let bad = g.iter().position(|&b| b < 0 || b as usize >= blocks);
+            if let Some(i) = bad {
+                return Err(cx.err(format!(
+                    "g_idx[{i}] = {} is not a block index (0..{blocks})",
+                    g[i]
+                )));
+            }
+            g.iter().map(|&b| b as usize).collect()
+        }
+    };
     let codes = b.bytes();
     let mask = (1u32 << bits) - 1;
     let mut w = vec![0f64; k * n];
     for row in 0..n {
-        for kk in 0..k {
+        for (kk, &grp) in group.iter().enumerate() {
             let (blk, i) = (kk / block, kk % block);
             let bit = i * bits;
             let byte = codes[(row * blocks + blk) * blob + bit / 8] as u32;
             let q = ((byte >> (bit % 8)) & mask) as f32;
-            let v = (q - zp(row, blk)) * scales[row * blocks + blk];
+            let v = (q - zp(row, grp)) * scales[row * blocks + grp];
             w[kk * n + row] = f64::from(v);
         }
     }
