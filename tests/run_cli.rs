@@ -1008,6 +1008,33 @@ fn profile_tables_cover_every_step() {
     let (_, total) = shares(&r.stderr);
     assert!((total - 100.0).abs() < 1.0, "shares add to {total}");
 
+    // --profile-nodes N lists the N slowest nodes (0: none); it needs --profile.
+    let node_rows = |err: &str| {
+        let lines: Vec<&str> = err.lines().collect();
+        let at = lines.iter().position(|l| l.contains("slowest nodes"));
+        at.map(|i| {
+            lines[i + 2..]
+                .iter()
+                .take_while(|l| l.starts_with("  "))
+                .count()
+        })
+    };
+    for (n, want) in [("2", Some(2)), ("0", None)] {
+        let r = run(&[
+            &"run",
+            &model,
+            &"--inputs",
+            &root.join("examples/data/digits_test.npz"),
+            &"--profile",
+            &"--profile-nodes",
+            &n,
+        ]);
+        assert!(r.ok, "{}", r.stderr);
+        assert_eq!(node_rows(&r.stderr), want, "{}", r.stderr);
+    }
+    let r = run(&[&"run", &model, &"--profile-nodes", &"3"]);
+    assert!(!r.ok && r.stderr.contains("--profile"), "{}", r.stderr);
+
     let r = run(&[
         &"train",
         &model,

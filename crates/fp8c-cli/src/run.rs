@@ -80,6 +80,9 @@ pub struct RunArgs {
     /// step's outputs back).
     #[arg(long)]
     pub profile: bool,
+    /// How many of the slowest nodes `--profile` lists (0: the op kinds only).
+    #[arg(long, value_name = "N", default_value_t = 15, requires = "profile")]
+    pub profile_nodes: usize,
     /// The backend to run on.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: DeviceArg,
@@ -442,7 +445,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let run_time = times[0];
     if a.profile {
-        eprint!("{}", profile.report(15));
+        eprint!("{}", profile.report(a.profile_nodes));
     }
 
     let g = &compiled.graph;

@@ -199,6 +199,9 @@ pub struct TrainArgs {
     /// slowest nodes of the training program (forward, backward, optimizer), over every step.
     #[arg(long)]
     pub profile: bool,
+    /// How many of the slowest nodes `--profile` lists (0: the op kinds only).
+    #[arg(long, value_name = "N", default_value_t = 15, requires = "profile")]
+    pub profile_nodes: usize,
     /// Test hook: make the gradients of this step NaN (the step must be skipped).
     #[arg(long = "poison-step", value_name = "STEP", hide = true)]
     pub poison_step: Vec<u64>,
@@ -671,7 +674,7 @@ fn train_one(a: TrainArgs) -> Result<Summary> {
         );
     }
     if let Some(p) = trainer.profile() {
-        eprint!("{}", p.report(15));
+        eprint!("{}", p.report(a.profile_nodes));
     }
     if let Some(dir) = &a.checkpoint {
         checkpoint::save(dir, &trainer, &meta)?;

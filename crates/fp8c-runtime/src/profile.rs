@@ -150,8 +150,8 @@ impl Profile {
         rows
     }
 
-    /// The two tables as text: every op kind, then the `top` slowest nodes; times are the
-    /// mean per profiled run.
+    /// The two tables as text: every op kind, then the `top` slowest nodes (none for 0);
+    /// times are the mean per profiled run.
     pub fn report(&self, top: usize) -> String {
         // Times are per run (the mean over the profiled runs), calls are totals.
         let runs = self.runs.max(1) as f64;
@@ -176,6 +176,9 @@ impl Profile {
                 r.calls,
                 r.detail
             );
+        }
+        if top == 0 {
+            return s;
         }
         let nodes = self.by_node();
         s += &format!(
