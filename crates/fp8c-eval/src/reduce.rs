@@ -154,20 +154,29 @@ fn reduce(x: &Tensor, kind: Reduction, axes: Option<&[i64]>, keepdims: bool) -> 
     }
     // Reduced axes that form a trailing block (global pools, a last-axis mean): each output
     // folds one contiguous run of x, read in place, with the same sequential f64 fold as
-    // below (no f64 copy of the tensor, no offset tables; the same bits).
+    // below (no f64 copy of the tensor, no offset tables; the same bits). Other reductions of
+    // f32 read x in place through the offset tables, the same fold in the same order.
     let trailing = mask.iter().skip_while(|m| !**m).all(|m| *m);
+    let count = red_offsets.len();
+    // f32: read in place and each output rounded once straight to f32 (what the cast of the
+    // f64 result below does), with no f64 copy of the tensor or of the result.
+    if dtype == DType::F32
+        && let Ok(v) = x.as_slice::<f32>()
+    {
+        let out: Vec<f32> = if trailing {
+            par_map(&bases, |&b| {
+                fold(kind, v[b..b + count].iter().map(|&e| f64::from(e)), count) as f32
+            })
+        } else {
+            par_map(&bases, |&b| {
+                fold(kind, red_offsets.iter().map(|&o| f64::from(v[b + o])), count) as f32
+            })
+        };
+        return Tensor::from_vec(DType::F32, out_shape, out)
+            .map_err(|m| Fail::new(ErrorKind::TooLarge, m));
+    }
     if trailing {
-        let count = red_offsets.len();
         let t = match x.dtype() {
-            DType::F32 => {
-                let v = x
-                    .as_slice::<f32>()
-                    .map_err(|m| Fail::new(ErrorKind::DType, m))?;
-                let out = par_map(&bases, |&b| {
-                    fold(kind, v[b..b + count].iter().map(|&e| f64::from(e)), count)
-                });
-                Some(Tensor::from_f64(out_shape.clone(), &out))
-            }
             DType::F64 => {
                 let v = x
                     .as_slice::<f64>()
