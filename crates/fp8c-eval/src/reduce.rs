@@ -169,7 +169,11 @@ fn reduce(x: &Tensor, kind: Reduction, axes: Option<&[i64]>, keepdims: bool) -> 
             })
         } else {
             par_map(&bases, |&b| {
-                fold(kind, red_offsets.iter().map(|&o| f64::from(v[b + o])), count) as f32
+                fold(
+                    kind,
+                    red_offsets.iter().map(|&o| f64::from(v[b + o])),
+                    count,
+                ) as f32
             })
         };
         return Tensor::from_vec(DType::F32, out_shape, out)
