@@ -361,21 +361,26 @@ def static_qop_attention(out_dir, name, signed, masked_with):
     return quantize_qop(m, calib, os.path.join(out_dir, f"{name}.onnx"), signed)
 
 
-def nbits_mlp(out_dir, name, **quant):
-    """A 2-layer MLP (K = 72: a partial last block) whose MatMuls onnxruntime's weight-only
-    quantizer (`MatMulNBitsQuantizer`, the format of onnxruntime-genai's LLM exports) turned
-    into com.microsoft MatMulNBits; `quant` are its options (bits, block_size, is_symmetric)."""
-    from onnxruntime.quantization import matmul_nbits_quantizer as mq
-
+def float_mlp():
+    """The float MLP the weight-only quantizer cases start from: x [batch, 72] → MatMul (72×64)
+    → Relu → MatMul (64×48) → + bias (K = 72: a partial last block of 32)."""
     rng = np.random.default_rng(11)
     w = lambda *shape: (rng.standard_normal(shape) * 0.2).astype(np.float32)  # noqa: E731
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
              helper.make_node("Relu", ["h"], ["r"]),
              helper.make_node("MatMul", ["r", "w2"], ["y0"]),
              helper.make_node("Add", ["y0", "b2"], ["y"])]
-    m = model("mlp", nodes, [("x", F, ["batch", 72])], [("y", F, ["batch", 48])],
-              [init("w1", w(72, 64)), init("w2", w(64, 48)), init("b2", w(48))])
-    q = mq.MatMulNBitsQuantizer(m, **quant)
+    return model("mlp", nodes, [("x", F, ["batch", 72])], [("y", F, ["batch", 48])],
+                 [init("w1", w(72, 64)), init("w2", w(64, 48)), init("b2", w(48))])
+
+
+def nbits_mlp(out_dir, name, **quant):
+    """A 2-layer MLP (K = 72: a partial last block) whose MatMuls onnxruntime's weight-only
+    quantizer (`MatMulNBitsQuantizer`, the format of onnxruntime-genai's LLM exports) turned
+    into com.microsoft MatMulNBits; `quant` are its options (bits, block_size, is_symmetric)."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as mq
+
+    q = mq.MatMulNBitsQuantizer(float_mlp(), **quant)
     q.process()
     dst = os.path.join(out_dir, f"{name}.onnx")
     q.model.save_model_to_file(dst)
@@ -390,21 +395,9 @@ def nbits_qdq_mlp(out_dir, name, is_symmetric):
     from onnxruntime.quantization import QuantFormat
     from onnxruntime.quantization import matmul_nbits_quantizer as mq
 
-    rng = np.random.default_rng(11)
-    w = lambda *shape: (rng.standard_normal(shape) * 0.2).astype(np.float32)  # noqa: E731
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
-             helper.make_node("Relu", ["h"], ["r"]),
-             helper.make_node("MatMul", ["r", "w2"], ["y0"]),
-             helper.make_node("Add", ["y0", "b2"], ["y"])]
-    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", F, ["batch", 72])],
-                          [helper.make_tensor_value_info("y", F, ["batch", 48])],
-                          [init("w1", w(72, 64)), init("w2", w(64, 48)), init("b2", w(48))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)],
-                          producer_name="make_op_models.py")
-    m.ir_version = 10
     cfg = mq.DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=is_symmetric,
                                           quant_format=QuantFormat.QDQ)
-    q = mq.MatMulNBitsQuantizer(m, algo_config=cfg)
+    q = mq.MatMulNBitsQuantizer(float_mlp(), algo_config=cfg)
     q.process()
     dst = os.path.join(out_dir, f"{name}.onnx")
     q.model.save_model_to_file(dst)
