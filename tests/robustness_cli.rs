@@ -766,55 +766,49 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
         &["compile", &encoder],
         &["node \"enc\" (LabelEncoder)", "`default_tensor` is empty"],
     );
-    let nbits = one_node(
-        &d,
-        "nbits.onnx",
-        ModelBuilder::new()
+    // MatMulNBits with K = 32, N = 4 in one block of 32: B of `b_len` bytes (64 is right) and
+    // g_idx of `g_len` rows when given (32 is right).
+    let nbits = |b_len: u64, g_len: Option<u64>| {
+        let mut m = ModelBuilder::new()
             .opset(17)
             .opset_import("com.microsoft", 1)
             .input("a", DType::F32, &[2.into(), 32.into()])
             .initializer(
                 "b",
-                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![4, 1, 8], &[1.0; 32]).unwrap(),
+                &fp8c_ir::Tensor::from_f64_as(
+                    DType::U8,
+                    vec![4, 1, b_len / 4],
+                    &vec![17.0; b_len as usize],
+                )
+                .unwrap(),
             )
-            .initializer_f32("s", &[4], &[0.5; 4])
-            .node("MatMulNBits", &["a", "b", "s"], &["y"])
+            .initializer_f32("s", &[4], &[0.5; 4]);
+        let mut ins = vec!["a", "b", "s"];
+        if let Some(g) = g_len {
+            m = m.initializer(
+                "g",
+                &fp8c_ir::Tensor::from_i64(vec![g], &vec![0; g as usize]),
+            );
+            ins.extend(["", "g"]);
+        }
+        m.node("MatMulNBits", &ins, &["y"])
             .domain("com.microsoft")
             .name("mm4")
             .attr_int("K", 32)
             .attr_int("N", 4)
             .attr_int("block_size", 32)
-            .output_untyped("y"),
-    );
+            .output_untyped("y")
+    };
+    let short = one_node(&d, "nbits.onnx", nbits(32, None));
     must_fail(
-        &["compile", &nbits],
+        &["compile", &short],
         &["node \"mm4\" (MatMulNBits)", "B must be uint8 [4, 1, 16]"],
     );
-    let g_idx = one_node(
-        &d,
-        "nbits_g_idx.onnx",
-        ModelBuilder::new()
-            .opset(17)
-            .opset_import("com.microsoft", 1)
-            .input("a", DType::F32, &[2.into(), 32.into()])
-            .initializer(
-                "b",
-                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![4, 1, 16], &[17.0; 64]).unwrap(),
-            )
-            .initializer_f32("s", &[4], &[0.5; 4])
-            .initializer("g", &fp8c_ir::Tensor::from_i64(vec![31], &[0; 31]))
-            .node("MatMulNBits", &["a", "b", "s", "", "g"], &["y"])
-            .domain("com.microsoft")
-            .name("mm4g")
-            .attr_int("K", 32)
-            .attr_int("N", 4)
-            .attr_int("block_size", 32)
-            .output_untyped("y"),
-    );
+    let g_idx = one_node(&d, "nbits_g_idx.onnx", nbits(64, Some(31)));
     must_fail(
         &["compile", &g_idx],
         &[
-            "node \"mm4g\" (MatMulNBits)",
+            "node \"mm4\" (MatMulNBits)",
             "g_idx has 31 entries for K = 32",
         ],
     );
