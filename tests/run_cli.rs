@@ -949,6 +949,14 @@ fn profile_tables_cover_every_step() {
     let dir = scratch("run_cli_profile");
     let root = support::repo_root();
     let model = root.join("examples/models/mlp_digits.onnx");
+    let digits = root.join("examples/data/digits_test.npz");
+    // `fp8c run MODEL --inputs DIGITS --profile EXTRA...`.
+    let profiled = |extra: &[&dyn AsRef<std::ffi::OsStr>]| {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> =
+            vec![&"run", &model, &"--inputs", &digits, &"--profile"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
     let shares = |text: &str| -> (Vec<String>, f64) {
         let mut ops = Vec::new();
         let mut total = 0.0;
@@ -967,17 +975,8 @@ fn profile_tables_cover_every_step() {
         }
         (ops, total)
     };
-    let r = run(&[
-        &"run",
-        &model,
-        &"--inputs",
-        &root.join("examples/data/digits_test.npz"),
-        &"--min-fp8-flops",
-        &"0",
-        &"--profile",
-        &"-o",
-        &dir.join("out.npz"),
-    ]);
+    let out = dir.join("out.npz");
+    let r = profiled(&[&"--min-fp8-flops", &"0", &"-o", &out]);
     assert!(r.ok, "{}", r.stderr);
     assert!(r.stderr.contains("profile: 1 run,"), "{}", r.stderr);
     let (ops, total) = shares(&r.stderr);
@@ -990,15 +989,7 @@ fn profile_tables_cover_every_step() {
     assert!(r.stderr.contains("slowest nodes"), "{}", r.stderr);
 
     // With --repeat the profile covers every run, times per run.
-    let r = run(&[
-        &"run",
-        &model,
-        &"--inputs",
-        &root.join("examples/data/digits_test.npz"),
-        &"--profile",
-        &"--repeat",
-        &"3",
-    ]);
+    let r = profiled(&[&"--repeat", &"3"]);
     assert!(r.ok, "{}", r.stderr);
     assert!(
         r.stderr.contains("profile: 3 runs, per run"),
@@ -1020,15 +1011,7 @@ fn profile_tables_cover_every_step() {
         })
     };
     for (n, want) in [("2", Some(2)), ("0", None)] {
-        let r = run(&[
-            &"run",
-            &model,
-            &"--inputs",
-            &root.join("examples/data/digits_test.npz"),
-            &"--profile",
-            &"--profile-nodes",
-            &n,
-        ]);
+        let r = profiled(&[&"--profile-nodes", &n]);
         assert!(r.ok, "{}", r.stderr);
         assert_eq!(node_rows(&r.stderr), want, "{}", r.stderr);
     }
