@@ -83,41 +83,14 @@ struct ConvAttrs<'a> {
 impl<'a> ConvAttrs<'a> {
     /// The attributes every op of the family carries (the gradients' kernel_shape filled in).
     fn of(op: ConvOp<'a>) -> Self {
-        let (kernel_shape, strides, pads, dilations, group, auto_pad) = match op {
-            ConvOp::Conv {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-            }
-            | ConvOp::ConvGradInput {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-                ..
-            }
-            | ConvOp::ConvGradWeight {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-            } => (kernel_shape, strides, pads, dilations, group, auto_pad),
-            ConvOp::__Lifetime(never, _) => match never {},
-        };
+        let w = op.conv_window();
         ConvAttrs {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group: *group,
-            auto_pad: *auto_pad,
+            kernel_shape: w.kernel_shape,
+            strides: w.window.strides,
+            pads: w.window.pads,
+            dilations: w.window.dilations,
+            group: w.group,
+            auto_pad: w.window.auto_pad,
         }
     }
 }

@@ -139,6 +139,64 @@ pub struct WindowAttrs<'a> {
     pub ceil_mode: bool,
 }
 
+/// The window of an op of the conv family: its kernel shape, window attributes and group
+/// count (a conv's gradients carry the forward's).
+pub struct ConvWindow<'a> {
+    /// The kernel's spatial shape.
+    pub kernel_shape: &'a [i64],
+    /// Strides, pads, dilations and auto_pad (`ceil_mode` false).
+    pub window: WindowAttrs<'a>,
+    /// Channel groups.
+    pub group: i64,
+}
+
+impl<'a> crate::ConvOp<'a> {
+    /// The window every op of the family carries: one destructuring for the evaluator and
+    /// the CUDA lowering alike.
+    pub fn conv_window(self) -> ConvWindow<'a> {
+        use crate::ConvOp;
+        let (kernel_shape, strides, pads, dilations, group, auto_pad) = match self {
+            ConvOp::Conv {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            }
+            | ConvOp::ConvGradInput {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+                ..
+            }
+            | ConvOp::ConvGradWeight {
+                kernel_shape,
+                strides,
+                pads,
+                dilations,
+                group,
+                auto_pad,
+            } => (kernel_shape, strides, pads, dilations, group, auto_pad),
+            ConvOp::__Lifetime(never, _) => match never {},
+        };
+        ConvWindow {
+            kernel_shape,
+            window: WindowAttrs {
+                strides,
+                pads,
+                dilations,
+                auto_pad: *auto_pad,
+                ceil_mode: false,
+            },
+            group: *group,
+        }
+    }
+}
+
 fn per_axis(name: &str, vals: &[i64], n: usize, default: usize, min: i64) -> KResult<Vec<usize>> {
     if vals.is_empty() {
         return Ok(vec![default; n]);

@@ -242,59 +242,21 @@ impl Lowerer<'_> {
 
     pub(super) fn lower_conv(&self, c: ConvOp<'_>, step: &Step) -> R<Vec<Action>> {
         let (ins, outs) = (&step.inputs, &step.outputs);
+        let w = c.conv_window();
+        let (kernel_shape, window, group) = (w.kernel_shape, &w.window, w.group);
         match c {
-            ConvOp::Conv {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-            } => {
-                let window = WindowAttrs {
-                    strides,
-                    pads,
-                    dilations,
-                    auto_pad: *auto_pad,
-                    ceil_mode: false,
-                };
-                self.conv(ins, outs[0], kernel_shape, &window, *group)
+            ConvOp::Conv { .. } => self.conv(ins, outs[0], kernel_shape, window, group),
+            ConvOp::ConvGradInput { .. } => {
+                // dy = ins[0], w = ins[1]; dx has the forward's input shape.
+                let plan =
+                    self.conv_plan([outs[0], ins[1], ins[0]], kernel_shape, window, group)?;
+                self.conv_grad_input(&plan, ins[0], ins[1], outs[0])
             }
-            ConvOp::ConvGradInput {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-                ..
-            }
-            | ConvOp::ConvGradWeight {
-                kernel_shape,
-                strides,
-                pads,
-                dilations,
-                group,
-                auto_pad,
-            } => {
-                let window = WindowAttrs {
-                    strides,
-                    pads,
-                    dilations,
-                    auto_pad: *auto_pad,
-                    ceil_mode: false,
-                };
-                if matches!(c, ConvOp::ConvGradInput { .. }) {
-                    // dy = ins[0], w = ins[1]; dx has the forward's input shape.
-                    let plan =
-                        self.conv_plan([outs[0], ins[1], ins[0]], kernel_shape, &window, *group)?;
-                    self.conv_grad_input(&plan, ins[0], ins[1], outs[0])
-                } else {
-                    // x = ins[0], dy = ins[1]; dw has the forward's weight shape.
-                    let plan =
-                        self.conv_plan([ins[0], outs[0], ins[1]], kernel_shape, &window, *group)?;
-                    self.conv_grad_weight(&plan, ins[0], ins[1], outs[0])
-                }
+            ConvOp::ConvGradWeight { .. } => {
+                // x = ins[0], dy = ins[1]; dw has the forward's weight shape.
+                let plan =
+                    self.conv_plan([ins[0], outs[0], ins[1]], kernel_shape, window, group)?;
+                self.conv_grad_weight(&plan, ins[0], ins[1], outs[0])
             }
             ConvOp::__Lifetime(never, _) => match never {},
         }
