@@ -13,33 +13,11 @@ use crate::{ConvOp, Dim, Shape, TensorType};
 /// The output types of a conv op.
 pub(super) fn infer(op: ConvOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
     let one = |t: TensorType| vec![t];
+    let cw = op.conv_window();
+    let (kernel_shape, win, group) = (cw.kernel_shape, &cw.window, cw.group);
     Ok(match op {
-        ConvOp::Conv {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-        } => {
-            let win = WindowAttrs {
-                strides,
-                pads,
-                dilations,
-                auto_pad: *auto_pad,
-                ceil_mode: false,
-            };
-            one(conv(inputs, kernel_shape, &win, *group)?)
-        }
-        ConvOp::ConvGradInput {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-            input_shape,
-        } => {
+        ConvOp::Conv { .. } => one(conv(inputs, kernel_shape, win, group)?),
+        ConvOp::ConvGradInput { input_shape, .. } => {
             let [dy, w] = args(inputs, ["dy", "w"])?;
             let dims = input_shape
                 .iter()
@@ -52,18 +30,11 @@ pub(super) fn infer(op: ConvOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tensor
                     )
                 })?;
             let x_ty = TensorType::new(w.dtype(), dims);
-            let win = WindowAttrs {
-                strides,
-                pads,
-                dilations,
-                auto_pad: *auto_pad,
-                ceil_mode: false,
-            };
             let y = conv(
                 &[InferInput::new(&x_ty), inputs[1]],
                 kernel_shape,
-                &win,
-                *group,
+                win,
+                group,
             )
             .map_err(|e| {
                 format!(
@@ -74,14 +45,7 @@ pub(super) fn infer(op: ConvOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tensor
             same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
             vec![x_ty]
         }
-        ConvOp::ConvGradWeight {
-            kernel_shape,
-            strides,
-            pads,
-            dilations,
-            group,
-            auto_pad,
-        } => {
+        ConvOp::ConvGradWeight { .. } => {
             let [x, dy] = args(inputs, ["x", "dy"])?;
             x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
             let (Some(c), Some(m)) = (x.shape().get(1), dy.shape().get(1)) else {
@@ -94,7 +58,7 @@ pub(super) fn infer(op: ConvOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tensor
                     x.ty
                 ));
             }
-            let g = u64::try_from(*group)
+            let g = u64::try_from(group)
                 .ok()
                 .filter(|&g| g >= 1)
                 .ok_or_else(|| format!("attribute group={group}, expected ≥ 1"))?;
@@ -110,18 +74,11 @@ pub(super) fn infer(op: ConvOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Tensor
             let mut w_shape = vec![m.clone(), cg];
             w_shape.extend(kernel_attr(kernel_shape, kernel_shape.len())?);
             let w_ty = TensorType::new(x.dtype(), w_shape);
-            let win = WindowAttrs {
-                strides,
-                pads,
-                dilations,
-                auto_pad: *auto_pad,
-                ceil_mode: false,
-            };
             let y = conv(
                 &[inputs[0], InferInput::new(&w_ty)],
                 kernel_shape,
-                &win,
-                *group,
+                win,
+                group,
             )?;
             same_as(&dy, &Arg::new(0, "forward output", &InferInput::new(&y)))?;
             vec![w_ty]
