@@ -839,6 +839,28 @@ fn malformed_rnn_ml_and_contrib_nodes_are_errors() {
             "scales [4, 1] must be the data's shape [4, 32]",
         ],
     );
+    // Zero points of a lower rank than the table (packed: 2 bytes hold the 4 of the first row).
+    let bad_zp = one_node(
+        &d,
+        "gbq_zp.onnx",
+        gbq(&[4, 2], 4)
+            .initializer(
+                "zp",
+                &fp8c_ir::Tensor::from_f64_as(DType::U8, vec![2], &[8.0; 2]).unwrap(),
+            )
+            .node("GatherBlockQuantized", &["data", "ids", "s", "zp"], &["y2"])
+            .domain("com.microsoft")
+            .name("emb_zp")
+            .attr_int("block_size", 16)
+            .output_untyped("y2"),
+    );
+    must_fail(
+        &["compile", &bad_zp],
+        &[
+            "node \"emb_zp\" (GatherBlockQuantized)",
+            "zero_points [4] must have the scales' shape [4, 2]",
+        ],
+    );
     let bad_bits = one_node(&d, "gbq_bits.onnx", gbq(&[4, 1], 2));
     must_fail(
         &["compile", &bad_bits],

@@ -93,6 +93,7 @@ pub(crate) fn gather_block_quantized(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, 
             // Packed UINT8 zero points may carry one pad nibble per row.
             let fits = want(&z.dims)
                 || (codes.packed
+                    && z.dims.len() == rank
                     && z.dims[..rank - 1] == scale_dims[..rank - 1]
                     && z.dims[rank - 1] == scale_dims[rank - 1].next_multiple_of(2));
             if !fits {
