@@ -9,8 +9,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fp8c_ir::DType;
-use fp8c_runtime::cuda::bench::Bench;
+use fp8c_session::DType;
+use fp8c_session::bench::Bench;
 
 /// `fp8c bench`.
 #[derive(Args, Debug)]

@@ -39,10 +39,6 @@ pub enum Emit {
 pub struct CompileArgs {
     /// The model: an ONNX file, or IR text (`.fp8ir`, e.g. printed by `--emit ir`).
     pub model: PathBuf,
-    /// Concrete shape of an input, e.g. `input_ids=2x64` (repeatable). Symbols it binds
-    /// (`batch`, `sequence`) are applied to the other inputs too.
-    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
-    pub input_shape: Vec<String>,
     /// Keep only this graph output (repeatable); nodes feeding no kept output are pruned
     /// before anything else.
     #[arg(long = "output", value_name = "NAME")]
@@ -58,28 +54,8 @@ pub struct CompileArgs {
     /// fp8_calibration). Needed by `--emit onnx`, whose activation scales are frozen.
     #[arg(long, value_name = "FILE.npz")]
     pub calibrate: Option<PathBuf>,
-    /// Print the IR to stderr after this pass (repeatable).
-    #[arg(long = "print-after", value_name = "PASS")]
-    pub print_after: Vec<String>,
-    /// Stop after this pass and emit the IR as it is then.
-    #[arg(long = "stop-after", value_name = "PASS")]
-    pub stop_after: Option<String>,
-    /// Do not run the IR verifier after each pass.
-    #[arg(long)]
-    pub no_verify: bool,
-    /// Print the explain report (one row per GEMM, then totals) to stdout instead of the IR
-    /// (the IR is still written with -o). `--report=json` for JSON.
-    #[arg(
-        long,
-        value_name = "FORMAT",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "text"
-    )]
-    pub report: Option<ReportFormat>,
-    /// With --report: list every node, not only GEMMs.
-    #[arg(long = "report-all")]
-    pub report_all: bool,
+    #[command(flatten)]
+    pub report: ReportArgs,
     #[command(flatten)]
     pub fp8: crate::fp8args::Fp8Args,
 }
@@ -93,9 +69,70 @@ pub enum ReportFormat {
     Json,
 }
 
+/// `--report[=json]` and `--report-all`, the same on compile, run and train.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Print the explain report (one row per GEMM with its precision decision and reason,
+    /// FLOP share, kernels, bytes; then totals) to stdout. `--report=json` for JSON. With
+    /// compile it replaces the IR on stdout (the IR is still written with -o); with train it
+    /// describes the training graph.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "text"
+    )]
+    pub report: Option<ReportFormat>,
+    /// With --report: list every node, not only GEMMs.
+    #[arg(long = "report-all")]
+    pub report_all: bool,
+}
+
+impl ReportArgs {
+    /// Prints `report` (built with `all` = `--report-all`) when `--report` was given; true
+    /// if it was.
+    pub fn print(&self, report: impl FnOnce(bool) -> fp8c_session::Report) -> Result<bool> {
+        let Some(fmt) = self.report else {
+            return Ok(false);
+        };
+        let report = report(self.report_all);
+        match fmt {
+            ReportFormat::Text => crate::out::print(&report.to_table())?,
+            ReportFormat::Json => crate::out::println(&serde_json::to_string_pretty(&report)?)?,
+        }
+        Ok(true)
+    }
+}
+
+/// Flags of `compile` that another subcommand takes only to say why they do not apply there
+/// (hidden from its help; `fp8c compile --help` lists them).
+#[derive(Args, Debug, Clone)]
+pub struct NotHere {
+    /// Not for this subcommand (see `fp8c compile --emit`).
+    #[arg(long, hide = true, value_name = "WHAT")]
+    pub emit: Option<String>,
+}
+
+impl NotHere {
+    /// Refuses what was given, with the reason; `cmd` is the subcommand.
+    pub fn check(&self, cmd: &str) -> Result<()> {
+        if let Some(e) = &self.emit {
+            let writes = match cmd {
+                "run" => "the model's outputs (-o FILE.npz, --out-dir DIR)",
+                _ => "the trained model (-o FILE.onnx) and checkpoints",
+            };
+            anyhow::bail!(
+                "--emit {e}: fp8c {cmd} writes {writes}; to write the compiled IR, JSON, ONNX or MLIR use fp8c compile --emit {e}"
+            );
+        }
+        Ok(())
+    }
+}
+
 /// `fp8c inspect`.
 pub fn inspect(a: InspectArgs) -> Result<()> {
-    let info = fp8c_onnx::inspect(&a.model).map_err(fp8c_session::Error::from)?;
+    let info = fp8c_session::inspect(&a.model)?;
     if a.json {
         crate::out::println(&serde_json::to_string_pretty(&info)?)?;
     } else {
@@ -109,7 +146,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
 }
 
 /// Prints the IR dumps of `--print-after` to stderr and logs the passes' notes (`-v`).
-fn show_records(dumps: &[(String, String)], notes: &[String]) {
+pub fn show_records(dumps: &[(String, String)], notes: &[String]) {
     for (pass, text) in dumps {
         eprintln!("// ----- IR after {pass} -----\n{text}");
     }
@@ -120,15 +157,8 @@ fn show_records(dumps: &[(String, String)], notes: &[String]) {
 
 /// `fp8c compile`.
 pub fn compile(a: CompileArgs) -> Result<()> {
-    let shapes = fp8c_session::parse_input_shapes(&a.input_shape)?;
-    let mut opts = a
-        .fp8
-        .compile_options(|r| r.recipe_for(Purpose::Inference { calibrated: false }))?;
-    opts.input_shapes = shapes;
-    opts.verify = !a.no_verify;
-    opts.print_after = a.print_after.clone();
-    opts.stop_after = a.stop_after.clone();
-    opts.validate()?;
+    let settings = a.fp8.settings();
+    let opts = settings.options(Purpose::Inference { calibrated: false })?;
     if let Some(path) = &a.out {
         // Refuse a bad target (a link, a device, the model itself) before any work.
         fp8c_session::files::Output::check("-o", path, &[&a.model])?;
@@ -141,171 +171,67 @@ pub fn compile(a: CompileArgs) -> Result<()> {
     )?;
     warn_all(model.warnings());
     if a.emit == Emit::Onnx {
-        return emit_onnx(&a, &model, opts);
+        let Some(out) = &a.out else {
+            anyhow::bail!("--emit onnx writes a file: give -o FILE.onnx");
+        };
+        let e = fp8c_session::emit_fp8_onnx(
+            &model,
+            &a.model,
+            &settings,
+            opts,
+            a.calibrate.as_deref(),
+            out,
+        )?;
+        print_export(&a, out, &e);
+        return Ok(());
     }
     let compiled = match model.into_compiled(&opts) {
         Ok(c) => c,
         Err(e) => {
             if let Some(f) = e.pass_failure() {
                 show_records(&f.dumps, &f.notes);
-                if let fp8c_passes::PassError::Failed { last_good, .. } = &f.error {
-                    let text = fp8c_ir::text::print(last_good);
-                    if let Ok(dump) =
-                        fp8c_session::files::private_dump("last-good", ".fp8ir", &text)
-                    {
-                        eprintln!("note: the last IR that verified is in {}", dump.display());
-                    }
+                if let Some(dump) = f.dump_last_good() {
+                    eprintln!("note: the last IR that verified is in {}", dump.display());
                 }
             }
             return Err(e.into());
         }
     };
     show_records(compiled.dumps(), compiled.notes());
-    if let Some(fmt) = a.report {
-        let report = compiled.report(a.report_all);
-        match fmt {
-            ReportFormat::Text => crate::out::print(&report.to_table())?,
-            ReportFormat::Json => crate::out::println(&serde_json::to_string_pretty(&report)?)?,
-        }
-        if a.out.is_none() {
-            return Ok(());
-        }
-    }
-    if a.emit == Emit::Mlir {
-        // MLIR's engines run on hosts: fast accumulation as --hopper-accum says.
-        let graph = compiled.graph_for(fp8c_session::Device::Mlir);
-        let text = fp8c_mlir::emit(&graph)
-            .map_err(|e| anyhow::anyhow!("{}: --emit mlir: {e}", a.model.display()))?;
-        match &a.out {
-            Some(path) => compiled.write_text(path, &text)?,
-            None => crate::out::print(&text)?,
-        }
+    if a.report.print(|all| compiled.report(all))? && a.out.is_none() {
         return Ok(());
     }
     match (&a.out, a.emit) {
+        (Some(path), Emit::Mlir) => compiled.write_text(path, &compiled.mlir_text()?)?,
+        (None, Emit::Mlir) => crate::out::print(&compiled.mlir_text()?)?,
         (Some(path), Emit::Ir) => compiled.write_ir(path)?,
         (Some(path), Emit::Json) => compiled.write_text(path, &compiled.json())?,
         (None, Emit::Ir) => crate::out::print(&compiled.ir_text())?,
         (None, Emit::Json) => crate::out::print(&compiled.json())?,
-        // Handled before compiling (emit_onnx).
-        (_, Emit::Onnx | Emit::Mlir) => unreachable!("--emit onnx and mlir return before"),
+        (_, Emit::Onnx) => unreachable!("--emit onnx returns before compiling"),
     }
-    Ok(())
-}
-
-/// `fp8c compile --emit onnx`: calibrate, then write the FP8 Q/DQ ONNX model.
-fn emit_onnx(a: &CompileArgs, model: &Model, mut opts: fp8c_session::CompileOptions) -> Result<()> {
-    use anyhow::{Context, bail};
-    let Some(out) = &a.out else {
-        bail!("--emit onnx writes a file: give -o FILE.onnx");
-    };
-    if opts.policy.mode != fp8c_session::PrecisionMode::Fp8 {
-        bail!("--emit onnx writes FP8 Q/DQ: use --precision fp8 (the default)");
-    }
-    // A current-scaling recipe named by the user: the exported graph computes its scales.
-    let named = a.fp8.recipe.is_some() || a.fp8.config.is_some();
-    if named
-        && matches!(
-            a.fp8
-                .recipe_options()
-                .recipe_for(Purpose::Inference { calibrated: false })?,
-            fp8c_session::Recipe::Current(_)
-        )
-    {
-        if a.calibrate.is_some() {
-            bail!(
-                "--calibrate freezes delayed scaling's scales, but the recipe is current scaling, whose scales the exported graph computes: drop --calibrate, or use --recipe delayed"
-            );
-        }
-        let target = fp8c_session::files::Output::check("-o", out, &[&a.model])?;
-        let mut recipe_opts = a.fp8.recipe_options();
-        // Q/DQ MatMuls accumulate in f32 in ONNX's semantics.
-        recipe_opts
-            .fast_accum
-            .get_or_insert_with(|| "none".to_string());
-        opts.recipe = recipe_opts.recipe_for(Purpose::Inference { calibrated: false })?;
-        let r = fp8c_session::export::fp8_onnx(model, &opts, &Default::default())?;
-        let data = r.save(&target)?;
-        let how = "current scaling computed in the graph".to_string();
-        print_export(a, out, data.as_deref(), &r, &how);
-        return Ok(());
-    }
-    // Without a GEMM in FP8 there are no scales to freeze (a small classifier whose GEMMs stay
-    // high): export without calibration data.
-    if a.calibrate.is_none() && !fp8c_session::export::has_fp8_gemm(&model.compile(&opts)?) {
-        let target = fp8c_session::files::Output::check("-o", out, &[&a.model])?;
-        let r = fp8c_session::export::fp8_onnx(model, &opts, &Default::default())?;
-        let data = r.save(&target)?;
-        print_export(
-            a,
-            out,
-            data.as_deref(),
-            &r,
-            "no FP8 GEMM, nothing to calibrate",
-        );
-        return Ok(());
-    }
-    let Some(cal) = &a.calibrate else {
-        bail!(
-            "--emit onnx freezes the activation scales: give --calibrate FILE.npz (inputs, as fp8c run --inputs takes them), or name a current-scaling recipe (--recipe current, rowwise, block or mxfp8) whose scales the exported graph computes"
-        );
-    };
-    let target = fp8c_session::files::Output::check("-o", out, &[&a.model, cal])?;
-    let mut data = std::collections::BTreeMap::new();
-    for (name, t) in fp8c_session::npy::read_npz(cal)? {
-        let t = model
-            .conform_input(&name, t)
-            .with_context(|| format!("--calibrate {}", cal.display()))?;
-        data.insert(name, t);
-    }
-    for (name, t) in &data {
-        opts.input_shapes
-            .entry(name.clone())
-            .or_insert_with(|| t.shape().to_vec());
-    }
-    let mut recipe = a.fp8.recipe_options();
-    // A Q/DQ MatMul accumulates in f32 in ONNX's semantics: calibrate as the exported graph
-    // computes, unless --fast-accum says otherwise.
-    recipe.fast_accum.get_or_insert_with(|| "none".to_string());
-    opts.recipe = recipe.recipe_for(Purpose::Inference { calibrated: true })?;
-    let r = fp8c_session::export::fp8_onnx(model, &opts, &data)?;
-    let data_file = r.save(&target)?;
-    let how = format!(
-        "{} of {} FP8 tensors calibrated from {}",
-        r.calibrated.0,
-        r.calibrated.1,
-        cal.display()
-    );
-    print_export(a, out, data_file.as_deref(), &r, &how);
     Ok(())
 }
 
 /// What `--emit onnx` wrote (and its external data file, if any), how its scales were chosen,
 /// why GEMMs stayed high, and which FP8 GEMMs the file keeps high.
-fn print_export(
-    a: &CompileArgs,
-    out: &std::path::Path,
-    data: Option<&std::path::Path>,
-    r: &fp8c_session::export::Fp8Onnx,
-    how: &str,
-) {
+fn print_export(a: &CompileArgs, out: &std::path::Path, e: &fp8c_session::EmittedOnnx) {
+    let r = &e.export;
     eprintln!(
-        "fp8c compile: {} -> {} (FP8 Q/DQ ONNX: {} weights in FP8, {} activations quantized; {how})",
+        "fp8c compile: {} -> {} (FP8 Q/DQ ONNX: {} weights in FP8, {} activations quantized; {})",
         a.model.display(),
         out.display(),
         r.weights,
         r.activations,
+        e.how
     );
-    if let Some(data) = data {
+    if let Some(data) = &e.data_file {
         eprintln!(
             "  weights in {} (the model is over protobuf's 2 GiB; keep the two files together)",
             data.display()
         );
     }
-    for line in &r.high_precision {
-        eprintln!("  {line}");
-    }
-    for line in &r.kept_high {
+    for line in r.high_precision.iter().chain(&r.kept_high) {
         eprintln!("  {line}");
     }
     if r.weights + r.activations == 0 {

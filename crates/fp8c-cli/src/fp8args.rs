@@ -1,16 +1,18 @@
-//! The precision-policy and recipe flags shared by `compile`, `run` and `train`; the session
-//! turns them into a policy and a recipe (`fp8c_session::RecipeOptions`).
+//! The compile flags shared by `compile`, `run` and `train`, by the same names everywhere:
+//! input shapes, precision policy, FP8 recipe, pass-manager switches. The session resolves
+//! them (`fp8c_session::CompileSettings`), reading `--config` once.
 
-use anyhow::Result;
 use clap::Args;
-use fp8c_session::{
-    CompileOptions, HostAccum, PolicyOptions, PrecisionMode, Recipe, RecipeOptions,
-};
+use fp8c_session::{CompileSettings, PrecisionMode, RecipeOptions};
 use std::path::PathBuf;
 
-/// Precision policy and FP8 recipe flags.
+/// The shared compile flags.
 #[derive(Args, Debug, Clone)]
 pub struct Fp8Args {
+    /// Concrete shape of an input, e.g. `input_ids=2x64` (repeatable). Symbols it binds
+    /// (`batch`, `sequence`) are applied to the other inputs too.
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub input_shape: Vec<String>,
     /// Overall precision: fp8 (GEMMs in FP8 where the policy allows), or the bf16 / f32 baselines.
     #[arg(long, default_value = "fp8", value_name = "f32|bf16|fp8")]
     pub precision: PrecisionMode,
@@ -93,72 +95,48 @@ pub struct Fp8Args {
     /// inference linear layers have no size rule. The reason printed names the rule.
     #[arg(long = "min-fp8-flops", value_name = "N")]
     pub min_fp8_flops: Option<u64>,
+    /// Print the IR to stderr after this pass (repeatable; see `fp8c compile --help` for the
+    /// pass list).
+    #[arg(long = "print-after", value_name = "PASS")]
+    pub print_after: Vec<String>,
+    /// Stop after this pass and emit the IR as it is then (compile only).
+    #[arg(long = "stop-after", value_name = "PASS")]
+    pub stop_after: Option<String>,
+    /// Do not run the IR verifier after each pass.
+    #[arg(long)]
+    pub no_verify: bool,
 }
 
 impl Fp8Args {
-    /// The policy options, validated (`--keep-high` / `--force-fp8` globs).
-    pub fn policy(&self) -> Result<PolicyOptions> {
-        let p = PolicyOptions {
-            mode: self.precision,
+    /// The settings these flags give, for the session to resolve.
+    pub fn settings(&self) -> CompileSettings {
+        CompileSettings {
+            precision: self.precision,
+            recipe: RecipeOptions {
+                kind: self.recipe.clone(),
+                format: self.format.clone(),
+                amax_history: self.amax_history,
+                amax_algo: self.amax_algo.clone(),
+                margin: self.margin,
+                amax_epsilon: self.amax_epsilon,
+                power_2_scale: self.power_2_scale,
+                fast_accum: self.fast_accum.clone(),
+                config: None,
+            },
+            config: self.config.clone(),
             keep_high: self.keep_high.clone(),
+            granularity: self.granularity.clone(),
             force_fp8: self.force_fp8.clone(),
             keep_first_last: self.keep_first_last,
             fp8_attention: self.fp8_attention,
             pad_to_16: self.pad_to_16,
+            no_fuse: self.no_fuse,
             min_fp8_flops: self.min_fp8_flops,
-            granularity: self.granularity()?,
-        };
-        fp8c_session::validate_policy(&p)?;
-        Ok(p)
-    }
-
-    /// `--granularity` entries, then the config file's `[[gemms]]`.
-    fn granularity(&self) -> Result<Vec<(String, fp8c_session::Granularity)>> {
-        let mut v = Vec::new();
-        for e in &self.granularity {
-            let Some((glob, name)) = e.rsplit_once('=') else {
-                anyhow::bail!("--granularity {e}: expected GLOB=NAME, e.g. '*mlp*=block'");
-            };
-            let g = fp8c_session::parse_granularity(name.trim())
-                .map_err(|err| anyhow::anyhow!("--granularity {e}: {err}"))?;
-            v.push((glob.to_string(), g));
+            hopper_accum: self.hopper_accum,
+            input_shapes: self.input_shape.clone(),
+            print_after: self.print_after.clone(),
+            stop_after: self.stop_after.clone(),
+            no_verify: self.no_verify,
         }
-        if let Some(path) = &self.config {
-            v.extend(fp8c_session::read_gemm_granularity(path)?);
-        }
-        Ok(v)
-    }
-
-    /// The recipe flags, for the session to combine with `--config` and validate.
-    pub fn recipe_options(&self) -> RecipeOptions {
-        RecipeOptions {
-            kind: self.recipe.clone(),
-            format: self.format.clone(),
-            amax_history: self.amax_history,
-            amax_algo: self.amax_algo.clone(),
-            margin: self.margin,
-            amax_epsilon: self.amax_epsilon,
-            power_2_scale: self.power_2_scale,
-            fast_accum: self.fast_accum.clone(),
-            config: self.config.clone(),
-        }
-    }
-
-    /// The compile options of these flags with `recipe` (the policy validated first).
-    pub fn compile_options(
-        &self,
-        recipe: impl FnOnce(RecipeOptions) -> fp8c_session::Result<Recipe>,
-    ) -> Result<CompileOptions> {
-        let policy = self.policy()?;
-        let recipe = recipe(self.recipe_options())?;
-        Ok(CompileOptions::fp8()
-            .policy(policy)
-            .recipe(recipe)
-            .no_fuse(self.no_fuse)
-            .host_accum(if self.hopper_accum {
-                HostAccum::Hopper
-            } else {
-                HostAccum::F32
-            }))
     }
 }

@@ -10,7 +10,7 @@ mod plot;
 mod progress;
 mod run;
 mod train;
-mod train_config;
+mod train_args;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
@@ -41,7 +41,7 @@ enum Command {
     /// Measure FP8 against BF16 on the GPU: GEMM TFLOP/s, quantize bandwidth, a layer step.
     Bench(bench::BenchArgs),
     /// Train a model (loss, gradients, optimizer; FP8 forward and backward) on .npz data.
-    Train(Box<train::TrainArgs>),
+    Train(Box<train_args::TrainArgs>),
     /// Overlay the loss curves of training logs (CSV) in one plot.
     Plot(plot::PlotArgs),
 }
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
             out::sanitize(&msg)
         );
     }));
-    let passes = fp8c_passes::pass_names()
+    let passes = fp8c_session::pass_names()
         .iter()
         .map(|(n, a)| format!("  {n:<14} {a}"))
         .collect::<Vec<_>>()
@@ -74,18 +74,6 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => e.exit(),
     };
-    // The flags typed on the command line (they override a --config file's [train] table).
-    let given: std::collections::HashSet<String> = matches
-        .subcommand()
-        .map(|(_, m)| {
-            m.ids()
-                .filter(|id| {
-                    m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine)
-                })
-                .map(|id| id.to_string())
-                .collect()
-        })
-        .unwrap_or_default();
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -119,7 +107,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => commands::inspect(a),
         Command::Compile(a) => commands::compile(*a),
         Command::Run(a) => run::run(*a),
-        Command::Train(a) => train::train(*a, &given),
+        Command::Train(a) => train::train(*a),
         Command::Plot(a) => plot::plot_cmd(a),
         Command::Bench(a) => bench::bench(a),
     };

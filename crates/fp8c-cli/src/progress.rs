@@ -1,41 +1,10 @@
-//! What `fp8c train` shows while it runs: the progress bar and the `--log` CSV (one row per
-//! step; a resumed run keeps the rows before its first step and continues the file).
+//! What `fp8c train` shows while it runs: the progress bar, an observer of the library's
+//! training loop (it also prints the steps whose update was skipped), and the flag SIGINT and
+//! SIGTERM raise so that the loop finishes its step, checkpoints and stops.
 
 use anyhow::{Context, Result};
-use std::io::Write;
+use fp8c_session::train::{Observer, StepReport};
 use std::path::Path;
-
-/// Rewrites the log keeping only rows before `step` (a resumed run continues it).
-fn truncate_log(path: &Path, step: u64) -> Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let mut keep = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let s = line.split(',').next().and_then(|s| s.parse::<u64>().ok());
-        if i == 0 || s.is_some_and(|s| s < step) {
-            keep.push(line);
-        }
-    }
-    std::fs::write(path, keep.join("\n") + "\n")
-        .with_context(|| format!("--log {}: cannot write", path.display()))
-}
-
-/// Opens the `--log` CSV: fresh (with its header) or, when resuming, continued after the
-/// rows before `start_step`. Rows are written whole, one line at a time (a killed run leaves
-/// no torn row); the file is checked like every output (never a link or a device).
-pub fn open_log(path: &Path, start_step: u64) -> Result<std::io::LineWriter<std::fs::File>> {
-    if start_step > 0 {
-        truncate_log(path, start_step)?;
-    }
-    let fresh = start_step == 0 || !path.exists();
-    let f = fp8c_session::files::open_append("--log", path, fresh)?;
-    let mut w = std::io::LineWriter::new(f);
-    if fresh {
-        writeln!(w, "step,loss,lr,applied,accuracy,elapsed_s,grad_norm")?;
-    }
-    Ok(w)
-}
 
 /// A flag SIGINT and SIGTERM set: the training loop finishes its step, checkpoints and stops.
 pub fn stop_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
@@ -47,28 +16,46 @@ pub fn stop_flag() -> Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
     Ok(flag)
 }
 
-/// Where an interrupted run without `--checkpoint` saves its state: a new folder
-/// `fp8c-interrupted-<seconds since the epoch>` in the current directory.
-pub fn interrupted_dir() -> Result<std::path::PathBuf> {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    Ok(std::path::PathBuf::from(format!("fp8c-interrupted-{secs}")))
+/// The progress bar over a run's steps (hidden with `--quiet`).
+pub struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    /// A bar over `steps` steps, starting at `start_step`.
+    pub fn new(quiet: bool, steps: u64, start_step: u64) -> Bar {
+        if quiet {
+            return Bar(indicatif::ProgressBar::hidden());
+        }
+        let b = indicatif::ProgressBar::new(steps);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} step {pos}/{len}  {msg}  {per_sec}  eta {eta}",
+            )
+            .expect("a valid template"),
+        );
+        b.set_position(start_step);
+        Bar(b)
+    }
+
+    /// Removes the bar from the terminal.
+    pub fn finish(&self) {
+        self.0.finish_and_clear();
+    }
 }
 
-/// The progress bar over `steps` steps, starting at `start_step` (hidden when `quiet`).
-pub fn bar(quiet: bool, steps: u64, start_step: u64) -> indicatif::ProgressBar {
-    if quiet {
-        return indicatif::ProgressBar::hidden();
+impl Observer for Bar {
+    fn step(&mut self, r: &StepReport) -> fp8c_session::Result<()> {
+        if !r.applied {
+            self.0.suspend(|| {
+                eprintln!(
+                    "  step {}: non-finite loss or gradient, update skipped",
+                    r.step
+                )
+            });
+        }
+        self.0.set_message(format!("loss {:.4}", r.loss));
+        self.0.inc(1);
+        Ok(())
     }
-    let b = indicatif::ProgressBar::new(steps);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:30} step {pos}/{len}  {msg}  {per_sec}  eta {eta}",
-        )
-        .expect("a valid template"),
-    );
-    b.set_position(start_step);
-    b
+
+    fn checkpoint(&mut self, _dir: &Path, _step: u64) {}
 }

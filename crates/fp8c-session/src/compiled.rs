@@ -116,6 +116,15 @@ impl Compiled {
         Ok(Runner::new(graph.into_owned(), program, exe, device))
     }
 
+    /// The graph as an MLIR module (linalg / arith / math on tensors), verified by MLIR, for
+    /// MLIR's engines on a host (fast accumulation as [`HostAccum`] says): `--emit mlir`.
+    /// Needs a build with the `mlir` feature.
+    pub fn mlir_text(&self) -> Result<String> {
+        let graph = self.graph_for(Device::Mlir);
+        let r = fp8c_mlir::emit(&graph).map_err(|e| Error::Invalid(format!("--emit mlir: {e}")));
+        self.in_file(r)
+    }
+
     /// The graph `device` runs: the compiled graph, with its GEMMs' fast accumulation
     /// cleared on a host device unless the compile options asked for [`HostAccum::Hopper`]
     /// (what `--emit mlir` writes, too).

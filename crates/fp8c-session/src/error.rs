@@ -99,6 +99,18 @@ impl Error {
     }
 }
 
+impl PassFailure {
+    /// Writes the last IR that verified before the failing pass to a private temporary file
+    /// (`fp8c-last-good-*.fp8ir`) and returns its path; None when the failure kept no IR.
+    pub fn dump_last_good(&self) -> Option<std::path::PathBuf> {
+        let fp8c_passes::PassError::Failed { last_good, .. } = &self.error else {
+            return None;
+        };
+        let text = fp8c_ir::text::print(last_good);
+        crate::files::private_dump("last-good", ".fp8ir", &text).ok()
+    }
+}
+
 macro_rules! from_err {
     ($($t:ty => $v:ident),*) => {$(
         impl From<$t> for Error {

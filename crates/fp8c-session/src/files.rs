@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 pub struct Output {
     path: PathBuf,
     discard: bool,
+    /// The flag it was given by (`-o`), for messages about later failures.
+    what: String,
 }
 
 /// What an output target is for, in messages (`-o out.onnx`).
@@ -44,6 +46,7 @@ impl Output {
             return Ok(Output {
                 path: path.to_path_buf(),
                 discard: true,
+                what: what.to_string(),
             });
         }
         match std::fs::symlink_metadata(path) {
@@ -88,7 +91,40 @@ impl Output {
         Ok(Output {
             path: path.to_path_buf(),
             discard: false,
+            what: what.to_string(),
         })
+    }
+
+    /// Checks that the target's folder takes a new file now (permissions, a read-only or
+    /// full file system): creates and removes a temporary file there. A run calls this for
+    /// every output before its long work, so a target it cannot write fails at once.
+    pub fn probe(&self) -> Result<()> {
+        if self.discard {
+            return Ok(());
+        }
+        let dir = parent_dir(&self.path);
+        ordinary_mode(
+            tempfile::Builder::new()
+                .prefix(".fp8c-probe-")
+                .suffix(".tmp"),
+        )
+        .tempfile_in(&dir)
+        .map(drop)
+        .map_err(|e| {
+            Error::io(
+                format_args!(
+                    "{}: cannot create a file in {}",
+                    named(&self.what, &self.path),
+                    dir.display()
+                ),
+                e,
+            )
+        })
+    }
+
+    /// The flag and path of this target, as messages name it (`-o out.onnx`).
+    pub fn name(&self) -> String {
+        named(&self.what, &self.path)
     }
 
     /// The target path.

@@ -45,30 +45,55 @@
 
 pub mod calibrate;
 mod compiled;
+mod config;
 mod error;
 pub mod export;
 pub mod files;
 mod model;
 pub mod npy;
+mod onnx_out;
 mod options;
 pub mod plot;
+mod run_io;
+mod run_job;
 mod runner;
 pub mod safetensors_io;
 mod session;
+mod settings;
 pub mod train;
 
 pub use compiled::{Compiled, weights_path};
+pub use config::{ConfigFile, parse_recipe_config};
 pub use error::{Context, Error, PassFailure, Result};
 pub use model::{LoadOptions, Model, ModelInput};
+pub use onnx_out::{EmittedOnnx, emit_fp8_onnx};
 pub use options::{
     CompileOptions, Purpose, RecipeOptions, default_recipe, parse_granularity, parse_input_shapes,
-    parse_recipe_config, precision_name, read_gemm_granularity, read_recipe_config,
-    validate_policy,
+    precision_name, validate_policy,
 };
+pub use run_io::{InputSources, read_inputs, write_outputs};
+pub use run_job::{RunConfig, RunJob, RunOutcome, recipe_word};
 pub use runner::{Device, HostAccum, Runner};
 pub use session::Session;
+pub use settings::CompileSettings;
 pub use train::{StepReport, Trainer};
 
 pub use fp8c_core::{Granularity, Recipe};
-pub use fp8c_ir::{Graph, Tensor};
+pub use fp8c_ir::{DType, Graph, Tensor};
+
+/// The GPU micro-benchmarks `fp8c bench` prints (cuBLASLt GEMMs, quantize kernels, a layer
+/// step), on the CUDA backend.
+pub mod bench {
+    pub use fp8c_runtime::cuda::bench::*;
+}
+pub use fp8c_passes::pass_names;
+pub use fp8c_passes::report::Report;
+pub use fp8c_runtime::stats::what_if_tilings;
+pub use fp8c_runtime::{Comparison, Fp8TensorStats, Profile, describe_plan};
+
+/// Summarises an ONNX file: opset, op histogram, parameters, inputs and outputs (`fp8c
+/// inspect`); the summary prints as a table and serialises to JSON.
+pub fn inspect(path: &std::path::Path) -> Result<fp8c_onnx::ModelInfo> {
+    Ok(fp8c_onnx::inspect(path)?)
+}
 pub use fp8c_passes::precision::{PolicyOptions, PrecisionMode};

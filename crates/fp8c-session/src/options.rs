@@ -5,6 +5,7 @@
 //! Error messages name the `fp8c` flag of the faulty field (`--format e5m2: ...`), as the
 //! pass crate's do; a program with other flag names maps them by field.
 
+use crate::config::ConfigFile;
 use crate::error::{Context, Error, Result, bail};
 use crate::runner::HostAccum;
 use fp8c_core::{
@@ -12,9 +13,8 @@ use fp8c_core::{
 };
 use fp8c_passes::precision::{PolicyOptions, PrecisionMode};
 use fp8c_passes::{PassManager, PassOptions};
-use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 
 /// How to compile a model: shapes to bind, precision policy, recipe and pipeline switches.
 ///
@@ -277,61 +277,9 @@ pub struct RecipeOptions {
     /// Which FP8 GEMMs use fast accumulation, comma-separated `fprop`, `dgrad`, `wgrad`, or
     /// `none` (`--fast-accum`; default the recipe's, TE's `fprop`).
     pub fast_accum: Option<String>,
-    /// A TOML file with a `[recipe]` table (`--config`).
-    pub config: Option<PathBuf>,
-}
-
-/// The tables a config file may hold: `[recipe]` here, `[train]` read by `fp8c train`
-/// (`train::config`); anything else is an error.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    recipe: Option<Recipe>,
-    #[allow(dead_code)]
-    train: Option<toml::Table>,
-    /// Per-GEMM granularity (`[[gemms]]` entries, in order; read by
-    /// [`read_gemm_granularity`], checked here with the rest of the file).
-    #[allow(dead_code)]
-    #[serde(default)]
-    gemms: Vec<GemmGranularity>,
-}
-
-/// One `[[gemms]]` entry of a config file: GEMM nodes whose name matches `match` use
-/// `granularity` (tensorwise, rowwise, block or mxfp8, or TE's class names) under current
-/// scaling; the first matching entry wins.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GemmGranularity {
-    #[serde(rename = "match")]
-    pattern: String,
-    granularity: String,
-}
-
-/// The `[[gemms]]` entries of a config file, in order (see [`GemmGranularity`]).
-pub fn read_gemm_granularity(
-    path: &std::path::Path,
-) -> Result<Vec<(String, fp8c_core::Granularity)>> {
-    let text = read_config_text(path)?;
-    let table: toml::Table = toml::from_str(&text)
-        .map_err(Error::invalid)
-        .with_context(|| format!("{}: invalid config", path.display()))?;
-    let Some(entries) = table.get("gemms") else {
-        return Ok(Vec::new());
-    };
-    let entries: Vec<GemmGranularity> = entries
-        .clone()
-        .try_into()
-        .map_err(Error::invalid)
-        .with_context(|| format!("{}: [[gemms]]", path.display()))?;
-    entries
-        .into_iter()
-        .map(|e| {
-            let g = parse_granularity(&e.granularity).with_context(|| {
-                format!("{}: [[gemms]] match = \"{}\"", path.display(), e.pattern)
-            })?;
-            Ok((e.pattern, g))
-        })
-        .collect()
+    /// The config file (`--config`), parsed once: its `[recipe]` table is the base the
+    /// fields above override.
+    pub config: Option<Arc<ConfigFile>>,
 }
 
 /// A granularity by its name or a recipe name that implies one (`block`,
@@ -345,80 +293,22 @@ pub fn parse_granularity(name: &str) -> Result<fp8c_core::Granularity> {
     })
 }
 
-/// The text of a config file: a regular file of at most 1 MiB.
-pub(crate) fn read_config_text(path: &std::path::Path) -> Result<String> {
-    use std::io::Read;
-    let f = crate::npy::open_regular(path)?;
-    let mut text = String::new();
-    // A config is a few lines; more than 1 MiB is not one.
-    f.take(1 << 20)
-        .read_to_string(&mut text)
-        .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
-    if text.len() == 1 << 20 {
-        bail!("{}: more than 1 MiB; not a config file", path.display());
-    }
-    Ok(text)
-}
-
-/// Reads the `[recipe]` table of a TOML config file; None when the file has none (then the
-/// purpose's default applies, see [`Purpose`]).
-pub fn read_recipe_config(path: &std::path::Path) -> Result<Option<Recipe>> {
-    let text = read_config_text(path)?;
-    parse_recipe_config(&text).with_context(|| format!("{}: invalid recipe config", path.display()))
-}
-
-/// Parses the text of a TOML config file; its `[recipe]` table, if any.
-pub fn parse_recipe_config(text: &str) -> Result<Option<Recipe>> {
-    let mut table: toml::Table = toml::from_str(text).map_err(Error::invalid)?;
-    // `kind` may be any name `--recipe` takes (TE's class names, torchao's recipe names): the
-    // per-tile ones become `current` with their granularity and power-of-two scales, unless
-    // the table sets those fields itself.
-    if let Some(toml::Value::Table(r)) = table.get_mut("recipe")
-        && let Some(toml::Value::String(name)) = r.get("kind").cloned()
-    {
-        let (kind, granularity) =
-            recipe_name(&name).with_context(|| format!("[recipe] kind = \"{name}\""))?;
-        r.insert("kind".into(), toml::Value::String(kind.into()));
-        if let Some(g) = granularity {
-            r.entry("granularity")
-                .or_insert_with(|| toml::Value::String(g.name().into()));
-            r.entry("power_2_scale")
-                .or_insert(toml::Value::Boolean(CurrentScaling::tiled(g).power_2_scale));
-        }
-    }
-    let cfg: ConfigFile = table.try_into().map_err(Error::invalid)?;
-    Ok(cfg.recipe)
-}
-
 impl RecipeOptions {
     /// Whether the recipe asks for the weight gradient in high precision: torchao's
     /// `rowwise_with_gw_hp`, named by `--recipe` or else by the config's `[recipe] kind`.
-    pub fn wgrad_high_precision(&self) -> Result<bool> {
+    pub fn wgrad_high_precision(&self) -> bool {
         let name = match (&self.kind, &self.config) {
-            (Some(kind), _) => Some(kind.clone()),
-            (None, Some(path)) => {
-                let text = read_config_text(path)?;
-                let table: toml::Table = toml::from_str(&text)
-                    .map_err(Error::invalid)
-                    .with_context(|| format!("{}: invalid config", path.display()))?;
-                table
-                    .get("recipe")
-                    .and_then(|r| r.get("kind"))
-                    .and_then(|k| k.as_str())
-                    .map(str::to_string)
-            }
+            (Some(kind), _) => Some(kind.as_str()),
+            (None, Some(cfg)) => cfg.recipe_kind.as_deref(),
             (None, None) => None,
         };
-        Ok(name.as_deref() == Some("rowwise_with_gw_hp"))
+        name == Some("rowwise_with_gw_hp")
     }
 
     /// The recipe for `purpose`: the config file's `[recipe]` (if it has one, else the
     /// purpose's default), then each given field on top; validated.
     pub fn recipe_for(&self, purpose: Purpose) -> Result<Recipe> {
-        let configured = match &self.config {
-            Some(path) => read_recipe_config(path)?,
-            None => None,
-        };
+        let configured = self.config.as_ref().and_then(|c| c.recipe);
         let delayed_fields =
             self.amax_history.is_some() || self.amax_algo.is_some() || self.margin.is_some();
         let base = configured.unwrap_or_else(|| match purpose {

@@ -5,8 +5,8 @@
 use fp8c_passes::PassError;
 use fp8c_session::train::{DataOptions, Dataset, TrainOptions, checkpoint};
 use fp8c_session::{
-    CompileOptions, Device, LoadOptions, Model, PrecisionMode, Purpose, Recipe, RecipeOptions,
-    Tensor, Trainer,
+    CompileOptions, ConfigFile, Device, LoadOptions, Model, PrecisionMode, Purpose, Recipe,
+    RecipeOptions, Tensor, Trainer,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -98,7 +98,7 @@ fn recipe_options_read_the_config_then_the_flags() {
     let cfg = dir.path().join("fp8.toml");
     std::fs::write(&cfg, "[recipe]\nkind = \"delayed\"\namax_history_len = 8\n").unwrap();
     let from_file = RecipeOptions {
-        config: Some(cfg.clone()),
+        config: Some(std::sync::Arc::new(ConfigFile::read(&cfg).unwrap())),
         ..Default::default()
     };
     let history = |o: &RecipeOptions| match o.recipe_for(Purpose::Training).unwrap() {
@@ -147,7 +147,7 @@ fn recipe_options_read_the_config_then_the_flags() {
     let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "").unwrap();
     let from_empty = RecipeOptions {
-        config: Some(empty),
+        config: Some(std::sync::Arc::new(ConfigFile::read(&empty).unwrap())),
         ..Default::default()
     };
     assert!(matches!(
@@ -156,13 +156,8 @@ fn recipe_options_read_the_config_then_the_flags() {
             .unwrap(),
         Recipe::Current(_)
     ));
-    let missing = RecipeOptions {
-        config: Some(dir.path().join("absent.toml")),
-        ..Default::default()
-    };
     assert!(
-        missing
-            .recipe_for(Purpose::Training)
+        ConfigFile::read(&dir.path().join("absent.toml"))
             .unwrap_err()
             .to_string()
             .contains("absent.toml: cannot read")

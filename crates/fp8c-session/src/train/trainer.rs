@@ -35,12 +35,22 @@ use std::collections::BTreeMap;
 /// What one step reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
-    /// The loss of this step's batch (computed before the update).
+    /// The step's number (0 for the first step of a fresh run).
+    pub step: u64,
+    /// The loss of this step's batch (computed before the update; with gradient
+    /// accumulation the mean over its micro-batches).
     pub loss: f64,
     /// The learning rate used.
     pub lr: f64,
     /// False when the step was skipped (non-finite loss or gradient).
     pub applied: bool,
+    /// The global L2 norm of the gradients before clipping (with `clip_grad_norm` only).
+    pub grad_norm: Option<f64>,
+    /// The fraction of the (last micro-)batch's rows whose argmax is the label (a
+    /// classification output with integer labels only).
+    pub accuracy: Option<f64>,
+    /// Seconds since the training loop started ([`Trainer::fit`]; 0 from [`Trainer::step`]).
+    pub elapsed_s: f64,
 }
 
 /// A prepared training step and its state.
@@ -49,8 +59,12 @@ pub struct Trainer {
     program: Program,
     exe: Box<dyn Executable>,
     info: TrainInfo,
-    notes: Vec<String>,
-    decisions: Vec<fp8c_passes::precision::Decision>,
+    /// What the training graph was built for (loss, output, accumulation, test hooks).
+    spec: TrainSpec,
+    /// The precision mode of the policy (what checkpoints record).
+    precision: fp8c_passes::precision::PrecisionMode,
+    /// What the passes recorded (notes, IR dumps, decisions, scaling and fusion statistics).
+    passes: PassCx,
     /// Steps run and steps skipped, as exact integers (the graph's own counters are f32,
     /// exact only to 2^24; these are what checkpoints record).
     counts: (u64, u64),
@@ -89,6 +103,7 @@ impl Trainer {
         adapt: impl FnOnce(&mut Graph),
     ) -> Result<Trainer> {
         let mut g = forward.clone();
+        let precision = options.policy.mode;
         let mut cx = PassCx::new(PassOptions {
             train: Some(spec.clone()),
             ..options
@@ -125,8 +140,9 @@ impl Trainer {
             program,
             exe,
             info,
-            notes: cx.notes,
-            decisions: cx.decisions,
+            spec: spec.clone(),
+            precision,
+            passes: cx,
             counts: (0, 0),
             trained,
             rescale,
@@ -161,6 +177,7 @@ impl Trainer {
 
     /// Runs one step on `inputs` (the model's inputs and the labels/target, by name).
     pub fn step(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<StepReport> {
+        let step = self.counts.0;
         let out = self.step_outputs(inputs)?;
         let scalar = |k: &str| -> f64 {
             out.get(k)
@@ -169,9 +186,13 @@ impl Trainer {
                 .unwrap_or(f64::NAN)
         };
         Ok(StepReport {
+            step,
             loss: scalar("loss"),
             lr: scalar("lr"),
             applied: scalar("finite") != 0.0,
+            grad_norm: out.get("grad_norm").map(|_| scalar("grad_norm")),
+            accuracy: None,
+            elapsed_s: 0.0,
         })
     }
 
@@ -369,6 +390,56 @@ impl Trainer {
         &self.trained
     }
 
+    /// What the training graph was built for.
+    pub fn spec(&self) -> &TrainSpec {
+        &self.spec
+    }
+
+    /// What a checkpoint of this trainer records about its run, for data order `seed` and
+    /// `batch` samples per micro-batch, the model unnamed (the CLI names its file and digest,
+    /// [`crate::train::checkpoint::Meta::with_model_file`]).
+    pub fn meta(&self, seed: u64, batch: u64) -> crate::train::checkpoint::Meta {
+        let loss = match self.spec.loss {
+            fp8c_passes::autodiff::Loss::CrossEntropy => "ce",
+            fp8c_passes::autodiff::Loss::Mse => "mse",
+            fp8c_passes::autodiff::Loss::Scalar => "scalar",
+        };
+        let mut meta = crate::train::checkpoint::Meta::new(
+            "",
+            crate::precision_name(self.precision),
+            loss,
+            seed,
+            batch,
+        );
+        meta.accumulate = self.spec.accumulate.max(1);
+        meta
+    }
+
+    /// Saves the whole state to the checkpoint folder `dir` (see [`crate::train::checkpoint`]),
+    /// described as the run `fit` says (its `meta`, else [`Trainer::meta`] of its seed and
+    /// batch).
+    pub fn save_checkpoint(
+        &self,
+        dir: &std::path::Path,
+        fit: &crate::train::FitOptions,
+    ) -> Result<()> {
+        crate::train::checkpoint::save(dir, self, &self.meta_of(fit))
+    }
+
+    /// Restores the checkpoint in `dir`, which must describe the same run as `fit` (model,
+    /// precision, loss, seed, batch), and returns the step it continues from.
+    pub fn resume(&mut self, dir: &std::path::Path, fit: &crate::train::FitOptions) -> Result<u64> {
+        let meta = self.meta_of(fit);
+        crate::train::checkpoint::load(dir, self, &meta)
+    }
+
+    /// What checkpoints of the run `fit` describes record.
+    pub(crate) fn meta_of(&self, fit: &crate::train::FitOptions) -> crate::train::checkpoint::Meta {
+        fit.meta
+            .clone()
+            .unwrap_or_else(|| self.meta(fit.seed, fit.batch))
+    }
+
     /// What the autodiff pass reported.
     pub fn info(&self) -> &TrainInfo {
         &self.info
@@ -376,18 +447,29 @@ impl Trainer {
 
     /// Notes the passes left (shown with `-v`).
     pub fn notes(&self) -> &[String] {
-        &self.notes
+        &self.passes.notes
+    }
+
+    /// `(pass, IR text)` after each pass named in `print_after`.
+    pub fn dumps(&self) -> &[(String, String)] {
+        &self.passes.dumps
     }
 
     /// The precision decision of every GEMM of the forward graph.
     pub fn decisions(&self) -> &[fp8c_passes::precision::Decision] {
-        &self.decisions
+        &self.passes.decisions
+    }
+
+    /// The explain report of the training graph: one row per GEMM (every node with `all`),
+    /// then totals.
+    pub fn report(&self, all: bool) -> fp8c_passes::report::Report {
+        fp8c_passes::report::build(&self.graph, &self.passes, all)
     }
 
     /// The GEMMs that stay in high precision although FP8 was asked for, one line per reason
     /// class (see [`crate::Compiled::high_precision_summary`]).
     pub fn high_precision_summary(&self) -> Vec<String> {
-        crate::compiled::high_precision_summary(&self.decisions)
+        crate::compiled::high_precision_summary(&self.passes.decisions)
     }
 
     /// The compiled training graph (trained params turned into state).

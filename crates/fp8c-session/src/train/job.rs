@@ -1,0 +1,470 @@
+//! A whole training run as `fp8c train` makes it, in three calls any caller can make (the
+//! CLI, the Python binding, the C API, a rank of a distributed run):
+//!
+//! 1. [`TrainRun::prepare`]: read the config file once, load the model, read and check the
+//!    data (every error names the file, the key and the input), check every output target
+//!    (`-o`, `--log`, `--plot`, `--checkpoint`) before any work, bind the batch, compile the
+//!    training step, restore `--resume` state. [`TrainRun::info`] then says what will run.
+//! 2. [`TrainRun::fit`]: the training loop ([`Trainer::fit`]) with the `--log` CSV attached.
+//!    A log that fails mid-run (a full disk) stops the loop; the state is saved first.
+//! 3. [`TrainRun::finish`]: the final checkpoint, the plot and the trained ONNX model, each
+//!    attempted even when another fails; the first failure is returned after the rest were
+//!    written. A run whose every step was skipped writes no trained model and fails.
+
+use super::checkpoint::{self, Meta};
+use super::data::{DataOptions, Dataset};
+use super::fit::{Fit, FitOptions, Observer, Tee};
+use super::log::CsvLog;
+use super::settings::TrainSettings;
+use super::spec::{OptimizerKind, pick_output};
+use super::trainer::Trainer;
+use crate::error::{Error, Result, bail};
+use crate::files::Output;
+use crate::model::{LoadOptions, Model};
+use crate::options::{Purpose, precision_name};
+use crate::runner::Device;
+use crate::settings::CompileSettings;
+use crate::{Tensor, plot};
+use fp8c_passes::autodiff::Loss;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+/// Where the training samples come from.
+#[derive(Clone, Debug)]
+pub enum DataSource {
+    /// A NumPy `.npz` archive, one sample per row (`--data`).
+    Npz {
+        /// The archive.
+        path: PathBuf,
+        /// Graph input → array key where they differ (`--input NAME=KEY`).
+        inputs: BTreeMap<String, String>,
+        /// The array of the labels or the target (`--labels`).
+        labels: String,
+    },
+    /// Any file's bytes as byte-level tokens, next-byte labels (`--text`, `--seq-len`).
+    Text(PathBuf),
+}
+
+impl DataSource {
+    /// The file read.
+    pub fn path(&self) -> &Path {
+        match self {
+            DataSource::Npz { path, .. } | DataSource::Text(path) => path,
+        }
+    }
+}
+
+/// Everything a training run is asked to do.
+#[derive(Clone, Debug)]
+pub struct TrainConfig {
+    /// The model: an ONNX file or IR text.
+    pub model: PathBuf,
+    /// The model output the loss reads (default: the model's only output).
+    pub output: Option<String>,
+    /// The samples.
+    pub data: DataSource,
+    /// Precision, recipe and policy (the shared compile flags; `--config`).
+    pub compile: CompileSettings,
+    /// Training settings given by the caller (over the config's `[train]` table).
+    pub train: TrainSettings,
+    /// The backend.
+    pub device: Device,
+    /// Checkpoint folder (`--checkpoint`): written at the end and every `checkpoint_every`.
+    pub checkpoint: Option<PathBuf>,
+    /// Steps between checkpoints (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Continue from this checkpoint (`--resume`).
+    pub resume: Option<PathBuf>,
+    /// The CSV log (`--log`).
+    pub log: Option<PathBuf>,
+    /// The loss plot (`--plot`, .svg or .png).
+    pub plot: Option<PathBuf>,
+    /// The model with the trained weights (`-o`, an ONNX source only).
+    pub save_onnx: Option<PathBuf>,
+    /// Time every step of the training program (`--profile`).
+    pub profile: bool,
+    /// Test hook: steps whose gradients are made NaN.
+    pub poison_steps: Vec<u64>,
+    /// Raised (by a signal handler) to stop after the step in flight, saving the state.
+    pub stop: Option<Arc<AtomicBool>>,
+}
+
+impl TrainConfig {
+    /// A run of `model` on `data` with every other setting at its default.
+    pub fn new(model: impl Into<PathBuf>, data: DataSource) -> TrainConfig {
+        TrainConfig {
+            model: model.into(),
+            output: None,
+            data,
+            compile: CompileSettings::default(),
+            train: TrainSettings::default(),
+            device: Device::Cpu,
+            checkpoint: None,
+            checkpoint_every: 0,
+            resume: None,
+            log: None,
+            plot: None,
+            save_onnx: None,
+            profile: false,
+            poison_steps: Vec::new(),
+            stop: None,
+        }
+    }
+}
+
+/// What a prepared run is about to do (for the caller's summary line).
+#[derive(Clone, Debug)]
+pub struct RunInfo {
+    /// The model file.
+    pub model: PathBuf,
+    /// Samples in the data.
+    pub rows: u64,
+    /// Samples per micro-batch.
+    pub batch: u64,
+    /// Micro-batches per step.
+    pub accumulate: u32,
+    /// The output the loss reads.
+    pub output: String,
+    /// The loss.
+    pub loss: Loss,
+    /// The optimizer.
+    pub optimizer: OptimizerKind,
+    /// The base learning rate.
+    pub lr: f32,
+    /// `f32`, `bf16` or `fp8`.
+    pub precision: &'static str,
+    /// Trained parameters.
+    pub trained: usize,
+    /// The step the run starts at (after `--resume`).
+    pub start_step: u64,
+    /// The step it ends at.
+    pub steps: u64,
+    /// Seconds spent loading, reading and compiling.
+    pub prepare_seconds: f64,
+    /// What loading the model warned about.
+    pub warnings: Vec<String>,
+}
+
+/// A prepared training run.
+pub struct TrainRun {
+    config: TrainConfig,
+    info: RunInfo,
+    data: Dataset,
+    trainer: Trainer,
+    meta: Meta,
+    seed: u64,
+    outputs: Vec<Output>,
+}
+
+/// What [`TrainRun::finish`] wrote.
+#[derive(Clone, Debug, Default)]
+pub struct Finished {
+    /// The final checkpoint: its folder and step.
+    pub checkpoint: Option<(PathBuf, u64)>,
+    /// The plot written.
+    pub plot: Option<PathBuf>,
+    /// The trained model written, and the trained parameters it could not hold (not
+    /// initializers of the source model).
+    pub saved_onnx: Option<(PathBuf, Vec<String>)>,
+}
+
+impl TrainRun {
+    /// Prepares `config` (see the module docs).
+    pub fn prepare(config: &TrainConfig) -> Result<TrainRun> {
+        let started = Instant::now();
+        if config.compile.stop_after.is_some() {
+            bail!(
+                "--stop-after: a training run needs the whole pipeline (fp8c compile --stop-after PASS prints the IR after a pass)"
+            );
+        }
+        let cfg_file = config.compile.read_config()?;
+        let table_source = cfg_file
+            .as_ref()
+            .map(|c| format!("{}[train] ", c.prefix()))
+            .unwrap_or_default();
+        let settings = config
+            .train
+            .clone()
+            .over(cfg_file.as_ref().and_then(|c| c.train.as_ref()))
+            .resolve(&table_source)?;
+        let opts = config
+            .compile
+            .options_with(cfg_file.as_ref(), |r| r.recipe_for(Purpose::Training))?;
+        let recipe_gw_hp = config
+            .compile
+            .recipe_options(cfg_file.as_ref())
+            .wgrad_high_precision();
+        // The loss's output (and only it) is kept: an unused branch with unsupported ops, such
+        // as a classifier's label branch, is pruned before import.
+        let model = Model::load_with(
+            &config.model,
+            &LoadOptions {
+                outputs: config.output.iter().cloned().collect(),
+            },
+        )?;
+        let output = pick_output(&model, config.output.as_deref())?;
+        let mut options = settings.options.clone();
+        options.output = output.clone();
+        options.wgrad_high_precision |= recipe_gw_hp;
+        options.poison = !config.poison_steps.is_empty();
+        options.validate()?;
+        // Every output target is checked before any step runs: a bad one must not cost the
+        // run.
+        let outputs = check_outputs(config)?;
+        let data_opts = DataOptions {
+            inputs: match &config.data {
+                DataSource::Npz { inputs, .. } => inputs.clone(),
+                DataSource::Text(_) => BTreeMap::new(),
+            },
+            labels: match &config.data {
+                DataSource::Npz { labels, .. } => labels.clone(),
+                DataSource::Text(_) => "labels".into(),
+            },
+            loss: options.loss,
+            batch: settings.batch,
+        };
+        let data = match &config.data {
+            DataSource::Npz { path, .. } => Dataset::load(path, &model, &data_opts)?,
+            DataSource::Text(path) => {
+                Dataset::from_text(path, settings.seq_len, &model, &data_opts)?
+            }
+        };
+        let forward = data.forward_model(&model, settings.batch, &output)?;
+        let spec = options.spec();
+        config.device.check()?;
+        let mut trainer = Trainer::for_model(&forward, &spec, &opts, config.device)?;
+        trainer.set_profiling(config.profile);
+        let mut meta = Meta::new(
+            &config.model.display().to_string(),
+            precision_name(opts.policy.mode),
+            match options.loss {
+                Loss::CrossEntropy => "ce",
+                Loss::Mse => "mse",
+                Loss::Scalar => "scalar",
+            },
+            settings.seed,
+            settings.batch,
+        );
+        meta.accumulate = options.accumulate;
+        let meta = meta.with_model_file(&config.model)?;
+        let mut start_step = 0;
+        if let Some(dir) = &config.resume {
+            start_step = checkpoint::load(dir, &mut trainer, &meta)?;
+        }
+        let info = RunInfo {
+            model: config.model.clone(),
+            rows: data.rows,
+            batch: settings.batch,
+            accumulate: options.accumulate,
+            output,
+            loss: options.loss,
+            optimizer: options.optimizer,
+            lr: options.lr,
+            precision: precision_name(opts.policy.mode),
+            trained: trainer.trained().len(),
+            start_step,
+            steps: options.steps,
+            prepare_seconds: started.elapsed().as_secs_f64(),
+            warnings: model.warnings().to_vec(),
+        };
+        Ok(TrainRun {
+            config: config.clone(),
+            info,
+            data,
+            trainer,
+            meta,
+            seed: settings.seed,
+            outputs,
+        })
+    }
+
+    /// Sets the flag that stops the loop after the step in flight (a signal handler's).
+    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.config.stop = Some(stop);
+    }
+
+    /// What the run is about to do.
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    /// The trainer (its notes, precision decisions, profile, state).
+    pub fn trainer(&self) -> &Trainer {
+        &self.trainer
+    }
+
+    /// Runs the training loop, reporting each step to `observer` and to the `--log` CSV.
+    /// When the log cannot be written any more, the state is saved (to `--checkpoint`, or a
+    /// new `fp8c-interrupted-*` folder) before the error is returned.
+    pub fn fit(&mut self, observer: &mut dyn Observer) -> Result<Fit> {
+        let mut log = self
+            .config
+            .log
+            .as_deref()
+            .map(|p| CsvLog::open(p, self.info.start_step))
+            .transpose()?;
+        let opts = FitOptions {
+            steps: self.info.steps,
+            batch: self.info.batch,
+            seed: self.seed,
+            checkpoint_dir: self.config.checkpoint.clone(),
+            meta: Some(self.meta.clone()),
+            checkpoint_every: self.config.checkpoint_every,
+            stop: self.config.stop.clone(),
+            poison_steps: self.config.poison_steps.clone(),
+        };
+        let result = match log.as_mut() {
+            Some(log) => self.trainer.fit(&self.data, &opts, &mut Tee(observer, log)),
+            None => self.trainer.fit(&self.data, &opts, observer),
+        };
+        let flushed = log.as_mut().map_or(Ok(()), CsvLog::flush);
+        match (result, flushed) {
+            (Ok(fit), Ok(())) => Ok(fit),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(self.save_after_failure(e)),
+        }
+    }
+
+    /// Saves the state after a failed write so nothing trained is lost, and says where in the
+    /// error.
+    fn save_after_failure(&self, e: Error) -> Error {
+        if !matches!(e.root(), Error::Io { .. }) {
+            return e;
+        }
+        let dir = self
+            .config
+            .checkpoint
+            .clone()
+            .unwrap_or_else(super::fit::interrupted_dir);
+        match checkpoint::save(&dir, &self.trainer, &self.meta) {
+            Ok(()) => Error::Invalid(format!(
+                "{e}; the whole training state after step {} is in {} (continue with --resume {})",
+                self.trainer.steps(),
+                dir.display(),
+                dir.display()
+            )),
+            Err(save) => {
+                Error::Invalid(format!("{e}; saving the training state failed too: {save}"))
+            }
+        }
+    }
+
+    /// Writes the final checkpoint, the plot (of `fit`'s losses, or of the whole `--log`) and
+    /// the trained model, each attempted even when another failed: what was written, and the
+    /// first failure (a run whose every step was skipped is one).
+    pub fn finish(&self, fit: &Fit) -> (Finished, Option<Error>) {
+        let mut done = Finished::default();
+        let mut first_error: Option<Error> = None;
+        let mut keep = |r: Result<()>| {
+            if let Err(e) = r
+                && first_error.is_none()
+            {
+                first_error = Some(e);
+            }
+        };
+        if let Some(dir) = &self.config.checkpoint {
+            let r = checkpoint::save(dir, &self.trainer, &self.meta);
+            if r.is_ok() {
+                done.checkpoint = Some((dir.clone(), self.trainer.steps()));
+            }
+            keep(r);
+        }
+        if let Some(p) = &self.config.plot {
+            let r = self.plot(p, fit);
+            if r.is_ok() {
+                done.plot = Some(p.clone());
+            }
+            keep(r);
+        }
+        if let Some(dst) = &self.config.save_onnx {
+            let ran = fit.steps_run();
+            let r = if ran > 0 && fit.skipped == ran {
+                Err(Error::Invalid(format!(
+                    "every one of the {ran} steps was skipped (non-finite loss or gradient): no trained model written to -o {}",
+                    dst.display()
+                )))
+            } else {
+                self.save_onnx(dst).map(|missing| {
+                    done.saved_onnx = Some((dst.clone(), missing));
+                })
+            };
+            keep(r);
+        }
+        let ran = fit.steps_run();
+        if first_error.is_none() && ran > 0 && fit.skipped == ran {
+            first_error = Some(Error::Invalid(format!(
+                "every one of the {ran} steps was skipped (non-finite loss or gradient): nothing was trained"
+            )));
+        }
+        (done, first_error)
+    }
+
+    fn plot(&self, path: &Path, fit: &Fit) -> Result<()> {
+        let label = self.info.precision;
+        let series = match &self.config.log {
+            Some(l) => plot::read_csv(l, label).map_err(Error::Invalid)?,
+            None => plot::Series {
+                label: label.into(),
+                points: fit.losses.iter().map(|&(s, l)| (s as f64, l)).collect(),
+            },
+        };
+        plot::plot(&[series], "training loss", 10, path).map_err(Error::Invalid)
+    }
+
+    /// Writes the trained parameters into a copy of the source model (`-o`).
+    fn save_onnx(&self, dst: &Path) -> Result<Vec<String>> {
+        let trained: BTreeMap<String, Tensor> = self
+            .trainer
+            .weights()
+            .into_iter()
+            .filter(|(k, _)| self.trainer.trained().contains(k))
+            .collect();
+        crate::export::save_onnx(&self.config.model, dst, &trained).map_err(|e| match e.root() {
+            Error::Onnx(o) if matches!(o.kind(), fp8c_onnx::OnnxError::Decode { .. }) => {
+                Error::Invalid(format!("--save-onnx needs an ONNX model; {e}"))
+            }
+            _ => e,
+        })
+    }
+
+    /// The checked output targets (their flags and paths).
+    pub fn outputs(&self) -> &[Output] {
+        &self.outputs
+    }
+}
+
+/// Checks every output target of `config` before any work: the path itself (no link, no
+/// directory, not an input) and that its folder takes a new file now.
+fn check_outputs(config: &TrainConfig) -> Result<Vec<Output>> {
+    let inputs_read = [config.model.as_path(), config.data.path()];
+    let mut outs = Vec::new();
+    if let Some(dst) = &config.save_onnx {
+        outs.push(Output::check("-o", dst, &inputs_read)?);
+    }
+    if let Some(p) = &config.plot {
+        plot::check_target(p).map_err(|e| Error::Invalid(format!("--plot {e}")))?;
+        outs.push(Output::check("--plot", p, &inputs_read)?);
+    }
+    if let Some(p) = &config.log {
+        outs.push(Output::check("--log", p, &inputs_read)?);
+    }
+    if let Some(dir) = &config.checkpoint {
+        checkpoint::check_dir(dir)?;
+        outs.push(Output::check(
+            "--checkpoint",
+            &dir.join(checkpoint::STATE_FILE),
+            &[],
+        )?);
+    }
+    for o in &outs {
+        o.probe()?;
+    }
+    if config.compile.stop_after.is_some() {
+        bail!(
+            "--stop-after: a training run needs the whole pipeline (use fp8c compile --stop-after to see the IR after a pass)"
+        );
+    }
+    Ok(outs)
+}
