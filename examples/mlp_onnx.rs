@@ -1,6 +1,6 @@
 //! Train an MLP classifier given as an ONNX file (`examples/models/mlp_digits.onnx`, made by
-//! `scripts/make_mlp_example.py`) on the handwritten-digits data in f32, bf16 and FP8 (HYBRID,
-//! delayed scaling), then measure test accuracy with the trained weights.
+//! `scripts/fixtures/make_mlp_example.py`) on the handwritten-digits data in f32, bf16 and FP8
+//! (HYBRID, delayed scaling), then measure test accuracy with the trained weights.
 //!
 //! ```sh
 //! cargo run --release --example mlp_onnx -- --steps 1000

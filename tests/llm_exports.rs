@@ -2,7 +2,7 @@
 //!
 //! `examples/models/{llama,gpt2,qwen2,mistral}-tiny.onnx`, `bert-tiny-enc.onnx` and the vision
 //! transformer `vit-tiny.onnx` (patch-embedding Conv, LayerNormalization, Gelu) were exported by
-//! `scripts/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
+//! `scripts/fixtures/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
 //! transformers configs with random weights; each `.ref.npz` holds the inputs and
 //! onnxruntime's outputs. `llama-tiny-op23` and `bert-tiny-enc-op23` are exported at opset 23
 //! (the Attention, RotaryEmbedding and RMSNormalization ops), with PyTorch's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
@@ -562,7 +562,7 @@ fn a_decoder_trained_in_fp8_runs_in_onnxruntime_with_the_same_loss() {
     let (before, after) = (fp8c_loss(&model, "before"), fp8c_loss(&trained, "after"));
     let ort_out = dir.join("ort.npz");
     let status = std::process::Command::new(support::python())
-        .arg(root.join("scripts/ort_reference.py"))
+        .arg(root.join("scripts/oracles/ort_reference.py"))
         .arg(&trained)
         .arg("--inputs")
         .arg(&inputs)

@@ -4,8 +4,8 @@
 //! patched by this harness: inputs that decide shapes (Reshape's shape, Slice bounds, axes fed
 //! as inputs) are specialised on by `fp8c run` itself.
 //!
-//! The tests come from the pinned onnx wheel (`scripts/gen_onnx_node_tests.py`, generated into
-//! `.cache/onnx-node-tests` on first use). `tests/onnx-node-manifest.txt` lists the tests
+//! The tests come from the pinned onnx wheel (`scripts/fixtures/gen_onnx_node_tests.py`, generated
+//! into `.cache/onnx-node-tests` on first use). `tests/onnx-node-manifest.txt` lists the tests
 //! expected to pass (like tract's `node.txt`); a manifest test that fails fails this test. The
 //! other tests run too and are reported, so the manifest can grow: `FP8C_BLESS_MANIFEST=1`
 //! appends every newly passing test to it. The output gives the passing count per op family.

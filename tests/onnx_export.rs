@@ -2,7 +2,7 @@
 //! the FP8 Q/DQ model, onnxruntime runs it and agrees with `fp8c run` on the same recipe and
 //! calibration, and the weights are stored in FP8 (the file shrinks).
 //!
-//! Inputs come from `scripts/ort_reference.py --make-inputs` (deterministic, cached); the
+//! Inputs come from `scripts/oracles/ort_reference.py --make-inputs` (deterministic, cached); the
 //! same file calibrates and is run, as a user would calibrate on sample data.
 
 mod support;
@@ -11,10 +11,10 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-/// ONNX's checker on `path`: the JSON summary of `scripts/onnx_check.py`.
+/// ONNX's checker on `path`: the JSON summary of `scripts/oracles/onnx_check.py`.
 fn onnx_check(path: &Path) -> Value {
     let out = Command::new(support::python())
-        .arg(support::repo_root().join("scripts/onnx_check.py"))
+        .arg(support::repo_root().join("scripts/oracles/onnx_check.py"))
         .arg(path)
         .output()
         .expect("python runs");
@@ -31,7 +31,7 @@ fn onnx_check(path: &Path) -> Value {
 /// as the ONNX reference defines them).
 fn ort_run(model: &Path, inputs: &Path, out: &Path) {
     let r = Command::new(support::python())
-        .arg(support::repo_root().join("scripts/ort_reference.py"))
+        .arg(support::repo_root().join("scripts/oracles/ort_reference.py"))
         .arg(model)
         .arg("--inputs")
         .arg(inputs)
@@ -183,8 +183,8 @@ fn report_rows(model: &Path, shape: &str) -> Vec<Value> {
     v["nodes"].as_array().expect("nodes").clone()
 }
 
-/// An FP8 Q/DQ model made by another tool (`scripts/make_qdq_model.py`, onnx's helper API, the
-/// form ModelOpt exports): its GEMMs import as FP8 with the model's own scales, and `fp8c run`
+/// An FP8 Q/DQ model made by another tool (`scripts/fixtures/make_qdq_model.py`, onnx's helper API,
+/// the form ModelOpt exports): its GEMMs import as FP8 with the model's own scales, and `fp8c run`
 /// gives onnxruntime's outputs.
 #[test]
 fn third_party_fp8_qdq_model_imports_as_fp8_and_runs_like_onnxruntime() {
@@ -347,7 +347,8 @@ fn decoder_and_encoder_exports_run_in_onnxruntime_like_fp8c() {
 /// The fetched real models of the must-show: MiniLM-L3 (a BERT encoder) and orinet (a
 /// CNN) exported as FP8 Q/DQ ONNX run in onnxruntime and agree with `fp8c run` on the same
 /// calibration, with f32 accumulation as the Q/DQ graph states it: within the 1e-3
-/// for MiniLM (1.5e-7 to 2.2e-5 depending on the input, measured). The CNN's residual is larger, ~1e-3 depending on the input (measured 0.76e-3 to 1.4e-3 over
+/// for MiniLM (1.5e-7 to 2.2e-5 depending on the input, measured). The CNN's residual is larger,
+/// ~1e-3 depending on the input (measured 0.76e-3 to 1.4e-3 over
 /// three random batches): onnxruntime dequantizes each operand (code × scale, rounded to f32)
 /// and sums in its own convolution order, fp8c sums exact code products and scales once; the
 /// ulp-level differences of one layer move a few activations across FP8 rounding boundaries in
@@ -493,7 +494,7 @@ fn current_and_per_tile_recipes_export_with_scales_computed_in_the_graph() {
     );
 }
 
-/// `scripts/make_export_models.py`'s model `name` (`tests/models/export/`).
+/// `scripts/fixtures/make_export_models.py`'s model `name` (`tests/models/export/`).
 fn export_model(name: &str) -> std::path::PathBuf {
     support::repo_root().join(format!("tests/models/export/{name}.onnx"))
 }

@@ -1,7 +1,7 @@
 //! One-op models against onnxruntime, through the real `fp8c run` command line.
 //!
-//! The models in `tests/models/ops/` (made by `scripts/make_op_models.py` with onnx's Python
-//! API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
+//! The models in `tests/models/ops/` (made by `scripts/fixtures/make_op_models.py` with onnx's
+//! Python API and onnxruntime's dynamic quantizer) cover the ops fp8c imports by rewriting them —
 //! Einsum, ConvTranspose, MatMulInteger, ConvInteger, DynamicQuantizeLinear, QLinearConv and
 //! QLinearMatMul and the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid,
 //! QLinearLeakyRelu, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and
@@ -9,7 +9,7 @@
 //! (its weight-only 2/4/8-bit quantizer; in QDQ format, INT4/UINT4 initializers behind a
 //! blocked DequantizeLinear), GatherBlockQuantized (the same quantizer's embeddings, and
 //! hand-made UINT8/INT4/UINT4 tables on other axes), LSTM, GRU and RNN (PyTorch's two exporters,
-//! `scripts/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
+//! `scripts/fixtures/make_rnn_models.py`), onnxruntime's transformer-optimizer fusions
 //! (SkipLayerNormalization, FastGelu, ..., and the com.microsoft Attention,
 //! MultiHeadAttention, EmbedLayerNormalization and their quantized forms on every mask
 //! format), onnxruntime-genai's GroupQueryAttention (prompt, decode, chunk) and
@@ -21,8 +21,8 @@
 //! Mean/InvStdDev, integer Sign — TopK, and depthwise convolutions and a padded ceil-mode
 //! MaxPool (direct CPU kernels), on shapes and attributes the ONNX node tests leave out, and
 //! with symbolic dims where exports have them (`--dim` sizes the inputs). Each runs
-//! on onnxruntime's deterministic inputs (`scripts/ort_reference.py --make-inputs`); integer
-//! outputs must be equal, float outputs within 1e-5 relative L2.
+//! on onnxruntime's deterministic inputs (`scripts/oracles/ort_reference.py --make-inputs`);
+//! integer outputs must be equal, float outputs within 1e-5 relative L2.
 
 mod support;
 
@@ -311,8 +311,8 @@ fn cast_to_e8m0_with_every_round_mode() {
     }
 }
 
-// Vision ops imported by decomposition (scripts/make_vision_op_models.py): instance and group
-// normalisation as reductions and elementwise ops, DepthToSpace/SpaceToDepth as reshape,
+// Vision ops imported by decomposition (scripts/fixtures/make_vision_op_models.py): instance and
+// group normalisation as reductions and elementwise ops, DepthToSpace/SpaceToDepth as reshape,
 // transpose, reshape, Resize/Upsample as gathers of constant positions (and a weighted add
 // for `linear`), one model per mode and attribute combination the importer accepts.
 op_tests! {

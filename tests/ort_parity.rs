@@ -1,6 +1,7 @@
 //! `fp8c run` against onnxruntime on real models, through the real binary.
 //!
-//! For each model: onnxruntime's outputs on deterministic inputs (`scripts/ort_reference.py`,
+//! For each model: onnxruntime's outputs on deterministic inputs
+//! (`scripts/oracles/ort_reference.py`,
 //! cached in `.cache/ort/`); `fp8c run --precision f32` must match them within 1e-4 relative
 //! L2 on every float output (integer outputs exactly); `fp8c run --precision fp8 --compare`
 //! must print a cosine of at least 0.99 against the f32 path on the hidden states / logits.
@@ -191,7 +192,7 @@ fn ppocr_mobile_cls_matches_onnxruntime() {
 /// layout: com.microsoft EmbedLayerNormalization, Attention with a 1-D mask index,
 /// SkipLayerNormalization, BiasGelu) and that model dynamically quantized (QAttention,
 /// QEmbedLayerNormalization, MatMulInteger), committed with their inputs (one padded batch
-/// row, two segments) and onnxruntime's outputs (`scripts/export_ort_fused.py`): `fp8c run
+/// row, two segments) and onnxruntime's outputs (`scripts/fixtures/export_ort_fused.py`): `fp8c run
 /// --precision f32` matches onnxruntime within 1e-5 relative L2, and the default FP8 run
 /// keeps a cosine of 0.99 to it.
 #[test]

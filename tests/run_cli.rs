@@ -496,7 +496,7 @@ fn inference_holds_fp8_weights_once_with_identical_results() {
 }
 
 /// A scikit-learn classifier exported by skl2onnx (`tests/models/sklearn/`, made by
-/// `scripts/make_sklearn_model.py`; issue #12): its label branch uses the ai.onnx.ml ops
+/// `scripts/fixtures/make_sklearn_model.py`; issue #12): its label branch uses the ai.onnx.ml ops
 /// ArrayFeatureExtractor and ZipMap. A plain `run` gives the labels and ZipMap's
 /// probabilities as a dense array, equal to onnxruntime's; with `--output`, only what the
 /// named values need is imported: the probabilities and the ArgMax index equal onnxruntime's
@@ -582,7 +582,7 @@ fn sklearn_classifier_runs_and_trains_through_output_selection() {
 }
 
 /// scikit-learn models exported by skl2onnx with its defaults (`tests/models/sklearn/*.onnx`
-/// with `*.ort.npz`, made by `scripts/make_sklearn_model.py`: linear and logistic models,
+/// with `*.ort.npz`, made by `scripts/fixtures/make_sklearn_model.py`: linear and logistic models,
 /// pipelines with Scaler, Normalizer and PCA, naive Bayes): `fp8c run MODEL --inputs X`,
 /// as a user types it, gives every output onnxruntime gives, labels equal and scores within
 /// 1e-5 (ZipMap's maps as dense `[N, classes]` arrays).
@@ -1042,7 +1042,7 @@ fn profile_tables_cover_every_step() {
 }
 
 /// `fp8c --threads N` (any subcommand) and `fp8c run --repeat N` for benchmarks
-/// (scripts/bench_vs_ort.py uses both): the summary gives the fastest and median run and the
+/// (scripts/bench/bench_vs_ort.py uses both): the summary gives the fastest and median run and the
 /// outputs are the first run's; 0 is refused for either.
 #[test]
 fn threads_and_repeat_for_benchmarks() {

@@ -1,5 +1,6 @@
 //! fp8c's tensor files are standard safetensors (issue #17): Python's `safetensors` package
-//! (`scripts/st_inspect.py`, not fp8c) reads the IR weights sidecar and a training checkpoint,
+//! (`scripts/oracles/st_inspect.py`, not fp8c) reads the IR weights sidecar and a training
+//! checkpoint,
 //! with every dtype intact — FP8 weights stay `F8_E4M3` with the model's bytes, f32 files
 //! load with `safetensors.numpy.load_file`.
 
@@ -9,10 +10,10 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-/// `scripts/st_inspect.py FILE [--onnx MODEL]`'s JSON.
+/// `scripts/oracles/st_inspect.py FILE [--onnx MODEL]`'s JSON.
 fn inspect(file: &Path, onnx: Option<&Path>) -> Value {
     let mut cmd = Command::new(support::python());
-    cmd.arg(support::repo_root().join("scripts/st_inspect.py"))
+    cmd.arg(support::repo_root().join("scripts/oracles/st_inspect.py"))
         .arg(file);
     if let Some(m) = onnx {
         cmd.arg("--onnx").arg(m);

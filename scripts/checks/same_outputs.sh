@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 old=$(realpath "$1"); new=$(realpath "$2")
 work=${3:-$(mktemp -d)}
 mkdir -p "$work"
-py=$("$root/scripts/python-env.sh" 2>/dev/null || "$root/scripts/env/python-env.sh")
+py=$("$root/scripts/env/python-env.sh")
 cd "$root"
 fail=0
 same() { # label file_a file_b

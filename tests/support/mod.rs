@@ -56,12 +56,12 @@ fn checked(mut cmd: Command, what: &str) -> Output {
     out
 }
 
-/// The project's Python (`scripts/python-env.sh`: a venv with numpy, onnx, onnxruntime).
+/// The project's Python (`scripts/env/python-env.sh`: a venv with numpy, onnx, onnxruntime).
 pub fn python() -> PathBuf {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     PY.get_or_init(|| {
         let _g = cache_lock();
-        let mut cmd = Command::new(repo_root().join("scripts/python-env.sh"));
+        let mut cmd = Command::new(repo_root().join("scripts/env/python-env.sh"));
         cmd.current_dir(repo_root());
         let out = checked(cmd, "the Python environment");
         PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
@@ -93,11 +93,11 @@ pub fn fetched_model(name: &str) -> PathBuf {
 }
 
 /// ONNX's backend node tests for fp8c's op set, generated from the pinned onnx wheel by
-/// `scripts/gen_onnx_node_tests.py` into `.cache/onnx-node-tests-<script digest>` if not
+/// `scripts/fixtures/gen_onnx_node_tests.py` into `.cache/onnx-node-tests-<script digest>` if not
 /// there yet (a changed selection makes a new directory).
 pub fn onnx_node_tests() -> PathBuf {
-    let script = std::fs::read(repo_root().join("scripts/gen_onnx_node_tests.py"))
-        .expect("scripts/gen_onnx_node_tests.py");
+    let script = std::fs::read(repo_root().join("scripts/fixtures/gen_onnx_node_tests.py"))
+        .expect("scripts/fixtures/gen_onnx_node_tests.py");
     let digest = fp8c_session::safetensors_io::sha256_hex(&script);
     let dir = cache_dir().join(format!("onnx-node-tests-{}", &digest[..12]));
     let py = python(); // before the lock: python() takes it too
@@ -105,7 +105,7 @@ pub fn onnx_node_tests() -> PathBuf {
     if !dir.join("MANIFEST.tsv").is_file() {
         let mut cmd = Command::new(py);
         cmd.current_dir(repo_root())
-            .arg(repo_root().join("scripts/gen_onnx_node_tests.py"))
+            .arg(repo_root().join("scripts/fixtures/gen_onnx_node_tests.py"))
             .arg(&dir);
         checked(cmd, "generating the ONNX node tests");
     }
@@ -113,7 +113,7 @@ pub fn onnx_node_tests() -> PathBuf {
 }
 
 /// onnxruntime's outputs for `model` on deterministic inputs made by
-/// `scripts/ort_reference.py --make-inputs` with `args` (`--dim`, `--shape`, `--seed`):
+/// `scripts/oracles/ort_reference.py --make-inputs` with `args` (`--dim`, `--shape`, `--seed`):
 /// `(inputs.npz, outputs.npz)`, cached in `.cache/ort/` under `tag` and a hash of the model and
 /// `args`.
 pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBuf) {
@@ -145,7 +145,7 @@ pub fn ort_reference(model: &Path, tag: &str, args: &[&str]) -> (PathBuf, PathBu
     );
     let mut cmd = Command::new(py);
     cmd.current_dir(repo_root())
-        .arg(repo_root().join("scripts/ort_reference.py"))
+        .arg(repo_root().join("scripts/oracles/ort_reference.py"))
         .arg(model)
         .arg("--make-inputs")
         .args(args)

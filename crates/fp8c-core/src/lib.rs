@@ -9,7 +9,7 @@
 //! * [`scaling`]: amax history, scale and scale_inv updates, exactly as TE computes them.
 //!
 //! Correctness is pinned by golden tables generated from ml_dtypes (tests/golden/, made by
-//! scripts/gen_fp8_golden.py) and by property tests.
+//! scripts/fixtures/gen_fp8_golden.py) and by property tests.
 
 pub mod cast;
 pub mod decode_simd;

@@ -1,7 +1,7 @@
 //! fp8c-eval's FP8 GEMM accumulation against a real H100.
 //!
 //! `tests/golden/hw/h100_fp8_accum.npz` was written on an NVIDIA H100 80GB HBM3 (driver
-//! 580.159.04, torch 2.11) by `scripts/fp8_accum_probe.py`, run by `scripts/gpu-check.sh`:
+//! 580.159.04, torch 2.11) by `scripts/bench/fp8_accum_probe.py`, run by `scripts/gpu-check.sh`:
 //! E4M3 operands (64×K and K×64, unit scales) multiplied by cuBLASLt's FP8 GEMM
 //! (`torch._scaled_mm`) with and without fast accumulation, for K = 64, 512 and 4096. The
 //! hardware is the independent reference here; the test states how close each CPU model is:

@@ -5,7 +5,7 @@
 //! at the fp8c node it comes from (`loc("node name")`). Built with melior's builders and
 //! checked by MLIR's verifier before it is printed.
 //!
-//! melior needs a system LLVM/MLIR 22 (`scripts/mlir-env.sh` installs Debian's packages and
+//! melior needs a system LLVM/MLIR 22 (`scripts/env/mlir-env.sh` installs Debian's packages and
 //! prints the variables `mlir-sys` reads), so the builder is behind the `mlir` cargo feature;
 //! without it [`emit`] returns [`Error::Unavailable`] saying how to build it.
 //!
@@ -54,7 +54,7 @@ pub const LOWERING: &str = "builtin.module(\
 pub enum Error {
     /// This build has no MLIR.
     #[error(
-        "this fp8c was built without MLIR: build it with `--features mlir` (needs LLVM/MLIR 22: scripts/mlir-env.sh installs it)"
+        "this fp8c was built without MLIR: build it with `--features mlir` (needs LLVM/MLIR 22: scripts/env/mlir-env.sh installs it)"
     )]
     Unavailable,
     /// A node the emitter does not cover.

@@ -1,5 +1,5 @@
 //! ONNX's own backend node tests (copied into `.cache/onnx-node-tests` by
-//! `scripts/gen_onnx_node_tests.py`; skipped with a message when absent): every model must
+//! `scripts/fixtures/gen_onnx_node_tests.py`; skipped with a message when absent): every model must
 //! import, or fail with an error the importer means to give (`EXPECTED_ERRORS`) or a known
 //! type-inference gap (`INFER_GAPS`); each imported output's type must match the dtype and
 //! shape of the test's `output_0.pb`, and the input `.pb` files must load.
@@ -71,7 +71,7 @@ fn suite_dir() -> Option<PathBuf> {
         Some(dir)
     } else {
         eprintln!(
-            "skipping: {} not found (run scripts/gen_onnx_node_tests.py)",
+            "skipping: {} not found (run scripts/fixtures/gen_onnx_node_tests.py)",
             dir.display()
         );
         None

@@ -1,7 +1,7 @@
 //! Every kernel in `kernels/` compiles with NVRTC for Hopper (sm_90) with no error, no warning
 //! and no register spill or local-memory use; no GPU is needed.
 //!
-//! NVRTC comes from PyPI's nvidia-cuda-nvrtc wheel, installed by `scripts/nvrtc-env.sh` into
+//! NVRTC comes from PyPI's nvidia-cuda-nvrtc wheel, installed by `scripts/env/nvrtc-env.sh` into
 //! `.cache/nvrtc/` (once; later runs reuse it). If it cannot be installed the test FAILS with
 //! the script's message: CI has PyPI, and a skipped test would let a broken kernel land.
 //! `FP8C_NVRTC_DIR` may name a folder holding libnvrtc.so.13 instead (offline machines).
@@ -34,14 +34,14 @@ fn nvrtc_ready() {
         let dir = match std::env::var_os("FP8C_NVRTC_DIR") {
             Some(d) => PathBuf::from(d),
             None => {
-                let script = repo_root().join("scripts/nvrtc-env.sh");
+                let script = repo_root().join("scripts/env/nvrtc-env.sh");
                 let out = std::process::Command::new("bash")
                     .arg(&script)
                     .output()
                     .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
                 if !out.status.success() {
                     return Err(format!(
-                        "scripts/nvrtc-env.sh failed ({}); NVRTC (PyPI wheel nvidia-cuda-nvrtc) is needed to check the kernels:\n{}",
+                        "scripts/env/nvrtc-env.sh failed ({}); NVRTC (PyPI wheel nvidia-cuda-nvrtc) is needed to check the kernels:\n{}",
                         out.status,
                         String::from_utf8_lossy(&out.stderr)
                     ));

@@ -20,7 +20,7 @@ Semantics (ARCHITECTURE.md, "Fine-grained scaling"):
     in order, of (P * sa[m/a_rows, kb]) * sb[kb, n/b_cols], where P = sum over k in kb, in
     order, of f32(qa[m, k]) * f32(qb[k, n]); every sum and product rounded to f32.
 
-Usage: PY=$(scripts/python-env.sh); $PY crates/fp8c-eval/tests/gen/gen_block_cases.py
+Usage: PY=$(scripts/env/python-env.sh); $PY crates/fp8c-eval/tests/gen/gen_block_cases.py
 Output: crates/fp8c-eval/tests/golden/block_cases.json (op_cases.json's format).
 """
 

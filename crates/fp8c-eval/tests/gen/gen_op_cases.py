@@ -13,7 +13,7 @@ Every case names the ONNX node it was computed from and the fp8c op (its text-fo
 attributes) the Rust test evaluates; inputs the importer would fill in (slice axes/steps, clip
 bounds) are written out explicitly.
 
-Usage:  PY=$(scripts/python-env.sh); $PY crates/fp8c-eval/tests/gen/gen_op_cases.py
+Usage:  PY=$(scripts/env/python-env.sh); $PY crates/fp8c-eval/tests/gen/gen_op_cases.py
 """
 
 from __future__ import annotations

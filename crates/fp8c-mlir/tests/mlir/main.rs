@@ -1,7 +1,7 @@
 //! fp8c-mlir through the public library API (issue #18): models loaded and compiled by
 //! fp8c-session, emitted as MLIR, checked by MLIR's own `mlir-opt-22`, and run by MLIR's JIT
 //! (`Device::Mlir`) against the CPU reference. `scripts/test.sh` runs this suite with
-//! `--features mlir` (LLVM/MLIR 22 installed by scripts/mlir-env.sh); the default build runs
+//! `--features mlir` (LLVM/MLIR 22 installed by scripts/env/mlir-env.sh); the default build runs
 //! the one test that says how to get it. The third-party models' ops (bit for bit against
 //! their CPU kernels) are in `mlir/third_party_ops.rs`, a module of this file.
 
@@ -168,7 +168,7 @@ mod with_mlir {
             .arg(&file)
             .arg("--verify-diagnostics")
             .output()
-            .expect("mlir-opt (LLVM 22's, on PATH through scripts/mlir-env.sh)");
+            .expect("mlir-opt (LLVM 22's, on PATH through scripts/env/mlir-env.sh)");
         assert!(
             out.status.success(),
             "mlir-opt rejected the module:\n{}",
@@ -350,7 +350,7 @@ mod with_mlir {
     }
 
     /// An FP8 Q/DQ model made by another tool (onnx's Python API,
-    /// `scripts/make_qdq_model.py`: FP8 weights behind DequantizeLinear, QuantizeLinear /
+    /// `scripts/fixtures/make_qdq_model.py`: FP8 weights behind DequantizeLinear, QuantizeLinear /
     /// DequantizeLinear pairs with FP8 zero points on the activations) runs on the JIT like
     /// the CPU: ONNX's Q/DQ ops, FP8 constants and the model's own scales.
     #[test]

@@ -132,7 +132,7 @@ pub fn require_nvrtc() -> Result<(), RuntimeError> {
     }
     Err(super::unavailable(format!(
         "NVRTC (libnvrtc.so.13), which compiles fp8c's kernels, was not found; install the \
-         nvidia-cuda-nvrtc wheel (scripts/nvrtc-env.sh prints its folder) and point {LIB_DIRS_ENV} \
+         nvidia-cuda-nvrtc wheel (scripts/env/nvrtc-env.sh prints its folder) and point {LIB_DIRS_ENV} \
          or LD_LIBRARY_PATH at it"
     )))
 }
