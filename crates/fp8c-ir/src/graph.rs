@@ -680,6 +680,42 @@ impl Graph {
         Ok(())
     }
 
+    /// Removes the graph input `name`, which nothing may read any more.
+    pub fn remove_input(&mut self, name: &str) -> Result<()> {
+        let id = self
+            .inputs
+            .iter()
+            .copied()
+            .find(|&id| interface_name(&self.node(id).op) == name)
+            .ok_or_else(|| IrError::NotFound {
+                kind: "input",
+                name: name.into(),
+            })?;
+        let v = Value::new(id, 0);
+        if !self.users(v).is_empty() || self.is_graph_result(v) {
+            return Err(IrError::node(
+                self.node(id).name.clone(),
+                "input",
+                "the input is still read",
+            ));
+        }
+        let n = self.g.remove_node(id.ix()).expect("live node");
+        self.names.remove(&n.name);
+        self.interface.remove(&(0, name.to_string()));
+        self.inputs.retain(|&i| i != id);
+        Ok(())
+    }
+
+    /// Drops the update of state entry `name` (it becomes read-only in this graph).
+    pub fn remove_state_update(&mut self, name: &str) {
+        self.state_updates.remove(name);
+    }
+
+    /// Drops every state update: the state entries become read-only in this graph.
+    pub fn clear_state_updates(&mut self) {
+        self.state_updates.clear();
+    }
+
     /// Removes every node that no output or state update depends on (graph inputs stay).
     /// Returns how many nodes were removed.
     pub fn dce(&mut self) -> usize {

@@ -148,6 +148,11 @@ pub trait Executable {
     /// Replaces a state entry's value (same dtype and shape as declared).
     fn set_state(&mut self, name: &str, value: Tensor) -> Result<(), RuntimeError>;
 
+    /// The current value of one state entry (None: no such entry, or it cannot be read).
+    fn state_entry(&self, name: &str) -> Option<Tensor> {
+        self.state().remove(name)
+    }
+
     /// The node names of the steps computed once, when the program was prepared (their
     /// inputs never change): an observer still sees them at the start of every run, but
     /// whatever the backend does to show them is not their time, and a profiler leaves it

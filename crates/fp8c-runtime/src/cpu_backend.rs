@@ -160,6 +160,11 @@ impl Executable for CpuExecutable {
         self.state.insert(s.buf, value);
         Ok(())
     }
+
+    fn state_entry(&self, name: &str) -> Option<Tensor> {
+        let s = self.program.state().iter().find(|s| s.name == name)?;
+        self.state.get(&s.buf).cloned()
+    }
 }
 
 /// How long a worker kept awake by [`keep_warm`] waits for work before it goes back to

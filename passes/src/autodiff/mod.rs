@@ -36,6 +36,7 @@ mod loss;
 mod optim;
 mod params;
 mod rules;
+pub mod split;
 
 pub use accumulate::APPLY_INPUT;
 pub use loss::Loss;
@@ -86,6 +87,10 @@ pub struct TrainSpec {
     /// dY) instead of from their FP8 copies: torchao's `rowwise_with_gw_hp`, for runs whose
     /// wgrad suffers from FP8 (dgrad stays FP8).
     pub wgrad_high_precision: bool,
+    /// Build the step split at its reductions ([`split`]): a micro-batch part whose outputs
+    /// are the raw gradients, amaxes and loss, and an apply part that reads their reductions
+    /// as inputs (`accumulate` is then the number of micro-batches the reduction spans).
+    pub split: bool,
 }
 
 impl TrainSpec {
@@ -110,6 +115,7 @@ impl TrainSpec {
             keep_output: false,
             wgrad_high_precision: false,
             accumulate: 1,
+            split: false,
         }
     }
 }
@@ -205,7 +211,22 @@ pub fn build_training_graph_with_info(
 
     let mut grads: Vec<Value> = pairs.iter().map(|(_, _, d)| *d).collect();
     let mut accumulation = None;
-    if spec.accumulate > 1 {
+    let mut checked_loss = loss;
+    if spec.split {
+        if spec.optimizer.is_none() {
+            return Err(IrError::Other(
+                "a split training step needs an optimizer step to reduce for".into(),
+            ));
+        }
+        let named: Vec<(String, Value)> = pairs.iter().map(|(n, _, d)| (n.clone(), *d)).collect();
+        grads = split::cut_gradients(&mut e, &named, spec.accumulate.max(1))?;
+        checked_loss = split::loss_input(&mut e)?;
+        outputs.extend(
+            named
+                .iter()
+                .map(|(n, _)| format!("{}{n}", split::GRAD_OUTPUT)),
+        );
+    } else if spec.accumulate > 1 {
         if spec.optimizer.is_none() {
             return Err(IrError::Other(
                 "gradient accumulation needs an optimizer step to accumulate for".into(),
@@ -241,7 +262,7 @@ pub fn build_training_graph_with_info(
         outputs.push("lr".into());
     }
 
-    let mut checked = vec![loss];
+    let mut checked = vec![checked_loss];
     checked.extend(&grads);
     let finite = e.op("train.finite", fp8c_ir::Op::AllFinite, &checked)?;
     let keep = [STEP_STATE, SKIPPED_STATE];
@@ -277,7 +298,9 @@ pub fn build_training_graph_with_info(
     e.g.set_output("finite", finite)?;
     outputs.push("finite".into());
 
-    if spec.expose_grads {
+    if spec.split {
+        outputs.extend(split::cut_amaxes(e.g)?);
+    } else if spec.expose_grads {
         for ((name, _, _), d) in pairs.iter().zip(&grads) {
             let o = format!("grad.{name}");
             e.g.set_output(&o, *d)?;
