@@ -46,6 +46,20 @@ enum Command {
     Plot(plot::PlotArgs),
 }
 
+/// Under an MPI launcher with several ranks on this machine, the cores shared among them (each
+/// rank its part) instead of one thread per core in every rank.
+fn threads_per_local_rank() -> Option<usize> {
+    let local: usize = [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "PMIX_LOCAL_SIZE",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok()?.trim().parse().ok())?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (local > 1).then(|| (cores / local).max(1))
+}
+
 fn main() -> ExitCode {
     malloc::keep_freed_memory();
     std::panic::set_hook(Box::new(|info| {
@@ -93,8 +107,9 @@ fn main() -> ExitCode {
     // waited for, which cost a wake-up and a context switch per run (0.2 ms of a 0.06 ms
     // digits-MLP inference); `--threads 1` runs everything on this one thread.
     let mut pool = rayon::ThreadPoolBuilder::new().use_current_thread();
-    if let Some(n) = cli.threads {
-        pool = pool.num_threads(usize::from(n));
+    let threads = cli.threads.map(usize::from).or_else(threads_per_local_rank);
+    if let Some(n) = threads {
+        pool = pool.num_threads(n);
     }
     if let Err(e) = pool.build_global() {
         match cli.threads {

@@ -8,15 +8,65 @@ pub use crate::train_args::TrainArgs;
 use anyhow::{Context, Result};
 use fp8c_session::train::{Fit, Parity, TrainConfig, TrainRun};
 
-/// `fp8c train`.
+/// `fp8c train`. Under `mpirun -np N` every rank runs this; rank 0 prints and writes, and an
+/// error on any rank ends every rank (it names its rank; none is left waiting).
 pub fn train(a: TrainArgs) -> Result<()> {
-    let config = a.config()?;
-    if a.compare.is_empty() {
-        return train_one(&config, &a).map(|_| ());
+    let comm = fp8c_session::dist::init().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (rank, ranks) = (comm.rank(), comm.size());
+    let mut config = a.config()?;
+    config.comm = Some(comm.clone());
+    let r = train_ranks(&config, &a, rank);
+    if ranks == 1 {
+        return r;
     }
+    match r {
+        Ok(()) => Ok(()),
+        // Every rank raised it alike: rank 0 says it once, and the others wait until it has
+        // (a rank that ends first makes mpirun end the rest).
+        Err(e) if is_rank_mismatch(&e) => {
+            if rank == 0 {
+                eprintln!("error: {}", crate::out::sanitize(&format!("{e:#}")));
+            }
+            let _ = comm.all_gather_bytes(&[]);
+            std::process::exit(1)
+        }
+        Err(e) => {
+            let prefix = if rank == 0 {
+                String::new()
+            } else {
+                format!("rank {rank} of {ranks}: ")
+            };
+            eprintln!("error: {prefix}{}", crate::out::sanitize(&format!("{e:#}")));
+            comm.abort(1)
+        }
+    }
+}
+
+/// True for the error every rank raises alike when the ranks were started differently.
+fn is_rank_mismatch(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<fp8c_session::Error>()
+            .is_some_and(|s| matches!(s.root(), fp8c_session::Error::Ranks(_)))
+    })
+}
+
+/// The run (or the `--compare` runs) on this rank; only rank 0 prints.
+fn train_ranks(config: &TrainConfig, a: &TrainArgs, rank: usize) -> Result<()> {
+    let quiet_rank = rank != 0;
+    let a = &TrainArgs {
+        quiet: a.quiet || quiet_rank,
+        ..a.clone()
+    };
+    if a.compare.is_empty() {
+        return train_one(config, a, quiet_rank).map(|_| ());
+    }
+    if quiet_rank {
+        anyhow::bail!("--compare runs on one process: start it without mpirun");
+    }
+    let config = config.clone();
     let mut parity = Parity::new(&config, &a.compare, &a.seeds)?;
     for (p, one) in parity.configs(&config) {
-        let fit = train_one(&one, &a)
+        let fit = train_one(&one, a, false)
             .with_context(|| format!("--compare: {}", parity.run_name(p, &one)))?;
         let steps = one
             .train
@@ -32,9 +82,20 @@ pub fn train(a: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// One training run: prepare, print what will run, fit with the progress bar, finish.
-fn train_one(config: &TrainConfig, a: &TrainArgs) -> Result<Fit> {
+/// One training run: prepare, print what will run (`silent`: nothing), fit with the progress
+/// bar, finish.
+fn train_one(config: &TrainConfig, a: &TrainArgs, silent: bool) -> Result<Fit> {
     let mut run = TrainRun::prepare(config)?;
+    // From here a signal stops the loop after its step, with the state saved (before, it
+    // ends the process: nothing is lost while compiling).
+    run.set_stop(stop_flag()?);
+    if silent {
+        let fit = run.fit(&mut fp8c_session::train::Silent)?;
+        if let (_, Some(e)) = run.finish(&fit) {
+            return Err(e.into());
+        }
+        return Ok(fit);
+    }
     let info = run.info().clone();
     let trainer = run.trainer();
     for w in &info.warnings {
@@ -47,12 +108,17 @@ fn train_one(config: &TrainConfig, a: &TrainArgs) -> Result<Fit> {
         tracing::info!("{n}");
     }
     eprintln!(
-        "fp8c train: {} ({} samples, batch {}{}), output \"{}\", loss {}, {} lr {}, precision {}; {} parameters train{}",
+        "fp8c train: {} ({} samples, batch {}{}{}), output \"{}\", loss {}, {} lr {}, precision {}; {} parameters train{}",
         info.model.display(),
         info.rows,
         info.batch,
         if info.accumulate > 1 {
             format!(" x {} accumulated micro-batches", info.accumulate)
+        } else {
+            String::new()
+        },
+        if info.rank.1 > 1 {
+            format!(" on each of {} ranks", info.rank.1)
         } else {
             String::new()
         },
@@ -71,6 +137,20 @@ fn train_one(config: &TrainConfig, a: &TrainArgs) -> Result<Fit> {
     for line in trainer.high_precision_summary() {
         eprintln!("  {line}");
     }
+    if info.rank.1 > 1 {
+        let (mine, total) = trainer.optimizer_state_bytes();
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        eprintln!(
+            "  optimizer state (f32 master weights and moments): {:.2} MiB on rank 0 of {:.2} MiB{}",
+            mib(mine),
+            mib(total),
+            if trainer.is_sharded() {
+                format!(", sharded over {} ranks", info.rank.1)
+            } else {
+                " on every rank (--shard optimizer splits it)".to_string()
+            }
+        );
+    }
     a.report.print(|all| trainer.report(all))?;
     if info.start_step >= info.steps {
         eprintln!(
@@ -78,9 +158,6 @@ fn train_one(config: &TrainConfig, a: &TrainArgs) -> Result<Fit> {
             info.start_step, info.steps
         );
     }
-    // From here a signal stops the loop after its step, with the state saved (before, it
-    // ends the process: nothing is lost while compiling).
-    run.set_stop(stop_flag()?);
     let mut bar = Bar::new(a.quiet, info.steps, info.start_step);
     let fit = run.fit(&mut bar);
     bar.finish();
@@ -109,6 +186,15 @@ fn train_one(config: &TrainConfig, a: &TrainArgs) -> Result<Fit> {
     }
     if let Some(p) = run.trainer().profile() {
         eprint!("{}", p.report(a.profile_nodes));
+        if let Some(c) = run.trainer().collective().filter(|c| c.size() > 1) {
+            let sent = c.bytes_sent() as f64;
+            eprintln!(
+                "  rank 0 sent {:.2} MiB to the other {} rank(s) in the run ({:.1} KiB a step)",
+                sent / (1024.0 * 1024.0),
+                c.size() - 1,
+                sent / 1024.0 / ran.max(1) as f64
+            );
+        }
     }
     let (done, failed) = run.finish(&fit);
     if let Some((dir, step)) = &done.checkpoint {

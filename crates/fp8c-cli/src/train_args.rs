@@ -125,6 +125,11 @@ pub struct TrainArgs {
     /// Seed of the data order [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Under `mpirun -np N`: what each rank keeps of the training state. none: all of it;
+    /// optimizer: its 1/N of the f32 master weights and optimizer moments (ZeRO-1: the reduced
+    /// gradient sliced, the updated weights all-gathered), the same results [default: none].
+    #[arg(long, value_enum)]
+    pub shard: Option<ShardArg>,
     /// Parameters (by name glob) that do not train (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub freeze: Vec<String>,
@@ -197,6 +202,15 @@ pub struct TrainArgs {
     pub fp8: Fp8Args,
 }
 
+/// What each rank keeps of the training state.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ShardArg {
+    /// The whole state on every rank.
+    None,
+    /// 1/N of the master weights and optimizer moments per rank.
+    Optimizer,
+}
+
 /// A flag value by the word that names it (`adamw`), as a config file spells it too.
 fn word(v: impl ValueEnum) -> String {
     v.to_possible_value()
@@ -236,6 +250,7 @@ impl TrainArgs {
             seed: self.seed,
             loss: self.loss.map(word),
             freeze: (!self.freeze.is_empty()).then(|| self.freeze.clone()),
+            shard: self.shard.map(word),
         }
     }
 

@@ -38,6 +38,10 @@ pub enum Error {
     /// corrupt array, an option out of range).
     #[error("{0}")]
     Invalid(String),
+    /// An error every rank of a data-parallel run raised alike (ranks started with different
+    /// models, flags or data): rank 0 reports it, the others end without repeating it.
+    #[error("{0}")]
+    Ranks(String),
     /// Another error, with a prefix saying where it happened (`FILE: `, `--flag V: `).
     #[error("{context}: {inner}")]
     Context {

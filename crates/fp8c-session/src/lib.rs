@@ -79,6 +79,8 @@ pub use settings::CompileSettings;
 pub use train::{StepReport, Trainer};
 
 pub use fp8c_core::{Granularity, Recipe};
+/// The collective layer of data-parallel training (`init` picks MPI under `mpirun`).
+pub use fp8c_dist as dist;
 pub use fp8c_ir::{DType, Graph, Tensor};
 
 /// The GPU micro-benchmarks `fp8c bench` prints (cuBLASLt GEMMs, quantize kernels, a layer

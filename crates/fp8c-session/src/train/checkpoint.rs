@@ -62,9 +62,16 @@ pub struct Meta {
     pub seed: u64,
     /// Samples per step.
     pub batch: u64,
-    /// Micro-batches per step (gradient accumulation; 1 when absent).
+    /// Micro-batches per step on each rank (gradient accumulation; 1 when absent).
     #[serde(default = "one")]
     pub accumulate: u32,
+    /// Ranks of the data-parallel run that wrote it (1 when absent). A run with another
+    /// number of ranks resumes it when ranks × accumulate (the step's micro-batches) agree.
+    #[serde(default = "one")]
+    pub ranks: u32,
+    /// How the training state was sharded across ranks (`none`, or `optimizer`).
+    #[serde(default = "no_shard")]
+    pub shard: String,
     /// Number of state entries in the state file.
     pub state_entries: usize,
     /// SHA-256 of the state file.
@@ -87,6 +94,8 @@ impl Meta {
             seed,
             batch,
             accumulate: 1,
+            ranks: 1,
+            shard: no_shard(),
             state_entries: 0,
             state_sha256: String::new(),
         }
@@ -101,6 +110,10 @@ impl Meta {
 
 fn one() -> u32 {
     1
+}
+
+fn no_shard() -> String {
+    "none".into()
 }
 
 /// Checks that checkpoints can be written to `dir` (created if needed) before training starts.
@@ -130,12 +143,24 @@ pub fn check_dir(dir: &Path) -> Result<()> {
 /// Saves the trainer's whole state to `dir` (created if needed) with `meta` (its step, entry
 /// count and state digest taken from the trainer and the written file).
 pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
-    check_dir(dir)?;
     let state = trainer.try_state()?;
+    save_state(dir, &state, trainer.steps(), trainer.skipped_steps(), meta)
+}
+
+/// Saves `state` (a trainer's whole state after `steps` steps, `skipped` of them skipped)
+/// to `dir` with `meta`, as [`save`] does.
+pub fn save_state(
+    dir: &Path,
+    state: &BTreeMap<String, fp8c_ir::Tensor>,
+    steps: u64,
+    skipped: u64,
+    meta: &Meta,
+) -> Result<()> {
+    check_dir(dir)?;
     let mut header = BTreeMap::new();
     header.insert("format".to_string(), "fp8c-checkpoint".to_string());
     header.insert("version".to_string(), FORMAT.to_string());
-    header.insert("step".to_string(), trainer.steps().to_string());
+    header.insert("step".to_string(), steps.to_string());
     let (current, prev) = (dir.join(STATE_FILE), dir.join(PREV_STATE_FILE));
     // The current state stays readable under the .prev name until the new metadata is in
     // place (a kill in between resumes from it). A leftover .prev from an interrupted save
@@ -153,12 +178,12 @@ pub fn save(dir: &Path, trainer: &Trainer, meta: &Meta) -> Result<()> {
         })?;
     }
     let out = Output::check("--checkpoint", &current, &[])?;
-    let bytes = safetensors_io::write(&out, &state, header)
+    let bytes = safetensors_io::write(&out, state, header)
         .with_context(|| format!("--checkpoint {}", dir.display()))?;
     let meta = Meta {
         format: FORMAT,
-        step: trainer.steps(),
-        skipped_steps: trainer.skipped_steps(),
+        step: steps,
+        skipped_steps: skipped,
         state_entries: state.len(),
         state_sha256: safetensors_io::sha256_hex(&bytes),
         ..meta.clone()
@@ -214,18 +239,25 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
             expect.loss
         );
     }
-    if meta.batch != expect.batch
-        || meta.seed != expect.seed
-        || meta.accumulate != expect.accumulate
-    {
+    let micro = |m: &Meta| u64::from(m.accumulate) * u64::from(m.ranks.max(1));
+    if meta.batch != expect.batch || meta.seed != expect.seed || micro(&meta) != micro(expect) {
+        let ranks = |m: &Meta| {
+            if m.ranks > 1 {
+                format!(" on {} ranks", m.ranks)
+            } else {
+                String::new()
+            }
+        };
         bail!(
-            "--resume {d}: the checkpoint was made with --batch {} --seed {} --accumulate {}; this run has --batch {} --seed {} --accumulate {}",
+            "--resume {d}: the checkpoint was made with --batch {} --seed {} --accumulate {}{}; this run has --batch {} --seed {} --accumulate {}{} (ranks × --accumulate must agree)",
             meta.batch,
             meta.seed,
             meta.accumulate,
+            ranks(&meta),
             expect.batch,
             expect.seed,
-            expect.accumulate
+            expect.accumulate,
+            ranks(expect)
         );
     }
     if meta.precision != expect.precision {

@@ -13,7 +13,7 @@ use super::checkpoint;
 use super::data::Dataset;
 use super::spec::accuracy;
 use super::trainer::{StepReport, Trainer};
-use crate::error::{Context, Result};
+use crate::error::{Context, Error, Result};
 use fp8c_ir::Tensor;
 use fp8c_passes::autodiff::{APPLY_INPUT, POISON_INPUT};
 use std::collections::BTreeMap;
@@ -138,6 +138,9 @@ impl Trainer {
         step: u64,
         poison: bool,
     ) -> Result<StepReport> {
+        if self.split.is_some() {
+            return self.split_train_step(data, batch, seed, step, poison);
+        }
         let micro = u64::from(self.spec().accumulate.max(1));
         let (poison_input, target) = (self.spec().poison_input, self.spec().target_input.clone());
         let mut out = BTreeMap::new();
@@ -175,6 +178,77 @@ impl Trainer {
         })
     }
 
+    /// [`Trainer::train_step`] of a split step: every rank's micro-batches, the reductions,
+    /// one update ([`crate::train::split`]).
+    fn split_train_step(
+        &mut self,
+        data: &Dataset,
+        batch: u64,
+        seed: u64,
+        step: u64,
+        poison: bool,
+    ) -> Result<StepReport> {
+        let spec = self.spec().clone();
+        if !self.rescale.is_empty() {
+            // Measured from the step's first micro-batch, on every rank alike, as a single
+            // process measures it.
+            let first = step * self.split.as_ref().map_or(1, |s| s.total());
+            self.measure_scaling(&mut |t| {
+                let split = t.split.as_mut().expect("a split step");
+                split.refresh(&*t.exe)?;
+                let inputs = split.one_micro_batch(data, &spec, batch, seed, first)?;
+                t.exe.run(&inputs)?;
+                Ok(())
+            })
+            .with_context(|| format!("step {step}"))?;
+        }
+        self.initial = false;
+        let split = self.split.as_mut().expect("a split step");
+        split.refresh(&*self.exe)?;
+        let reduced = split
+            .micro_batches(
+                data,
+                &spec,
+                batch,
+                seed,
+                step,
+                poison,
+                self.profile.as_mut(),
+            )
+            .with_context(|| format!("step {step}"))?;
+        let out = match self.profile.as_mut() {
+            Some(p) => {
+                let mut timer = p.start_skipping(self.exe.precomputed_steps());
+                let out = self
+                    .exe
+                    .run_observed(&reduced.inputs, &mut |s, i, o| timer.observe(s, i, o))?;
+                timer.finish();
+                out
+            }
+            None => self.exe.run(&reduced.inputs)?,
+        };
+        let report = super::split::report(step, &reduced, &out);
+        self.counts.0 += 1;
+        if !report.applied {
+            self.counts.1 += 1;
+        }
+        Ok(report)
+    }
+
+    /// Whether any rank raised its stop flag (one decision for all ranks).
+    fn stop_requested(&self, flag: Option<&Arc<AtomicBool>>) -> Result<bool> {
+        let mine = flag.is_some_and(|s| s.load(Ordering::Relaxed));
+        match self.collective() {
+            Some(comm) if comm.size() > 1 => {
+                let mut v = [if mine { 1.0f32 } else { 0.0 }];
+                comm.all_reduce_max_f32(&mut v)
+                    .map_err(super::split::dist)?;
+                Ok(v[0] > 0.0)
+            }
+            _ => Ok(mine),
+        }
+    }
+
     /// The training loop: steps from [`Trainer::steps`] up to `opts.steps` on `data`,
     /// each reported to `observer`; periodic checkpoints, and on the stop flag one checkpoint
     /// and an early end ([`Fit::interrupted`]). The final checkpoint, if any, is the caller's
@@ -185,15 +259,42 @@ impl Trainer {
         opts: &FitOptions,
         observer: &mut dyn Observer,
     ) -> Result<Fit> {
-        let meta = self.meta_of(opts);
-        let start_step = self.steps();
-        let skipped_before = self.skipped_steps();
+        let (fit, failed) = self.fit_partial(data, opts, observer);
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(fit),
+        }
+    }
+
+    /// [`Trainer::fit`], returning what ran before an error with the error.
+    pub(crate) fn fit_partial(
+        &mut self,
+        data: &Dataset,
+        opts: &FitOptions,
+        observer: &mut dyn Observer,
+    ) -> (Fit, Option<Error>) {
         let t0 = Instant::now();
         let mut fit = Fit {
-            start_step,
+            start_step: self.steps(),
             ..Fit::default()
         };
-        for step in start_step..opts.steps {
+        let skipped_before = self.skipped_steps();
+        let r = self.fit_loop(data, opts, observer, &mut fit, t0);
+        fit.seconds = t0.elapsed().as_secs_f64();
+        fit.skipped = self.skipped_steps() - skipped_before;
+        (fit, r.err())
+    }
+
+    fn fit_loop(
+        &mut self,
+        data: &Dataset,
+        opts: &FitOptions,
+        observer: &mut dyn Observer,
+        fit: &mut Fit,
+        t0: Instant,
+    ) -> Result<()> {
+        let meta = self.meta_of(opts);
+        for step in fit.start_step..opts.steps {
             let poison = opts.poison_steps.contains(&step);
             let mut report = self.train_step(data, opts.batch, opts.seed, step, poison)?;
             report.elapsed_s = t0.elapsed().as_secs_f64();
@@ -201,14 +302,11 @@ impl Trainer {
             fit.losses.push((step, report.loss));
             observer.step(&report)?;
             let done = step + 1;
-            let stop = opts
-                .stop
-                .as_ref()
-                .is_some_and(|s| s.load(Ordering::Relaxed));
-            if stop && done < opts.steps {
+            if self.stop_requested(opts.stop.as_ref())? && done < opts.steps {
                 let dir = opts.checkpoint_dir.clone().unwrap_or_else(interrupted_dir);
-                checkpoint::save(&dir, self, &meta)?;
-                observer.checkpoint(&dir, self.steps());
+                if self.save_on_rank_0(&dir, &meta)? {
+                    observer.checkpoint(&dir, self.steps());
+                }
                 fit.interrupted = Some(dir);
                 break;
             }
@@ -216,14 +314,26 @@ impl Trainer {
                 && opts.checkpoint_every > 0
                 && done % opts.checkpoint_every == 0
                 && done < opts.steps
+                && self.save_on_rank_0(dir, &meta)?
             {
-                checkpoint::save(dir, self, &meta)?;
                 observer.checkpoint(dir, self.steps());
             }
         }
-        fit.seconds = t0.elapsed().as_secs_f64();
-        fit.skipped = self.skipped_steps() - skipped_before;
-        Ok(fit)
+        Ok(())
+    }
+
+    /// Saves the whole state to `dir` on rank 0 (every rank calls it: a sharded state is
+    /// gathered first); true on the rank that wrote.
+    pub(crate) fn save_on_rank_0(&self, dir: &Path, meta: &checkpoint::Meta) -> Result<bool> {
+        let writer = self.rank().0 == 0;
+        if !writer && !self.is_sharded() {
+            return Ok(false);
+        }
+        let state = self.try_state()?;
+        if writer {
+            checkpoint::save_state(dir, &state, self.steps(), self.skipped_steps(), meta)?;
+        }
+        Ok(writer)
     }
 }
 

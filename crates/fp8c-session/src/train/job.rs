@@ -25,6 +25,7 @@ use crate::options::{Purpose, precision_name};
 use crate::runner::Device;
 use crate::settings::CompileSettings;
 use crate::{Tensor, plot};
+use fp8c_dist::{Collective, Single};
 use fp8c_passes::autodiff::Loss;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -90,6 +91,9 @@ pub struct TrainConfig {
     pub poison_steps: Vec<u64>,
     /// Raised (by a signal handler) to stop after the step in flight, saving the state.
     pub stop: Option<Arc<AtomicBool>>,
+    /// The ranks of a data-parallel run ([`crate::dist::init`]; None: this process alone).
+    /// Each step spans `accumulate` micro-batches on every rank; rank 0 writes the outputs.
+    pub comm: Option<Arc<dyn Collective>>,
 }
 
 impl TrainConfig {
@@ -111,6 +115,7 @@ impl TrainConfig {
             profile: false,
             poison_steps: Vec::new(),
             stop: None,
+            comm: None,
         }
     }
 }
@@ -146,6 +151,8 @@ pub struct RunInfo {
     pub prepare_seconds: f64,
     /// What loading the model warned about.
     pub warnings: Vec<String>,
+    /// This process's rank and the number of ranks.
+    pub rank: (usize, usize),
 }
 
 /// A prepared training run.
@@ -211,9 +218,15 @@ impl TrainRun {
         options.wgrad_high_precision |= recipe_gw_hp;
         options.poison = !config.poison_steps.is_empty();
         options.validate()?;
+        let comm: Arc<dyn Collective> = config.comm.clone().unwrap_or_else(|| Arc::new(Single));
+        let writer = comm.rank() == 0;
         // Every output target is checked before any step runs: a bad one must not cost the
-        // run.
-        let outputs = check_outputs(config)?;
+        // run. Rank 0 writes them.
+        let outputs = if writer {
+            check_outputs(config)?
+        } else {
+            Vec::new()
+        };
         let data_opts = DataOptions {
             inputs: match &config.data {
                 DataSource::Npz { inputs, .. } => inputs.clone(),
@@ -232,11 +245,6 @@ impl TrainRun {
                 Dataset::from_text(path, settings.seq_len, &model, &data_opts)?
             }
         };
-        let forward = data.forward_model(&model, settings.batch, &output)?;
-        let spec = options.spec();
-        config.device.check()?;
-        let mut trainer = Trainer::for_model(&forward, &spec, &opts, config.device)?;
-        trainer.set_profiling(config.profile);
         let mut meta = Meta::new(
             &config.model.display().to_string(),
             precision_name(opts.policy.mode),
@@ -249,7 +257,28 @@ impl TrainRun {
             settings.batch,
         );
         meta.accumulate = options.accumulate;
+        meta.ranks = comm.size() as u32;
+        if options.shard_optimizer && comm.size() > 1 {
+            meta.shard = "optimizer".into();
+        }
         let meta = meta.with_model_file(&config.model)?;
+        if comm.size() > 1 {
+            same_run_on_every_rank(&*comm, config, &meta, &data)?;
+        }
+        let forward = data.forward_model(&model, settings.batch, &output)?;
+        let spec = options.spec();
+        config.device.check()?;
+        let mut trainer = Trainer::for_model_on(
+            &forward,
+            &spec,
+            &opts,
+            config.device,
+            comm.clone(),
+            super::split::Parallel {
+                shard_optimizer: options.shard_optimizer,
+            },
+        )?;
+        trainer.set_profiling(config.profile);
         let mut start_step = 0;
         if let Some(dir) = &config.resume {
             start_step = checkpoint::load(dir, &mut trainer, &meta)?;
@@ -269,9 +298,18 @@ impl TrainRun {
             steps: options.steps,
             prepare_seconds: started.elapsed().as_secs_f64(),
             warnings: model.warnings().to_vec(),
+            rank: (comm.rank(), comm.size()),
         };
+        let mut config = config.clone();
+        if !writer {
+            // Only rank 0 writes: the other ranks keep their copy of the state in memory.
+            config.log = None;
+            config.plot = None;
+            config.save_onnx = None;
+            config.checkpoint = None;
+        }
         Ok(TrainRun {
-            config: config.clone(),
+            config,
             info,
             data,
             trainer,
@@ -316,21 +354,45 @@ impl TrainRun {
             stop: self.config.stop.clone(),
             poison_steps: self.config.poison_steps.clone(),
         };
-        let result = match log.as_mut() {
-            Some(log) => self.trainer.fit(&self.data, &opts, &mut Tee(observer, log)),
-            None => self.trainer.fit(&self.data, &opts, observer),
+        let (fit, failed) = match log.as_mut() {
+            Some(log) => self
+                .trainer
+                .fit_partial(&self.data, &opts, &mut Tee(observer, log)),
+            None => self.trainer.fit_partial(&self.data, &opts, observer),
         };
         let flushed = log.as_mut().map_or(Ok(()), CsvLog::flush);
-        match (result, flushed) {
-            (Ok(fit), Ok(())) => Ok(fit),
-            (Err(e), _) | (Ok(_), Err(e)) => Err(self.save_after_failure(e)),
+        let Some(e) = failed.or(flushed.err()) else {
+            return Ok(fit);
+        };
+        // Nothing trained is lost: the state first, then every other output that can still be
+        // written (the plot, -o); the error says what was.
+        let e = self.save_after_failure(e);
+        if self.trainer.is_sharded() || fit.losses.is_empty() {
+            return Err(e);
         }
+        let (done, _) = self.finish_outputs(&fit, false);
+        let mut wrote: Vec<String> = Vec::new();
+        if let Some(p) = &done.plot {
+            wrote.push(format!("--plot {}", p.display()));
+        }
+        if let Some((p, _)) = &done.saved_onnx {
+            wrote.push(format!(
+                "-o {} (the model after step {})",
+                p.display(),
+                self.trainer.steps()
+            ));
+        }
+        Err(if wrote.is_empty() {
+            e
+        } else {
+            Error::Invalid(format!("{e}; written anyway: {}", wrote.join(", ")))
+        })
     }
 
     /// Saves the state after a failed write so nothing trained is lost, and says where in the
     /// error.
     fn save_after_failure(&self, e: Error) -> Error {
-        if !matches!(e.root(), Error::Io { .. }) {
+        if !matches!(e.root(), Error::Io { .. }) || self.trainer.is_sharded() {
             return e;
         }
         let dir = self
@@ -355,8 +417,23 @@ impl TrainRun {
     /// the trained model, each attempted even when another failed: what was written, and the
     /// first failure (a run whose every step was skipped is one).
     pub fn finish(&self, fit: &Fit) -> (Finished, Option<Error>) {
+        self.finish_outputs(fit, true)
+    }
+
+    /// [`TrainRun::finish`]; without `checkpoint` the checkpoint is left as it is (after a
+    /// failed write, which saved what it could).
+    fn finish_outputs(&self, fit: &Fit, checkpoint: bool) -> (Finished, Option<Error>) {
         let mut done = Finished::default();
         let mut first_error: Option<Error> = None;
+        // A sharded state is gathered by every rank together; rank 0 writes it.
+        let gathered = if self.trainer.is_sharded() {
+            match self.trainer.try_state() {
+                Ok(s) => Some(s),
+                Err(e) => return (done, Some(e)),
+            }
+        } else {
+            None
+        };
         let mut keep = |r: Result<()>| {
             if let Err(e) = r
                 && first_error.is_none()
@@ -364,8 +441,14 @@ impl TrainRun {
                 first_error = Some(e);
             }
         };
-        if let Some(dir) = &self.config.checkpoint {
-            let r = checkpoint::save(dir, &self.trainer, &self.meta);
+        if let Some(dir) = self.config.checkpoint.as_ref().filter(|_| checkpoint) {
+            let t = &self.trainer;
+            let r = match &gathered {
+                Some(state) => {
+                    checkpoint::save_state(dir, state, t.steps(), t.skipped_steps(), &self.meta)
+                }
+                None => checkpoint::save(dir, t, &self.meta),
+            };
             if r.is_ok() {
                 done.checkpoint = Some((dir.clone(), self.trainer.steps()));
             }
@@ -386,7 +469,7 @@ impl TrainRun {
                     dst.display()
                 )))
             } else {
-                self.save_onnx(dst).map(|missing| {
+                self.save_onnx(dst, gathered.as_ref()).map(|missing| {
                     done.saved_onnx = Some((dst.clone(), missing));
                 })
             };
@@ -414,10 +497,16 @@ impl TrainRun {
     }
 
     /// Writes the trained parameters into a copy of the source model (`-o`).
-    fn save_onnx(&self, dst: &Path) -> Result<Vec<String>> {
-        let trained: BTreeMap<String, Tensor> = self
-            .trainer
-            .weights()
+    fn save_onnx(
+        &self,
+        dst: &Path,
+        gathered: Option<&BTreeMap<String, Tensor>>,
+    ) -> Result<Vec<String>> {
+        let weights = match gathered {
+            Some(state) => state.clone(),
+            None => self.trainer.weights(),
+        };
+        let trained: BTreeMap<String, Tensor> = weights
             .into_iter()
             .filter(|(k, _)| self.trainer.trained().contains(k))
             .collect();
@@ -433,6 +522,60 @@ impl TrainRun {
     pub fn outputs(&self) -> &[Output] {
         &self.outputs
     }
+}
+
+/// Refuses a data-parallel run whose ranks were given different models, flags or data: each
+/// rank's digest of what it trains (the model's and the data's SHA-256, every setting) is
+/// gathered and compared with rank 0's, and every rank fails alike, rank 0 saying why.
+fn same_run_on_every_rank(
+    comm: &dyn Collective,
+    config: &TrainConfig,
+    meta: &Meta,
+    data: &Dataset,
+) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(meta.model_sha256.as_bytes());
+    for (name, t) in &data.inputs {
+        h.update(name.as_bytes());
+        h.update(t.bytes());
+    }
+    h.update(data.labels.bytes());
+    let settings = format!(
+        "{:?} {:?} {:?} {:?} {} {:?} {:?}",
+        config.compile,
+        config.train,
+        config.output,
+        config.device,
+        config.checkpoint_every,
+        config.resume.is_some(),
+        config.poison_steps
+    );
+    h.update(settings.as_bytes());
+    let mine: [u8; 32] = h.finalize().into();
+    let all = comm.all_gather_bytes(&mine).map_err(super::split::dist)?;
+    let odd: Vec<usize> = (1..all.len()).filter(|&r| all[r] != all[0]).collect();
+    if !odd.is_empty() {
+        let hex = |b: &[u8]| {
+            b[..6]
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+        };
+        return Err(Error::Ranks(format!(
+            "the {} ranks were not started alike: rank{} {} {} another model, other flags or other data than rank 0 (digest {}… against rank 0's {}…); start every rank with the same command",
+            all.len(),
+            if odd.len() > 1 { "s" } else { "" },
+            odd.iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if odd.len() > 1 { "have" } else { "has" },
+            hex(&all[odd[0]]),
+            hex(&all[0])
+        )));
+    }
+    Ok(())
 }
 
 /// Checks every output target of `config` before any work: the path itself (no link, no

@@ -52,6 +52,7 @@ mod job;
 mod log;
 mod settings;
 mod spec;
+mod split;
 mod trainer;
 
 pub use compare::Parity;
@@ -61,5 +62,6 @@ pub use fp8c_passes::autodiff::Loss;
 pub use job::{DataSource, Finished, RunInfo, TrainConfig, TrainRun};
 pub use log::{CSV_HEADER, CsvLog};
 pub use settings::{DEFAULT_BATCH, DEFAULT_SEQ_LEN, DEFAULT_STEPS, ResolvedTrain, TrainSettings};
-pub use spec::{OptimizerKind, ScheduleKind, TrainOptions, accuracy, pick_output};
+pub use spec::{OptimizerKind, ScheduleKind, TrainOptions, accuracy, accuracy_counts, pick_output};
+pub use split::Parallel;
 pub use trainer::{StepReport, Trainer, params_to_state};

@@ -78,6 +78,9 @@ pub struct TrainSettings {
     pub loss: Option<String>,
     /// `--freeze` globs [default: none].
     pub freeze: Option<Vec<String>>,
+    /// `--shard`: "none" (default) or "optimizer" (each rank keeps 1/N of the master weights
+    /// and optimizer moments).
+    pub shard: Option<String>,
 }
 
 /// Samples per step when nothing says otherwise.
@@ -122,6 +125,7 @@ impl TrainSettings {
             seed: self.seed.or(u.seed),
             loss: self.loss.or(u.loss),
             freeze: self.freeze.or(u.freeze),
+            shard: self.shard.or(u.shard),
         }
     }
 
@@ -173,6 +177,13 @@ impl TrainSettings {
             steps,
             freeze
         );
+        if let Some(v) = &self.shard {
+            o.shard_optimizer = match v.to_ascii_lowercase().as_str() {
+                "none" => false,
+                "optimizer" => true,
+                _ => return Err(word("shard", v, &["none", "optimizer"])),
+            };
+        }
         o.min_lr = self.min_lr;
         o.weight_decay = self.weight_decay;
         o.clip_grad_norm = self.clip_grad_norm;

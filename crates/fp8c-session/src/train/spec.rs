@@ -60,6 +60,9 @@ pub struct TrainOptions {
     pub freeze: Vec<String>,
     /// Add the `train.poison` test-hook input (NaN there makes the step's gradients NaN).
     pub poison: bool,
+    /// With several ranks, each keeps and updates 1/N of the master weights and optimizer
+    /// moments (`--shard optimizer`, ZeRO-1); results identical to the unsharded run.
+    pub shard_optimizer: bool,
 }
 
 impl TrainOptions {
@@ -81,6 +84,7 @@ impl TrainOptions {
             momentum: 0.9,
             freeze: Vec::new(),
             poison: false,
+            shard_optimizer: false,
         }
     }
 
@@ -198,6 +202,13 @@ pub fn pick_output(model: &Model, wanted: Option<&str>) -> Result<String> {
 /// label is not `IGNORE_INDEX` (None when the shapes do not fit: not a classifier output, or
 /// when every row is ignored).
 pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f64> {
+    let (hits, counted) = accuracy_counts(logits, labels)?;
+    (counted > 0).then(|| hits as f64 / counted as f64)
+}
+
+/// The rows whose argmax over the last axis equals the label, and the rows counted (label
+/// not `IGNORE_INDEX`); None when the shapes do not fit a classifier output.
+pub fn accuracy_counts(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<(u64, u64)> {
     let v = logits.to_f64_vec().ok()?;
     let l = labels.to_i64_vec().ok()?;
     let c = *logits.shape().last()? as usize;
@@ -208,9 +219,6 @@ pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f6
         .iter()
         .filter(|&&lab| lab != fp8c_ir::IGNORE_INDEX)
         .count();
-    if counted == 0 {
-        return None;
-    }
     let hits = l
         .iter()
         .enumerate()
@@ -220,7 +228,7 @@ pub fn accuracy(logits: &fp8c_ir::Tensor, labels: &fp8c_ir::Tensor) -> Option<f6
             best as i64 == lab
         })
         .count();
-    Some(hits as f64 / counted as f64)
+    Some((hits as u64, counted as u64))
 }
 
 #[cfg(test)]

@@ -23,14 +23,19 @@
 //! with [`Trainer::set_state`] is used as given.
 
 use crate::error::Result;
+use crate::error::{Error, bail};
 use crate::model::Model;
 use crate::options::CompileOptions;
 use crate::runner::Device;
+use crate::train::split::{Parallel, SplitStep};
+use fp8c_dist::{Collective, Single};
 use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
+use fp8c_passes::autodiff::split::{AMAX_OUTPUT, GRAD_OUTPUT};
 use fp8c_passes::autodiff::{TrainInfo, TrainSpec};
 use fp8c_passes::{PassCx, PassManager, PassOptions};
 use fp8c_runtime::{Backend, Executable, Program};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What one step reports.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,7 +62,7 @@ pub struct StepReport {
 pub struct Trainer {
     graph: Graph,
     program: Program,
-    exe: Box<dyn Executable>,
+    pub(super) exe: Box<dyn Executable>,
     info: TrainInfo,
     /// What the training graph was built for (loss, output, accumulation, test hooks).
     spec: TrainSpec,
@@ -67,17 +72,20 @@ pub struct Trainer {
     passes: PassCx,
     /// Steps run and steps skipped, as exact integers (the graph's own counters are f32,
     /// exact only to 2^24; these are what checkpoints record).
-    counts: (u64, u64),
+    pub(super) counts: (u64, u64),
     /// Params the graph still reads as params (not trained), with their data.
     frozen: BTreeMap<String, Tensor>,
     /// Names of the trained params (now state entries).
     trained: Vec<String>,
     /// FP8 tensors (`fc1.x`) whose amax history and scale the next step recomputes first.
-    rescale: Vec<String>,
+    pub(super) rescale: Vec<String>,
     /// True until the first step ran: `rescale` is then the initial measurement, not a repair.
-    initial: bool,
+    pub(super) initial: bool,
     /// Step times, when profiling ([`Trainer::set_profiling`]).
-    profile: Option<fp8c_runtime::Profile>,
+    pub(super) profile: Option<fp8c_runtime::Profile>,
+    /// The micro-batch half of a split step (several micro-batches or ranks per step); `exe`
+    /// is then the apply half, which holds the whole training state.
+    pub(crate) split: Option<SplitStep>,
 }
 
 impl Trainer {
@@ -91,19 +99,44 @@ impl Trainer {
         options: PassOptions,
         backend: &dyn Backend,
     ) -> Result<Trainer> {
-        Self::build(forward, spec, options, backend, |_| {})
+        Self::build(
+            forward,
+            spec,
+            options,
+            backend,
+            |_| {},
+            Arc::new(Single),
+            Parallel::default(),
+        )
     }
 
     /// [`Trainer::new`], `adapt` changing the training graph before it is lowered.
+    ///
+    /// With several micro-batches per step (`spec.accumulate` on each of `comm`'s ranks) the
+    /// step is split at its reductions ([`crate::train::split`]).
     fn build(
         forward: &Graph,
         spec: &TrainSpec,
         options: PassOptions,
         backend: &dyn Backend,
         adapt: impl FnOnce(&mut Graph),
+        comm: Arc<dyn Collective>,
+        parallel: Parallel,
     ) -> Result<Trainer> {
         let mut g = forward.clone();
         let precision = options.policy.mode;
+        let local = u64::from(spec.accumulate.max(1));
+        let total = local * comm.size() as u64;
+        let mut spec = spec.clone();
+        if total > 1 {
+            spec.split = true;
+            spec.accumulate = u32::try_from(total)
+                .map_err(|_| Error::Invalid(format!("{total} micro-batches per step")))?;
+        }
+        let reduce_amax = match options.recipe {
+            fp8c_core::Recipe::Delayed(d) => d.reduce_amax,
+            fp8c_core::Recipe::Current(_) => true,
+        };
         let mut cx = PassCx::new(PassOptions {
             train: Some(spec.clone()),
             ..options
@@ -118,11 +151,65 @@ impl Trainer {
             .collect();
         let initial = params_to_state(&mut g, &trained)?;
         adapt(&mut g);
-        let program = fp8c_runtime::lower(&g)?;
         backend.check()?;
-        let mut exe = backend.prepare_graph(&g, &program, g.weights())?;
+        let (split, apply_graph) = if spec.split {
+            let (micro, mut apply) = fp8c_passes::autodiff::split::split_step(&g)?;
+            let program = fp8c_runtime::lower(&micro)?;
+            let exe = backend.prepare_graph(&micro, &program, micro.weights())?;
+            let reads = micro
+                .state()
+                .iter()
+                .map(|&(id, _)| fp8c_ir::interface_name(&micro.node(id).op).to_string())
+                .collect();
+            let grads = grad_outputs(&micro);
+            let amaxes = micro
+                .outputs()
+                .iter()
+                .filter_map(|o| o.name.strip_prefix(AMAX_OUTPUT).map(str::to_string))
+                .collect();
+            let shard = if parallel.shard_optimizer && comm.size() > 1 {
+                let n: u64 = grads
+                    .iter()
+                    .map(|(_, s): &(String, Vec<u64>)| s.iter().product::<u64>())
+                    .sum();
+                let (r, size) = (comm.rank() as u64, comm.size() as u64);
+                let range = (n * r / size, n * (r + 1) / size);
+                let slices = fp8c_passes::autodiff::split::shard_update(&mut apply, &grads, range)?;
+                let kinds = match spec.optimizer.map(|o| o.kind) {
+                    Some(fp8c_passes::autodiff::Optimizer::Sgd { .. }) => vec!["", ".momentum"],
+                    _ => vec!["", ".m", ".v"],
+                };
+                Some(crate::train::split::Shard {
+                    slices,
+                    kinds: kinds.into_iter().map(String::from).collect(),
+                })
+            } else {
+                None
+            };
+            let step = SplitStep {
+                graph: micro,
+                program,
+                exe,
+                reads,
+                grads,
+                amaxes,
+                comm,
+                local,
+                reduce_amax,
+                shard,
+            };
+            (Some(step), apply)
+        } else {
+            (None, g.clone())
+        };
+        let program = fp8c_runtime::lower(&apply_graph)?;
+        let mut exe = backend.prepare_graph(&apply_graph, &program, apply_graph.weights())?;
         for (name, t) in initial {
-            exe.set_state(&name, t)?;
+            match split.as_ref().and_then(|s| s.slice_of(&name, &t)) {
+                Some(part) => exe.set_state(&name, part?)?,
+                None if split.as_ref().is_some_and(|s| s.is_sharded_entry(&name)) => {}
+                None => exe.set_state(&name, t)?,
+            }
         }
         // Every delayed-scaling history starts empty: the first step measures them first.
         let rescale = exe
@@ -140,7 +227,7 @@ impl Trainer {
             program,
             exe,
             info,
-            spec: spec.clone(),
+            spec,
             precision,
             passes: cx,
             counts: (0, 0),
@@ -148,6 +235,7 @@ impl Trainer {
             rescale,
             initial: true,
             profile: None,
+            split,
         })
     }
 
@@ -161,6 +249,27 @@ impl Trainer {
         opts: &CompileOptions,
         device: Device,
     ) -> Result<Trainer> {
+        Self::for_model_on(
+            model,
+            spec,
+            opts,
+            device,
+            Arc::new(Single),
+            Parallel::default(),
+        )
+    }
+
+    /// [`Trainer::for_model`] for one rank of the group `comm` (data-parallel training: each
+    /// step spans `spec.accumulate` micro-batches on every rank, reduced across them; see
+    /// [`crate::train::split`]). Every rank must call it with the same model and options.
+    pub fn for_model_on(
+        model: &Model,
+        spec: &TrainSpec,
+        opts: &CompileOptions,
+        device: Device,
+        comm: Arc<dyn Collective>,
+        parallel: Parallel,
+    ) -> Result<Trainer> {
         opts.validate()?;
         let mut forward = model.clone();
         let bound = forward.bind_input_shapes(&opts.input_shapes);
@@ -171,6 +280,8 @@ impl Trainer {
             opts.pass_options(),
             device.backend().as_ref(),
             |g| opts.host_accum.apply(g, device),
+            comm,
+            parallel,
         );
         model.in_file(trainer)
     }
@@ -203,6 +314,11 @@ impl Trainer {
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
     ) -> Result<BTreeMap<String, Tensor>> {
+        if self.split.is_some() {
+            bail!(
+                "this trainer's step spans several micro-batches or ranks: run it with Trainer::train_step or Trainer::fit"
+            );
+        }
         if !self.rescale.is_empty() {
             self.recompute_scaling(inputs)?;
         }
@@ -251,20 +367,66 @@ impl Trainer {
     /// The whole training state by name: trained weights, optimizer moments, scaling state,
     /// counters.
     pub fn state(&self) -> BTreeMap<String, Tensor> {
-        self.exe.state()
+        if self.is_sharded() {
+            // Gathered from every rank: see `try_state`.
+            return self.try_state().unwrap_or_else(|e| {
+                tracing::error!("gathering the sharded state: {e}");
+                BTreeMap::new()
+            });
+        }
+        let mut state = self.exe.state();
+        if let Some(split) = &self.split {
+            for (k, v) in split.exe.state() {
+                state.entry(k).or_insert(v);
+            }
+        }
+        state
     }
 
     /// The whole training state, or the error that kept an entry from being read (checkpoints
     /// use this, so a failed device download is an error, not a missing entry).
     pub fn try_state(&self) -> Result<BTreeMap<String, Tensor>> {
-        Ok(self.exe.try_state()?)
+        let mut state = self.exe.try_state()?;
+        if let Some(split) = self.split.as_ref().filter(|s| s.shard.is_some()) {
+            state.retain(|k, _| !split.is_sharded_entry(k));
+            state.extend(split.gather_all(&*self.exe)?);
+        }
+        if let Some(split) = &self.split {
+            for (k, v) in split.exe.try_state()? {
+                state.entry(k).or_insert(v);
+            }
+        }
+        Ok(state)
     }
 
     /// Restores state entries (a checkpoint); every name must exist with its declared type.
     /// An amax history given here is used as it is: the next step does not measure it again.
     pub fn set_state(&mut self, state: &BTreeMap<String, Tensor>) -> Result<()> {
         for (k, t) in state {
-            self.exe.set_state(k, t.clone())?;
+            if let Some(split) = self.split.as_mut()
+                && split.is_sharded_entry(k)
+            {
+                if let Some(part) = split.slice_of(k, t) {
+                    self.exe.set_state(k, part?)?;
+                }
+                if split.reads.contains(k) {
+                    split.exe.set_state(k, t.clone())?;
+                }
+                continue;
+            }
+            let in_apply = self.exe.state_entry(k).is_some();
+            let in_micro = self
+                .split
+                .as_ref()
+                .is_some_and(|s| s.exe.state_entry(k).is_some());
+            if in_apply || !in_micro {
+                self.exe.set_state(k, t.clone())?;
+            }
+            if let Some(split) = self.split.as_mut()
+                && in_micro
+            {
+                split.exe.set_state(k, t.clone())?;
+            }
         }
         self.rescale
             .retain(|t| !state.contains_key(&format!("{t}.amax_history")));
@@ -274,7 +436,7 @@ impl Trainer {
     /// The current value of every parameter of the model: trained ones from the state, the
     /// others as they were.
     pub fn weights(&self) -> BTreeMap<String, Tensor> {
-        let state = self.exe.state();
+        let state = self.state();
         let mut w = self.frozen.clone();
         for n in &self.trained {
             if let Some(t) = state.get(n) {
@@ -321,8 +483,6 @@ impl Trainer {
     }
 
     fn recompute_scaling(&mut self, inputs: &BTreeMap<String, Tensor>) -> Result<()> {
-        let tensors = std::mem::take(&mut self.rescale);
-        let base = self.exe.state();
         let mut inputs = inputs.clone();
         // With gradient accumulation, a measuring run is a whole step (the history rolls).
         if inputs.contains_key(fp8c_passes::autodiff::APPLY_INPUT) {
@@ -331,12 +491,23 @@ impl Trainer {
                 Tensor::scalar_f32(1.0),
             );
         }
+        self.measure_scaling(&mut |t| t.exe.run(&inputs).map(drop).map_err(Into::into))
+    }
+
+    /// [`Trainer::recompute_scaling`] with `run` making one measuring step: two runs whose
+    /// other effects are undone (see [`Trainer::rescale_on_next_step`]).
+    pub(crate) fn measure_scaling(
+        &mut self,
+        run: &mut dyn FnMut(&mut Trainer) -> Result<()>,
+    ) -> Result<()> {
+        let tensors = std::mem::take(&mut self.rescale);
+        let base = self.state();
         let names = |t: &String| ["amax_history", "scale", "scale_inv"].map(|s| format!("{t}.{s}"));
         let mut current = base.clone();
         for pass in 0..2 {
             self.set_state(&current)?;
-            self.exe.run(&inputs)?;
-            let after = self.exe.state();
+            run(self)?;
+            let after = self.state();
             current = base.clone();
             for t in &tensors {
                 let [h, s, si] = names(t);
@@ -390,6 +561,53 @@ impl Trainer {
         &self.trained
     }
 
+    /// Whether each rank keeps only its shard of the master weights and moments (then
+    /// [`Trainer::state`], [`Trainer::weights`] and checkpoints are collectives: every rank
+    /// must call them together).
+    pub fn is_sharded(&self) -> bool {
+        self.split.as_ref().is_some_and(|s| s.shard.is_some())
+    }
+
+    /// Bytes of optimizer state (the trained parameters' f32 master copies and their
+    /// moments) this rank holds, and the whole run's: with `--shard optimizer` each rank holds
+    /// about 1/N of it.
+    pub fn optimizer_state_bytes(&self) -> (u64, u64) {
+        let kinds: &[&str] = match self.spec.optimizer.map(|o| o.kind) {
+            Some(fp8c_passes::autodiff::Optimizer::Sgd { .. }) => &["", ".momentum"],
+            _ => &["", ".m", ".v"],
+        };
+        let state = self.exe.state();
+        let mut mine = 0;
+        let mut total = 0;
+        for p in &self.trained {
+            let whole = self
+                .split
+                .as_ref()
+                .and_then(|s| s.grads.iter().find(|(g, _)| g == p))
+                .map(|(_, d)| 4 * d.iter().product::<u64>());
+            for k in kinds {
+                let here = state
+                    .get(&format!("{p}{k}"))
+                    .map(|t| t.bytes().len() as u64);
+                mine += here.unwrap_or(0);
+                total += whole.or(here).unwrap_or(0);
+            }
+        }
+        (mine, total)
+    }
+
+    /// This process's rank and the number of ranks of the run (0 and 1 alone).
+    pub fn rank(&self) -> (usize, usize) {
+        self.split
+            .as_ref()
+            .map_or((0, 1), |s| (s.comm.rank(), s.comm.size()))
+    }
+
+    /// The collective group of a split step (None: a single micro-batch per step).
+    pub fn collective(&self) -> Option<&Arc<dyn Collective>> {
+        self.split.as_ref().map(|s| &s.comm)
+    }
+
     /// What the training graph was built for.
     pub fn spec(&self) -> &TrainSpec {
         &self.spec
@@ -411,7 +629,10 @@ impl Trainer {
             seed,
             batch,
         );
-        meta.accumulate = self.spec.accumulate.max(1);
+        if let Some(split) = &self.split {
+            meta.accumulate = split.local as u32;
+            meta.ranks = split.comm.size() as u32;
+        }
         meta
     }
 
@@ -477,10 +698,28 @@ impl Trainer {
         &self.graph
     }
 
-    /// The lowered program.
+    /// The lowered program (of a split step: the update's).
     pub fn program(&self) -> &Program {
         &self.program
     }
+
+    /// A split step's micro-batch graph and program (None: one micro-batch per step).
+    pub fn micro_batch_program(&self) -> Option<(&Graph, &Program)> {
+        self.split.as_ref().map(|s| (&s.graph, &s.program))
+    }
+}
+
+/// The micro-batch graph's gradient outputs (`grad.{param}`), in output order, with shapes.
+fn grad_outputs(micro: &Graph) -> Vec<(String, Vec<u64>)> {
+    micro
+        .outputs()
+        .iter()
+        .filter_map(|o| {
+            let p = o.name.strip_prefix(GRAD_OUTPUT)?;
+            let dims = micro.value_type(o.value).known_dims()?;
+            Some((p.to_string(), dims))
+        })
+        .collect()
 }
 
 /// Turns each named param into a state entry of the same name, read and updated in its
