@@ -9,6 +9,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -221,21 +222,34 @@ fn the_same_global_batch_gives_the_same_bits_on_1_2_and_4_ranks() {
 
 /// `--shard optimizer` (ZeRO-1: each rank keeps and updates a slice of the master weights and
 /// moments, then they are gathered) gives the unsharded run's bits, and rank 0 holds about
-/// 1/N of the optimizer state.
+/// 1/N of the optimizer state; `--fp8-all-gather` (FP8 codes gathered instead of the FP8
+/// GEMMs' f32 weights) gives the same bits for a quarter of those weights' bytes.
 #[test]
 fn sharding_the_optimizer_keeps_the_bits_and_splits_its_state() {
     let work = scratch("distributed_shard");
-    for case in cases().iter().filter(|c| c.name != "cnn") {
+    for case in &cases() {
         for precision in ["f32", "fp8"] {
             let whole = work.join(format!("{}-{precision}-whole", case.name));
             std::fs::create_dir_all(&whole).unwrap();
             let r = run(mpirun(1, &train_args(case, precision, 4, 6, &whole)));
             assert!(r.ok, "{}", r.stderr);
-            for (np, acc) in [(2usize, 2u64), (4, 1)] {
-                let dir = work.join(format!("{}-{precision}-shard{np}", case.name));
+            let mut gathered = BTreeMap::new();
+            for (np, acc, fp8) in [
+                (2usize, 2u64, false),
+                (4, 1, false),
+                (2, 2, true),
+                (4, 1, true),
+            ] {
+                if fp8 && precision != "fp8" {
+                    continue;
+                }
+                let dir = work.join(format!("{}-{precision}-shard{np}-{fp8}", case.name));
                 std::fs::create_dir_all(&dir).unwrap();
                 let mut args = train_args(case, precision, acc, 6, &dir);
-                args.extend(["--shard".into(), "optimizer".into()]);
+                args.extend(["--shard".into(), "optimizer".into(), "--profile".into()]);
+                if fp8 {
+                    args.push("--fp8-all-gather".into());
+                }
                 let r = run(mpirun(np, &args));
                 assert!(r.ok, "{} -np {np}: {}", case.name, r.stderr);
                 assert_eq!(
@@ -266,6 +280,39 @@ fn sharding_the_optimizer_keeps_the_bits_and_splits_its_state() {
                     (share - 1.0 / np as f64).abs() < 0.5 / np as f64,
                     "rank 0 holds {share} of the state: {line}"
                 );
+                // "weights all-gathered by rank 0: F KiB a gather as f32, C KiB as FP8 codes"
+                let line = r
+                    .stderr
+                    .lines()
+                    .find(|l| l.contains("weights all-gathered"))
+                    .unwrap_or_else(|| panic!("no all-gather line: {}", r.stderr));
+                let words: Vec<&str> = line.split_whitespace().collect();
+                let kib: Vec<f64> = words
+                    .windows(2)
+                    .filter(|w| w[1] == "KiB")
+                    .filter_map(|w| w[0].parse().ok())
+                    .collect();
+                gathered.insert((np, fp8), (kib[0], kib[1]));
+            }
+            if precision == "fp8" {
+                for np in [2, 4] {
+                    // The FP8 weights' f32 bytes leave the f32 gather and come back as a
+                    // quarter of them in codes.
+                    let (f32_only, none) = gathered[&(np, false)];
+                    let (rest, codes) = gathered[&(np, true)];
+                    assert_eq!(none, 0.0);
+                    assert!(
+                        codes > 0.0,
+                        "{} -np {np}: no FP8 weight gathered",
+                        case.name
+                    );
+                    let moved = f32_only - rest;
+                    assert!(
+                        (codes - moved / 4.0).abs() <= 0.2,
+                        "{} -np {np}: {codes} KiB of codes for {moved} KiB of f32 weights",
+                        case.name
+                    );
+                }
             }
         }
     }
@@ -457,4 +504,28 @@ fn a_rank_whose_write_fails_ends_every_rank_with_its_message() {
         4,
         "a header and the 3 steps before the failed checkpoint: {rows:?}"
     );
+}
+
+/// `--fp8-all-gather` says what it needs instead of training without it.
+#[test]
+fn fp8_all_gather_without_its_prerequisites_is_refused() {
+    let work = scratch("distributed_fp8_gather_refused");
+    let case = &cases()[0];
+    for (precision, extra, needs) in [
+        ("fp8", vec![], "--shard optimizer"),
+        ("f32", vec!["--shard", "optimizer"], "--precision fp8"),
+        (
+            "fp8:current",
+            vec!["--shard", "optimizer"],
+            "--recipe delayed",
+        ),
+    ] {
+        let mut args = train_args(case, precision, 1, 2, &work);
+        args.push("--fp8-all-gather".into());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let o = Command::new(fp8c_bin()).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{precision} {extra:?}: {err}");
+        assert!(err.contains(needs), "{precision} {extra:?}: {err}");
+    }
 }

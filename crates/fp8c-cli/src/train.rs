@@ -195,6 +195,14 @@ fn train_one(config: &TrainConfig, a: &TrainArgs, silent: bool) -> Result<Fit> {
                 sent / 1024.0 / ran.max(1) as f64
             );
         }
+        if let Some((f32s, codes, n)) = run.trainer().weights_gathered().filter(|w| w.2 > 0) {
+            let kib = |b: u64| b as f64 / 1024.0 / n as f64;
+            eprintln!(
+                "  weights all-gathered by rank 0: {:.1} KiB a gather as f32, {:.1} KiB as FP8 codes ({n} gathers)",
+                kib(f32s),
+                kib(codes)
+            );
+        }
     }
     let (done, failed) = run.finish(&fit);
     if let Some((dir, step)) = &done.checkpoint {

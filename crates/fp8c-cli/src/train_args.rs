@@ -130,6 +130,11 @@ pub struct TrainArgs {
     /// gradient sliced, the updated weights all-gathered), the same results [default: none].
     #[arg(long, value_enum)]
     pub shard: Option<ShardArg>,
+    /// With --shard optimizer: all-gather the FP8 GEMM weights as FP8 codes (each rank
+    /// quantizes its slice with the weight's scale), a quarter of the f32 weights' bytes;
+    /// the same results (--precision fp8 --recipe delayed).
+    #[arg(long = "fp8-all-gather")]
+    pub fp8_all_gather: bool,
     /// Parameters (by name glob) that do not train (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub freeze: Vec<String>,
@@ -251,6 +256,7 @@ impl TrainArgs {
             loss: self.loss.map(word),
             freeze: (!self.freeze.is_empty()).then(|| self.freeze.clone()),
             shard: self.shard.map(word),
+            fp8_all_gather: self.fp8_all_gather.then_some(true),
         }
     }
 

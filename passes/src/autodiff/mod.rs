@@ -91,6 +91,11 @@ pub struct TrainSpec {
     /// are the raw gradients, amaxes and loss, and an apply part that reads their reductions
     /// as inputs (`accumulate` is then the number of micro-batches the reduction spans).
     pub split: bool,
+    /// With `split`: the micro-batch part reads each FP8 GEMM weight as FP8 codes (input
+    /// `train.fp8.{param}`) and its amax as an input (`train.wamax.{history}`) instead of
+    /// quantizing the f32 weight ([`split::fp8_weight_inputs`]): the owners of a sharded
+    /// update quantize and all-gather the codes (`--fp8-all-gather`).
+    pub fp8_weights: bool,
 }
 
 impl TrainSpec {
@@ -116,6 +121,7 @@ impl TrainSpec {
             wgrad_high_precision: false,
             accumulate: 1,
             split: false,
+            fp8_weights: false,
         }
     }
 }
@@ -133,6 +139,8 @@ pub struct TrainInfo {
     pub fp8_gradients: Vec<String>,
     /// State updates made conditional on a finite step.
     pub guarded_updates: usize,
+    /// The weights the micro-batch part reads as FP8 codes (`TrainSpec::fp8_weights`).
+    pub fp8_weights: Vec<split::Fp8Weight>,
 }
 
 /// The training step of `forward` (see the module docs).
@@ -299,6 +307,9 @@ pub fn build_training_graph_with_info(
     outputs.push("finite".into());
 
     if spec.split {
+        if spec.fp8_weights {
+            info.fp8_weights = split::fp8_weight_inputs(e.g, &info.trained)?;
+        }
         outputs.extend(split::cut_amaxes(e.g)?);
     } else if spec.expose_grads {
         for ((name, _, _), d) in pairs.iter().zip(&grads) {

@@ -59,6 +59,99 @@ pub(crate) fn cut_gradients(e: &mut Emit<'_>, grads: &[(String, Value)], n: u32)
     Ok(out)
 }
 
+/// Prefix of the micro-batch part's FP8-code weight inputs (`train.fp8.fc1.weight`).
+pub const FP8_WEIGHT_INPUT: &str = "train.fp8.";
+/// Prefix of the micro-batch part's weight-amax inputs (`train.wamax.fc1.w.amax_history`).
+pub const WEIGHT_AMAX_INPUT: &str = "train.wamax.";
+
+/// A weight the micro-batch part reads as FP8 codes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fp8Weight {
+    /// The trained parameter (f32 master weight, a state entry of the apply part).
+    pub param: String,
+    /// Its FP8 format.
+    pub format: DType,
+    /// The state entry holding the scale it is quantized with (`{gemm}.w.scale`).
+    pub scale: String,
+    /// The delayed-scaling history its amax feeds, if any (its input is
+    /// `train.wamax.{history}`).
+    pub history: Option<String>,
+}
+
+/// Makes the micro-batch side read FP8 weights as codes: each trained parameter whose only
+/// batch-side uses are one `quantize(param, scale state)` and `amax(param)` (delayed
+/// scaling) gets the input `train.fp8.{param}` in place of the quantized value and
+/// `train.wamax.{history}` in place of its amax; a parameter read otherwise (a tied
+/// embedding, a high-precision GEMM) is left as it is. Bits are unchanged when the inputs
+/// hold `quantize(param, scale)` and `amax(param)`, which is what the owners of a sharded
+/// update compute. Returns the rewritten weights, in `params` order.
+pub fn fp8_weight_inputs(g: &mut Graph, params: &[String]) -> R<Vec<Fp8Weight>> {
+    let mut out = Vec::new();
+    for p in params {
+        let Some(id) = g.find_interface(p) else {
+            continue;
+        };
+        let v = Value { node: id, slot: 0 };
+        let users = g.users(v);
+        let (mut quant, mut amax, mut other) = (Vec::new(), Vec::new(), false);
+        for &(u, slot) in &users {
+            match &g.node(u).op {
+                Op::Quantize { saturate: true, .. } if slot == 0 => quant.push(u),
+                Op::Amax => amax.push(u),
+                Op::AdamwUpdate { .. } | Op::SgdUpdate { .. } | Op::Where => {}
+                _ => other = true,
+            }
+        }
+        if other || quant.len() != 1 || amax.len() > 1 {
+            continue;
+        }
+        let q = quant[0];
+        let scale_node = g.node(q).inputs()[1].node;
+        let Op::State { name: scale } = &g.node(scale_node).op else {
+            continue;
+        };
+        let scale = scale.clone();
+        let Op::Quantize { to: format, .. } = g.node(q).op else {
+            unreachable!("matched above");
+        };
+        // The amax feeds one history update (delayed scaling).
+        let history = match amax.first() {
+            None => None,
+            Some(&a) => {
+                let av = Value { node: a, slot: 0 };
+                let hist = g.users(av).into_iter().find_map(|(u, _)| {
+                    let n = g.node(u);
+                    match (&n.op, n.inputs().first()) {
+                        (Op::AmaxHistoryUpdate, Some(h)) => match &g.node(h.node).op {
+                            Op::State { name } => Some(name.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    }
+                });
+                let Some(hist) = hist else { continue };
+                let input = g.add_input(
+                    &format!("{WEIGHT_AMAX_INPUT}{hist}"),
+                    TensorType::scalar(DType::F32),
+                )?;
+                g.replace_uses(av, input)?;
+                Some(hist)
+            }
+        };
+        let qv = Value { node: q, slot: 0 };
+        let ty = g.value_type(qv).clone();
+        let input = g.add_input(&format!("{FP8_WEIGHT_INPUT}{p}"), ty)?;
+        g.replace_uses(qv, input)?;
+        out.push(Fp8Weight {
+            param: p.clone(),
+            format,
+            scale,
+            history,
+        });
+    }
+    Ok(out)
+}
+
 /// The loss the update's non-finite check reads: the input `train.loss`.
 pub(crate) fn loss_input(e: &mut Emit<'_>) -> R<Value> {
     e.g.add_input(LOSS_INPUT, TensorType::scalar(DType::F32))

@@ -276,6 +276,7 @@ impl TrainRun {
             comm.clone(),
             super::split::Parallel {
                 shard_optimizer: options.shard_optimizer,
+                fp8_all_gather: options.fp8_all_gather,
             },
         )?;
         trainer.set_profiling(config.profile);

@@ -81,6 +81,8 @@ pub struct TrainSettings {
     /// `--shard`: "none" (default) or "optimizer" (each rank keeps 1/N of the master weights
     /// and optimizer moments).
     pub shard: Option<String>,
+    /// `--fp8-all-gather` [default: false].
+    pub fp8_all_gather: Option<bool>,
 }
 
 /// Samples per step when nothing says otherwise.
@@ -126,6 +128,7 @@ impl TrainSettings {
             loss: self.loss.or(u.loss),
             freeze: self.freeze.or(u.freeze),
             shard: self.shard.or(u.shard),
+            fp8_all_gather: self.fp8_all_gather.or(u.fp8_all_gather),
         }
     }
 
@@ -184,6 +187,7 @@ impl TrainSettings {
                 _ => return Err(word("shard", v, &["none", "optimizer"])),
             };
         }
+        o.fp8_all_gather = self.fp8_all_gather.unwrap_or(false);
         o.min_lr = self.min_lr;
         o.weight_decay = self.weight_decay;
         o.clip_grad_norm = self.clip_grad_norm;

@@ -63,6 +63,9 @@ pub struct TrainOptions {
     /// With several ranks, each keeps and updates 1/N of the master weights and optimizer
     /// moments (`--shard optimizer`, ZeRO-1); results identical to the unsharded run.
     pub shard_optimizer: bool,
+    /// With `shard_optimizer`: all-gather the FP8 GEMM weights as FP8 codes
+    /// (`--fp8-all-gather`); results identical.
+    pub fp8_all_gather: bool,
 }
 
 impl TrainOptions {
@@ -85,6 +88,7 @@ impl TrainOptions {
             freeze: Vec::new(),
             poison: false,
             shard_optimizer: false,
+            fp8_all_gather: false,
         }
     }
 

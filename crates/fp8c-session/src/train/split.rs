@@ -27,7 +27,8 @@ use crate::error::{Error, Result, bail};
 use fp8c_dist::Collective;
 use fp8c_ir::{Graph, Tensor};
 use fp8c_passes::autodiff::split::{
-    AMAX_INPUT, AMAX_OUTPUT, GRAD_INPUT, GRAD_OUTPUT, LOSS_INPUT, ShardSlice,
+    AMAX_INPUT, AMAX_OUTPUT, FP8_WEIGHT_INPUT, Fp8Weight, GRAD_INPUT, GRAD_OUTPUT, LOSS_INPUT,
+    ShardSlice, WEIGHT_AMAX_INPUT,
 };
 use fp8c_passes::autodiff::{POISON_INPUT, TrainSpec};
 use fp8c_runtime::{Executable, Profile, Program};
@@ -54,6 +55,14 @@ pub(crate) struct SplitStep {
     pub reduce_amax: bool,
     /// This rank's part of a sharded update (`--shard optimizer`).
     pub shard: Option<Shard>,
+    /// The weights the micro-batch graph reads as FP8 codes (`--fp8-all-gather`).
+    pub fp8: Vec<Fp8Weight>,
+    /// Their codes and amaxes, as the micro-batch graph reads them (set by `refresh`).
+    pub fp8_inputs: BTreeMap<String, Tensor>,
+    /// Bytes this rank contributed to the weights' all-gathers: f32 weights, FP8 codes.
+    pub gathered: (u64, u64),
+    /// How many times the weights were gathered.
+    pub refreshes: u64,
 }
 
 /// How a split step is spread over its ranks.
@@ -62,6 +71,10 @@ pub struct Parallel {
     /// Each rank keeps and updates 1/N of the f32 master weights and optimizer moments
     /// (ZeRO-1): the reduced gradient is sliced, the updated slices all-gathered.
     pub shard_optimizer: bool,
+    /// With `shard_optimizer`: the FP8 GEMM weights are all-gathered as FP8 codes, each
+    /// owner quantizing its slice with the weight's (replicated) scale, and their amaxes
+    /// MAX-reduced (torchao's `enable_fsdp_float8_all_gather`); delayed scaling only.
+    pub fp8_all_gather: bool,
 }
 
 /// This rank's part of a sharded update.
@@ -122,9 +135,21 @@ impl SplitStep {
         apply: &dyn Executable,
         suffix: &str,
     ) -> Result<BTreeMap<String, Tensor>> {
+        self.gather_params(apply, suffix, &|_| true)
+    }
+
+    /// [`gather_kind`](Self::gather_kind) of the parameters `keep` accepts. Each rank's slices
+    /// are in flat order and the ranks' ranges ascend, so the ranks' parts in rank order are
+    /// the kept parameters' elements in flat order.
+    fn gather_params(
+        &self,
+        apply: &dyn Executable,
+        suffix: &str,
+        keep: &dyn Fn(&str) -> bool,
+    ) -> Result<BTreeMap<String, Tensor>> {
         let sh = self.shard.as_ref().expect("a sharded step");
         let mut mine = Vec::new();
-        for sl in &sh.slices {
+        for sl in sh.slices.iter().filter(|sl| keep(&sl.param)) {
             let name = format!("{}{suffix}", sl.param);
             let t = apply.state_entry(&name).ok_or_else(|| {
                 Error::Invalid(format!("sharded step: no state \"{name}\" on this rank"))
@@ -132,16 +157,20 @@ impl SplitStep {
             mine.extend_from_slice(t.as_slice::<f32>().map_err(Error::Invalid)?);
         }
         let flat = self.comm.all_gather_f32(&mine).map_err(dist)?.concat();
-        if flat.len() != self.flat_len() {
+        let kept: Vec<&(String, Vec<u64>)> = self.grads.iter().filter(|(p, _)| keep(p)).collect();
+        let want: usize = kept
+            .iter()
+            .map(|(_, s)| s.iter().product::<u64>() as usize)
+            .sum();
+        if flat.len() != want {
             bail!(
-                "sharded step: the ranks hold {} of {} elements of {suffix:?}",
-                flat.len(),
-                self.flat_len()
+                "sharded step: the ranks hold {} of {want} elements of {suffix:?}",
+                flat.len()
             );
         }
         let mut out = BTreeMap::new();
         let mut at = 0;
-        for (p, shape) in &self.grads {
+        for (p, shape) in kept {
             let n = shape.iter().product::<u64>() as usize;
             out.insert(
                 format!("{p}{suffix}"),
@@ -150,6 +179,73 @@ impl SplitStep {
             at += n;
         }
         Ok(out)
+    }
+
+    /// The FP8 codes and amaxes of the weights the micro-batch graph reads as codes: each
+    /// rank quantizes its slice with the weight's scale and takes its slice's amax; the codes
+    /// are all-gathered and the amaxes MAX-reduced (collectives).
+    fn gather_fp8(&mut self, apply: &dyn Executable) -> Result<()> {
+        let sh = self.shard.as_ref().expect("a sharded step");
+        let mut codes = Vec::new();
+        let mut amax = vec![0.0f32; self.fp8.len()];
+        for (i, w) in self.fp8.iter().enumerate() {
+            let Some(sl) = sh.slices.iter().find(|sl| sl.param == w.param) else {
+                continue;
+            };
+            let x = apply.state_entry(&w.param).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "sharded step: no state \"{}\" on this rank",
+                    w.param
+                ))
+            })?;
+            let x = x.as_slice::<f32>().map_err(Error::Invalid)?;
+            let scale = apply
+                .state_entry(&w.scale)
+                .and_then(|t| t.to_f32_vec().ok())
+                .and_then(|v| v.first().copied())
+                .ok_or_else(|| Error::Invalid(format!("sharded step: no scale \"{}\"", w.scale)))?;
+            let fmt = match w.format {
+                fp8c_ir::DType::F8E4M3 => fp8c_core::Fp8Format::E4M3,
+                fp8c_ir::DType::F8E5M2 => fp8c_core::Fp8Format::E5M2,
+                other => bail!("sharded step: \"{}\" is quantized to {other}", w.param),
+            };
+            let at = codes.len();
+            codes.resize(at + x.len(), 0u8);
+            fp8c_core::quantize_slice(fmt, x, scale, &mut codes[at..], true);
+            amax[i] = fp8c_core::amax_f32(x);
+            debug_assert_eq!(x.len() as u64, sl.end - sl.start);
+        }
+        self.gathered.1 += codes.len() as u64;
+        let flat = self.comm.all_gather_bytes(&codes).map_err(dist)?.concat();
+        self.comm.all_reduce_max_f32(&mut amax).map_err(dist)?;
+        let mut at = 0;
+        let mut inputs = BTreeMap::new();
+        for (w, a) in self.fp8.iter().zip(&amax) {
+            let shape = &self
+                .grads
+                .iter()
+                .find(|(p, _)| *p == w.param)
+                .expect("an FP8 weight trains")
+                .1;
+            let n = shape.iter().product::<u64>() as usize;
+            let part = flat.get(at..at + n).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "sharded step: the ranks hold {} FP8 codes, fewer than the weights need",
+                    flat.len()
+                ))
+            })?;
+            inputs.insert(
+                format!("{FP8_WEIGHT_INPUT}{}", w.param),
+                Tensor::from_bytes(w.format, shape.clone(), part.to_vec())
+                    .map_err(Error::Invalid)?,
+            );
+            if let Some(h) = &w.history {
+                inputs.insert(format!("{WEIGHT_AMAX_INPUT}{h}"), Tensor::scalar_f32(*a));
+            }
+            at += n;
+        }
+        self.fp8_inputs = inputs;
+        Ok(())
     }
 
     /// The whole sharded state, gathered (a collective).
@@ -186,10 +282,24 @@ impl SplitStep {
     /// the update is sharded: the master weights are gathered from every rank).
     pub fn refresh(&mut self, apply: &dyn Executable) -> Result<()> {
         if self.shard.is_some() {
-            for (name, t) in self.gather_kind(apply, "")? {
+            self.refreshes += 1;
+            let fp8: Vec<String> = self.fp8.iter().map(|w| w.param.clone()).collect();
+            let keep = |p: &str| !fp8.iter().any(|f| f == p);
+            let weights = self.gather_params(apply, "", &keep)?;
+            self.gathered.0 += 4 * self.shard.as_ref().map_or(0, |sh| {
+                sh.slices
+                    .iter()
+                    .filter(|sl| keep(&sl.param))
+                    .map(|sl| sl.end - sl.start)
+                    .sum::<u64>()
+            });
+            for (name, t) in weights {
                 if self.reads.contains(&name) {
                     self.exe.set_state(&name, t)?;
                 }
+            }
+            if !self.fp8.is_empty() {
+                self.gather_fp8(apply)?;
             }
         }
         for name in &self.reads {
@@ -217,6 +327,9 @@ impl SplitStep {
         let b = data.batch(batch, seed, k);
         let mut inputs = b.inputs;
         inputs.insert(spec.target_input.clone(), b.labels.clone());
+        for (k, t) in &self.fp8_inputs {
+            inputs.insert(k.clone(), t.clone());
+        }
         if spec.poison_input {
             let p = if poison { f32::NAN } else { 0.0 };
             inputs.insert(POISON_INPUT.into(), Tensor::scalar_f32(p));

@@ -137,6 +137,22 @@ impl Trainer {
             fp8c_core::Recipe::Delayed(d) => d.reduce_amax,
             fp8c_core::Recipe::Current(_) => true,
         };
+        let sharded = parallel.shard_optimizer && comm.size() > 1;
+        if parallel.fp8_all_gather {
+            if !parallel.shard_optimizer {
+                bail!(
+                    "--fp8-all-gather needs --shard optimizer (it all-gathers the sharded weights)"
+                );
+            }
+            if precision != fp8c_passes::precision::PrecisionMode::Fp8
+                || !matches!(options.recipe, fp8c_core::Recipe::Delayed(_))
+            {
+                bail!(
+                    "--fp8-all-gather needs --precision fp8 with --recipe delayed (each owner quantizes its slice of a weight with the weight's scale of the last step)"
+                );
+            }
+            spec.fp8_weights = sharded;
+        }
         let mut cx = PassCx::new(PassOptions {
             train: Some(spec.clone()),
             ..options
@@ -197,6 +213,14 @@ impl Trainer {
                 local,
                 reduce_amax,
                 shard,
+                fp8: cx
+                    .train
+                    .as_ref()
+                    .map(|i| i.fp8_weights.clone())
+                    .unwrap_or_default(),
+                fp8_inputs: BTreeMap::new(),
+                gathered: (0, 0),
+                refreshes: 0,
             };
             (Some(step), apply)
         } else {
@@ -594,6 +618,15 @@ impl Trainer {
             }
         }
         (mine, total)
+    }
+
+    /// With a sharded update: the bytes this rank contributed to the weights' all-gathers
+    /// (f32 weights, FP8 codes) and how many gathers there were.
+    pub fn weights_gathered(&self) -> Option<(u64, u64, u64)> {
+        self.split
+            .as_ref()
+            .filter(|s| s.shard.is_some())
+            .map(|s| (s.gathered.0, s.gathered.1, s.refreshes))
     }
 
     /// This process's rank and the number of ranks of the run (0 and 1 alone).
