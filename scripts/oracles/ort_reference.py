@@ -20,7 +20,8 @@ Usage (run with the project's venv: PY=$(scripts/env/python-env.sh)):
         Shapes come from the model; symbolic or unknown dims are resolved, in order, from
         --shape NAME=AxBxC (whole shape of one input), --dim PARAM=VALUE (a dim_param by name),
         then defaults: axis 0 -> 1; other dims of integer/bool inputs -> 16;
-        other dims of float inputs -> 64.
+        other dims of float inputs -> 64. --fill NAME=VALUE fills one input with VALUE
+        instead (a sample rate, a flag: 0 or 1 for bool inputs).
 
   $PY scripts/oracles/ort_reference.py MODEL.onnx --info
         Prints the model's inputs, outputs, opsets, producer and op histogram; runs nothing.
@@ -232,7 +233,8 @@ def resolve_shape(vi, shapes: dict, dims: dict) -> "list[int]":
     return out
 
 
-def make_inputs(model, seed: int, shapes: dict, dims: dict, vocab_override: "int | None"):
+def make_inputs(model, seed: int, shapes: dict, dims: dict, vocab_override: "int | None",
+                fills: "dict | None" = None):
     feeds: "collections.OrderedDict[str, np.ndarray]" = collections.OrderedDict()
     for vi in real_inputs(model):
         name = vi.name
@@ -243,7 +245,13 @@ def make_inputs(model, seed: int, shapes: dict, dims: dict, vocab_override: "int
         # One stream per input, derived from the seed and the input's name only.
         rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
         lname = name.lower()
-        if elem in INT_TYPES:
+        if fills and name in fills:
+            npt = np.bool_ if elem == TensorProto.BOOL else NP_OF.get(elem)
+            if npt is None:
+                die(f"--fill {name}: no generator for dtype {dtype_name(elem)}")
+            arr = np.full(shape, float(fills[name])).astype(npt)
+            how = f"filled with {fills[name]}"
+        elif elem in INT_TYPES:
             npt = NP_OF[elem]
             vocab = vocab_override or gather_vocab(model, name)
             if "mask" in lname:
@@ -292,6 +300,8 @@ def main(argv: "list[str]") -> int:
     ap.add_argument("--dim", action="append", default=[], metavar="PARAM=N",
                     help="value of a symbolic dim_param for --make-inputs (repeatable)")
     ap.add_argument("--vocab", type=int, help="upper bound (exclusive) for generated token ids")
+    ap.add_argument("--fill", action="append", default=[], metavar="NAME=VALUE",
+                    help="fill one input with a constant for --make-inputs (repeatable)")
     ap.add_argument("--info", action="store_true", help="print the model's interface and op histogram, run nothing")
     args = ap.parse_args(argv)
 
@@ -326,12 +336,20 @@ def main(argv: "list[str]") -> int:
                 dims[k] = int(v)
             except ValueError:
                 die(f"bad --dim {s!r}; N must be an integer")
-        feeds = make_inputs(model, args.seed, shapes, dims, args.vocab)
+        fills = {}
+        for s in args.fill:
+            if "=" not in s:
+                die(f"bad --fill {s!r}; expected NAME=VALUE")
+            k, v = s.rsplit("=", 1)
+            if k not in input_names:
+                die(f"--fill names {k!r}, which is not a graph input (inputs: {input_names})")
+            fills[k] = v
+        feeds = make_inputs(model, args.seed, shapes, dims, args.vocab, fills)
         os.makedirs(os.path.dirname(os.path.abspath(args.inputs)), exist_ok=True)
         save_npz(args.inputs, feeds)
     else:
-        if args.shape or args.dim or args.vocab:
-            die("--shape/--dim/--vocab only apply with --make-inputs")
+        if args.shape or args.dim or args.vocab or args.fill:
+            die("--shape/--dim/--vocab/--fill only apply with --make-inputs")
         loaded = load_npz(args.inputs)
         missing = [n for n in input_names if n not in loaded]
         if missing:

@@ -291,6 +291,17 @@ impl ModelBuilder {
         })
     }
 
+    /// A graph attribute on the last node (an If branch, a Scan or Loop body): the graph
+    /// `body` builds (its inputs, initializers, nodes and outputs; opsets are the outer
+    /// model's).
+    pub fn attr_graph(self, name: &str, body: ModelBuilder) -> Self {
+        let g = body.model.graph.unwrap_or_default();
+        self.attr(AttributeProto {
+            g: Some(g),
+            ..Self::attr_of(name, AttributeType::Graph)
+        })
+    }
+
     /// The model built so far.
     pub fn model(&self) -> &ModelProto {
         &self.model

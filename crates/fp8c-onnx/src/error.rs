@@ -17,6 +17,21 @@ pub struct UnsupportedOp {
     pub domain: String,
 }
 
+impl UnsupportedOp {
+    /// The entry for `node`, named `name` (its full path inside subgraphs).
+    pub(crate) fn of(node: &crate::proto::NodeProto, name: &str) -> Self {
+        UnsupportedOp {
+            node: name.to_string(),
+            op_type: node.op_type().into(),
+            domain: if crate::import::is_default_domain(node.domain()) {
+                String::new()
+            } else {
+                node.domain().into()
+            },
+        }
+    }
+}
+
 impl fmt::Display for UnsupportedOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.domain.is_empty() {

@@ -373,19 +373,14 @@ fn plan<'m>(graph: &'m GraphProto, opts: &ImportOptions) -> Result<Plan<'m>, Onn
         .map_err(|cycle| OnnxError::Cycle(cycle.into_iter().map(|k| names[k].clone()).collect()))?;
 
     // ---- support
-    let unsupported: Vec<UnsupportedOp> = (0..nodes.len())
-        .filter(|&k| keep[k])
-        .filter(|&k| !is_supported(&nodes[k]))
-        .map(|k| UnsupportedOp {
-            node: names[k].clone(),
-            op_type: nodes[k].op_type().into(),
-            domain: if is_default_domain(nodes[k].domain()) {
-                String::new()
-            } else {
-                nodes[k].domain().into()
-            },
-        })
-        .collect();
+    // (The nodes of kept If/Scan/Loop bodies too, named by their path: `{if}.then.{node}`.)
+    let mut unsupported: Vec<UnsupportedOp> = Vec::new();
+    for k in (0..nodes.len()).filter(|&k| keep[k]) {
+        if !is_supported(&nodes[k]) {
+            unsupported.push(UnsupportedOp::of(&nodes[k], &names[k]));
+        }
+        crate::subgraph::check_bodies(&nodes[k], &names[k], &mut unsupported)?;
+    }
     if !unsupported.is_empty() {
         return Err(OnnxError::Unsupported(unsupported));
     }
@@ -524,7 +519,7 @@ fn build(
     Ok((g, values, labels, string_inputs))
 }
 
-fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxError {
+pub(crate) fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxError {
     OnnxError::Value {
         kind,
         name: name.into(),
@@ -534,7 +529,7 @@ fn value_err(kind: &'static str, name: &str, msg: impl Into<String>) -> OnnxErro
 
 /// Kept nodes in topological order, ties broken by position in the model. On a cycle, the
 /// nodes on one cycle in dataflow order.
-fn topo_order(
+pub(crate) fn topo_order(
     nodes: &[NodeProto],
     keep: &[bool],
     producer: &HashMap<&str, usize>,

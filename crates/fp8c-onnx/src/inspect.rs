@@ -1,10 +1,13 @@
 //! A summary of an ONNX model read straight from the proto (no IR), so it works on models
-//! the importer cannot map: opsets, producer, op histogram, parameters, interface.
+//! the importer cannot map: opsets, producer, op histogram, parameters, interface. It walks
+//! the bodies of If, Scan and Loop nodes (and any other graph attribute) too, naming their
+//! nodes by the path the importer gives them (`{if}.then.{node}`, `{scan}.body.{node}`).
 
 use crate::OnnxError;
 use crate::import::{decode_model, is_default_domain, value_info_parts};
 use crate::proto::tensor_proto::DataType;
-use crate::proto::{ModelProto, ValueInfoProto};
+use crate::proto::{GraphProto, ModelProto, ValueInfoProto};
+use crate::subgraph::{bodies, local_name};
 use crate::tensor::{dtype_from_onnx, onnx_dtype_name, onnx_dtype_size, tensor_dims};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -32,6 +35,28 @@ pub struct ValueSummary {
     pub shape: Option<Vec<String>>,
 }
 
+/// A node whose op the importer does not map, wherever it is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnsupportedNode {
+    /// The node's full path: its name in the main graph, or `{outer}.{then|else|body}.{node}`
+    /// inside subgraphs (the name the importer's errors use).
+    pub path: String,
+    /// Op type (`domain::Op` outside the default domain).
+    pub op: String,
+}
+
+/// One subgraph (a body or branch of a node, at any depth).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SubgraphInfo {
+    /// Path of the subgraph: `{node path}.then`, `.else`, `.body` (other graph attributes by
+    /// their name).
+    pub path: String,
+    /// The op type of the node that holds it.
+    pub owner_op: String,
+    /// Nodes directly in it (not counting deeper subgraphs).
+    pub node_count: usize,
+}
+
 /// What [`inspect`] reports.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ModelInfo {
@@ -47,10 +72,20 @@ pub struct ModelInfo {
     pub graph_name: String,
     /// Number of nodes in the main graph.
     pub node_count: usize,
-    /// Op type -> count, sorted by op type (`domain::Op` outside the default domain).
+    /// Number of nodes in the main graph and every subgraph.
+    pub node_count_with_subgraphs: usize,
+    /// Op type -> count in the main graph, sorted by op type (`domain::Op` outside the
+    /// default domain).
     pub op_histogram: BTreeMap<String, usize>,
-    /// Op types in the graph that the importer does not map, sorted.
+    /// Op type -> count over the main graph and every subgraph.
+    pub op_histogram_with_subgraphs: BTreeMap<String, usize>,
+    /// Every subgraph, in the order the walk meets them (depth first).
+    pub subgraphs: Vec<SubgraphInfo>,
+    /// Op types anywhere in the model (subgraphs included) that the importer does not map,
+    /// sorted.
     pub unsupported_ops: Vec<String>,
+    /// Every node whose op the importer does not map, with its full path, in walk order.
+    pub unsupported_nodes: Vec<UnsupportedNode>,
     /// Number of initializers.
     pub initializer_count: usize,
     /// Total elements over all initializers.
@@ -81,22 +116,15 @@ pub fn inspect_bytes(bytes: &[u8]) -> Result<ModelInfo, OnnxError> {
 /// Summarises a decoded model.
 pub fn inspect_model(model: &ModelProto) -> Result<ModelInfo, OnnxError> {
     let graph = model.graph.as_ref().ok_or(OnnxError::NoGraph)?;
-    let op_key = |domain: &str, op: &str| {
-        if is_default_domain(domain) {
-            op.to_string()
-        } else {
-            format!("{domain}::{op}")
-        }
+    let mut walk = Walk {
+        op_histogram: BTreeMap::new(),
+        with_subgraphs: BTreeMap::new(),
+        subgraphs: Vec::new(),
+        unsupported: BTreeSet::new(),
+        unsupported_nodes: Vec::new(),
+        nodes: 0,
     };
-    let mut op_histogram = BTreeMap::new();
-    let mut unsupported = BTreeSet::new();
-    for n in &graph.node {
-        let key = op_key(n.domain(), n.op_type());
-        if !crate::import::is_supported(n) {
-            unsupported.insert(key.clone());
-        }
-        *op_histogram.entry(key).or_insert(0) += 1;
-    }
+    walk.graph(graph, None);
     let (mut parameter_count, mut parameter_bytes) = (0u64, 0u64);
     for t in &graph.initializer {
         let (_, numel) = tensor_dims(t)?;
@@ -124,8 +152,12 @@ pub fn inspect_model(model: &ModelProto) -> Result<ModelInfo, OnnxError> {
         producer_version: model.producer_version().into(),
         graph_name: graph.name().into(),
         node_count: graph.node.len(),
-        op_histogram,
-        unsupported_ops: unsupported.into_iter().collect(),
+        node_count_with_subgraphs: walk.nodes,
+        op_histogram: walk.op_histogram,
+        op_histogram_with_subgraphs: walk.with_subgraphs,
+        subgraphs: walk.subgraphs,
+        unsupported_ops: walk.unsupported.into_iter().collect(),
+        unsupported_nodes: walk.unsupported_nodes,
         initializer_count: graph.initializer.len(),
         parameter_count,
         parameter_bytes,
@@ -137,6 +169,55 @@ pub fn inspect_model(model: &ModelProto) -> Result<ModelInfo, OnnxError> {
             .collect(),
         outputs: graph.output.iter().map(summary).collect(),
     })
+}
+
+/// What the walk over the main graph and its subgraphs collects.
+struct Walk {
+    op_histogram: BTreeMap<String, usize>,
+    with_subgraphs: BTreeMap<String, usize>,
+    subgraphs: Vec<SubgraphInfo>,
+    unsupported: BTreeSet<String>,
+    unsupported_nodes: Vec<UnsupportedNode>,
+    nodes: usize,
+}
+
+impl Walk {
+    /// Counts `g`'s nodes (the main graph when `prefix` is `None`) and walks their bodies.
+    fn graph(&mut self, g: &GraphProto, prefix: Option<&str>) {
+        for (k, n) in g.node.iter().enumerate() {
+            let path = match prefix {
+                Some(p) => local_name(p, n, k),
+                None if n.name().is_empty() => format!("{}_{k}", n.op_type()),
+                None => n.name().to_string(),
+            };
+            let key = if is_default_domain(n.domain()) {
+                n.op_type().to_string()
+            } else {
+                format!("{}::{}", n.domain(), n.op_type())
+            };
+            if !crate::import::is_supported(n) {
+                self.unsupported.insert(key.clone());
+                self.unsupported_nodes.push(UnsupportedNode {
+                    path: path.clone(),
+                    op: key.clone(),
+                });
+            }
+            if prefix.is_none() {
+                *self.op_histogram.entry(key.clone()).or_insert(0) += 1;
+            }
+            *self.with_subgraphs.entry(key).or_insert(0) += 1;
+            self.nodes += 1;
+            for (seg, sub) in bodies(n) {
+                let sub_path = format!("{path}.{seg}");
+                self.subgraphs.push(SubgraphInfo {
+                    path: sub_path.clone(),
+                    owner_op: n.op_type().to_string(),
+                    node_count: sub.node.len(),
+                });
+                self.graph(sub, Some(&sub_path));
+            }
+        }
+    }
 }
 
 fn summary(vi: &ValueInfoProto) -> ValueSummary {
@@ -195,7 +276,18 @@ impl fmt::Display for ModelInfo {
             "producer: {} {}",
             self.producer_name, self.producer_version
         )?;
-        writeln!(f, "graph: {} ({} nodes)", self.graph_name, self.node_count)?;
+        if self.subgraphs.is_empty() {
+            writeln!(f, "graph: {} ({} nodes)", self.graph_name, self.node_count)?;
+        } else {
+            writeln!(
+                f,
+                "graph: {} ({} nodes; {} with its {} subgraphs)",
+                self.graph_name,
+                self.node_count,
+                self.node_count_with_subgraphs,
+                self.subgraphs.len()
+            )?;
+        }
         writeln!(
             f,
             "parameters: {} elements, {} bytes in {} initializers",
@@ -207,11 +299,29 @@ impl fmt::Display for ModelInfo {
         for o in &self.outputs {
             writeln!(f, "output {o}")?;
         }
-        for (op, n) in &self.op_histogram {
-            writeln!(f, "  {op:<28} {n}")?;
+        if self.subgraphs.is_empty() {
+            for (op, n) in &self.op_histogram {
+                writeln!(f, "  {op:<28} {n}")?;
+            }
+        } else {
+            for s in &self.subgraphs {
+                writeln!(
+                    f,
+                    "subgraph {} ({}, {} nodes)",
+                    s.path, s.owner_op, s.node_count
+                )?;
+            }
+            writeln!(f, "  {:<28} {:>6} {:>15}", "op", "main", "with subgraphs")?;
+            for (op, n) in &self.op_histogram_with_subgraphs {
+                let main = self.op_histogram.get(op).copied().unwrap_or(0);
+                writeln!(f, "  {op:<28} {main:>6} {n:>15}")?;
+            }
         }
         if !self.unsupported_ops.is_empty() {
             writeln!(f, "unsupported ops: {}", self.unsupported_ops.join(", "))?;
+            for u in &self.unsupported_nodes {
+                writeln!(f, "  \"{}\" ({})", u.path, u.op)?;
+            }
         }
         Ok(())
     }

@@ -41,7 +41,10 @@ pub use import::{
     ImportOptions, Imported, MAX_OPSET, MIN_OPSET, ai_onnx_opset, decode_model, import_bytes,
     import_model, load_interface, load_model,
 };
-pub use inspect::{ModelInfo, OpsetInfo, ValueSummary, inspect, inspect_bytes, inspect_model};
+pub use inspect::{
+    ModelInfo, OpsetInfo, SubgraphInfo, UnsupportedNode, ValueSummary, inspect, inspect_bytes,
+    inspect_model,
+};
 pub use ops::SUPPORTED_OPS;
 pub use ops::contrib::CONTRIB_SUPPORTED_OPS;
 pub use ops::ml::ML_SUPPORTED_OPS;

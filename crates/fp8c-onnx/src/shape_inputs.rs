@@ -12,8 +12,12 @@
 //! The analysis runs backwards from every input position that ONNX defines as shape-like
 //! (the table below), through the nodes that compute those values: every input of such a node
 //! is shape-like too, except the data input of `Shape` and `Size`, which read only the shape.
+//! An `If` condition counts as shape-like: the IR has no control flow, so the branch taken is
+//! decided when the model is specialised (a voice-activity detector's sample-rate input picks
+//! its 8 kHz or 16 kHz branch). The nodes of If/Scan/Loop bodies take part as well (a body's
+//! Reshape may read an outer value).
 
-use crate::proto::GraphProto;
+use crate::proto::{GraphProto, NodeProto};
 use std::collections::{HashMap, HashSet};
 
 /// Input positions of `op_type` (default domain) whose values decide output shapes, or that
@@ -26,6 +30,7 @@ fn shape_positions(op_type: &str) -> &'static [usize] {
         | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => &[1],
         "ConstantOfShape" | "BlackmanWindow" | "HannWindow" | "HammingWindow" => &[0],
         "Range" => &[0, 1, 2],
+        "If" => &[0],
         "Slice" => &[1, 2, 3, 4],
         "Pad" => &[1, 3],
         "Resize" => &[2, 3],
@@ -39,8 +44,16 @@ fn shape_positions(op_type: &str) -> &'static [usize] {
 /// The graph inputs (not initializers) of integer type, or float scalars, whose values decide
 /// shapes, in the graph's input order.
 pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
-    let producer: HashMap<&str, usize> = graph
-        .node
+    // Every node, bodies included (depth first).
+    let mut nodes: Vec<&NodeProto> = Vec::new();
+    let mut todo: Vec<&NodeProto> = graph.node.iter().rev().collect();
+    while let Some(n) = todo.pop() {
+        nodes.push(n);
+        for (_, body) in crate::subgraph::bodies(n).into_iter().rev() {
+            todo.extend(body.node.iter().rev());
+        }
+    }
+    let producer: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .flat_map(|(k, n)| n.output.iter().map(move |o| (o.as_str(), k)))
@@ -48,7 +61,7 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
     let inits: HashSet<&str> = graph.initializer.iter().map(|t| t.name()).collect();
     let mut seen: HashSet<&str> = HashSet::new();
     let mut stack: Vec<&str> = Vec::new();
-    for n in &graph.node {
+    for n in &nodes {
         for &i in shape_positions(n.op_type()) {
             if let Some(v) = n.input.get(i).filter(|v| !v.is_empty()) {
                 stack.push(v);
@@ -57,8 +70,7 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
     }
     // Resize's and Upsample's float `scales`, given straight from a graph input, decide the
     // output shape as much as `sizes` do.
-    let scales: HashSet<&str> = graph
-        .node
+    let scales: HashSet<&str> = nodes
         .iter()
         .filter_map(|n| match n.op_type() {
             "Resize" => n.input.get(2),
@@ -72,7 +84,7 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
             continue;
         }
         let Some(&k) = producer.get(v) else { continue };
-        let n = &graph.node[k];
+        let n = nodes[k];
         if matches!(n.op_type(), "Shape" | "Size") {
             continue;
         }

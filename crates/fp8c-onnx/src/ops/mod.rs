@@ -164,6 +164,7 @@ registry! {
     "Sign" 1..=1 => math::sign,
     "SimplifiedLayerNormalization" 2..=2 => nn::simplified_layer_norm,
     "Sin" 1..=1 => |cx| math::unary(cx, Op::Sin),
+    "Size" 1..=1 => shape::size,
     "Slice" 1..=5 => shape::slice,
     "Softmax" 1..=1 => |cx| nn::softmax(cx, |axis| Op::Softmax { axis }),
     "SpaceToDepth" 1..=1 => depth_space::space_to_depth,

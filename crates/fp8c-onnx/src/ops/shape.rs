@@ -99,6 +99,26 @@ pub(super) fn shape(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     Ok(vec![cx.add(Op::Shape { start, end }, &[x])?])
 }
 
+/// Size: the element count of its input as an i64 scalar, `reduce_prod(shape(x))` (a rank-0
+/// input's empty shape multiplies to 1). Folded at import when the dims are known, and by
+/// canonicalize once `--input-shape` binds them.
+pub(super) fn size(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let x = cx.input(0)?;
+    let shape = cx.add_helper(
+        "shape",
+        Op::Shape {
+            start: 0,
+            end: None,
+        },
+        &[x],
+    )?;
+    let op = Op::ReduceProd {
+        axes: None,
+        keepdims: false,
+    };
+    Ok(vec![cx.add(op, &[shape])?])
+}
+
 /// Slice: `starts`/`ends`/`axes` attributes before opset 10, inputs from 10. The IR op always
 /// has 5 inputs, so absent `axes` (0..n) and `steps` (ones) are made constants of the
 /// index type.
