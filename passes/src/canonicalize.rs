@@ -9,7 +9,17 @@
 //! are full of. Then no-op nodes (identity, casts to the same type, reshapes and expands to
 //! the same static shape) are bypassed and dead nodes removed.
 //!
-//! Parameters are never folded: they stay parameters (FP32 master weights).
+//! Everything that depends only on shapes and constants folds once the input shapes are
+//! bound: shape arithmetic, `range`, `constant_of_shape`, and the grids exports build from
+//! them (a detector's anchor points: `range` over a feature map's width and height, offset,
+//! expanded and concatenated). Two rules make that hold for exports that store their scalars
+//! as float initializers (which import as params): a param read where a value decides a shape
+//! (`range`'s operands, a `reshape`'s target, directly or through the arithmetic computing
+//! it) is read as the constant it holds ([`pin_shape_operands`]), in training too, since a
+//! program's shapes are fixed; and at inference a one-element param counts as a constant for
+//! folding (a grid's `+ 0.5`).
+//!
+//! Parameters themselves are never folded: they stay parameters (FP32 master weights).
 
 use crate::{Pass, PassCx};
 use fp8c_ir::{DType, Graph, IrError, Op, Tensor, Value};
@@ -36,7 +46,8 @@ impl Pass for Canonicalize {
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
-        let folded = infer_and_fold(g, cx)?;
+        let pinned = pin_shape_operands(g)?;
+        let folded = infer_and_fold(g, cx)? + pinned;
         resolve_equal_splits(g)?;
         let bypassed = bypass_noops(g)?;
         let fp8 = fp8_dequantize_linear(g)?;
@@ -60,6 +71,7 @@ impl Pass for Canonicalize {
 /// Re-infers types in topological order and folds constant nodes. Returns the fold count.
 pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> {
     let mut folded = 0;
+    let training = cx.options.train.is_some();
     for id in g.topo_order()? {
         let node = g.node(id);
         if node.op.is_interface() || matches!(node.op, Op::Constant { .. }) {
@@ -80,7 +92,13 @@ pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> 
             folded += 1;
             continue;
         }
-        let consts: Option<Vec<&Tensor>> = inputs.iter().map(|v| g.constant_value(*v)).collect();
+        let consts: Option<Vec<&Tensor>> = inputs
+            .iter()
+            .map(|&v| {
+                g.constant_value(v)
+                    .or_else(|| (!training).then(|| scalar_param(g, v)).flatten())
+            })
+            .collect();
         let Some(consts) = consts else { continue };
         if !is_foldable(&op) {
             continue;
@@ -112,6 +130,76 @@ pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> 
         }
     }
     Ok(folded)
+}
+
+/// The data of a one-element param, which inference folds like a constant (exporters keep
+/// their scalar literals, a grid's `0.5`, a norm's epsilon, as float initializers).
+fn scalar_param(g: &Graph, v: Value) -> Option<&Tensor> {
+    param_value(g, v).filter(|t| t.len() <= 1)
+}
+
+/// Reads every param that decides a shape as the constant it holds: the params reached
+/// backwards from the shape operands of every node (`fp8c_ir::infer::shape_operands`) through the nodes
+/// computing them (except `shape`, which reads only its input's shape), each read by such a
+/// node, get a constant copy `{param}.value` in their place there. Params whose data the graph
+/// does not hold, or larger than [`FOLD_LIMIT_ELEMENTS`], are left alone. Returns how many
+/// reads changed.
+pub fn pin_shape_operands(g: &mut Graph) -> Result<usize, IrError> {
+    use std::collections::{HashMap, HashSet};
+    // The nodes whose outputs decide shapes.
+    let mut deciding: HashSet<fp8c_ir::NodeId> = HashSet::new();
+    let mut stack: Vec<(fp8c_ir::NodeId, usize)> = Vec::new();
+    for id in g.node_ids() {
+        for &i in fp8c_ir::infer::shape_operands(&g.node(id).op) {
+            stack.push((id, i));
+        }
+    }
+    let mut reads: Vec<(fp8c_ir::NodeId, usize)> = Vec::new();
+    let mut seen: HashSet<(fp8c_ir::NodeId, usize)> = HashSet::new();
+    while let Some((user, i)) = stack.pop() {
+        if !seen.insert((user, i)) {
+            continue;
+        }
+        let Some(&v) = g.node(user).inputs().get(i) else {
+            continue;
+        };
+        let producer = g.node(v.node);
+        match &producer.op {
+            Op::Param { .. } => reads.push((user, i)),
+            Op::Shape { .. } => {}
+            op if op.is_interface() || matches!(op, Op::Constant { .. }) => {}
+            _ => {
+                if deciding.insert(v.node) {
+                    for k in 0..producer.inputs().len() {
+                        stack.push((v.node, k));
+                    }
+                }
+            }
+        }
+    }
+    reads.sort();
+    let mut copies: HashMap<Value, Value> = HashMap::new();
+    let mut changed = 0;
+    for (user, i) in reads {
+        let v = g.node(user).inputs()[i];
+        let copy = match copies.get(&v) {
+            Some(&c) => c,
+            None => {
+                let Some(t) = param_value(g, v).filter(|t| t.len() as u64 <= FOLD_LIMIT_ELEMENTS)
+                else {
+                    continue;
+                };
+                let name = g.fresh_name(&format!("{}.value", g.node(v.node).name));
+                let value = t.clone();
+                let c = g.add_node(&name, Op::Constant { value }, &[])?[0];
+                copies.insert(v, c);
+                c
+            }
+        };
+        g.set_input(user, i, copy)?;
+        changed += 1;
+    }
+    Ok(changed)
 }
 
 /// `shape(x)` of a statically shaped `x`, without needing x's value.

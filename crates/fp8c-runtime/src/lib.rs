@@ -9,6 +9,7 @@ mod backend;
 mod conv_epilogue;
 mod cpu_backend;
 pub mod cuda;
+mod dynamic_shape;
 mod lower;
 mod plan;
 pub mod profile;

@@ -38,9 +38,7 @@ pub fn lower(g: &Graph) -> Result<Program, RuntimeError> {
                 RuntimeError::node(
                     &node.name,
                     node.op.name(),
-                    format!(
-                        "output {slot} has type {ty}, which is not static (give every input's shape)"
-                    ),
+                    crate::dynamic_shape::why_not_static(g, id, slot),
                 )
             })?;
             let bytes = ty

@@ -49,6 +49,19 @@ use crate::{Op, OpView, Tensor, TensorType};
 pub use common::broadcast_shapes;
 pub use fused::ew_expr;
 
+/// The operands of `op` whose *values* decide the shape of its output (a `range`'s start,
+/// limit and delta, a `reshape`'s target shape, ...): inference computes the output's dims
+/// from them when they are constants, and leaves `?` otherwise.
+pub fn shape_operands(op: &Op) -> &'static [usize] {
+    match op {
+        Op::Range => &[0, 1, 2],
+        Op::ConstantOfShape { .. } => &[0],
+        Op::Reshape { .. } | Op::Expand | Op::Tile | Op::TopK { .. } | Op::Pad { .. } => &[1],
+        Op::Slice => &[1, 2, 3, 4],
+        _ => &[],
+    }
+}
+
 /// Largest rank inference builds from the length of a shape tensor.
 pub const MAX_RANK: usize = 64;
 
