@@ -5,7 +5,9 @@
 //! `scripts/fixtures/export_llms.py` with `torch.onnx.export(..., dynamo=True)` (opset 20) from
 //! transformers configs with random weights; each `.ref.npz` holds the inputs and
 //! onnxruntime's outputs. `llama-tiny-op23` and `bert-tiny-enc-op23` are exported at opset 23
-//! (the Attention, RotaryEmbedding and RMSNormalization ops), with PyTorch's outputs. `fp8c run --precision f32` must match onnxruntime within 1e-4
+//! (the Attention, RotaryEmbedding and RMSNormalization ops), with PyTorch's outputs.
+//! `mixtral-tiny` is a mixture-of-experts decoder (transformers' `batched_mm` experts: weights
+//! gathered per token by the router's indices; `tests/moe_exports.rs` checks its policy). `fp8c run --precision f32` must match onnxruntime within 1e-4
 //! relative L2, and FP8 (every weight GEMM, `--min-fp8-flops 0`: the models are tiny) must
 //! keep a cosine of at least 0.99 against f32 (`--compare`). The causal mask (CumSum,
 //! GatherND), rotary embeddings, grouped-query attention and SwiGLU all run. Each model runs on
@@ -29,6 +31,7 @@ const MODELS: &[&str] = &[
     "vit-tiny",
     "llama-tiny-op23",
     "bert-tiny-enc-op23",
+    "mixtral-tiny",
 ];
 
 /// The graph outputs the exports have; every other tensor of a `.ref.npz` is an input.
@@ -160,6 +163,14 @@ test_backends! {
     fn opset23_bert_encoder_matches_pytorch_and_keeps_fp8_cosine(dev) {
         check(MODELS[7], dev);
     }
+}
+
+// Mixture of experts (transformers' batched_mm experts; tests/moe_exports.rs checks the
+// expert GEMMs' precision and training). The CPU reference only: the router's `top_k` has no
+// CUDA kernel yet, and `fp8c run --device cuda` says so, naming the nodes.
+#[test]
+fn mixtral_style_moe_decoder_matches_onnxruntime_and_keeps_fp8_cosine() {
+    check(MODELS[8], TestDevice::Cpu);
 }
 
 /// The policy's LLM default (issue #12): the LM head stays high precision with its reason;

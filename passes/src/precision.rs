@@ -189,6 +189,10 @@ pub enum Rule {
     TooSmall,
     /// FP8 with a weight operand (the default), padded to multiples of 16 if `pad` is set.
     Fp8Gemm,
+    /// A mixture-of-experts expert GEMM in FP8: one operand is gathered from a table of
+    /// weights by the router's indices ([`is_gathered_weight`]), so it is a weight GEMM, as
+    /// DeepSeek-V3 and TransformerEngine run expert GEMMs.
+    ExpertGemm,
     /// FP8 attention (`--fp8-attention`).
     Fp8Attention,
     /// Not a GEMM: computes in high precision (norms, softmax, reductions, elementwise).
@@ -279,6 +283,37 @@ pub fn is_weight(g: &Graph, v: Value) -> bool {
         }
     }
     true
+}
+
+/// Is `v` a weight gathered per token from a weight table — a mixture-of-experts expert's
+/// weights picked by the router's indices: `v` is reached, through layout ops and casts only,
+/// from a `gather`, `gather_nd` or `gather_elements` whose data operand is a weight
+/// ([`is_weight`]) and whose indices are not. Only the indices depend on the inputs; every
+/// value the GEMM reads is a weight's.
+pub fn is_gathered_weight(g: &Graph, v: Value) -> bool {
+    let mut v = v;
+    // Layout chains in exports are short (unsqueeze, reshape, transpose, expand).
+    for _ in 0..16 {
+        let n = g.node(v.node);
+        match &n.op {
+            Op::Gather { .. } | Op::GatherNd { .. } | Op::GatherElements { .. } => {
+                let ins = n.inputs();
+                return ins.len() == 2 && is_weight(g, ins[0]) && !is_weight(g, ins[1]);
+            }
+            Op::Transpose { .. } | Op::Cast { .. } | Op::Expand => {}
+            op if op.props().view => {}
+            _ => return false,
+        }
+        // The data operand of a layout op is its first; the others (shapes, axes) are constants.
+        let Some(&first) = n.inputs().first() else {
+            return false;
+        };
+        if n.inputs()[1..].iter().any(|&x| !is_weight(g, x)) {
+            return false;
+        }
+        v = first;
+    }
+    false
 }
 
 /// GEMM dims of a MatMul / Gemm / Conv node.
@@ -577,7 +612,23 @@ pub fn decide(
         let flops = dims.flops();
         let both_activations =
             n.inputs().len() >= 2 && !is_weight(g, n.inputs()[0]) && !is_weight(g, n.inputs()[1]);
-        let mis = misaligned(g, id, &dims);
+        // An expert GEMM: one operand gathered from a weight table (on either side: batched
+        // experts often compute W·x per token). It is a weight GEMM, so the alignment rule
+        // reads it in the weight's frame: a left weight's rows are the N of (W·x)ᵀ = xᵀ·Wᵀ.
+        let expert_side = (both_activations && matches!(n.op, Op::MatMul))
+            .then(|| (0..2).find(|&i| is_gathered_weight(g, n.inputs()[i])))
+            .flatten();
+        let both_activations = both_activations && expert_side.is_none();
+        let mis = if expert_side == Some(0) {
+            let frame = GemmDims {
+                m: dims.n,
+                n: dims.m,
+                ..dims
+            };
+            misaligned(g, id, &frame)
+        } else {
+            misaligned(g, id, &dims)
+        };
         // The scaling pass pads matmuls and gemms; convolutions it cannot pad.
         let can_pad = o.pad_to_16 && !matches!(n.op, Op::Conv { .. });
         let already_fp8 = n
@@ -691,6 +742,13 @@ pub fn decide(
                 Precision::Fp8,
                 Rule::Fp8Attention,
                 "attention in fp8 (--fp8-attention)".to_string(),
+            )
+        } else if expert_side.is_some() {
+            (
+                Precision::Fp8,
+                Rule::ExpertGemm,
+                "expert GEMM: weights gathered from an expert table by the router's indices"
+                    .to_string(),
             )
         } else {
             (

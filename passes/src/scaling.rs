@@ -400,9 +400,10 @@ pub fn insert_quantize(
 
 /// Names of a GEMM's two operand tensors, which name their nodes and scaling state: `.x` for
 /// an activation and `.w` for a weight (`fc1.x`, `fc1.w`); two activations are `.x` and `.y`,
-/// two weights `.w` and `.w2`. (`fp8c run --calibrate` finds each tensor's state by them.)
+/// two weights `.w` and `.w2`; an expert's weights gathered from a table are a weight.
+/// (`fp8c run --calibrate` finds each tensor's state by them.)
 pub fn operand_names(g: &Graph, gemm: &str, a: Value, b: Value) -> (String, String) {
-    let w = |v| crate::precision::is_weight(g, v);
+    let w = |v| crate::precision::is_weight(g, v) || crate::precision::is_gathered_weight(g, v);
     let (sa, sb) = match (w(a), w(b)) {
         (false, true) => ("x", "w"),
         (true, false) => ("w", "x"),

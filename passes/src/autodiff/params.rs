@@ -10,7 +10,9 @@
 //! - a bias add: an `add` whose other operand is produced (through the same layout ops) by a
 //!   GEMM, a convolution or an embedding lookup; this covers a Linear's bias and a learned
 //!   positional embedding;
-//! - an embedding table: the data input of `gather`.
+//! - an embedding table: the data input of `gather`;
+//! - a table read by `gather_nd` (batch_dims 0) whose gathered rows feed any of the above: a
+//!   mixture of experts' expert weights, gathered per token by the router's indices.
 //!
 //! `--freeze GLOB` removes parameters by name.
 
@@ -68,7 +70,10 @@ fn feeds_trainable_use(g: &Graph, p: Value) -> bool {
         }
         for (user, idx) in g.users(v) {
             let n = g.node(user);
-            if is_passthrough(&n.op, idx) {
+            // A table that rows are gathered from by index (`gather_nd`, as a mixture of
+            // experts picks each token's expert weights) trains when what is gathered does.
+            let gathered = idx == 0 && matches!(n.op, Op::GatherNd { batch_dims: 0 });
+            if is_passthrough(&n.op, idx) || gathered {
                 stack.push(Value::new(user, 0));
                 continue;
             }

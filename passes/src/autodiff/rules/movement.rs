@@ -2,7 +2,8 @@
 //! reshape/flatten/squeeze/unsqueeze reshape it back, transpose applies the inverse
 //! permutation, concat splits it, split concatenates it, slice pads it with zeros, pad slices
 //! it, expand and tile sum it, and gather scatter-adds it (`gather_grad`, the embedding
-//! gradient). gather_elements scatter-adds it (`scatter_elements` with `add` into zeros);
+//! gradient). gather_elements and gather_nd (batch_dims 0, a mixture-of-experts' weight
+//! gathers) scatter-add it (`scatter_elements` / `scatter_nd` with `add` into zeros);
 //! the overwriting and adding scatters gather it back for their updates (and pass it, with
 //! the overwritten places zeroed for `none`, to their data); trilu masks it the same way.
 //!
@@ -31,9 +32,10 @@ pub(super) fn support(o: MovementOp<'_>) -> Support {
         | MovementOp::Shape { .. }
         | MovementOp::ConstantOfShape { .. }
         | MovementOp::Range => Support::Yes,
-        MovementOp::GatherNd { .. } => Support::No(
-            "gather_nd has no gradient rule yet (exports use it on mask data, which needs none)",
-        ),
+        MovementOp::GatherNd { batch_dims: 0 } => Support::Yes,
+        MovementOp::GatherNd { .. } => {
+            Support::No("gather_nd with batch_dims > 0 has no gradient rule yet")
+        }
         MovementOp::GatherGrad { .. } => Support::No(SECOND_ORDER),
         MovementOp::GatherElements { .. } | MovementOp::Trilu { .. } => Support::Yes,
         MovementOp::ScatterElements { reduction, .. } | MovementOp::ScatterNd { reduction } => {
@@ -153,6 +155,16 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
             let z = e.zeros(&at.n("d0.zero"), e.dtype(data), &e.dims(data)?)?;
             let scatter = Op::ScatterElements {
                 axis: *axis,
+                reduction: ScatterReduction::Add,
+            };
+            rest(e.op(&at.n("d0"), scatter, &[z, idx, at.dy()?])?)
+        }
+        // Mixture-of-experts exports gather each token's expert weights from a table: the
+        // gradient scatter-adds back into the table (an expert picked twice gets both).
+        Op::GatherNd { batch_dims: 0 } => {
+            let (data, idx) = (at.ins[0], at.ins[1]);
+            let z = e.zeros(&at.n("d0.zero"), e.dtype(data), &e.dims(data)?)?;
+            let scatter = Op::ScatterNd {
                 reduction: ScatterReduction::Add,
             };
             rest(e.op(&at.n("d0"), scatter, &[z, idx, at.dy()?])?)
