@@ -21,6 +21,13 @@
 //! transposes, alpha and C become transpose / mul / add around it). Convolutions are kept as
 //! convolutions over dequantized FP8 operands (quantize→dequantize→conv), which computes
 //! exactly what an FP8 implicit GEMM with f32 accumulation computes, up to summation order.
+//!
+//! Expert GEMMs (`Rule::ExpertGemm`) whose operand is `gather_nd(table, idx)` of whole expert
+//! matrices are rewritten, for inference, as
+//! `matmul(block_dequantize(gather_nd(codes, idx), gather_nd(scale_inv, idx)), dequantize(qx))`
+//! with `codes, scale_inv = block_quantize(table)` tiled one scale per expert matrix: the
+//! table is quantized once (the freeze pass folds it), each expert with its own scale. In
+//! training the gathered weights are quantized after the gather like any operand.
 
 use crate::precision::{Precision, Rule};
 use crate::{Pass, PassCx};
@@ -84,6 +91,7 @@ impl Pass for ScalingPass {
         }
         let mut s = Scaler {
             recipe,
+            training: cx.options.train.is_some(),
             cache: HashMap::new(),
             stats: ScalingStats::default(),
             notes: Vec::new(),
@@ -105,6 +113,9 @@ impl Pass for ScalingPass {
 
 struct Scaler {
     recipe: Recipe,
+    /// A training step is being built (expert tables are then quantized after the gather,
+    /// where autodiff's straight-through rules apply).
+    training: bool,
     /// Per-GEMM granularity (`PolicyOptions::granularity`), first match winning.
     overrides: Vec<(globset::GlobSet, fp8c_core::Granularity)>,
     /// Quantized form of each tensor already handled: (q, scale_inv).
@@ -155,6 +166,11 @@ impl Scaler {
         }
         let (a_name, b_name) = operand_names(g, &n.name, ins[0], ins[1]);
         let nm = &n.name;
+        if let Some((side, gather)) = self.expert_table(g, &n) {
+            let names = [a_name.as_str(), b_name.as_str()];
+            let result = self.rewrite_expert(g, &n, side, gather, names)?;
+            return finish(g, id, &n, result, &out_ty);
+        }
         // Per-tile recipes (issue #16): block-scaled GEMMs where the shapes allow them; a
         // `--granularity` glob matching the node picks its own.
         let chosen = self
@@ -263,6 +279,115 @@ impl Scaler {
             }
         };
         finish(g, id, &n, result, &out_ty)
+    }
+}
+
+impl Scaler {
+    /// For inference, a matmul operand gathered whole from an expert table: `(side, gather
+    /// node)` when operand `side` is `gather_nd(table, idx)` (batch_dims 0) of a weight table
+    /// `[experts.., R, C]` by indices that pick whole `R × C` matrices.
+    fn expert_table(&self, g: &Graph, n: &fp8c_ir::Node) -> Option<(usize, NodeId)> {
+        if self.training || !matches!(n.op, Op::MatMul) {
+            return None;
+        }
+        (0..2).find_map(|side| {
+            let v = n.inputs()[side];
+            let gn = g.node(v.node);
+            let Op::GatherNd { batch_dims: 0 } = gn.op else {
+                return None;
+            };
+            let (table, idx) = (gn.inputs()[0], gn.inputs()[1]);
+            let picks = g.value_type(idx).shape.last()?.known()?;
+            let whole = picks as usize + 2 <= g.value_type(table).rank();
+            let used_once = g.users(v).len() == 1;
+            // The other operand is the activation (Rule::ExpertGemm's shape).
+            let activation = !crate::precision::is_weight(g, n.inputs()[1 - side]);
+            (whole
+                && used_once
+                && activation
+                && crate::precision::is_weight(g, table)
+                && crate::precision::is_gathered_weight(g, v))
+            .then_some((side, v.node))
+        })
+    }
+
+    /// An expert GEMM at inference: the table is quantized once, one scale per expert (a
+    /// `block_quantize` whose tile is a whole expert matrix), the FP8 codes and the scales are
+    /// gathered by the router's indices, and the product runs over the dequantized FP8 values
+    /// with f32 accumulation (what an FP8 GEMM computes, up to summation order), the other
+    /// operand quantized as any activation.
+    fn rewrite_expert(
+        &mut self,
+        g: &mut Graph,
+        n: &fp8c_ir::Node,
+        side: usize,
+        gather: NodeId,
+        names: [&str; 2],
+    ) -> Result<Value, IrError> {
+        let ins = n.inputs().to_vec();
+        let (table, idx) = {
+            let gi = g.node(gather).inputs();
+            (gi[0], gi[1])
+        };
+        let to = g.value_type(ins[side]).dtype;
+        let t = names[side];
+        let (scaling, epsilon) = match self.recipe {
+            Recipe::Current(r) => (
+                if r.power_2_scale {
+                    fp8c_ir::BlockScaling::Pow2
+                } else {
+                    fp8c_ir::BlockScaling::Fp32
+                },
+                r.amax_epsilon,
+            ),
+            Recipe::Delayed(d) => (
+                if d.power_2_scale {
+                    fp8c_ir::BlockScaling::Pow2
+                } else {
+                    fp8c_ir::BlockScaling::Fp32
+                },
+                0.0,
+            ),
+        };
+        let (codes, scale_inv) = match self.cache.get(&table) {
+            Some(&hit) => hit,
+            None => {
+                let bq = Op::BlockQuantize {
+                    to: self.fmt(),
+                    saturate: true,
+                    rows: 0,
+                    cols: 0,
+                    scaling,
+                    epsilon,
+                };
+                let q = g.add_node(&format!("{t}.block_quantize"), bq, &[table])?;
+                self.stats.quantize += 1;
+                if let Op::Param { name } = &g.node(table.node).op {
+                    self.stats.quantized_params.push(name.clone());
+                }
+                self.cache.insert(table, (q[0], q[1]));
+                (q[0], q[1])
+            }
+        };
+        let pick = Op::GatherNd { batch_dims: 0 };
+        let qw = g.add_node(&format!("{t}.gather"), pick.clone(), &[codes, idx])?[0];
+        let sw = g.add_node(&format!("{t}.scale_gather"), pick, &[scale_inv, idx])?[0];
+        let dq = Op::BlockDequantize {
+            to,
+            rows: 0,
+            cols: 0,
+        };
+        let w = g.add_node(&format!("{t}.dq"), dq, &[qw, sw])?[0];
+        let other = ins[1 - side];
+        let (qx, sx) = self.quantize(g, other, names[1 - side])?;
+        let to_x = g.value_type(other).dtype;
+        let x = g.add_node(
+            &format!("{}.dq", names[1 - side]),
+            Op::Dequantize { to: to_x },
+            &[qx, sx],
+        )?[0];
+        let operands = if side == 0 { [w, x] } else { [x, w] };
+        Ok(g.add_node(&format!("{}.fp8", n.name), Op::MatMul, &operands)?[0])
     }
 }
 

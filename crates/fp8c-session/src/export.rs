@@ -147,7 +147,9 @@ pub fn fp8_onnx(
     };
     let mut qdq = Vec::new();
     for d in fp8.decisions() {
-        if d.precision != Precision::Fp8 || d.rule == Rule::AlreadyFp8 {
+        // Expert GEMMs read their weights gathered per token, scaled per expert: static
+        // per-tensor Q/DQ has no form for them, so they stay in float in the export.
+        if d.precision != Precision::Fp8 || matches!(d.rule, Rule::AlreadyFp8 | Rule::ExpertGemm) {
             continue;
         }
         for input in 0..2 {
