@@ -1,10 +1,10 @@
 /* A C program using fp8c's C API (include/fp8c.h), for tests/capi.rs.
  *
  *   run_model MODEL INPUT DTYPE DIMS IN.bin OUT.bin [OPTION=VALUE ...]
- *       loads MODEL, compiles it with the options (fp8c compile's flag names), runs it on the
- *       raw little-endian array IN.bin given as input INPUT (DTYPE f32 or i64, DIMS like
- *       16x64), writes the first output's raw bytes to OUT.bin and prints its name, dtype and
- *       shape.
+ *       loads MODEL, compiles it for that input shape with the options (fp8c compile's flag
+ *       names), runs it on the raw little-endian array IN.bin given as input INPUT (DTYPE f32
+ *       or i64, DIMS like 16x64), writes the first output's raw bytes to OUT.bin and prints its
+ *       name, dtype and shape.
  *   run_model --bad MODEL
  *       expects loading MODEL to fail: prints the status and the message, exits 0 if it did.
  */
@@ -35,6 +35,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: run_model MODEL INPUT DTYPE DIMS IN.bin OUT.bin [OPTION=VALUE ...]\n");
         return 2;
     }
+    /* The input's shape as a compile option ("x=16x64"), as `fp8c run` binds it from the
+     * array it is given. */
+    char input_shape[256];
+    snprintf(input_shape, sizeof input_shape, "%s=%s", argv[2], argv[4]);
     int64_t shape[8];
     size_t rank = 0, count = 1;
     for (char *d = strtok(argv[4], "x"); d != NULL && rank < 8; d = strtok(NULL, "x")) {
@@ -55,6 +59,8 @@ int main(int argc, char **argv) {
     Fp8cStatus s = fp8c_model_load(argv[1], &model);
     if (s != FP8C_STATUS_OK) return fail("load", s);
     Fp8cOptions *options = fp8c_options_new();
+    s = fp8c_options_set(options, "input-shape", input_shape);
+    if (s != FP8C_STATUS_OK) return fail("option", s);
     for (int i = 7; i < argc; i++) {
         char *eq = strchr(argv[i], '=');
         if (eq == NULL) {
