@@ -2,6 +2,8 @@
 LLM and CNN exports), calibration, profiling and the FP8 ONNX export, each checked against
 onnxruntime or against the `fp8c` CLI bit for bit."""
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -34,7 +36,7 @@ def test_load_from_a_path_bytes_and_a_model_proto_gives_one_model():
     assert all(ir == irs[0] for ir in irs)
 
 
-def test_compile_gives_fp8_ir_and_a_report_dict():
+def test_compile_gives_fp8_ir_and_a_report_dict(cli):
     model = fp8c.load(MODELS / "mlp_digits.onnx")
     c = model.compile(precision="fp8", recipe="delayed", input_shapes={"x": [16, 64]},
                       min_fp8_flops=0)
@@ -43,9 +45,16 @@ def test_compile_gives_fp8_ir_and_a_report_dict():
     assert "delayed" in c.recipe
     report = c.report()
     assert isinstance(report, dict)
-    rows = report["nodes"]
-    assert rows and all(r["precision"] == "fp8" for r in rows), rows
+    # fc1 and fc2 go to FP8; fc3 (N=10) stays f32 for want of --pad-to-16, as the CLI says.
+    rows = {r["name"]: r for r in report["nodes"]}
+    assert [rows[n]["precision"] for n in ("fc1", "fc2", "fc3")] == ["fp8", "fp8", "f32"], rows
+    assert "pad-to-16" in rows["fc3"]["reason"]
     assert "totals" in report
+    want = cli("compile", MODELS / "mlp_digits.onnx", "--input-shape", "x=16x64", "--recipe",
+               "delayed", "--min-fp8-flops", "0", "--report=json").stdout
+    assert report == json.loads(want)
+    padded = model.compile(input_shapes={"x": [16, 64]}, min_fp8_flops=0, pad_to_16=True)
+    assert all(r["precision"] == "fp8" for r in padded.report()["nodes"])
     assert "fp8" in c.report_text()
     # The same settings under the CLI's names give the same IR as `fp8c compile`.
     same = model.compile(precision="fp8", recipe="DelayedScaling", input_shapes="x=16x64",
@@ -64,6 +73,45 @@ def test_compile_ir_matches_the_cli(cli, tmp_path):
     c = fp8c.load(MODELS / "mlp_digits.onnx").compile(
         input_shapes={"x": [16, 64]}, recipe="block", min_fp8_flops=0)
     assert c.ir_text() == out.read_text()
+
+
+CONFIG = """[recipe]
+kind = "delayed"
+amax_history_len = 16
+
+[[gemms]]
+match = "fc2"
+granularity = "block"
+"""
+
+
+@pytest.mark.parametrize("flags, kw", [
+    (["--recipe", "rowwise_with_gw_hp"], dict(recipe="rowwise_with_gw_hp")),  # torchao's name
+    (["--recipe", "Float8BlockScaling"], dict(recipe="Float8BlockScaling")),  # TE's
+    # (only training graphs differ under e4m3; an inference graph is the default's)
+    (["--format", "e4m3", "--margin", "1", "--recipe", "delayed", "--amax-algo", "most-recent"],
+     dict(format="e4m3", margin=1, recipe="delayed", amax_algo="most-recent")),
+    (["--keep-high", "fc1", "--keep-high", "fc2*"], dict(keep_high=["fc1", "fc2*"])),
+    (["--force-fp8", "fc3"], dict(force_fp8="fc3")),
+    (["--granularity", "fc1=rowwise", "--amax-history", "8", "--recipe", "delayed"],
+     dict(granularity={"fc1": "rowwise"}, amax_history=8, recipe="delayed")),
+    (["--config", "CONFIG"], dict(config="CONFIG")),
+])
+def test_compile_settings_are_the_clis_flags(cli, tmp_path, flags, kw):
+    config = tmp_path / "fp8c.toml"
+    config.write_text(CONFIG)
+    flags = [str(config) if f == "CONFIG" else f for f in flags]
+    kw = {k: (config if v == "CONFIG" else v) for k, v in kw.items()}
+    out = tmp_path / "m.fp8ir"
+    cli("compile", MODELS / "mlp_digits.onnx", "--input-shape", "x=16x64", "--min-fp8-flops",
+        "0", *flags, "-o", out)
+    c = fp8c.load(MODELS / "mlp_digits.onnx").compile(input_shapes={"x": [16, 64]},
+                                                      min_fp8_flops=0, **kw)
+    assert c.ir_text() == out.read_text()
+    # Each setting changes the program (so the comparison above means something).
+    default = fp8c.load(MODELS / "mlp_digits.onnx").compile(input_shapes={"x": [16, 64]},
+                                                            min_fp8_flops=0)
+    assert c.ir_text() != default.ir_text()
 
 
 def test_llama_f32_and_fp8_against_onnxruntime():
