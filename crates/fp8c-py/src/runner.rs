@@ -54,6 +54,23 @@ impl PyRunner {
 
 #[pymethods]
 impl PyRunner {
+    /// For each of `inputs`, whether the tensor `run` would be handed reads the array's own
+    /// memory (no copy) after the same checks and conversions: a diagnostic for tests.
+    fn _reads_in_place(&self, inputs: &Bound<'_, PyDict>) -> PyResult<BTreeMap<String, bool>> {
+        let feed = self.inputs(inputs)?;
+        let mut out = BTreeMap::new();
+        for (k, v) in inputs.iter() {
+            let name: String = k.extract()?;
+            let iface = v.getattr("__array_interface__")?;
+            let (addr, _): (usize, bool) = iface.get_item("data")?.extract()?;
+            let same = feed
+                .get(&name)
+                .is_some_and(|t| t.bytes().as_ptr() as usize == addr);
+            out.insert(name, same);
+        }
+        Ok(out)
+    }
+
     /// Runs on `inputs` (`{name: array}`, every input) and returns the outputs by name as
     /// `(dtype, shape, bytearray)`; state (amax histories, scales) carries to the next run.
     fn run<'py>(

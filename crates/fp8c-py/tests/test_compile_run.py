@@ -169,6 +169,24 @@ def test_non_contiguous_and_f32_for_bf16_inputs_are_converted():
     assert a.flags.writeable
 
 
+def test_contiguous_inputs_are_read_in_place():
+    from fp8c import _arrays
+    runner = fp8c.load(MODELS / "mlp_digits.onnx").compile(
+        input_shapes={"x": [16, 64]}).prepare()
+    x = digits_x()
+    assert runner._native._reads_in_place(_arrays.inputs({"x": x})) == {"x": True}
+    assert _arrays.inputs({"x": x})["x"] is x  # handed over as it is
+    # A strided view is made contiguous first (a copy, then read in place), and an array
+    # misaligned for float32 is copied by the native side.
+    view = _arrays.inputs({"x": digits_x(32)[::2]})
+    assert runner._native._reads_in_place(view) == {"x": True}
+    raw = np.zeros(16 * 64 * 4 + 1, np.uint8)
+    odd = raw[1:].view(np.float32).reshape(16, 64)
+    odd[...] = x
+    assert runner._native._reads_in_place({"x": odd}) == {"x": False}
+    assert runner.run({"x": odd})["logits"].tobytes() == runner.run({"x": x})["logits"].tobytes()
+
+
 def test_calibration_matches_the_cli(cli, tmp_path):
     x, cal = digits_x(16, 2), digits_x(16, 3)
     np.savez(tmp_path / "in.npz", x=x)

@@ -89,3 +89,31 @@ def test_a_callback_returning_false_stops_with_the_state_saved(tmp_path):
     assert str(fit["interrupted"]) == str(ck)
     again = fp8c.TrainRun(MLP, TRAIN, "y", steps=50, resume=ck, **SETTINGS)
     assert again.info["start_step"] == 5
+
+
+def test_training_steps_release_the_gil():
+    import threading
+    import time
+    d = np.load(TRAIN)
+    batch = {"x": d["x"][:32], "y": d["y"][:32]}
+    entered, ticks, counts = threading.Event(), [], []
+
+    def work():  # a TrainRun stays on the thread that made it
+        run = fp8c.TrainRun(MLP, TRAIN, "y", steps=60, **SETTINGS)
+        entered.set()
+        run.fit()
+        for _ in range(20):
+            run.step(batch)
+        counts.append(run.step_count)
+
+    t = threading.Thread(target=work)
+    t.start()
+    entered.wait()
+    # Each tick needs the GIL back after a sleep: none could happen while the worker held it
+    # through the steps.
+    while t.is_alive():
+        time.sleep(0.001)
+        ticks.append(1)
+    t.join()
+    assert counts == [80]
+    assert len(ticks) >= 10, f"{len(ticks)} ticks while training"
