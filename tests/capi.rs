@@ -60,7 +60,12 @@ fn same_as_cli(model: &str, input: &str, x: fp8c_session::Tensor, flags: &[(&str
     fp8c_session::npy::write_npz(&npz, &[(input, &x)]).unwrap();
     let out_npz = dir.path().join("out.npz");
     let mut cli = Command::new(env!("CARGO_BIN_EXE_fp8c"));
-    cli.arg("run").arg(&model).arg("--inputs").arg(&npz).arg("-o").arg(&out_npz);
+    cli.arg("run")
+        .arg(&model)
+        .arg("--inputs")
+        .arg(&npz)
+        .arg("-o")
+        .arg(&out_npz);
     for (k, v) in flags {
         cli.arg(format!("--{k}")).arg(v);
     }
@@ -70,7 +75,11 @@ fn same_as_cli(model: &str, input: &str, x: fp8c_session::Tensor, flags: &[(&str
     let raw = dir.path().join("x.bin");
     std::fs::write(&raw, x.bytes()).unwrap();
     let out_bin = dir.path().join("out.bin");
-    let dtype = if x.dtype() == fp8c_session::DType::I64 { "i64" } else { "f32" };
+    let dtype = if x.dtype() == fp8c_session::DType::I64 {
+        "i64"
+    } else {
+        "f32"
+    };
     let dims: Vec<String> = x.shape().iter().map(u64::to_string).collect();
     let mut c = Command::new(&exe);
     c.arg(&model)
@@ -90,16 +99,27 @@ fn same_as_cli(model: &str, input: &str, x: fp8c_session::Tensor, flags: &[(&str
         String::from_utf8_lossy(&o.stderr)
     );
     let (name, t) = &want[0];
-    assert!(stdout.starts_with(&format!("{name} dtype 0 shape")), "{stdout}");
-    assert!(stdout.contains("wrong shape: status 4: input \"") , "{stdout}");
+    assert!(
+        stdout.starts_with(&format!("{name} dtype 0 shape")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("wrong shape: status 4: input \""),
+        "{stdout}"
+    );
     let got = std::fs::read(&out_bin).unwrap();
     assert_eq!(got.len(), t.bytes().len());
-    assert!(got == t.bytes(), "{model:?}: the C API's \"{name}\" differs from fp8c run's");
+    assert!(
+        got == t.bytes(),
+        "{model:?}: the C API's \"{name}\" differs from fp8c run's"
+    );
 }
 
 #[test]
 fn a_c_program_gets_the_clis_outputs_bit_for_bit_on_the_cnn() {
-    let x: Vec<f32> = (0..16 * 64).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let x: Vec<f32> = (0..16 * 64)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
     same_as_cli(
         "cnn_digits.onnx",
         "x",
@@ -127,11 +147,25 @@ fn a_bad_model_returns_an_error_status_and_the_message() {
     std::fs::write(&bad, b"not a model").unwrap();
     let o = Command::new(&exe).arg("--bad").arg(&bad).output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{stdout}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(stdout.starts_with("status 1: "), "{stdout}");
-    assert!(stdout.contains("bad.onnx"), "the message names the file: {stdout}");
+    assert!(
+        stdout.contains("bad.onnx"),
+        "the message names the file: {stdout}"
+    );
     let missing = dir.path().join("missing.onnx");
-    let o = Command::new(&exe).arg("--bad").arg(&missing).output().unwrap();
+    let o = Command::new(&exe)
+        .arg("--bad")
+        .arg(&missing)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success() && stdout.contains("missing.onnx: no such file"), "{stdout}");
+    assert!(
+        o.status.success() && stdout.contains("missing.onnx: no such file"),
+        "{stdout}"
+    );
 }

@@ -14,8 +14,8 @@ use std::ffi::{CStr, CString, c_char, c_void};
 
 mod status;
 
-pub use status::{Fp8cStatus, fp8c_last_error};
 use status::{Failure, guard, invalid, null};
+pub use status::{Fp8cStatus, fp8c_last_error};
 
 /// An element type: the `dtype` field of an [`Fp8cTensor`] holds one of these values.
 #[repr(C)]
@@ -157,7 +157,10 @@ unsafe fn put<T>(out: *mut *mut T, value: T) -> Result<(), Failure> {
 /// # Safety
 /// `path` is a NUL-terminated string; `out` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fp8c_model_load(path: *const c_char, out: *mut *mut Fp8cModel) -> Fp8cStatus {
+pub unsafe extern "C" fn fp8c_model_load(
+    path: *const c_char,
+    out: *mut *mut Fp8cModel,
+) -> Fp8cStatus {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -374,7 +377,8 @@ pub unsafe extern "C" fn fp8c_runner_new(
         } else {
             // SAFETY: the caller's contract.
             let name = unsafe { text(device, "device") }?;
-            name.parse().map_err(|e: String| invalid(format!("device {name}: {e}")))?
+            name.parse()
+                .map_err(|e: String| invalid(format!("device {name}: {e}")))?
         };
         let runner = c.compiled.prepare(device)?;
         let r = Fp8cRunner {
@@ -396,7 +400,10 @@ unsafe fn input(t: &Fp8cTensor) -> Result<(String, Tensor), Failure> {
     let name = unsafe { text(t.name, "input name") }?.to_string();
     let what = format!("input \"{name}\"");
     let Some(&(_, dtype)) = DTYPES.iter().find(|(c, _)| *c as u32 == t.dtype) else {
-        return Err(invalid(format!("{what}: dtype {} is no Fp8cDtype", t.dtype)));
+        return Err(invalid(format!(
+            "{what}: dtype {} is no Fp8cDtype",
+            t.dtype
+        )));
     };
     let shape: Vec<u64> = if t.rank == 0 {
         Vec::new()
@@ -461,7 +468,8 @@ pub unsafe extern "C" fn fp8c_run(
         for (name, _) in r.runner.program().outputs() {
             if let Some(t) = outs.remove(name) {
                 let shape = t.shape().iter().map(|&d| d as i64).collect();
-                let c = CString::new(name.as_str()).map_err(|_| invalid("an output name holds a NUL"))?;
+                let c = CString::new(name.as_str())
+                    .map_err(|_| invalid("an output name holds a NUL"))?;
                 r.outputs.push((c, shape, t));
             }
         }
@@ -508,7 +516,12 @@ pub unsafe extern "C" fn fp8c_output(
             .iter()
             .find(|(_, d)| *d == t.dtype())
             .map(|(c, _)| *c as u32)
-            .ok_or_else(|| invalid(format!("output {index}: dtype {} has no Fp8cDtype", t.dtype())))?;
+            .ok_or_else(|| {
+                invalid(format!(
+                    "output {index}: dtype {} has no Fp8cDtype",
+                    t.dtype()
+                ))
+            })?;
         let view = Fp8cTensor {
             name: name.as_ptr(),
             dtype,

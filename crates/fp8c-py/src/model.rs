@@ -163,14 +163,7 @@ impl PyModel {
             let opts = settings.options(Purpose::Inference {
                 calibrated: calibrate.is_some(),
             })?;
-            fp8c_session::emit_fp8_onnx(
-                &model,
-                &src,
-                &settings,
-                opts,
-                calibrate.as_deref(),
-                &path,
-            )
+            fp8c_session::emit_fp8_onnx(&model, &src, &settings, opts, calibrate.as_deref(), &path)
         })
         .py_err()?;
         let d = PyDict::new(py);

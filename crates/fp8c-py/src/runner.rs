@@ -104,7 +104,10 @@ impl PyRunner {
             Ok((first, profile))
         })
         .py_err()?;
-        Ok((tensors_to_py(py, &outs, &self.order())?, PyProfile { profile }))
+        Ok((
+            tensors_to_py(py, &outs, &self.order())?,
+            PyProfile { profile },
+        ))
     }
 
     /// Fills the delayed-scaling state from `inputs` run through `reference` (the same model

@@ -39,14 +39,20 @@ impl<'py> Kwargs<'py> {
     }
 
     /// `key` as a `T`, if given.
-    pub fn take<T: pyo3::conversion::FromPyObjectOwned<'py>>(&mut self, key: &str) -> PyResult<Option<T>> {
+    pub fn take<T: pyo3::conversion::FromPyObjectOwned<'py>>(
+        &mut self,
+        key: &str,
+    ) -> PyResult<Option<T>> {
         let func = self.func;
         self.get(key)
             .map(|v| {
                 v.extract::<T>().map_err(|_| {
                     type_error(format!(
                         "{func}(): {key} has the wrong type ({})",
-                        v.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                        v.get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default()
                     ))
                 })
             })
@@ -147,8 +153,9 @@ fn pairs(
                 .extract()
                 .map_err(|_| type_error(format!("{func}(): {key}'s keys must be str")))?;
             out.push(
-                entry(&k, &val)
-                    .map_err(|_| type_error(format!("{func}(): {key}[\"{k}\"] has the wrong type")))?,
+                entry(&k, &val).map_err(|_| {
+                    type_error(format!("{func}(): {key}[\"{k}\"] has the wrong type"))
+                })?,
             );
         }
         return Ok(out);
@@ -189,5 +196,6 @@ pub fn train_settings(kw: &mut Kwargs<'_>) -> PyResult<TrainSettings> {
 
 /// A device by name (`cpu`, `cuda`, `cuda-emulated`, `mlir`).
 pub fn device(name: &str) -> PyResult<fp8c_session::Device> {
-    name.parse().map_err(|e: String| invalid(format!("device={name:?}: {e}")))
+    name.parse()
+        .map_err(|e: String| invalid(format!("device={name:?}: {e}")))
 }

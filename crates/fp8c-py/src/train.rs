@@ -73,7 +73,10 @@ impl Observer for PyObserver {
             let called = report_dict(py, report).and_then(|d| cb.call1(py, (d,)));
             match called {
                 // A callback returning False stops the loop like Ctrl-C, state saved.
-                Ok(v) if v.bind(py).is_instance_of::<pyo3::types::PyBool>() && !v.is_truthy(py).unwrap_or(true) => {
+                Ok(v)
+                    if v.bind(py).is_instance_of::<pyo3::types::PyBool>()
+                        && !v.is_truthy(py).unwrap_or(true) =>
+                {
                     self.stop.store(true, Ordering::Relaxed);
                     Ok(())
                 }
@@ -146,7 +149,11 @@ impl PyTrainRun {
         let source = match (data, text) {
             (Some(_), Some(_)) => return Err(invalid("give data or text, not both")),
             (None, Some(t)) => DataSource::Text(t),
-            (None, None) => return Err(invalid("give data (an .npz path or a dict of arrays) or text")),
+            (None, None) => {
+                return Err(invalid(
+                    "give data (an .npz path or a dict of arrays) or text",
+                ));
+            }
             (Some(d), None) => {
                 let labels = labels.ok_or_else(|| {
                     invalid("labels: name the array of the labels (or the mse target)")
@@ -207,7 +214,10 @@ impl PyTrainRun {
         d.set_item("steps", i.steps)?;
         d.set_item("prepare_s", i.prepare_seconds)?;
         d.set_item("warnings", i.warnings.clone())?;
-        d.set_item("high_precision", self.run.trainer().high_precision_summary())?;
+        d.set_item(
+            "high_precision",
+            self.run.trainer().high_precision_summary(),
+        )?;
         Ok(d)
     }
 

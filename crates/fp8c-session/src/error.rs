@@ -94,7 +94,8 @@ impl Error {
     pub fn is_caller_error(&self) -> bool {
         matches!(
             self.root(),
-            Error::Invalid(_) | Error::Runtime(RuntimeError::Input { .. } | RuntimeError::State { .. })
+            Error::Invalid(_)
+                | Error::Runtime(RuntimeError::Input { .. } | RuntimeError::State { .. })
         )
     }
 

@@ -90,8 +90,8 @@ pub mod bench {
 }
 pub use fp8c_passes::pass_names;
 pub use fp8c_passes::report::Report;
-pub use fp8c_runtime::stats::what_if_tilings;
 pub use fp8c_runtime::profile::ProfileRow;
+pub use fp8c_runtime::stats::what_if_tilings;
 pub use fp8c_runtime::{Comparison, Fp8TensorStats, Profile, describe_plan};
 
 /// Summarises an ONNX file: opset, op histogram, parameters, inputs and outputs (`fp8c
