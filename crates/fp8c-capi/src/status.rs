@@ -40,7 +40,7 @@ impl From<Error> for Failure {
             _ if e.is_caller_error() => Fp8cStatus::InvalidInput,
             Error::Onnx(_) | Error::Ir(_) => Fp8cStatus::ModelError,
             Error::Pass(_) => Fp8cStatus::CompileError,
-            Error::Runtime(_) => Fp8cStatus::RunError,
+            Error::Runtime(_) | Error::Ranks(_) => Fp8cStatus::RunError,
             Error::Io { .. } => Fp8cStatus::FileError,
             Error::Invalid(_) | Error::Context { .. } => Fp8cStatus::InvalidInput,
         };

@@ -8,7 +8,7 @@
 //! | bad request, an input's name, dtype or shape)  |                                       |
 //! | `Onnx`, `Ir` (import, IR text)                 | `ModelError`                          |
 //! | `Pass` (a compiler pass failed)                | `CompileError`                        |
-//! | `Runtime` (lowering, a backend)                | `RunError`                            |
+//! | `Runtime` (lowering, a backend), `Ranks`       | `RunError`                            |
 //! | `Io` (a file)                                  | `FileError` (also OSError)            |
 
 use fp8c_session::Error;
@@ -23,7 +23,7 @@ fn class_of(e: &Error) -> &'static str {
     match e.root() {
         Error::Onnx(_) | Error::Ir(_) => "ModelError",
         Error::Pass(_) => "CompileError",
-        Error::Runtime(_) => "RunError",
+        Error::Runtime(_) | Error::Ranks(_) => "RunError",
         Error::Io { .. } => "FileError",
         Error::Invalid(_) | Error::Context { .. } => "InvalidInputError",
     }

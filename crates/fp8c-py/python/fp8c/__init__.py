@@ -368,7 +368,8 @@ class TrainRun:
         """Trains. Without ``batches``: the library's loop over the data up to ``steps``,
         checkpointing every ``checkpoint_every``. With ``batches`` (an iterable of dicts:
         the model's inputs and the labels array, one batch of rows each): one step per
-        batch until it ends or ``steps`` is reached. ``on_step(report)`` gets each step's
+        batch until it ends or ``steps`` is reached (no ``log`` rows or periodic checkpoints
+        then: ``finish`` writes the final checkpoint). ``on_step(report)`` gets each step's
         report (``step``, ``loss``, ``lr``, ``applied``, ``grad_norm``, ``accuracy``,
         ``elapsed_s``); returning False stops (the library's loop saves the state first).
         Ctrl-C stops after the step in flight, saves the state and raises
