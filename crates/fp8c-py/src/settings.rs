@@ -191,6 +191,8 @@ pub fn train_settings(kw: &mut Kwargs<'_>) -> PyResult<TrainSettings> {
         seed: kw.take("seed")?,
         loss: kw.take("loss")?,
         freeze: (!freeze.is_empty()).then_some(freeze),
+        // A Python process is one rank: `shard` is checked as the CLI checks it (a no-op).
+        shard: kw.take("shard")?,
     })
 }
 
