@@ -247,15 +247,15 @@ impl PyTrainRun {
             if let Ok(fit) = result {
                 let dir = fit.interrupted.clone();
                 merge(&mut self.fit, fit);
-                if e.is_instance_of::<PyKeyboardInterrupt>(py) {
-                    if let Some(dir) = dir {
-                        return Err(PyKeyboardInterrupt::new_err(format!(
-                            "interrupted after step {}: the whole training state is in {} (continue with resume=\"{}\")",
-                            self.run.trainer().steps().saturating_sub(1),
-                            dir.display(),
-                            dir.display()
-                        )));
-                    }
+                if let Some(dir) = dir
+                    && e.is_instance_of::<PyKeyboardInterrupt>(py)
+                {
+                    return Err(PyKeyboardInterrupt::new_err(format!(
+                        "interrupted after step {}: the whole training state is in {} (continue with resume=\"{}\")",
+                        self.run.trainer().steps().saturating_sub(1),
+                        dir.display(),
+                        dir.display()
+                    )));
                 }
             }
             return Err(e);
