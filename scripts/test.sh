@@ -2,9 +2,10 @@
 # The whole test suite (the README's test command; CI's `.ci/run` calls it): the workspace's
 # tests in the default build (no LLVM, no GPU), then the optional features' suites, each
 # installing what it needs: fp8c-mlir with `--features mlir` (LLVM/MLIR 22 from Debian's
-# packages, through scripts/env/mlir-env.sh) and the distributed suite with `--features mpi`
+# packages, through scripts/env/mlir-env.sh), the distributed suite with `--features mpi`
 # (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh; 1, 2 and 4 ranks under
-# mpirun). Every part runs even when an earlier one failed;
+# mpirun), and the Python package's pytest suite in a fresh venv (scripts/test-python.sh,
+# reusing the release build). Every part runs even when an earlier one failed;
 # the exit code says whether all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +15,6 @@ echo "== the mlir feature's suite (fp8c-mlir: MLIR emission, MLIR's JIT against 
 scripts/env/mlir-env.sh cargo test --release -p fp8c-mlir --features mlir --no-fail-fast || status=1
 echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2 and 4 ranks, sharding, faults)"
 scripts/env/mpi-env.sh cargo test --release -p fp8c --features mpi --test distributed --no-fail-fast || status=1
+echo "== the Python package (crates/fp8c-py): pip install in a fresh venv, then its pytest suite"
+scripts/test-python.sh || status=1
 exit $status

@@ -9,8 +9,10 @@
 //! allocator, so the bytes can be viewed as any plain-old-data element type up to 64-byte
 //! alignment) or a kernel's result `Vec` of 1-, 2-, 4- or 8-byte elements adopted as it is
 //! ([`Storage::from_vec`]), aligned for its own elements: a CPU kernel's output becomes a
-//! tensor without a copy. Typed views (`bytemuck`) check alignment and report a mismatch as
-//! an error, never a panic. Tensors are little-endian; so is every target fp8c builds for
+//! tensor without a copy, or bytes another owner holds ([`Storage::from_foreign`]: a memory
+//! map, an array of a foreign runtime such as NumPy) read in place and copied on the first
+//! write. Typed views (`bytemuck`) check alignment and report a mismatch as an error, never a
+//! panic. Tensors are little-endian; so is every target fp8c builds for
 //! (checked below).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -27,10 +29,12 @@ compile_error!(
 #[repr(C, align(64))]
 struct Block([u8; 64]);
 
-/// An owned allocation: 64-byte blocks made here, or an adopted vector of words.
+/// An owned allocation: 64-byte blocks made here, or an adopted vector of words; or bytes
+/// held by another owner, never written.
 #[derive(Clone)]
 enum Words {
     Blocks(Vec<Block>),
+    Foreign(Arc<dyn AsRef<[u8]> + Send + Sync>),
     W8(Vec<u8>),
     W16(Vec<u16>),
     W32(Vec<u32>),
@@ -57,6 +61,7 @@ impl Aligned {
     fn bytes(&self) -> &[u8] {
         let all: &[u8] = match &self.words {
             Words::Blocks(v) => bytemuck::cast_slice(v),
+            Words::Foreign(b) => (**b).as_ref(),
             Words::W8(v) => v,
             Words::W16(v) => bytemuck::cast_slice(v),
             Words::W32(v) => bytemuck::cast_slice(v),
@@ -66,8 +71,16 @@ impl Aligned {
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
+        // Foreign bytes are never written: the first write copies them into blocks of ours.
+        if let Words::Foreign(b) = &self.words {
+            let mut own = Aligned::zeroed(self.len);
+            own.bytes_mut().copy_from_slice(&(**b).as_ref()[..self.len]);
+            *self = own;
+        }
         let all: &mut [u8] = match &mut self.words {
             Words::Blocks(v) => bytemuck::cast_slice_mut(v),
+            // Not reached: copied into blocks just above.
+            Words::Foreign(_) => &mut [],
             Words::W8(v) => v,
             Words::W16(v) => bytemuck::cast_slice_mut(v),
             Words::W32(v) => bytemuck::cast_slice_mut(v),
@@ -110,6 +123,18 @@ impl Storage {
             Ok(words) => Storage(Arc::new(Aligned { words, len })),
             Err((_, values)) => Self::from_slice(bytemuck::cast_slice(&values)),
         }
+    }
+
+    /// The bytes `owner` holds, read in place for as long as any clone lives (a memory map, a
+    /// NumPy array handed over by a binding). They are never written: the first write through
+    /// [`Storage::bytes_mut`] copies them into an allocation of ours. Typed views need the
+    /// owner's bytes aligned for their element type.
+    pub fn from_foreign(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+        let len = (*owner).as_ref().len();
+        Storage(Arc::new(Aligned {
+            words: Words::Foreign(owner),
+            len,
+        }))
     }
 
     /// The bytes.
@@ -240,6 +265,21 @@ mod tests {
         assert!(!a.shares(&b));
         assert_eq!(a.bytes(), &[1, 2, 3, 4, 5]);
         assert_eq!(b.bytes(), &[9, 2, 3, 4, 5]);
+    }
+
+    /// Foreign bytes are read in place and never written: a write copies them first, even
+    /// through the only `Storage` holding them.
+    #[test]
+    fn foreign_bytes_are_read_in_place_and_copied_on_write() {
+        let owner: Arc<Vec<u8>> = Arc::new(vec![1, 2, 3, 4]);
+        let mut s = Storage::from_foreign(owner.clone());
+        assert_eq!(s.bytes().as_ptr(), owner.as_ptr(), "no copy");
+        assert_eq!(s.len(), 4);
+        assert!(s.is_unique());
+        s.bytes_mut()[0] = 9;
+        assert_eq!(s.bytes(), &[9, 2, 3, 4]);
+        assert_eq!(*owner, [1, 2, 3, 4], "the owner's bytes are untouched");
+        assert_ne!(s.bytes().as_ptr(), owner.as_ptr());
     }
 
     #[test]

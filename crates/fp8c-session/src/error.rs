@@ -88,6 +88,17 @@ impl Error {
         }
     }
 
+    /// Whether the error is about what the caller handed in (an input's name, dtype or shape,
+    /// a state entry, a request that does not fit the model or the data) rather than about
+    /// the model, a pass or a backend: bindings report these as bad arguments.
+    pub fn is_caller_error(&self) -> bool {
+        matches!(
+            self.root(),
+            Error::Invalid(_)
+                | Error::Runtime(RuntimeError::Input { .. } | RuntimeError::State { .. })
+        )
+    }
+
     /// The pass error inside, if a pass failed (it holds the last IR that verified).
     pub fn pass_error(&self) -> Option<&PassError> {
         self.pass_failure().map(|f| &f.error)

@@ -81,7 +81,7 @@ pub use train::{StepReport, Trainer};
 pub use fp8c_core::{Granularity, Recipe};
 /// The collective layer of data-parallel training (`init` picks MPI under `mpirun`).
 pub use fp8c_dist as dist;
-pub use fp8c_ir::{DType, Graph, Tensor};
+pub use fp8c_ir::{DType, Dim, Graph, Storage, Tensor, TensorType};
 
 /// The GPU micro-benchmarks `fp8c bench` prints (cuBLASLt GEMMs, quantize kernels, a layer
 /// step), on the CUDA backend.
@@ -90,6 +90,7 @@ pub mod bench {
 }
 pub use fp8c_passes::pass_names;
 pub use fp8c_passes::report::Report;
+pub use fp8c_runtime::profile::ProfileRow;
 pub use fp8c_runtime::stats::what_if_tilings;
 pub use fp8c_runtime::{Comparison, Fp8TensorStats, Profile, describe_plan};
 

@@ -196,6 +196,21 @@ impl Runner {
         Ok(self.exe.run_observed(inputs, observe)?)
     }
 
+    /// [`Runner::run`], timing every step into `profile` (`fp8c run --profile`): steps the
+    /// backend computed once when it prepared the program count with no time.
+    pub fn run_profiled(
+        &mut self,
+        inputs: &BTreeMap<String, Tensor>,
+        profile: &mut fp8c_runtime::Profile,
+    ) -> Result<BTreeMap<String, Tensor>> {
+        let mut timer = profile.start_skipping(self.exe.precomputed_steps());
+        let out = self
+            .exe
+            .run_observed(inputs, &mut |s, i, o| timer.observe(s, i, o));
+        timer.finish();
+        Ok(out?)
+    }
+
     /// The node names of the steps the backend computed once when it prepared the program
     /// ([`fp8c_runtime::Executable::precomputed_steps`]): a profile counts them with no time.
     pub fn precomputed_steps(&self) -> std::collections::BTreeSet<String> {

@@ -47,13 +47,26 @@ pub enum DataSource {
     },
     /// Any file's bytes as byte-level tokens, next-byte labels (`--text`, `--seq-len`).
     Text(PathBuf),
+    /// Arrays already in memory (a binding's NumPy arrays), one sample per row, read as an
+    /// archive's arrays are.
+    Arrays {
+        /// The arrays by name.
+        arrays: BTreeMap<String, Tensor>,
+        /// Graph input → array name where they differ.
+        inputs: BTreeMap<String, String>,
+        /// The array of the labels or the target.
+        labels: String,
+        /// What messages call them (`the arrays given`).
+        source: String,
+    },
 }
 
 impl DataSource {
-    /// The file read.
-    pub fn path(&self) -> &Path {
+    /// The file read (none for arrays in memory).
+    pub fn path(&self) -> Option<&Path> {
         match self {
-            DataSource::Npz { path, .. } | DataSource::Text(path) => path,
+            DataSource::Npz { path, .. } | DataSource::Text(path) => Some(path),
+            DataSource::Arrays { .. } => None,
         }
     }
 }
@@ -164,6 +177,9 @@ pub struct TrainRun {
     meta: Meta,
     seed: u64,
     outputs: Vec<Output>,
+    /// The model as loaded and what the data was read with (for [`TrainRun::step_on`]).
+    model: Model,
+    data_opts: DataOptions,
 }
 
 /// What [`TrainRun::finish`] wrote.
@@ -229,11 +245,15 @@ impl TrainRun {
         };
         let data_opts = DataOptions {
             inputs: match &config.data {
-                DataSource::Npz { inputs, .. } => inputs.clone(),
+                DataSource::Npz { inputs, .. } | DataSource::Arrays { inputs, .. } => {
+                    inputs.clone()
+                }
                 DataSource::Text(_) => BTreeMap::new(),
             },
             labels: match &config.data {
-                DataSource::Npz { labels, .. } => labels.clone(),
+                DataSource::Npz { labels, .. } | DataSource::Arrays { labels, .. } => {
+                    labels.clone()
+                }
                 DataSource::Text(_) => "labels".into(),
             },
             loss: options.loss,
@@ -243,6 +263,9 @@ impl TrainRun {
             DataSource::Npz { path, .. } => Dataset::load(path, &model, &data_opts)?,
             DataSource::Text(path) => {
                 Dataset::from_text(path, settings.seq_len, &model, &data_opts)?
+            }
+            DataSource::Arrays { arrays, source, .. } => {
+                Dataset::from_arrays(arrays.clone(), source, &model, &data_opts)?
             }
         };
         let mut meta = Meta::new(
@@ -317,7 +340,41 @@ impl TrainRun {
             meta,
             seed: settings.seed,
             outputs,
+            model,
+            data_opts,
         })
+    }
+
+    /// One step on the caller's batch instead of the data's (an iterator's next batch): the
+    /// arrays are checked and read as the data's are (`source` names them in messages) and
+    /// must hold exactly one batch of rows. The step is the one [`TrainRun::fit`] runs, at
+    /// the trainer's current step; checkpoints and the trained model are
+    /// [`TrainRun::finish`]'s. A run that accumulates micro-batches takes them from its data.
+    pub fn step_on(
+        &mut self,
+        arrays: BTreeMap<String, Tensor>,
+        source: &str,
+    ) -> Result<super::trainer::StepReport> {
+        if self.info.accumulate > 1 {
+            bail!(
+                "{source}: a step on a given batch needs accumulate = 1 (this run accumulates {} micro-batches per step: train on the data with fit)",
+                self.info.accumulate
+            );
+        }
+        let d = Dataset::from_arrays(arrays, source, &self.model, &self.data_opts)?;
+        if d.rows != self.info.batch {
+            bail!(
+                "{source}: {} rows, but the training step was compiled for batches of {}",
+                d.rows,
+                self.info.batch
+            );
+        }
+        let batch = super::data::Batch {
+            inputs: d.inputs.into_iter().collect(),
+            labels: d.labels,
+        };
+        let feed = batch.feed(self.trainer.spec());
+        self.trainer.step(&feed)
     }
 
     /// Sets the flag that stops the loop after the step in flight (a signal handler's).
@@ -582,7 +639,9 @@ fn same_run_on_every_rank(
 /// Checks every output target of `config` before any work: the path itself (no link, no
 /// directory, not an input) and that its folder takes a new file now.
 fn check_outputs(config: &TrainConfig) -> Result<Vec<Output>> {
-    let inputs_read = [config.model.as_path(), config.data.path()];
+    let inputs_read: Vec<&Path> = std::iter::once(config.model.as_path())
+        .chain(config.data.path())
+        .collect();
     let mut outs = Vec::new();
     if let Some(dst) = &config.save_onnx {
         outs.push(Output::check("-o", dst, &inputs_read)?);
