@@ -3,7 +3,7 @@
 elementwise nodes in one chain, x: f32[1, 16] -> Neg -> Neg -> ... -> y (N nodes), written
 with onnx's helpers.
 
-Usage: PY=$(scripts/python-env.sh); $PY scripts/bench/chain_models.py N OUT.onnx
+Usage: PY=$(scripts/env/python-env.sh); $PY scripts/bench/chain_models.py N OUT.onnx
 """
 
 import sys

@@ -16,7 +16,7 @@ if [ $# -gt 0 ] && [ -x "$1" ]; then
 fi
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(10000 100000 1000000)
-py=$(scripts/python-env.sh)
+py=$(scripts/env/python-env.sh)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$py" -c "import numpy as np; np.savez('$work/x.npz', x=np.arange(16, dtype=np.float32).reshape(1, 16))"
