@@ -1,6 +1,7 @@
 //! Nothing lost, nothing silently wrong, round three (issue #46): each defect a hostile run
 //! found has a test here, named after the case, at the command line where a user meets it:
-//! concurrent writers of a checkpoint, leftovers of killed or failed runs, scaling parameters
+//! concurrent writers of a checkpoint, leftovers of killed or failed runs, writes that fail
+//! mid-run (a full disk), scaling parameters
 //! out of range, calibration on non-finite data, sizes checked before allocation, recipe
 //! fallbacks reported, messages that keep their cause, per-tile overflow.
 
@@ -267,6 +268,123 @@ fn a_directory_holding_someone_elses_meta_json_is_refused_and_kept() {
         theirs
     );
     assert!(!ck.join("state.safetensors").exists() && !ck.join("fp8c.lock").exists());
+}
+
+// ------------------------------------------------------------- 2, 3: writes that fail later
+
+/// `fp8c train ARGS` with every file it writes limited to `kib` KiB (`ulimit -f`, SIGXFSZ
+/// ignored, so a write past it fails with EFBIG as one on a full disk fails with ENOSPC);
+/// returns (exit code, stderr).
+fn train_with_file_limit(kib: u64, dir: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let bin = support::fp8c().get_program().to_owned();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!("trap '' XFSZ; ulimit -f {kib}; exec \"$0\" \"$@\""))
+        .arg(bin)
+        .arg("train")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Case 3: the disk filled during training: the error named no file, and the last steps,
+/// `-o` and the CSV's last row were lost. Here a periodic checkpoint cannot be written (the
+/// state is larger than what the file system takes, the trained model is not): the error
+/// names `--checkpoint` and the file, and the plot, the trained model and every CSV row of
+/// the steps run are still written; no empty checkpoint directory stays.
+#[test]
+fn disk_full_during_training_names_the_file_and_still_writes_model_plot_and_log() {
+    let d = scratch("round3-disk-full");
+    let model = mlp();
+    let data = repo_root().join("examples/data/digits_train.npz");
+    let data = data.to_str().unwrap();
+    let (code, err) = train_with_file_limit(
+        600,
+        &d,
+        &[
+            &model,
+            "--data",
+            data,
+            "--labels",
+            "y",
+            "--steps",
+            "20",
+            "--quiet",
+            "--checkpoint",
+            "ck",
+            "--checkpoint-every",
+            "5",
+            "-o",
+            "out.onnx",
+            "--log",
+            "run.csv",
+            "--plot",
+            "loss.svg",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--checkpoint ck/state.safetensors: cannot write"),
+        "the flag and the file: {err}"
+    );
+    assert!(err.contains("-o out.onnx"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let trained = std::fs::read(d.join("out.onnx")).expect("the trained model is written");
+    assert_ne!(
+        trained,
+        std::fs::read(&model).unwrap(),
+        "-o holds the trained weights"
+    );
+    assert!(d.join("loss.svg").is_file(), "the plot is written");
+    let log = std::fs::read_to_string(d.join("run.csv")).unwrap();
+    let rows: Vec<&str> = log.lines().collect();
+    assert_eq!(rows.len(), 1 + 5, "the header and steps 0..4:\n{log}");
+    assert!(rows[5].starts_with("4,"), "{log}");
+    assert!(
+        !d.join("ck").exists(),
+        "the directory it made and never saved into is removed"
+    );
+}
+
+/// Case 2/3: the `--log` CSV that cannot take its next row (a full disk) left a torn row. The
+/// error names `--log` and the file, and the file keeps whole rows only.
+#[test]
+fn a_log_on_a_full_disk_keeps_whole_rows_and_names_its_flag() {
+    let d = scratch("round3-log-full");
+    let data = repo_root().join("examples/data/digits_train.npz");
+    let (code, err) = train_with_file_limit(
+        2,
+        &d,
+        &[
+            &mlp(),
+            "--data",
+            data.to_str().unwrap(),
+            "--labels",
+            "y",
+            "--steps",
+            "200",
+            "--quiet",
+            "--log",
+            "run.csv",
+        ],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("--log run.csv: cannot write"),
+        "the flag and the file: {err}"
+    );
+    let log = std::fs::read_to_string(d.join("run.csv")).unwrap();
+    assert!(log.ends_with('\n'), "no torn row at the end:\n{log}");
+    for row in log.lines() {
+        assert_eq!(row.split(',').count(), 7, "a whole row: {row:?}");
+    }
+    assert!(log.lines().count() > 10, "{log}");
 }
 
 // ------------------------------------------------------------------- 4: scaling ranges

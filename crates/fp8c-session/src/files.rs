@@ -143,7 +143,7 @@ impl Output {
         if self.discard {
             return write(&mut std::io::sink());
         }
-        let name = self.path.display();
+        let name = self.name();
         let dir = parent_dir(&self.path);
         let mut tmp = ordinary_mode(tempfile::Builder::new().prefix(".fp8c-").suffix(".tmp"))
             .tempfile_in(&dir)
@@ -170,7 +170,7 @@ impl Output {
     /// Like [`Output::write`], for writers that open a path themselves (a plotting backend):
     /// `write` is given the temporary file's path.
     pub fn write_path(&self, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-        let name = self.path.display();
+        let name = self.name();
         if self.discard {
             return Ok(());
         }
@@ -199,7 +199,7 @@ impl Output {
     pub fn write_bytes(&self, bytes: &[u8]) -> Result<()> {
         self.write(|w| {
             w.write_all(bytes)
-                .map_err(|e| Error::io(format_args!("{}: cannot write", self.path.display()), e))
+                .map_err(|e| Error::io(format_args!("{}: cannot write", self.name()), e))
         })
     }
 }

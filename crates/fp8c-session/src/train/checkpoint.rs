@@ -191,9 +191,10 @@ pub fn save_state(
         })?;
     }
     let out = Output::check("--checkpoint", &current, &[])?;
+    // A failed write names `--checkpoint` and the file (the Output's name); it leaves no
+    // file, so a directory this run made and never saved into still goes on release.
+    let bytes = safetensors_io::write(&out, state, header)?;
     claim.mark_saved();
-    let bytes = safetensors_io::write(&out, state, header)
-        .with_context(|| format!("--checkpoint {}", dir.display()))?;
     let meta = Meta {
         format: FORMAT,
         step: steps,
