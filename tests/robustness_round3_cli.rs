@@ -352,6 +352,52 @@ fn disk_full_during_training_names_the_file_and_still_writes_model_plot_and_log(
     );
 }
 
+/// Case 2/3: a write that failed after the last step (here `-o`, larger than the file system
+/// takes; the state of the one trained bias is not) lost every step run. The error names
+/// `-o` and the file, and the whole state is saved as on a signal: the same state a run with
+/// `--checkpoint` writes.
+#[test]
+fn a_model_write_failing_after_training_saves_the_state_as_sigint_does() {
+    let d = scratch("round3-o-full");
+    let data = repo_root().join("examples/data/digits_train.npz");
+    let model = mlp();
+    let mut args = vec![
+        model.as_str(),
+        "--data",
+        data.to_str().unwrap(),
+        "--labels",
+        "y",
+        "--steps",
+        "20",
+        "--quiet",
+        "--freeze",
+        "fc1.*",
+        "--freeze",
+        "fc2.*",
+        "--freeze",
+        "fc3.weight",
+    ];
+    let (code, err) =
+        train_with_file_limit(200, &d, &[args.as_slice(), &["-o", "out.onnx"]].concat());
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("-o out.onnx: cannot write"), "{err}");
+    let saved = err
+        .split("the whole training state after step 20 is in ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .unwrap_or_else(|| panic!("the state is saved: {err}"));
+    let ck = d.join("ck");
+    args.insert(0, "train");
+    args.extend(["--checkpoint", ck.to_str().unwrap()]);
+    let r = run_fp8c(&args);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(d.join(saved).join("state.safetensors")).unwrap(),
+        std::fs::read(ck.join("state.safetensors")).unwrap(),
+        "the state after the 20 steps"
+    );
+}
+
 /// Case 2/3: the `--log` CSV that cannot take its next row (a full disk) left a torn row. The
 /// error names `--log` and the file, and the file keeps whole rows only.
 #[test]

@@ -373,7 +373,9 @@ mod tests {
     #[test]
     fn a_directory_or_fifo_given_as_input_says_what_it_is() {
         let d = tempfile::tempdir().unwrap();
-        let e = check_input_file("--data", d.path()).unwrap_err().to_string();
+        let e = check_input_file("--data", d.path())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is a directory"), "{e}");
         let fifo = d.path().join("f");
         assert!(

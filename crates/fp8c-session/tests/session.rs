@@ -568,7 +568,10 @@ fn a_recipe_literal_with_margin_100_or_amax_epsilon_1e30_is_refused_by_compile()
             .min_fp8_flops(0)
             .recipe(recipe);
         let e = opts.validate().unwrap_err().to_string();
-        assert!(e.starts_with("recipe: ") && e.contains("is out of range"), "{e}");
+        assert!(
+            e.starts_with("recipe: ") && e.contains("is out of range"),
+            "{e}"
+        );
         let e = mlp().compile(&opts).err().expect("refused").to_string();
         assert!(e.contains("is out of range"), "{e}");
     }
