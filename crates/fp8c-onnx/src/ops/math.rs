@@ -183,7 +183,7 @@ pub(super) fn range(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
         if cx.constant_of(*v).is_none()
             && let Some(t) = cx.known_value(*v).filter(|t| t.len() == 1).cloned()
         {
-            *v = cx.constant(&["start", "limit", "delta"][i.min(2)], t)?;
+            *v = cx.constant(["start", "limit", "delta"][i.min(2)], t)?;
         }
     }
     let dtype = cx.ty(inputs[0]).dtype;
