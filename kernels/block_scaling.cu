@@ -16,7 +16,9 @@
 //   q = fp8_quantize(x, s) (the scaled quantize of quantize.cu); scale_inv = 1 / s.
 //   block_scaled_matmul: per K block, the exact FP8 products summed in f32 in order, times A's
 //   then B's scale_inv, the blocks summed in order, each step rounded to f32 (no FMA
-//   contraction: __fadd_rn / __fmul_rn), then one rounding to D's type.
+//   contraction: __fadd_rn / __fmul_rn), then one rounding to D's type; where the sum times
+//   A's scale_inv overflows, the product with both scale_invs is taken in double and rounded
+//   once (the CPU's `promote`: a tile of huge values stays finite).
 #include "common.cuh"
 
 // SCALING_FP32 / POW2 / E8M0 and tile_scale (a tile's scale from its amax) are in common.cuh,
@@ -125,7 +127,10 @@ __device__ __forceinline__ void block_gemm_impl(const u8* __restrict__ a, const 
         p = __fadd_rn(p, __fmul_rn(fp8_decode<FA>(a[row * g.k + kk]), fp8_decode<FB>(b[kk * g.n + col])));
       const float s_a = sa[(row / g.a_tr) * g.kblocks + blk];
       const float s_b = sb[blk * g.b_nc + col / g.b_tc];
-      acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(p, s_a), s_b));
+      const float t = __fmul_rn(p, s_a);
+      const float scaled = fp8c_isinf(t) ? __double2float_rn(__dmul_rn(__dmul_rn((double)p, (double)s_a), (double)s_b))
+                                    : __fmul_rn(t, s_b);
+      acc = __fadd_rn(acc, scaled);
     }
     store_elem<OUT>(d, idx, acc);
   }

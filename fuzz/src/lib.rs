@@ -63,6 +63,11 @@ pub fn targets() -> Vec<Target> {
             seeds: meta_seeds,
             run: run_meta,
         },
+        Target {
+            name: "checkpoint-lock",
+            seeds: lock_seeds,
+            run: run_lock,
+        },
     ]
 }
 
@@ -204,6 +209,19 @@ fn meta_seeds() -> Vec<Vec<u8>> {
 
 fn run_meta(b: &[u8]) {
     let _ = serde_json::from_slice::<fp8c_session::train::checkpoint::Meta>(b);
+}
+
+fn lock_seeds() -> Vec<Vec<u8>> {
+    let me = fp8c_session::train::checkpoint::LockInfo::current();
+    vec![
+        me.text().into_bytes(),
+        br#"{"format":"fp8c-checkpoint-lock","pid":1}"#.to_vec(),
+    ]
+}
+
+/// A checkpoint directory's lock file, as another process reads it to say who holds it.
+fn run_lock(b: &[u8]) {
+    let _ = fp8c_session::train::checkpoint::LockInfo::parse(&String::from_utf8_lossy(b));
 }
 
 /// A deterministic xorshift generator.

@@ -273,6 +273,7 @@ inline float __fmul_rn(float a, float b) { return fp8c_emu_canonical(a * b); }
 inline float __fadd_rn(float a, float b) { return fp8c_emu_canonical(a + b); }
 inline float __fsqrt_rn(float a) { return fp8c_emu_canonical(std::sqrt(a)); }
 inline float __double2float_rn(double a) { return (float)a; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __ll2float_rn(long long a) { return (float)a; }
 inline float __int2float_rn(int a) { return (float)a; }
 inline double __ll2double_rn(long long a) { return (double)a; }

@@ -228,6 +228,10 @@ pub struct Decision {
     pub pad: bool,
     /// Why, for people (no code reads it).
     pub reason: String,
+    /// Set by the scaling pass when an FP8 GEMM does not get the scaling its recipe asks
+    /// for, saying what it got and why (`per-tensor scaling instead of block: K = 64 ...`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling_fallback: Option<String>,
     /// The type the node computes in when it is not quantized (its first output's; f16 for an
     /// f16 model's GEMMs, which keep it), for the report's wording.
     #[serde(skip)]
@@ -767,6 +771,7 @@ pub fn decide(
             rule,
             pad,
             reason,
+            scaling_fallback: None,
             dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
         });
     }
@@ -875,6 +880,7 @@ pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
                 rule: Rule::NotGemm,
                 pad: false,
                 reason: reason.into(),
+                scaling_fallback: None,
                 dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
             })
         })

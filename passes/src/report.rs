@@ -24,6 +24,9 @@ pub struct Row {
     pub precision: Precision,
     /// Why.
     pub reason: String,
+    /// The scaling the GEMM got instead of the recipe's, and why (`Decision::scaling_fallback`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scaling_fallback: Option<String>,
 }
 
 /// Report totals.
@@ -84,6 +87,7 @@ fn row(d: &Decision) -> Row {
         k: d.dims.k,
         precision: d.precision,
         reason: d.reason.clone(),
+        scaling_fallback: d.scaling_fallback.clone(),
     }
 }
 
@@ -206,10 +210,14 @@ impl Report {
                 .ok()
                 .and_then(|v| v.as_str().map(String::from))
                 .unwrap_or_default();
+            let reason = match &r.scaling_fallback {
+                Some(f) => format!("{}; {f}", r.reason),
+                None => r.reason.clone(),
+            };
             let _ = writeln!(
                 s,
                 "{:<w$}  {:<12} {:>20}  {:<9} {}",
-                r.name, r.op, mnk, prec, r.reason
+                r.name, r.op, mnk, prec, reason
             );
         }
         let t = &self.totals;

@@ -94,6 +94,7 @@ impl Pass for ScalingPass {
             training: cx.options.train.is_some(),
             cache: HashMap::new(),
             stats: ScalingStats::default(),
+            fallbacks: Vec::new(),
             notes: Vec::new(),
             overrides,
         };
@@ -106,6 +107,13 @@ impl Pass for ScalingPass {
         g.dce();
         let changed = !fp8.is_empty();
         cx.scaling = s.stats;
+        // Every fallback is also the GEMM's own record (--report, run/train summaries).
+        for (name, why) in s.fallbacks.drain(..) {
+            if let Some(d) = cx.decisions.iter_mut().find(|d| d.name == name) {
+                d.scaling_fallback = Some(why.clone());
+            }
+            cx.notes.push(format!("{name}: {why}"));
+        }
         cx.notes.append(&mut s.notes);
         Ok(changed)
     }
@@ -121,7 +129,10 @@ struct Scaler {
     /// Quantized form of each tensor already handled: (q, scale_inv).
     cache: HashMap<Value, (Value, Value)>,
     stats: ScalingStats,
-    /// Why a GEMM kept per-tensor scaling under a per-tile recipe.
+    /// `(GEMM, what it got instead and why)` where a GEMM kept per-tensor scaling under a
+    /// per-tile recipe, or a `--granularity` was ignored.
+    fallbacks: Vec<(String, String)>,
+    /// Other notes.
     notes: Vec<String>,
 }
 
@@ -181,8 +192,11 @@ impl Scaler {
         if let (Some(g), Recipe::Delayed(_)) = (chosen, self.recipe)
             && g != fp8c_core::Granularity::Tensorwise
         {
-            self.notes.push(format!(
-                "{nm}: --granularity {g} ignored: per-tile scaling is current scaling (use --recipe current or a per-tile recipe)"
+            self.fallbacks.push((
+                nm.clone(),
+                format!(
+                    "per-tensor delayed scaling: --granularity {g} ignored (per-tile scaling is current scaling: use --recipe current or a per-tile recipe)"
+                ),
             ));
         }
         if let Recipe::Current(r) = self.recipe
@@ -198,9 +212,9 @@ impl Scaler {
                     self.stats.quantize += 2;
                     return finish(g, id, &n, result, &out_ty);
                 }
-                Err(why) => self.notes.push(format!(
-                    "{nm}: per-tensor scaling instead of {}: {why}",
-                    r.granularity
+                Err(why) => self.fallbacks.push((
+                    nm.clone(),
+                    format!("per-tensor scaling instead of {}: {why}", r.granularity),
                 )),
             }
         }

@@ -126,6 +126,9 @@ fn main() -> ExitCode {
         Command::Plot(a) => plot::plot_cmd(a),
         Command::Bench(a) => bench::bench(a),
     };
+    // Checkpoint directories this run claimed are released (one it created and never saved
+    // into is removed).
+    fp8c_session::train::checkpoint::release_all();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if out::is_broken_pipe(&e) => ExitCode::from(out::BROKEN_PIPE_EXIT),

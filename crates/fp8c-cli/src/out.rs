@@ -34,29 +34,29 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
 }
 
 /// A message made safe for a terminal: control characters other than newline and tab
-/// escaped (`\u{1b}`), and every line longer than 400 characters cut to its first 200 (a
-/// value echoed from a 50 MB input line must not flood the terminal).
+/// escaped (`\u{1b}`), and every line longer than 400 characters cut to its first 200 and
+/// last 200 (a value echoed from a 50 MB input line must not flood the terminal; the end of
+/// a message, where its cause is, stays).
 pub fn sanitize(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len().min(1 << 16));
+    let push = |out: &mut String, c: char| {
+        if c.is_control() && c != '\t' {
+            out.push_str(&c.escape_unicode().to_string());
+        } else {
+            out.push(c);
+        }
+    };
     for (i, line) in msg.split('\n').enumerate() {
         if i > 0 {
             out.push('\n');
         }
         let n = line.chars().count();
-        let shown: String = if n > 400 {
-            line.chars().take(200).collect()
-        } else {
-            line.to_string()
-        };
-        for c in shown.chars() {
-            if c.is_control() && c != '\t' {
-                out.push_str(&c.escape_unicode().to_string());
-            } else {
-                out.push(c);
-            }
-        }
         if n > 400 {
-            out.push_str(&format!("… ({} more characters)", n - 200));
+            line.chars().take(200).for_each(|c| push(&mut out, c));
+            out.push_str(&format!(" … ({} characters cut) … ", n - 400));
+            line.chars().skip(n - 200).for_each(|c| push(&mut out, c));
+        } else {
+            line.chars().for_each(|c| push(&mut out, c));
         }
     }
     out
@@ -71,6 +71,17 @@ mod tests {
         assert_eq!(sanitize("a\x1b[31mb\tc\nd"), "a\\u{1b}[31mb\tc\nd");
         let long = "x".repeat(5000);
         let s = sanitize(&long);
-        assert!(s.starts_with(&"x".repeat(200)) && s.ends_with("(4800 more characters)"));
+        assert!(s.starts_with(&"x".repeat(200)) && s.contains(" … (4600 characters cut) … "));
+        assert_eq!(
+            s.chars().count(),
+            400 + " … (4600 characters cut) … ".chars().count()
+        );
+    }
+
+    /// Issue #46 case 10: a protobuf error nested deeply was cut before its reason.
+    #[test]
+    fn a_long_line_keeps_its_end_where_the_cause_is() {
+        let msg = format!("m.onnx: {}recursion limit reached", "A.b: ".repeat(500));
+        assert!(sanitize(&msg).ends_with("A.b: recursion limit reached"));
     }
 }

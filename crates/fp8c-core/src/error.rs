@@ -15,6 +15,17 @@ pub enum CoreError {
     /// `amax_epsilon` was negative, infinite or NaN.
     #[error("amax_epsilon must be finite and >= 0, got {0}")]
     InvalidAmaxEpsilon(f32),
+    /// A scaling parameter outside the range whose scales stay in f32's normal range
+    /// ([`crate::recipe`]'s range checks): `what` names it, `range` says the bounds and why.
+    #[error("{what} = {value} is out of range: {range}")]
+    ScaleOutOfRange {
+        /// The field (`margin`, `amax_epsilon`).
+        what: &'static str,
+        /// Its value.
+        value: f32,
+        /// The allowed range and the reason for it.
+        range: String,
+    },
     /// A recipe asked for E5M2 in the forward pass, which TransformerEngine rejects.
     #[error(
         "fp8_format \"e5m2\" is not supported: pure E5M2 training is not supported \

@@ -4,7 +4,17 @@
 //! Invariant: a recipe obtained from a constructor (`new`) or from serde is valid. Fields are
 //! public so recipes can be written as struct literals (`DelayedScaling { margin: 1.0,
 //! ..Default::default() }`); such a recipe should go through [`Recipe::validate`] (the scaling
-//! functions also check it).
+//! functions and the scaling pass also check it).
+//!
+//! Range checks: a scaling parameter is valid when, for every amax an FP8 format of the recipe
+//! represents as a normal number (`min_normal ..= max`), the scale it gives maps that amax to
+//! a normal number of the format and scale, scale_inv and the product of two scale_invs (an
+//! FP8 GEMM's dequantize factor) are finite normal f32 values. For delayed scaling's `margin`
+//! (`amax · scale = fp8_max · 2^-margin`) that is `0 ..= log2(max / min_normal)` of E4M3,
+//! 14.8 ([`Format::max_margin`]): a negative margin overflows the format, a larger one leaves
+//! every value subnormal. For current scaling's `amax_epsilon` it is `0 ..= 448`
+//! ([`Format::max_amax_epsilon`]): a larger floor scales tensors the format holds below its
+//! smallest normal number. Outside these ranges outputs are zeros or NaN from finite inputs.
 //!
 //! Serialised layout (TOML shown; every field is optional and defaults to TE's value; unknown
 //! fields are rejected so a typo is an error, not a silent default):
@@ -65,6 +75,30 @@ impl Format {
             Format::Hybrid => "hybrid",
             Format::E4M3 => "e4m3",
         }
+    }
+
+    /// The element type with the narrowest range among those the recipe uses (E4M3 for both
+    /// choices): the one the range checks bind on.
+    fn narrowest(self) -> Fp8Format {
+        let [f, b] = [self.forward(), self.backward()];
+        if f.max() / f.min_normal() <= b.max() / b.min_normal() {
+            f
+        } else {
+            b
+        }
+    }
+
+    /// The largest `margin` delayed scaling allows with this choice: `log2(max / min_normal)`
+    /// of its narrowest format (14.8 for E4M3), see the module docs.
+    pub fn max_margin(self) -> f32 {
+        let f = self.narrowest();
+        (f64::from(f.max()) / f64::from(f.min_normal())).log2() as f32
+    }
+
+    /// The largest `amax_epsilon` current scaling allows with this choice: the largest value
+    /// of its narrowest format (448 for E4M3), see the module docs.
+    pub fn max_amax_epsilon(self) -> f32 {
+        self.narrowest().max()
     }
 }
 
@@ -276,13 +310,32 @@ impl DelayedScaling {
         Ok(recipe)
     }
 
-    /// Checks `amax_history_len >= 1` and a finite `margin`.
+    /// Checks `amax_history_len >= 1` and a `margin` in `0 ..= fp8_format.max_margin()`
+    /// (the module docs' range checks).
     pub fn validate(&self) -> Result<(), CoreError> {
         if self.amax_history_len == 0 || self.amax_history_len > crate::MAX_AMAX_HISTORY {
             return Err(CoreError::AmaxHistoryLen(self.amax_history_len));
         }
         if !self.margin.is_finite() {
             return Err(CoreError::NonFiniteMargin(self.margin));
+        }
+        let max = self.fp8_format.max_margin();
+        if !(0.0..=max).contains(&self.margin) {
+            let f = self.fp8_format.narrowest();
+            return Err(CoreError::ScaleOutOfRange {
+                what: "margin",
+                value: self.margin,
+                range: format!(
+                    "with fp8_format \"{}\" it must be between 0 and {max:.2}: the scale maps a \
+                     tensor's amax to fp8_max · 2^-margin, which must stay a normal {} number \
+                     (a negative margin overflows its largest value {}, a larger one leaves every value below \
+                     its smallest normal number {}, and scale_inv products overflow f32)",
+                    self.fp8_format,
+                    f.name().to_ascii_uppercase(),
+                    f.max(),
+                    f.min_normal()
+                ),
+            });
         }
         Ok(())
     }
@@ -498,10 +551,28 @@ impl CurrentScaling {
         Ok(recipe)
     }
 
-    /// Checks that `amax_epsilon` is finite and >= 0.
+    /// Checks that `amax_epsilon` is finite and in `0 ..= fp8_format.max_amax_epsilon()`
+    /// (the module docs' range checks).
     pub fn validate(&self) -> Result<(), CoreError> {
         if !(self.amax_epsilon.is_finite() && self.amax_epsilon >= 0.0) {
             return Err(CoreError::InvalidAmaxEpsilon(self.amax_epsilon));
+        }
+        let max = self.fp8_format.max_amax_epsilon();
+        if self.amax_epsilon > max {
+            let f = self.fp8_format.narrowest();
+            return Err(CoreError::ScaleOutOfRange {
+                what: "amax_epsilon",
+                value: self.amax_epsilon,
+                range: format!(
+                    "with fp8_format \"{}\" it must be at most {max} ({}'s largest value): a \
+                     larger floor on the amax scales tensors that {} holds below its smallest \
+                     normal number {} (to zero), and scale_inv products overflow f32",
+                    self.fp8_format,
+                    f.name().to_ascii_uppercase(),
+                    f.name().to_ascii_uppercase(),
+                    f.min_normal()
+                ),
+            });
         }
         Ok(())
     }

@@ -106,7 +106,7 @@ proptest! {
         history in prop::collection::vec(prop_oneof![0f32..1e6, Just(0.0f32)], 1..40),
         algo in algo(),
         prev_scale in 1e-3f32..1e3,
-        margin in -3i32..4,
+        margin in 0i32..4,
     ) {
         let recipe = DelayedScaling {
             margin: margin as f32,

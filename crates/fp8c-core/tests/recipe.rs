@@ -199,3 +199,90 @@ fn fp8_format_names_and_serde() {
     assert_eq!(Fp8Format::E4M3.min_subnormal(), 2f32.powi(-9));
     assert_eq!(Fp8Format::E5M2.min_normal(), 2f32.powi(-14));
 }
+
+/// Issue #46 case 4: `--margin 100`, `--margin -10` and `--amax-epsilon 1e30` (flag, TOML or
+/// code) gave NaN outputs from finite inputs; they are refused, with the range and its reason.
+#[test]
+fn margin_100_minus_10_and_amax_epsilon_1e30_are_refused_from_toml_and_code() {
+    for margin in [100.0f32, -10.0, -0.5, 15.0] {
+        let err = DelayedScaling::new(margin, Format::Hybrid, 8, AmaxComputeAlgo::Max, true)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("margin = {margin} is out of range"))
+                && err.contains("between 0 and 14.81"),
+            "{err}"
+        );
+        let err = load(&format!(
+            "[recipe]\nkind = \"delayed\"\nmargin = {margin:?}\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("is out of range"), "{err}");
+        let literal = DelayedScaling {
+            margin,
+            ..Default::default()
+        };
+        assert!(Recipe::from(literal).validate().is_err());
+    }
+    for eps in [1e30f32, 449.0] {
+        let err = CurrentScaling::new(Format::Hybrid, eps, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("amax_epsilon") && err.contains("at most 448"),
+            "{err}"
+        );
+        let err = load(&format!(
+            "[recipe]\nkind = \"current\"\namax_epsilon = {eps:?}\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("is out of range"), "{err}");
+    }
+    // The ends of the ranges are accepted.
+    for margin in [0.0, 1.0, 14.0, Format::E4M3.max_margin()] {
+        DelayedScaling::new(margin, Format::E4M3, 8, AmaxComputeAlgo::Max, true).unwrap();
+    }
+    for eps in [0.0, 1e-12, 448.0] {
+        CurrentScaling::new(Format::Hybrid, eps, true).unwrap();
+    }
+}
+
+/// The range checks' promise (recipe module docs): within the accepted ranges, for every amax
+/// a format of the recipe represents as a normal number, scale, scale_inv and the product of
+/// two scale_invs are finite normal f32 values and the scaled amax is a normal FP8 number.
+#[test]
+fn accepted_margins_and_epsilons_keep_every_scale_normal() {
+    use fp8c_core::{compute_scale, current_scale};
+    let normal = |x: f32| x.is_normal() && x > 0.0;
+    for format in [Format::Hybrid, Format::E4M3] {
+        for fmt in [format.forward(), format.backward()] {
+            // amax from the format's smallest normal to its largest value, 64 steps per octave.
+            let (lo, hi) = (fmt.min_normal().log2(), fmt.max().log2());
+            let amaxes: Vec<f32> = (0..=((hi - lo) * 64.0) as i32)
+                .map(|i| 2f32.powf(lo + i as f32 / 64.0).min(fmt.max()))
+                .collect();
+            let max_margin = format.max_margin();
+            for margin in [0.0, 0.5, 7.0, max_margin] {
+                for &amax in &amaxes {
+                    let s = compute_scale(amax, fmt.max(), margin, 1.0);
+                    let inv = 1.0 / s;
+                    assert!(
+                        normal(s) && normal(inv) && (inv * inv).is_finite(),
+                        "{margin} {amax}"
+                    );
+                    assert!(amax * s >= fmt.min_normal() * 0.999 && amax * s <= fmt.max() * 1.001);
+                }
+            }
+            for eps in [0.0, 1e-12, 1.0, format.max_amax_epsilon()] {
+                for power_2 in [false, true] {
+                    let recipe = CurrentScaling::new(format, eps, power_2).unwrap();
+                    for &amax in &amaxes {
+                        let (s, inv) = current_scale(amax, fmt, &recipe);
+                        assert!(normal(s) && normal(inv) && (inv * inv).is_finite());
+                        assert!(amax * s >= fmt.min_normal() * 0.999, "{eps} {amax}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -13,7 +13,10 @@
 //!   rules); `scale_inv = 1 / scale` in f32.
 //! - `block_scaled_matmul`: per K block, the exact FP8 products summed in f32 in order, the
 //!   partial sum times A's then B's `scale_inv`, the blocks summed in order, each step rounded
-//!   to f32 (DeepSeek-V3's promotion to FP32 every N_C elements).
+//!   to f32 (DeepSeek-V3's promotion to FP32 every N_C elements); where the partial sum times
+//!   A's `scale_inv` overflows f32, the product with both is taken in f64 and rounded once
+//!   ([`promote`]: a tile of huge values times a small scale of B is finite, as it is under
+//!   per-tensor scaling).
 //!
 //! The golden cases (`tests/gen/gen_block_cases.py`, numpy + ml_dtypes) check all of it bit
 //! for bit.
@@ -217,6 +220,19 @@ pub(crate) fn block_dequantize(
     store_f32(v, to, shape)
 }
 
+/// A K block's partial sum `p` times A's then B's `scale_inv`, each product rounded to f32;
+/// where `p · sa` overflows, `p · sa · sb` in f64 rounded once (the CUDA kernel and the MLIR
+/// emitter compute the same). Both agree wherever the first product is finite.
+#[inline]
+pub(crate) fn promote(p: f32, sa: f32, sb: f32) -> f32 {
+    let t = p * sa;
+    if t.is_infinite() {
+        (f64::from(p) * f64::from(sa) * f64::from(sb)) as f32
+    } else {
+        t * sb
+    }
+}
+
 /// An f32 scale tensor of exactly `want`'s shape.
 fn scale_values(t: &Tensor, want: &[u64], what: &str) -> KResult<Vec<f32>> {
     if t.dtype() != DType::F32 || t.shape() != want {
@@ -289,7 +305,7 @@ pub(crate) fn block_scaled_matmul(
                 let sa = s_a[(row / ta.tr) * ta.nc + blk];
                 let sb_row = &s_b[blk * tb.nc..(blk + 1) * tb.nc];
                 for (col, (slot, &x)) in dst.iter_mut().zip(&p).enumerate() {
-                    *slot += x * sa * sb_row[col / tb.tc];
+                    *slot += promote(x, sa, sb_row[col / tb.tc]);
                 }
             }
         });

@@ -14,6 +14,7 @@ pub mod formula;
 pub mod fused;
 mod graph;
 pub mod infer;
+pub mod memory;
 mod op;
 pub mod safetensors_codec;
 mod shape;

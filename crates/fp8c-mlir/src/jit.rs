@@ -75,6 +75,18 @@ pub(crate) fn prepare(
             ))
         }
     };
+    // Every tensor the JIT's code allocates must fit in host memory (a failed malloc in
+    // the compiled code would crash).
+    for id in graph.node_ids() {
+        let n = graph.node(id);
+        for t in &n.outputs {
+            if let Some(bytes) = t.num_bytes() {
+                fp8c_ir::memory::check_tensor_bytes(bytes).map_err(|m| {
+                    RuntimeError::node(&n.name, n.op.name(), format!("its output {t}: {m}"))
+                })?;
+            }
+        }
+    }
     let inputs = graph
         .inputs()
         .iter()
@@ -138,26 +150,8 @@ pub(crate) fn prepare(
     let ctx = emit::context();
     let (mut module, symbol) =
         emit::build(&ctx, graph).map_err(|e| RuntimeError::Other(e.to_string()))?;
-    register_all_passes();
-    register_all_llvm_translations(&ctx);
-    let pm = PassManager::new(&ctx);
-    parse_pass_pipeline(pm.as_operation_pass_manager(), crate::LOWERING)
-        .map_err(|e| unavailable(format!("MLIR's pass pipeline does not parse: {e}")))?;
-    pm.run(&mut module)
-        .map_err(|e| RuntimeError::Other(format!("MLIR's lowering failed: {e}")))?;
-    if !module.as_operation().verify() {
-        return Err(RuntimeError::Other(
-            "the lowered module does not verify".into(),
-        ));
-    }
-    // MLIR's C runner utilities define `memrefCopy`, which strided copies lower to.
-    let utils = format!("{}/libmlir_c_runner_utils.so", env!("FP8C_MLIR_LIBDIR"));
-    if !std::path::Path::new(&utils).exists() {
-        return Err(unavailable(format!(
-            "{utils} (MLIR's runtime utilities, package libmlir-22) is missing"
-        )));
-    }
-    let engine = ExecutionEngine::new(&module, OPT_LEVEL, &[utils.as_str()], false, false);
+    lower(&ctx, &mut module)?;
+    let engine = engine_with_utilities(&module, &runtime_utilities())?;
     let ciface = format!("_mlir_ciface_{symbol}");
     if engine.lookup(&ciface).is_null() {
         return Err(RuntimeError::Other(format!(
@@ -179,6 +173,76 @@ pub(crate) fn prepare(
     }))
 }
 
+/// Lowers an emitted module to the LLVM dialect with MLIR's passes ([`crate::LOWERING`]).
+fn lower(ctx: &melior::Context, module: &mut melior::ir::Module<'_>) -> Result<(), RuntimeError> {
+    register_all_passes();
+    register_all_llvm_translations(ctx);
+    let pm = PassManager::new(ctx);
+    parse_pass_pipeline(pm.as_operation_pass_manager(), crate::LOWERING)
+        .map_err(|e| unavailable(format!("MLIR's pass pipeline does not parse: {e}")))?;
+    pm.run(module)
+        .map_err(|e| RuntimeError::Other(format!("MLIR's lowering failed: {e}")))?;
+    if !module.as_operation().verify() {
+        return Err(RuntimeError::Other(
+            "the lowered module does not verify".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// MLIR's C runner utilities (package libmlir-22): they define `memrefCopy`, which strided
+/// copies lower to.
+fn runtime_utilities() -> String {
+    format!("{}/libmlir_c_runner_utils.so", env!("FP8C_MLIR_LIBDIR"))
+}
+
+/// The JIT for `module` (lowered to the LLVM dialect), with the shared library `utils` loaded.
+///
+/// MLIR's C API reads each shared-library path as a C string (`mlirExecutionEngineCreate`
+/// passes `sharedLibPaths[i].data` on, ignoring the length), so the path goes as an owned,
+/// NUL-terminated copy: a Rust `&str` has no NUL after it, and MLIR would read past it (one CI
+/// run printed `Failed to create MemoryBuffer for: …libmlir_c_runner_utils.so<garbage>`). A
+/// library the engine did not load is an error: MLIR only prints its failure and goes on.
+pub(crate) fn engine_with_utilities(
+    module: &melior::ir::Module<'_>,
+    utils: &str,
+) -> Result<ExecutionEngine, RuntimeError> {
+    if !std::path::Path::new(utils).is_file() {
+        return Err(unavailable(format!(
+            "{utils} (MLIR's runtime utilities, package libmlir-22) is missing"
+        )));
+    }
+    let path = std::ffi::CString::new(utils)
+        .map_err(|_| unavailable(format!("{utils:?}: a library path with a NUL byte")))?;
+    // The &str melior takes, over the CString's bytes and its NUL.
+    let with_nul = std::str::from_utf8(path.as_bytes_with_nul())
+        .map_err(|_| unavailable(format!("{utils:?}: a library path that is not UTF-8")))?;
+    let engine = ExecutionEngine::new(module, OPT_LEVEL, &[with_nul], false, false);
+    if !loaded(&path) {
+        return Err(unavailable(format!(
+            "MLIR's JIT could not load its runtime utilities {utils} (memrefCopy, which strided copies need)"
+        )));
+    }
+    Ok(engine)
+}
+
+/// Whether the shared library at `path` is loaded in this process (`dlopen` with
+/// `RTLD_NOLOAD`, which loads nothing).
+fn loaded(path: &std::ffi::CStr) -> bool {
+    const RTLD_LAZY: std::ffi::c_int = 0x1;
+    const RTLD_NOLOAD: std::ffi::c_int = 0x4;
+    // SAFETY: `path` is a NUL-terminated string; with RTLD_NOLOAD dlopen only looks the
+    // library up, and a handle it returns is closed again at once.
+    unsafe {
+        let h = dlopen(path.as_ptr(), RTLD_LAZY | RTLD_NOLOAD);
+        if h.is_null() {
+            return false;
+        }
+        dlclose(h);
+    }
+    true
+}
+
 /// A strided memref descriptor over `ptr` with `dims` (row-major).
 fn descriptor(ptr: *mut u8, dims: &[u64]) -> Vec<i64> {
     let mut d = vec![ptr as i64, ptr as i64, 0];
@@ -193,6 +257,8 @@ fn descriptor(ptr: *mut u8, dims: &[u64]) -> Vec<i64> {
 
 unsafe extern "C" {
     fn free(p: *mut std::ffi::c_void);
+    fn dlopen(filename: *const std::ffi::c_char, flag: std::ffi::c_int) -> *mut std::ffi::c_void;
+    fn dlclose(handle: *mut std::ffi::c_void) -> std::ffi::c_int;
 }
 
 impl Executable for MlirExecutable {
@@ -315,5 +381,52 @@ impl Executable for MlirExecutable {
         }
         entry.1 = value;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lowered module of a small graph.
+    fn lowered(ctx: &melior::Context) -> melior::ir::Module<'_> {
+        let g = fp8c_ir::text::parse(
+            "graph @t(%x: f32[2,3]) {\n  %0: f32[3,2] = transpose %x perm=[1,0]  # t\n  return %0 as \"y\"\n}\n",
+        )
+        .unwrap();
+        let (mut module, _) = emit::build(ctx, &g).unwrap();
+        lower(ctx, &mut module).unwrap();
+        module
+    }
+
+    /// Issue #46 case 13: the JIT was handed the runtime utilities' path as a `&str` with no
+    /// NUL after it, which MLIR reads as a C string (one CI run read
+    /// `…libmlir_c_runner_utils.so<garbage>` and went on without the library). Here the path
+    /// is a slice of a longer string, so the bytes after it are not NUL: the library loads
+    /// all the same; and a library that does not load is an error, not a message and a JIT
+    /// without `memrefCopy`.
+    #[test]
+    fn the_runtime_utilities_path_is_nul_terminated_and_a_failed_load_is_an_error() {
+        let ctx = emit::context();
+        let module = lowered(&ctx);
+        let utils = runtime_utilities();
+        let c = std::ffi::CString::new(utils.clone()).unwrap();
+        assert!(!loaded(&c), "nothing loaded the utilities before this test");
+        let longer = format!("{utils}.not-this-part");
+        let path = &longer[..utils.len()];
+        let engine = engine_with_utilities(&module, path).unwrap();
+        assert!(loaded(&c), "the JIT loaded {utils}");
+        drop(engine);
+        let d = tempfile::tempdir().unwrap();
+        let fake = d.path().join("libnot_a_library.so");
+        std::fs::write(&fake, b"not an ELF file").unwrap();
+        let err = engine_with_utilities(&module, fake.to_str().unwrap())
+            .err()
+            .expect("a file that is no library does not load")
+            .to_string();
+        assert!(
+            err.contains("could not load its runtime utilities"),
+            "{err}"
+        );
     }
 }

@@ -42,6 +42,45 @@ impl fmt::Display for UnsupportedOp {
     }
 }
 
+/// The reason of a protobuf decode error, cause first: prost prints the field path before
+/// the reason (`failed to decode Protobuf message: NodeProto.attribute: AttributeProto.g:
+/// ... : recursion limit reached`), which for a deeply nested message is thousands of
+/// characters that hide the reason; here the reason comes first and a long path keeps only its
+/// ends (`recursion limit reached (at NodeProto.attribute: ... 140 more ... : ModelProto.graph)`).
+pub(crate) fn protobuf_reason(e: &prost::DecodeError) -> String {
+    let text = e.to_string();
+    let text = text
+        .strip_prefix("failed to decode Protobuf message: ")
+        .unwrap_or(&text);
+    let parts: Vec<&str> = text.split(": ").collect();
+    let is_frame = |p: &str| {
+        p.split_once('.').is_some_and(|(m, f)| {
+            !m.is_empty()
+                && !f.is_empty()
+                && m.chars()
+                    .chain(f.chars())
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let frames = parts.iter().take_while(|p| is_frame(p)).count();
+    if frames == 0 || frames == parts.len() {
+        return text.to_string();
+    }
+    let reason = parts[frames..].join(": ");
+    let path = &parts[..frames];
+    let at = if path.len() <= 6 {
+        path.join(": ")
+    } else {
+        format!(
+            "{}: ... {} more ...: {}",
+            path[..3].join(": "),
+            path.len() - 5,
+            path[path.len() - 2..].join(": ")
+        )
+    };
+    format!("{reason} (at {at})")
+}
+
 /// An ONNX import, inspect or tensor-file error.
 #[derive(Debug, Error)]
 pub enum OnnxError {

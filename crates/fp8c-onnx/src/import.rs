@@ -85,7 +85,7 @@ pub struct Imported {
 pub fn decode_model(bytes: &[u8]) -> Result<ModelProto, OnnxError> {
     let model = ModelProto::decode(bytes).map_err(|e| OnnxError::Decode {
         what: "model",
-        reason: e.to_string(),
+        reason: crate::error::protobuf_reason(&e),
     })?;
     if model.graph.is_none() {
         return Err(OnnxError::NoGraph);

@@ -136,9 +136,10 @@ pub(crate) fn read_model(r: impl Read, len: u64) -> Result<StreamedModel, OnnxEr
             copy_payload(&mut inp, wire, u64::MAX, &mut model_rest)?;
         }
     }
-    let mut model = ModelProto::decode(model_rest.as_slice()).map_err(|e| bad(e.to_string()))?;
-    let mut graph =
-        crate::proto::GraphProto::decode(graph_rest.as_slice()).map_err(|e| bad(e.to_string()))?;
+    let mut model = ModelProto::decode(model_rest.as_slice())
+        .map_err(|e| bad(crate::error::protobuf_reason(&e)))?;
+    let mut graph = crate::proto::GraphProto::decode(graph_rest.as_slice())
+        .map_err(|e| bad(crate::error::protobuf_reason(&e)))?;
     // Initializers left in `graph_rest` cannot exist (every field 5 was taken out), so the
     // stubs are the initializers, in file order.
     graph.initializer = inits;
@@ -207,8 +208,8 @@ fn read_tensor<R: Read>(
             return Err(bad("a tensor field runs past the end of the tensor"));
         }
     }
-    let stub =
-        crate::proto::TensorProto::decode(rest.as_slice()).map_err(|e| bad(e.to_string()))?;
+    let stub = crate::proto::TensorProto::decode(rest.as_slice())
+        .map_err(|e| bad(crate::error::protobuf_reason(&e)))?;
     Ok((stub, data))
 }
 

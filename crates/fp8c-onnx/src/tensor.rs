@@ -459,7 +459,7 @@ pub fn tensor_to_proto(name: &str, tensor: &Tensor) -> TensorProto {
 pub fn decode_tensor_pb(bytes: &[u8]) -> Result<Tensor, OnnxError> {
     let t = TensorProto::decode(bytes).map_err(|e| OnnxError::Decode {
         what: "tensor",
-        reason: e.to_string(),
+        reason: crate::error::protobuf_reason(&e),
     })?;
     tensor_from_proto(&t, None)
 }

@@ -66,6 +66,7 @@ pub struct CpuExecutable {
 impl CpuExecutable {
     /// Prepares `p`: checks and takes the parameter data, initialises the state.
     pub fn new(p: &Program, weights: &BTreeMap<String, Tensor>) -> Result<Self, RuntimeError> {
+        p.check_host_memory()?;
         let mut params = BTreeMap::new();
         for (name, id) in p.params() {
             let b = p.buffer(*id);

@@ -160,6 +160,31 @@ pub struct Program {
 }
 
 impl Program {
+    /// Checks that every result a step writes, and every state entry, fits in host memory
+    /// ([`fp8c_ir::memory::check_tensor_bytes`]): what the host backends (the CPU reference,
+    /// MLIR's JIT) call before allocating anything, so an absurd output (Expand to 2^31
+    /// elements) is an error naming its node, not an abort.
+    pub fn check_host_memory(&self) -> Result<(), RuntimeError> {
+        for s in &self.steps {
+            for &b in &s.outputs {
+                let buf = self.buffer(b);
+                fp8c_ir::memory::check_tensor_bytes(buf.bytes).map_err(|m| {
+                    RuntimeError::node(&s.node, s.op.name(), format!("its output {}: {m}", buf.ty))
+                })?;
+            }
+        }
+        for st in self.state() {
+            let buf = self.buffer(st.buf);
+            fp8c_ir::memory::check_tensor_bytes(buf.bytes).map_err(|message| {
+                RuntimeError::State {
+                    name: st.name.clone(),
+                    message: format!("{}: {message}", buf.ty),
+                }
+            })?;
+        }
+        Ok(())
+    }
+
     /// Checks a caller's inputs against the program's interface (every backend's `run`
     /// does this first): unknown names, missing inputs, wrong dtype or shape, each an error
     /// naming the input.

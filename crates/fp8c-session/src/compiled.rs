@@ -185,5 +185,38 @@ pub fn high_precision_summary(decisions: &[Decision]) -> Vec<String> {
             let gemms = if n == 1 { "GEMM stays" } else { "GEMMs stay" };
             format!("{n} {gemms} {word}: {reason}")
         })
+        .chain(scaling_fallbacks(decisions))
+        .collect()
+}
+
+/// One line per distinct scaling fallback of FP8 GEMMs (a per-tile recipe's GEMM kept
+/// per-tensor scaling: `1 FP8 GEMM (fc1) gets per-tensor scaling instead of block: K = 64 ...`).
+fn scaling_fallbacks(decisions: &[Decision]) -> Vec<String> {
+    let mut by_why: Vec<(&str, Vec<&str>)> = Vec::new();
+    for d in decisions {
+        let Some(why) = d.scaling_fallback.as_deref() else {
+            continue;
+        };
+        match by_why.iter_mut().find(|(w, _)| *w == why) {
+            Some((_, names)) => names.push(&d.name),
+            None => by_why.push((why, vec![&d.name])),
+        }
+    }
+    by_why
+        .into_iter()
+        .map(|(why, names)| {
+            let n = names.len();
+            let shown = if n > 3 {
+                format!("{}, ...", names[..3].join(", "))
+            } else {
+                names.join(", ")
+            };
+            let gemms = if n == 1 {
+                "FP8 GEMM gets"
+            } else {
+                "FP8 GEMMs get"
+            };
+            format!("{n} {gemms} {why} ({shown})")
+        })
         .collect()
 }

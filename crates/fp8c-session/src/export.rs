@@ -81,6 +81,9 @@ pub struct Fp8Onnx {
     pub activations: usize,
     /// FP8 tensors calibrated, of how many.
     pub calibrated: (usize, usize),
+    /// What calibration left out, one line per FP8 tensor with values that were not finite
+    /// ([`crate::calibrate::Calibration::notes`]).
+    pub calibration_notes: Vec<String>,
     /// Why GEMMs stayed in high precision (as `fp8c run` prints it), one line per reason.
     pub high_precision: Vec<String>,
     /// FP8 GEMMs of fp8c's graph the file keeps in high precision, one line each saying why
@@ -178,7 +181,9 @@ pub fn fp8_onnx(
             });
         }
     }
-    rewrite(src, &qdq, (cal.calibrated, cal.total), &fp8)
+    let mut out = rewrite(src, &qdq, (cal.calibrated, cal.total), &fp8)?;
+    out.calibration_notes = cal.notes();
+    Ok(out)
 }
 
 /// Whether the policy put any GEMM of `compiled` in FP8 (a model already in FP8 does not
@@ -292,6 +297,7 @@ fn rewrite(
         weights: out.weights,
         activations: out.activations,
         calibrated,
+        calibration_notes: Vec::new(),
         high_precision: fp8.high_precision_summary(),
         kept_high: out.kept_high,
     })

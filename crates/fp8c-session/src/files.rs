@@ -143,7 +143,7 @@ impl Output {
         if self.discard {
             return write(&mut std::io::sink());
         }
-        let name = self.path.display();
+        let name = self.name();
         let dir = parent_dir(&self.path);
         let mut tmp = ordinary_mode(tempfile::Builder::new().prefix(".fp8c-").suffix(".tmp"))
             .tempfile_in(&dir)
@@ -170,7 +170,7 @@ impl Output {
     /// Like [`Output::write`], for writers that open a path themselves (a plotting backend):
     /// `write` is given the temporary file's path.
     pub fn write_path(&self, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-        let name = self.path.display();
+        let name = self.name();
         if self.discard {
             return Ok(());
         }
@@ -199,8 +199,25 @@ impl Output {
     pub fn write_bytes(&self, bytes: &[u8]) -> Result<()> {
         self.write(|w| {
             w.write_all(bytes)
-                .map_err(|e| Error::io(format_args!("{}: cannot write", self.path.display()), e))
+                .map_err(|e| Error::io(format_args!("{}: cannot write", self.name()), e))
         })
+    }
+}
+
+/// Checks that an input `path` (`what` names its flag, `--data`; empty for none) is an
+/// existing regular file, with a message saying what it is otherwise: "no such file", "is a
+/// directory", "is not a regular file (a FIFO, device or socket)" (reading a FIFO would block,
+/// a device would be read forever).
+pub fn check_input_file(what: &str, path: &Path) -> Result<()> {
+    let name = named(what, path);
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("{name}: no such file"),
+        Err(e) => Err(Error::io(format_args!("{name}: cannot read"), e)),
+        Ok(m) if m.is_dir() => bail!("{name}: is a directory, not a file"),
+        Ok(m) if !m.is_file() => {
+            bail!("{name}: is not a regular file (a FIFO, device or socket)")
+        }
+        Ok(_) => Ok(()),
     }
 }
 
@@ -350,6 +367,31 @@ mod tests {
                 .is_discard()
         );
         assert!(Output::check("-o", &d.path().join("no/such/dir/x"), &[]).is_err());
+    }
+
+    /// Issue #46 case 10: `--data`/`--text` naming a directory or a FIFO said "no such file".
+    #[test]
+    fn a_directory_or_fifo_given_as_input_says_what_it_is() {
+        let d = tempfile::tempdir().unwrap();
+        let e = check_input_file("--data", d.path())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is a directory"), "{e}");
+        let fifo = d.path().join("f");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let e = check_input_file("--text", &fifo).unwrap_err().to_string();
+        assert!(
+            e.contains("--text") && e.contains("is not a regular file"),
+            "{e}"
+        );
+        let e = check_input_file("", &d.path().join("none")).unwrap_err();
+        assert!(e.to_string().ends_with("none: no such file"), "{e}");
     }
 
     #[test]

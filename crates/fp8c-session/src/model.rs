@@ -64,14 +64,7 @@ impl Model {
     /// Loads a model with options (output selection).
     pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
         let path = path.as_ref();
-        match std::fs::metadata(path) {
-            Err(_) => bail!("{}: no such file", path.display()),
-            Ok(m) if !m.is_file() => bail!(
-                "{}: not a regular file (a device, FIFO or directory)",
-                path.display()
-            ),
-            Ok(_) => {}
-        }
+        crate::files::check_input_file("", path)?;
         Self::load_specialised(path, opts, &BTreeMap::new(), &BTreeMap::new())
     }
 

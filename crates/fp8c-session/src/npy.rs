@@ -141,10 +141,8 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File> {
     let m = std::fs::metadata(path)
         .map_err(|e| Error::io(format_args!("{}: cannot read", path.display()), e))?;
     if !m.is_file() {
-        return Err(Error::invalid(format!(
-            "{}: not a regular file (a device, FIFO or directory)",
-            path.display()
-        )));
+        // Says which: a directory, or a FIFO, device or socket.
+        crate::files::check_input_file("", path)?;
     }
     std::fs::File::open(path)
         .map_err(|e| Error::io(format_args!("{}: cannot open", path.display()), e))
@@ -284,8 +282,26 @@ pub fn indices_from_npy(bytes: &[u8], vocab: &[String]) -> Result<Tensor> {
     })
 }
 
+/// The most dimensions an array written as `.npy` may have: NumPy's `NPY_MAXDIMS` (64 since
+/// NumPy 2.0). NumPy cannot load more, and npyz's version-1 header (at most 65535 bytes)
+/// would not hold the shape of a few thousand dims.
+pub const MAX_NPY_RANK: usize = 64;
+
+/// Checks, before anything is built, that an array of `shape` can be written as `.npy`
+/// ([`MAX_NPY_RANK`]); the error names the rank and the limit.
+pub fn check_npy_shape(shape: &[u64]) -> Result<()> {
+    if shape.len() > MAX_NPY_RANK {
+        bail!(
+            "its rank {} is more than the {MAX_NPY_RANK} dimensions a NumPy array may have (NPY_MAXDIMS); NumPy could not read it",
+            shape.len()
+        );
+    }
+    Ok(())
+}
+
 /// One array as a `.npy` image; the second value says what was converted, if anything.
 pub fn npy_bytes(t: &Tensor) -> Result<(Vec<u8>, Option<&'static str>)> {
+    check_npy_shape(t.shape())?;
     let shape = t.shape().to_vec();
     let mut buf = Vec::new();
     fn put<T: npyz::AutoSerialize>(buf: &mut Vec<u8>, shape: &[u64], v: Vec<T>) -> Result<()> {
@@ -385,6 +401,10 @@ fn npz_labelled_bytes(
         .compression_method(zip::CompressionMethod::Stored)
         .large_file(true);
     let mut notes = Vec::new();
+    // Every array is checked before the archive is built (a late failure wastes nothing).
+    for (key, t) in arrays {
+        check_npy_shape(t.shape()).with_context(|| format!("array \"{key}\""))?;
+    }
     for (key, t) in arrays {
         let bytes = match labels.get(*key) {
             Some(table) => npy_strings(t.shape(), &label_strings(key, t, table)?),

@@ -107,12 +107,17 @@ pub fn emit_fp8_onnx(
     opts.recipe = f32_accum(true)?;
     let export = fp8_onnx(model, &opts, &data)?;
     let data_file = export.save(&target)?;
-    let how = format!(
+    let mut how = format!(
         "{} of {} FP8 tensors calibrated from {}",
         export.calibrated.0,
         export.calibrated.1,
         cal.display()
     );
+    // Values left out of an amax (Inf, NaN), per FP8 tensor.
+    for note in &export.calibration_notes {
+        how.push_str("; ");
+        how.push_str(note);
+    }
     Ok(EmittedOnnx {
         export,
         data_file,

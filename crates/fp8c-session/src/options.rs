@@ -207,8 +207,12 @@ impl CompileOptions {
         self
     }
 
-    /// Checks the policy's globs and the pass names (`print_after`, `stop_after`).
+    /// Checks the recipe (its scaling parameters' ranges, `fp8c_core::Recipe::validate`),
+    /// the policy's globs and the pass names (`print_after`, `stop_after`).
     pub fn validate(&self) -> Result<()> {
+        self.recipe
+            .validate()
+            .map_err(|e| Error::invalid(format!("recipe: {e}")))?;
         validate_policy(&self.policy)?;
         PassManager::default().check_options(&self.pass_options())?;
         Ok(())

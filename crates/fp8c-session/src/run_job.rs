@@ -195,6 +195,9 @@ impl RunJob {
                 c.total,
                 cal.display()
             ));
+            for note in c.notes() {
+                say(&format!("warning: {note}"));
+            }
         }
         Ok(RunJob {
             config: config.clone(),

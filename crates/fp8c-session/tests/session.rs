@@ -548,3 +548,33 @@ fn a_checkpoint_the_device_cannot_deliver_is_an_error_and_keeps_the_last_one() {
         1
     );
 }
+
+/// Issue #46 case 4 through the library: a recipe written as a struct literal with a margin
+/// or epsilon out of range (what `--margin 100` gave: NaN outputs from finite inputs) is an
+/// error from `validate` and from `compile`, before any pass runs.
+#[test]
+fn a_recipe_literal_with_margin_100_or_amax_epsilon_1e30_is_refused_by_compile() {
+    let delayed = Recipe::Delayed(fp8c_core::DelayedScaling {
+        margin: 100.0,
+        ..Default::default()
+    });
+    let current = Recipe::Current(fp8c_core::CurrentScaling {
+        amax_epsilon: 1e30,
+        ..Default::default()
+    });
+    for recipe in [delayed, current] {
+        let opts = CompileOptions::fp8()
+            .input_shape("x", &[16, 64])
+            .min_fp8_flops(0)
+            .recipe(recipe);
+        let e = opts.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("recipe: ") && e.contains("is out of range"),
+            "{e}"
+        );
+        let Err(e) = mlp().compile(&opts) else {
+            panic!("a recipe out of range compiled")
+        };
+        assert!(e.to_string().contains("is out of range"), "{e}");
+    }
+}

@@ -18,7 +18,10 @@ Semantics (ARCHITECTURE.md, "Fine-grained scaling"):
   * block_dequantize: f32(q) * scale_inv of its tile, in f32.
   * block_scaled_matmul (DeepSeek-V3 section 3.3's promotion): D[m, n] = sum over K blocks kb,
     in order, of (P * sa[m/a_rows, kb]) * sb[kb, n/b_cols], where P = sum over k in kb, in
-    order, of f32(qa[m, k]) * f32(qb[k, n]); every sum and product rounded to f32.
+    order, of f32(qa[m, k]) * f32(qb[k, n]); every sum and product rounded to f32, except
+    that where P * sa overflows f32 the product P * sa * sb is taken in f64 and rounded once
+    (a tile of huge values times a small scale of B: the value is finite, as per-tensor
+    scaling's is).
 
 Usage: PY=$(scripts/env/python-env.sh); $PY crates/fp8c-eval/tests/gen/gen_block_cases.py
 Output: crates/fp8c-eval/tests/golden/block_cases.json (op_cases.json's format).
@@ -128,7 +131,12 @@ def block_scaled_matmul(qa, qb, sa, sb, k_block, a_rows, b_cols):
         p = np.zeros((m, n), dtype=np.float32)
         for kk in range(b * kb, min(k, (b + 1) * kb)):
             p = (p + (fa[:, kk, None] * fb[None, kk, :]).astype(np.float32)).astype(np.float32)
-        scaled = ((p * rows_a[:, b, None]).astype(np.float32) * cols_b[None, b, :]).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = (p * rows_a[:, b, None]).astype(np.float32)
+            scaled = (t * cols_b[None, b, :]).astype(np.float32)
+            wide = (p.astype(np.float64) * rows_a[:, b, None].astype(np.float64)
+                    * cols_b[None, b, :].astype(np.float64)).astype(np.float32)
+        scaled = np.where(np.isinf(t), wide, scaled)
         acc = (acc + scaled).astype(np.float32)
     return acc
 
@@ -207,6 +215,30 @@ def main():
                 "outputs": [hexof("f32", d)],
                 "atol": 0.0, "rtol": 0.0,
             })
+    # Issue #46 case 12: one input of 1e37 in a row; per-tensor scaling and f32 stay finite,
+    # so must every per-tile recipe (the row's P * sa overflows f32, P * sa * sb does not).
+    big = rng.uniform(-1, 1, size=(4, 256)).astype(np.float32)
+    big[2, 5] = np.float32(1e37)
+    wt = rng.uniform(-0.1, 0.1, size=(256, 16)).astype(np.float32)
+    for name, k_block, a_rows, b_cols, scaling in [
+        ("huge_row_rowwise", 0, 1, 1, "pow2"),
+        ("huge_row_deepseek_1x128_128x128", 128, 1, 128, "pow2"),
+        ("huge_row_mx_1x32", 32, 1, 1, "e8m0"),
+    ]:
+        fmt = "f8e4m3"
+        qa, sa = block_quantize(big.astype(np.float32), fmt, a_rows, k_block, scaling, 0.0)
+        qbt, sbt = block_quantize(wt.T.astype(np.float32).copy(), fmt, b_cols, k_block, scaling, 0.0)
+        qb, sb = qbt.T.copy(), sbt.T.copy()
+        d = block_scaled_matmul(qa, qb, sa, sb, k_block, a_rows, b_cols)
+        assert np.isfinite(d).all(), name
+        cases.append({
+            "name": f"block_scaled_matmul_{name}_{fmt}",
+            "source": "numpy + ml_dtypes (crates/fp8c-eval/tests/gen/gen_block_cases.py)",
+            "op": {"name": "block_scaled_matmul", "attrs": {"out": "f32", "k_block": k_block, "a_rows": a_rows, "b_cols": b_cols}},
+            "inputs": [hexof(fmt, qa.view(np.uint8)), hexof(fmt, qb.view(np.uint8)), hexof("f32", sa), hexof("f32", sb)],
+            "outputs": [hexof("f32", d)],
+            "atol": 0.0, "rtol": 0.0,
+        })
     doc = {
         "generator": "crates/fp8c-eval/tests/gen/gen_block_cases.py",
         "numpy": np.__version__,

@@ -745,6 +745,11 @@ fn range_len(start: &Arg<'_>, limit: &Arg<'_>, delta: &Arg<'_>) -> Res<Option<u6
         ) else {
             return Ok(None);
         };
+        for (what, v) in [("start", s), ("limit", l), ("delta", d)] {
+            if v.is_nan() {
+                return Err(format!("the {what} of Range is NaN"));
+            }
+        }
         if d == 0.0 {
             return Err(format!("{delta} is 0, expected a non-zero step"));
         }

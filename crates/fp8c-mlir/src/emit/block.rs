@@ -167,7 +167,8 @@ impl<'c> Emitter<'c, '_> {
 
     /// `block_scaled_matmul { k_block, a_rows, b_cols }(qa [M, K], qb [K, N], sa, sb)`: per
     /// output element, each K block's exact products summed in f32 in order, that sum times
-    /// A's then B's scale_inv, the blocks added in order.
+    /// A's then B's scale_inv (in f64 where the first product overflows), the blocks added in
+    /// order.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn block_scaled_matmul<'a>(
         &self,
@@ -235,7 +236,14 @@ impl<'c> Emitter<'c, '_> {
                         let sa_v = s.extract(sa, &[a_row, blk], f32t);
                         let sb_v = s.extract(sb, &[blk, b_col], f32t);
                         let mul = |x, y| s.elementwise(&Op::Mul, &[x, y]).expect("mul");
-                        let scaled = mul(mul(p[0], sa_v), sb_v);
+                        // fp8c_eval's `promote`: where p · sa overflows, p · sa · sb in f64.
+                        let t = mul(p[0], sa_v);
+                        let inf = |v: f32| {
+                            s.cmpf(melior::dialect::arith::CmpfPredicate::Oeq, t, s.f32(v))
+                        };
+                        let overflow = s.or(inf(f32::INFINITY), inf(f32::NEG_INFINITY));
+                        let wide = s.mulf64(s.mulf64(s.extf(p[0]), s.extf(sa_v)), s.extf(sb_v));
+                        let scaled = s.select(overflow, s.truncf(wide), mul(t, sb_v));
                         vec![s.elementwise(&Op::Add, &[it[0], scaled]).expect("add")]
                     },
                 );

@@ -176,7 +176,16 @@ fn cast_op(cx: &NodeCx<'_>, to: DType, saturate: bool) -> Result<Op, OnnxError> 
 /// float16 / bfloat16 range is computed before it is rounded back, as ONNX's reference does
 /// (`np.arange` in that type, then a cast); before 27, and for other types, the op as is.
 pub(super) fn range(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    let inputs = cx.all_inputs()?;
+    let mut inputs = cx.all_inputs()?;
+    // Float initializers are params (weights), whose values type inference does not see; the
+    // output length needs them: start, limit and delta given as initializers become constants.
+    for (i, v) in inputs.iter_mut().enumerate() {
+        if cx.constant_of(*v).is_none()
+            && let Some(t) = cx.known_value(*v).filter(|t| t.len() == 1).cloned()
+        {
+            *v = cx.constant(["start", "limit", "delta"][i.min(2)], t)?;
+        }
+    }
     let dtype = cx.ty(inputs[0]).dtype;
     if cx.opset < 27 || !matches!(dtype, DType::F16 | DType::BF16) {
         return Ok(vec![cx.add(Op::Range, &inputs)?]);

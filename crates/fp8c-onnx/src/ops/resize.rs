@@ -242,6 +242,7 @@ fn build(
             "attribute `mode` = \"linear\" needs a floating-point X, got {dtype}"
         )));
     }
+    check_sizes(cx, x, targets)?;
     let mut steps = Vec::new();
     for (a, t) in targets.iter().enumerate() {
         let Some((scale, len_out)) = *t else { continue };
@@ -263,6 +264,38 @@ fn build(
         y = resize_axis(cx, y, *axis, plan, k == last)?;
     }
     Ok(vec![y])
+}
+
+/// Refuses a resize whose output, or the index and weight tables built for it (about 32
+/// bytes per output position of each resized axis), would not fit: the error names the output
+/// shape, before anything is allocated (`scales` of 1e9 would otherwise build tables of
+/// billions of entries, then abort).
+fn check_sizes(cx: &NodeCx<'_>, x: Value, targets: &Targets) -> Result<(), OnnxError> {
+    let ty = cx.ty(x);
+    let dims: Vec<u64> = targets
+        .iter()
+        .zip(&ty.shape)
+        .map(|(t, d)| t.map_or(d.known().unwrap_or(1), |(_, n)| n))
+        .collect();
+    let Some(n) = fp8c_ir::checked_numel(&dims) else {
+        return Err(cx.err(format!(
+            "the output shape {dims:?} has more than {} elements",
+            fp8c_ir::MAX_ELEMENTS
+        )));
+    };
+    let tables: u64 = targets
+        .iter()
+        .flatten()
+        .map(|&(_, len)| len.saturating_mul(32))
+        .sum();
+    for (what, bytes) in [
+        ("the output", n.saturating_mul(ty.dtype.size() as u64)),
+        ("its index tables", tables),
+    ] {
+        fp8c_ir::memory::check_tensor_bytes(bytes)
+            .map_err(|m| cx.err(format!("{what} (output shape {dims:?}): {m}")))?;
+    }
+    Ok(())
 }
 
 /// One axis of the resize: a gather of `plan.lo`, or with two neighbours

@@ -12,6 +12,15 @@
 //! and the digest, then restores the state bit for bit, so a resumed run continues with
 //! identical losses.
 //!
+//! One live process owns a checkpoint directory at a time (an advisory lock on its
+//! `fp8c.lock`; another process is refused with "in use by pid N"), which also removes the
+//! temporary files of a killed write and refuses files that are not an fp8c checkpoint's
+//! (`claim.rs`). A training loop checks the directory with [`check_target`] with its other
+//! outputs, before any work, then takes it with [`claim`] once the run's inputs are validated
+//! (model, data, backend, `--resume`), and holds the [`Claim`] until it ends; [`save`] writes
+//! under that claim (or takes one itself). [`check_dir`] is both at once, the claim held until
+//! [`release_all`], which a program calls before it exits.
+//!
 //! Delayed-scaling state is the exception that is repaired rather than refused: a checkpoint
 //! made with another precision, policy or recipe may lack a tensor's amax history and scale,
 //! or hold a history of another length or a scale that is not a positive finite number. A
@@ -22,6 +31,7 @@
 //! `safetensors.numpy.load_file`, FP8 and bf16 with their own dtypes.
 
 use super::Trainer;
+pub use super::claim::{Claim, LOCK_FILE, LockInfo, claim, release_all};
 use crate::error::{Context, Error, Result, bail};
 use crate::files::Output;
 use crate::safetensors_io;
@@ -116,25 +126,24 @@ fn no_shard() -> String {
     "none".into()
 }
 
-/// Checks that checkpoints can be written to `dir` (created if needed) before training starts.
-pub fn check_dir(dir: &Path) -> Result<()> {
-    if let Ok(m) = std::fs::symlink_metadata(dir)
-        && !m.is_dir()
-    {
-        bail!(
-            "--checkpoint {}: exists and is not a directory",
-            dir.display()
-        );
+/// Checks, creating and locking nothing, that checkpoints could be written to `dir` now: not
+/// a file, not held by another process, no files in it that are not an fp8c checkpoint's,
+/// a folder to create it in (what a training loop checks with its other outputs before any
+/// work; [`claim`] takes the directory once the run's inputs are validated).
+pub fn check_target(dir: &Path) -> Result<()> {
+    super::claim::check_claimable(dir)?;
+    if dir.is_dir() {
+        Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
+        Output::check("--checkpoint", &dir.join("meta.json"), &[])?;
     }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        Error::io(
-            format_args!(
-                "--checkpoint {}: cannot create the directory",
-                dir.display()
-            ),
-            e,
-        )
-    })?;
+    Ok(())
+}
+
+/// Checks that checkpoints can be written to `dir` and claims it (created if needed) for the
+/// rest of the process (until [`release_all`]): [`check_target`] and [`claim`] in one call.
+pub fn check_dir(dir: &Path) -> Result<()> {
+    check_target(dir)?;
+    super::claim::claim_for_process(dir)?;
     Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
     Output::check("--checkpoint", &dir.join("meta.json"), &[])?;
     Ok(())
@@ -156,7 +165,11 @@ pub fn save_state(
     skipped: u64,
     meta: &Meta,
 ) -> Result<()> {
-    check_dir(dir)?;
+    // The process's claim on `dir` (taken now if it holds none: another process's directory
+    // is refused).
+    let claim = claim(dir)?;
+    Output::check("--checkpoint", &dir.join(STATE_FILE), &[])?;
+    Output::check("--checkpoint", &dir.join("meta.json"), &[])?;
     let mut header = BTreeMap::new();
     header.insert("format".to_string(), "fp8c-checkpoint".to_string());
     header.insert("version".to_string(), FORMAT.to_string());
@@ -178,8 +191,10 @@ pub fn save_state(
         })?;
     }
     let out = Output::check("--checkpoint", &current, &[])?;
-    let bytes = safetensors_io::write(&out, state, header)
-        .with_context(|| format!("--checkpoint {}", dir.display()))?;
+    // A failed write names `--checkpoint` and the file (the Output's name); it leaves no
+    // file, so a directory this run made and never saved into still goes on release.
+    let bytes = safetensors_io::write(&out, state, header)?;
+    claim.mark_saved();
     let meta = Meta {
         format: FORMAT,
         step: steps,

@@ -64,9 +64,7 @@ impl Dataset {
     /// Reads the archive at `path` and checks it against `model`'s inputs and the loss.
     pub fn load(path: &Path, model: &Model, opts: &DataOptions) -> Result<Dataset> {
         let file = path.display().to_string();
-        if !path.is_file() {
-            bail!("--data {file}: no such file");
-        }
+        crate::files::check_input_file("--data", path)?;
         let arrays: BTreeMap<String, Tensor> = npy::read_npz(path)?.into_iter().collect();
         Dataset::from_arrays(arrays, &format!("--data {file}"), model, opts)
     }
@@ -84,9 +82,7 @@ impl Dataset {
     ) -> Result<Dataset> {
         let file = path.display().to_string();
         let what = format!("--text {file}");
-        if !path.is_file() {
-            bail!("{what}: no such file");
-        }
+        crate::files::check_input_file("--text", path)?;
         let bytes = std::fs::read(path).map_err(|e| Error::Invalid(format!("{what}: {e}")))?;
         let declared = model.inputs();
         let [input] = declared.as_slice() else {

@@ -6,10 +6,12 @@
 //!    (`-o`, `--log`, `--plot`, `--checkpoint`) before any work, bind the batch, compile the
 //!    training step, restore `--resume` state. [`TrainRun::info`] then says what will run.
 //! 2. [`TrainRun::fit`]: the training loop ([`Trainer::fit`]) with the `--log` CSV attached.
-//!    A log that fails mid-run (a full disk) stops the loop; the state is saved first.
+//!    A write that fails mid-run (the log or a checkpoint on a full disk) stops the loop; the
+//!    state is saved first, then the plot and the trained model of the steps run.
 //! 3. [`TrainRun::finish`]: the final checkpoint, the plot and the trained ONNX model, each
 //!    attempted even when another fails; the first failure is returned after the rest were
-//!    written. A run whose every step was skipped writes no trained model and fails.
+//!    written (without `--checkpoint`, a failed write saves the state first, as a signal
+//!    does). A run whose every step was skipped writes no trained model and fails.
 
 use super::checkpoint::{self, Meta};
 use super::data::{DataOptions, Dataset};
@@ -474,8 +476,17 @@ impl TrainRun {
     /// Writes the final checkpoint, the plot (of `fit`'s losses, or of the whole `--log`) and
     /// the trained model, each attempted even when another failed: what was written, and the
     /// first failure (a run whose every step was skipped is one).
+    /// A write that fails without `--checkpoint` (`-o` or the plot on a full disk) saves the
+    /// state first, as a signal does, so the steps run are not lost.
     pub fn finish(&self, fit: &Fit) -> (Finished, Option<Error>) {
-        self.finish_outputs(fit, true)
+        let (done, failed) = self.finish_outputs(fit, true);
+        let failed = match failed {
+            Some(e) if self.config.checkpoint.is_none() && fit.steps_run() > fit.skipped => {
+                Some(self.save_after_failure(e))
+            }
+            other => other,
+        };
+        (done, failed)
     }
 
     /// [`TrainRun::finish`]; without `checkpoint` the checkpoint is left as it is (after a

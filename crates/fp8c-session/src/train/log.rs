@@ -1,12 +1,13 @@
 //! The training log (`fp8c train --log run.csv`): one CSV row per step,
 //! `step,loss,lr,applied,accuracy,elapsed_s,grad_norm`, written whole as each step ends (a
-//! killed run leaves no torn row). A resumed run keeps the rows before its first step and
-//! continues the file. [`CsvLog`] is an [`Observer`] of the training loop.
+//! killed run leaves no torn row, and a row that fails to write, as on a full disk, is cut
+//! off again). A resumed run keeps the rows before its first step and continues the file.
+//! [`CsvLog`] is an [`Observer`] of the training loop.
 
 use super::fit::Observer;
 use super::trainer::StepReport;
 use crate::error::{Error, Result};
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 
 /// The header row.
@@ -15,7 +16,9 @@ pub const CSV_HEADER: &str = "step,loss,lr,applied,accuracy,elapsed_s,grad_norm"
 /// A CSV log being written.
 pub struct CsvLog {
     path: PathBuf,
-    out: std::io::LineWriter<std::fs::File>,
+    out: std::fs::File,
+    /// The length of the file's whole rows.
+    len: u64,
 }
 
 impl CsvLog {
@@ -27,10 +30,15 @@ impl CsvLog {
             truncate_log(path, start_step)?;
         }
         let fresh = start_step == 0 || !path.exists();
-        let f = crate::files::open_append("--log", path, fresh)?;
+        let out = crate::files::open_append("--log", path, fresh)?;
+        let len = out
+            .metadata()
+            .map_err(|e| Error::io(format_args!("--log {}", path.display()), e))?
+            .len();
         let mut log = CsvLog {
             path: path.to_path_buf(),
-            out: std::io::LineWriter::new(f),
+            out,
+            len,
         };
         if fresh {
             log.row(CSV_HEADER)?;
@@ -38,13 +46,27 @@ impl CsvLog {
         Ok(log)
     }
 
+    /// Appends `line` in one write; one that fails part way is cut off again, so the file
+    /// keeps whole rows only.
     fn row(&mut self, line: &str) -> Result<()> {
-        writeln!(self.out, "{line}").map_err(|e| {
-            Error::io(
-                format_args!("--log {}: cannot write", self.path.display()),
-                e,
-            )
-        })
+        let row = format!("{line}\n");
+        match self.out.write_all(row.as_bytes()) {
+            Ok(()) => {
+                self.len += row.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // Best effort: the write's own error is the one to report.
+                let _ = self
+                    .out
+                    .set_len(self.len)
+                    .and_then(|()| self.out.seek(std::io::SeekFrom::Start(self.len)));
+                Err(Error::io(
+                    format_args!("--log {}: cannot write", self.path.display()),
+                    e,
+                ))
+            }
+        }
     }
 
     /// Flushes what is buffered.

@@ -45,6 +45,7 @@
 //! ```
 
 pub mod checkpoint;
+mod claim;
 mod compare;
 mod data;
 mod fit;
