@@ -29,7 +29,7 @@
 
 pub mod accumulate;
 mod driver;
-mod emit;
+pub(crate) mod emit;
 mod fp8;
 mod guard;
 mod loss;
