@@ -276,11 +276,46 @@ fn attention_dq_dk_dv() {
         mask: Option<Vec<u64>>,
     }
     let cases = [
-        Case { q: [1, 2, 4, 3], kv_heads: 2, kv_len: 4, v_dim: 3, causal: false, mask: None },
-        Case { q: [2, 2, 5, 3], kv_heads: 2, kv_len: 5, v_dim: 2, causal: true, mask: None },
-        Case { q: [1, 1, 3, 2], kv_heads: 1, kv_len: 5, v_dim: 2, causal: true, mask: None },
-        Case { q: [1, 4, 3, 2], kv_heads: 2, kv_len: 4, v_dim: 3, causal: true, mask: None },
-        Case { q: [2, 2, 3, 2], kv_heads: 1, kv_len: 4, v_dim: 2, causal: false, mask: Some(vec![2, 1, 1, 4]) },
+        Case {
+            q: [1, 2, 4, 3],
+            kv_heads: 2,
+            kv_len: 4,
+            v_dim: 3,
+            causal: false,
+            mask: None,
+        },
+        Case {
+            q: [2, 2, 5, 3],
+            kv_heads: 2,
+            kv_len: 5,
+            v_dim: 2,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [1, 1, 3, 2],
+            kv_heads: 1,
+            kv_len: 5,
+            v_dim: 2,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [1, 4, 3, 2],
+            kv_heads: 2,
+            kv_len: 4,
+            v_dim: 3,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [2, 2, 3, 2],
+            kv_heads: 1,
+            kv_len: 4,
+            v_dim: 2,
+            causal: false,
+            mask: Some(vec![2, 1, 1, 4]),
+        },
     ];
     for (i, c) in cases.iter().enumerate() {
         let mut f = Fwd::new(150 + i as u64);

@@ -105,27 +105,22 @@ fn scores(
         s = e.add(&format!("{name}.masked"), s, m)?;
     }
     if causal {
-        let n = |s: &str| format!("{name}.causal.{s}");
-        let range = |e: &mut Emit<'_>, what: &str, len: usize| -> R<Value> {
-            let zero = e.constant(&n(&format!("{what}0")), fp8c_ir::Tensor::scalar_i64(0))?;
-            let end = e.constant(
-                &n(&format!("{what}n")),
-                fp8c_ir::Tensor::scalar_i64(len as i64),
-            )?;
-            let one = e.constant(&n(&format!("{what}1")), fp8c_ir::Tensor::scalar_i64(1))?;
-            e.op(&n(what), Op::Range, &[zero, end, one])
-        };
-        let i = range(e, "i", d.q_len)?;
-        let i = e.op(&n("rows"), Op::Unsqueeze { axes: vec![1] }, &[i])?;
-        let shift = e.constant(
-            &n("shift"),
-            fp8c_ir::Tensor::scalar_i64(d.kv_len as i64 - d.q_len as i64),
+        // The hidden keys as a constant [Tq, Tk] (the decomposition holds T×T values anyway,
+        // and every backend takes a constant).
+        let hidden: Vec<bool> = (0..d.q_len)
+            .flat_map(|i| (0..d.kv_len).map(move |j| j >= d.visible_end(i, true)))
+            .collect();
+        let shape = vec![d.q_len as u64, d.kv_len as u64];
+        let hidden = e.constant(
+            &format!("{name}.causal"),
+            fp8c_ir::Tensor::from_bool(shape, &hidden),
         )?;
-        let last = e.add(&n("last"), i, shift)?;
-        let j = range(e, "j", d.kv_len)?;
-        let hidden = e.op(&n("hidden"), Op::Greater, &[j, last])?;
-        let inf = e.scalar(&n("inf"), e.dtype(s), f64::NEG_INFINITY)?;
-        s = e.op(&n("where"), Op::Where, &[hidden, inf, s])?;
+        let inf = e.scalar(&format!("{name}.causal.inf"), e.dtype(s), f64::NEG_INFINITY)?;
+        s = e.op(
+            &format!("{name}.causal.where"),
+            Op::Where,
+            &[hidden, inf, s],
+        )?;
     }
     Ok(s)
 }

@@ -110,7 +110,9 @@ pub(super) fn plan(
     // Or the model's `where(cond, s, −∞)` conditions as one additive −∞ mask.
     let where_forms = additive.is_none()
         && !hides.is_empty()
-        && hides.iter().all(|h| h.from.is_none() && h.neg == f64::NEG_INFINITY);
+        && hides
+            .iter()
+            .all(|h| h.from.is_none() && h.neg == f64::NEG_INFINITY);
     let fallback = Ok(match single {
         Some(m) => Some(MaskPlan::Direct {
             causal: false,
@@ -124,6 +126,14 @@ pub(super) fn plan(
     });
     let mut total = ALL;
     let mut smalls = Vec::new();
+    // A constant additive mask (canonicalize folded it): its visible keys are its zeros.
+    let mut additive = additive;
+    if let ([], Some(m)) = (hides, additive)
+        && let Some(p) = constant_hiding(g, c, m, tq, tk)
+    {
+        total = p;
+        additive = None;
+    }
     for h in hides {
         let mut p = analyze(g, c, h.cond, tq, tk)?;
         if !h.visible_if {
@@ -309,6 +319,19 @@ fn index_vector(g: &Graph, c: &Consts<'_>, v: Value, tq: u64, tk: u64) -> Option
     } else {
         Index::Query(c0)
     })
+}
+
+/// The band a constant additive mask is, when each of its values is 0 (visible) or at most
+/// [`HIDDEN_BELOW`] (hidden), the same for every batch and head.
+fn constant_hiding(g: &Graph, c: &Consts<'_>, m: Value, tq: u64, tk: u64) -> Option<Pred> {
+    let t = c.eval(g, m, EVAL_LIMIT)?;
+    let v = t.to_f64_vec().ok()?;
+    if !v.iter().all(|&x| x == 0.0 || x <= HIDDEN_BELOW) {
+        return None;
+    }
+    let seen: Vec<bool> = v.iter().map(|&x| x == 0.0).collect();
+    let seen = Tensor::from_bool(t.shape().to_vec(), &seen);
+    band_of_constant(&seen, tq, tk)
 }
 
 /// The one value every element of `t` holds (bits of its f64 widening), if it is one.

@@ -91,11 +91,14 @@ pub fn fuse(g: &mut Graph, cx: &PassCx) -> Result<usize, IrError> {
                             g.add_node(&format!("{base}.not"), Op::Not, &[c])?[0]
                         };
                         cond = Some(match cond {
-                            Some(prev) => g.add_node(&format!("{base}.and"), Op::And, &[prev, c])?[0],
+                            Some(prev) => {
+                                g.add_node(&format!("{base}.and"), Op::And, &[prev, c])?[0]
+                            }
                             None => c,
                         });
                     }
-                    let cond = cond.ok_or_else(|| IrError::Other("attention: no mask condition".into()))?;
+                    let cond =
+                        cond.ok_or_else(|| IrError::Other("attention: no mask condition".into()))?;
                     let scalar =
                         |x: f64| Tensor::from_f64_as(dt, vec![], &[x]).map_err(IrError::Other);
                     let zero = g.add_node(
