@@ -14,7 +14,7 @@
 //! thread count.
 
 use super::forward::{Mask, mask_row};
-use super::tile::{Real, View, gemm, with_simd};
+use super::tile::{Real, View, exp_sub, gemm, scale_mask, softmax_back};
 use super::{BLOCK_K, BLOCK_Q};
 use fp8c_ir::attention::AttnDims;
 use rayon::prelude::*;
@@ -56,7 +56,7 @@ pub(super) fn run<T: Real>(
         .map(|t| {
             let (bg, stripe) = (t / stripes, t % stripes);
             let (b, kvh) = (bg / d.kv_heads, bg % d.kv_heads);
-            with_simd(|| {
+            {
                 let mut dq = vec![T::ZERO; g * tq * hd];
                 let dkv = (stripe..kv_tiles)
                     .step_by(stripes)
@@ -78,7 +78,7 @@ pub(super) fn run<T: Real>(
                     })
                     .collect();
                 Part { dq, dkv }
-            })
+            }
         })
         .collect();
     let mut dq = vec![T::ZERO; q.len()];
@@ -105,7 +105,6 @@ pub(super) fn run<T: Real>(
 /// Key tile `jt` of KV head `(b, kvh)`: its dk and dv rows; adds each query head's dS·K_j
 /// into `dq` (`[G, Tq, D]`, the KV head's query heads).
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
 fn key_tile<T: Real>(
     d: &AttnDims,
     b: usize,
@@ -164,8 +163,8 @@ fn key_tile<T: Real>(
                     row.fill(T::ZERO);
                     continue;
                 }
-                super::tile::scale_mask(row, vis, scale, mask_row(mask, b, h, i, j0));
-                row.iter_mut().for_each(|x| *x = T::exp_diff(*x, l));
+                scale_mask(row, vis, scale, mask_row(mask, b, h, i, j0));
+                exp_sub(row, l);
             }
             // dV_j += Pᵀ·dO_i.
             gemm(
@@ -192,9 +191,7 @@ fn key_tile<T: Real>(
             for r in 0..rows {
                 let di = delta[bh * tq + i0 + r];
                 let (pr, sr) = (&p[r * bc..(r + 1) * bc], &mut ds[r * bc..(r + 1) * bc]);
-                sr.iter_mut()
-                    .zip(pr)
-                    .for_each(|(s, &pv)| *s = pv * (*s - di) * scale);
+                softmax_back(sr, pr, di, scale);
             }
             // dQ_i += dS·K_j; dK_j += dSᵀ·Q_i.
             let dqi = &mut dq[(hg * tq + i0) * hd..][..rows * hd];

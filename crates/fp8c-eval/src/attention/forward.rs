@@ -3,7 +3,7 @@
 //! `l` updated, the tile's probabilities `e^(S − m)` multiplied into the output accumulator
 //! (first rescaled by `e^(m_old − m)`), and at the end `o = acc / l`, `lse = m + ln l`.
 
-use super::tile::{MaskRow, Real, View, exp_sub_sum, gemm, max_nan, scale_mask, with_simd};
+use super::tile::{MaskRow, Real, View, exp_sub_sum, gemm, max_nan, scale_mask};
 use super::{BLOCK_K, BLOCK_Q};
 use fp8c_ir::attention::AttnDims;
 use rayon::prelude::*;
@@ -45,7 +45,7 @@ pub(super) fn run<T: Real>(
             let (b, h) = (bh / d.heads, bh % d.heads);
             let i0 = tile * BLOCK_Q;
             let rows = BLOCK_Q.min(d.q_len - i0);
-            with_simd(|| q_tile(d, b, h, i0, rows, q, k, v, mask, scale, causal))
+            q_tile(d, b, h, i0, rows, q, k, v, mask, scale, causal)
         })
         .collect();
     // Tasks are in (b, h, tile) order: the outputs' own order.
@@ -60,7 +60,6 @@ pub(super) fn run<T: Real>(
 
 /// One query tile: rows `i0..i0 + rows` of head `(b, h)`; its o rows and lse entries.
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
 fn q_tile<T: Real>(
     d: &AttnDims,
     b: usize,

@@ -30,7 +30,7 @@ use fp8c_ir::{AttentionOp, DType, Support, Tensor};
 use std::borrow::Cow;
 
 /// Queries per tile.
-pub(crate) const BLOCK_Q: usize = 64;
+pub(crate) const BLOCK_Q: usize = 128;
 /// Keys per tile.
 pub(crate) const BLOCK_K: usize = 128;
 

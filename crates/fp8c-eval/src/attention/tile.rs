@@ -172,14 +172,54 @@ impl<T: Real> MaskRow<'_, T> {
     }
 }
 
-/// `row[c] = row[c]·scale + mask[c]` for the `vis` visible keys; the others are −∞.
+/// A row loop compiled twice: as is, and for AVX2 (chosen at run time; the same IEEE
+/// operations either way, so the same bits). The body is the `*_any` function.
+macro_rules! simd_fn {
+    ($(#[$m:meta])* fn $name:ident / $avx:ident / $any:ident ($($a:ident : $t:ty),*) $(-> $r:ty)?) => {
+        $(#[$m])*
+        pub(crate) fn $name<T: Real>($($a: $t),*) $(-> $r)? {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                return unsafe { $avx($($a),*) };
+            }
+            $any($($a),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        unsafe fn $avx<T: Real>($($a: $t),*) $(-> $r)? {
+            $any($($a),*)
+        }
+    };
+}
+
+simd_fn!(
+    /// `row[c] = row[c]·scale + mask[c]` for the `vis` visible keys; the others are −∞.
+    fn scale_mask / scale_mask_avx2 / scale_mask_any(
+        row: &mut [T], vis: usize, scale: T, mask: Option<MaskRow<'_, T>>
+    )
+);
+simd_fn!(
+    /// The maximum of `xs` (−∞ when empty), NaN if any is NaN.
+    fn max_nan / max_nan_avx2 / max_nan_any(xs: &[T]) -> T
+);
+simd_fn!(
+    /// `row[c] = e^(row[c] − m)` in place; returns `Σ row[c]` in f64 (eight partial sums in
+    /// f64, a fixed order). `m` must not be −∞ (a row with every key hidden is zeroed instead).
+    fn exp_sub_sum / exp_sub_sum_avx2 / exp_sub_sum_any(row: &mut [T], m: T) -> f64
+);
+simd_fn!(
+    /// `row[c] = e^(row[c] − l)` in place (the backward's probabilities from the lse).
+    fn exp_sub / exp_sub_avx2 / exp_sub_any(row: &mut [T], l: T)
+);
+simd_fn!(
+    /// `ds[c] = p[c]·(ds[c] − d)·scale` (dS from dP, the probabilities and D = Σ dO·O).
+    fn softmax_back / softmax_back_avx2 / softmax_back_any(ds: &mut [T], p: &[T], d: T, scale: T)
+);
+
 #[inline(always)]
-pub(crate) fn scale_mask<T: Real>(
-    row: &mut [T],
-    vis: usize,
-    scale: T,
-    mask: Option<MaskRow<'_, T>>,
-) {
+fn scale_mask_any<T: Real>(row: &mut [T], vis: usize, scale: T, mask: Option<MaskRow<'_, T>>) {
     let (seen, hidden) = row.split_at_mut(vis.min(row.len()));
     match mask {
         None => seen.iter_mut().for_each(|x| *x = *x * scale),
@@ -197,9 +237,8 @@ pub(crate) fn scale_mask<T: Real>(
     hidden.fill(T::NEG_INF);
 }
 
-/// The maximum of `xs` (−∞ when empty), NaN if any is NaN.
 #[inline(always)]
-pub(crate) fn max_nan<T: Real>(xs: &[T]) -> T {
+fn max_nan_any<T: Real>(xs: &[T]) -> T {
     let mut lanes = [T::NEG_INF; 8];
     let mut nan = false;
     let chunks = xs.chunks_exact(8);
@@ -226,10 +265,8 @@ pub(crate) fn max_nan<T: Real>(xs: &[T]) -> T {
         .fold(T::NEG_INF, |a, b| if b > a { b } else { a })
 }
 
-/// `row[c] = e^(row[c] − m)` in place; returns `Σ row[c]` in f64 (eight partial sums in
-/// f64, a fixed order). `m` must not be −∞ (a row with every key hidden is zeroed instead).
 #[inline(always)]
-pub(crate) fn exp_sub_sum<T: Real>(row: &mut [T], m: T) -> f64 {
+fn exp_sub_sum_any<T: Real>(row: &mut [T], m: T) -> f64 {
     let mut acc = [0f64; 8];
     let mut chunks = row.chunks_exact_mut(8);
     for c in chunks.by_ref() {
@@ -245,20 +282,14 @@ pub(crate) fn exp_sub_sum<T: Real>(row: &mut [T], m: T) -> f64 {
     ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
 }
 
-/// Runs `f` compiled for AVX2 when the CPU has it (the kernels' row loops, inlined into it,
-/// vectorise wider), as is otherwise.
 #[inline(always)]
-pub(crate) fn with_simd<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU has AVX2 (checked just above).
-        return unsafe { avx2(f) };
-    }
-    f()
+fn exp_sub_any<T: Real>(row: &mut [T], l: T) {
+    row.iter_mut().for_each(|x| *x = T::exp_diff(*x, l));
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+#[inline(always)]
+fn softmax_back_any<T: Real>(ds: &mut [T], p: &[T], d: T, scale: T) {
+    ds.iter_mut()
+        .zip(p)
+        .for_each(|(s, &pv)| *s = pv * (*s - d) * scale);
 }
