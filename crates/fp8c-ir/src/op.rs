@@ -427,6 +427,12 @@ define_ops! {
         /// updates (`indices.shape[..q-1] ++ data.shape[k..]`); a copy of data where each index
         /// tuple's slice receives its update, combined per `reduction`, in row-major order.
         ScatterNd { reduction: ScatterReduction } => "scatter_nd",
+        /// Input 0 itself, computed only once input 1 exists: an ordering edge the autodiff
+        /// pass adds where a value is recomputed in backward, or kept for backward in another
+        /// dtype (`passes/src/autodiff/memory/`), so that neither the step order nor fusion's
+        /// sharing of equal expressions moves that work back into the forward pass. Input 1
+        /// is only waited for, never read. A view: the CPU shares input 0's storage.
+        After => "after" [view],
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {
