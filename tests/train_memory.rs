@@ -398,3 +398,62 @@ fn recompute_attention_without_an_attention_says_so() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("no unfused attention"), "{err}");
 }
+
+#[test]
+fn compile_reports_the_memory_of_a_training_graph_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fp8c()
+        .args(["train", &llama(), "--text", &text()])
+        .args(["--seq-len", "32", "--batch", "2", "--steps", "1", "--quiet"])
+        .args(["--precision", "f32", "--print-after", "autodiff"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // The IR printed after the autodiff pass: the training step as text.
+    let err = String::from_utf8(out.stderr).unwrap();
+    let ir: String = err
+        .lines()
+        .skip_while(|l| !l.starts_with("// ----- IR after autodiff"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("fp8c train"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let step = dir.path().join("step.fp8ir");
+    std::fs::write(&step, ir).unwrap();
+    let report = |model: &Path, extra: &[&str]| -> Value {
+        let out = fp8c()
+            .arg("compile")
+            .arg(model)
+            .args(["--precision", "f32", "--report=json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let r = report(&step, &[]);
+    let rows: Vec<&str> = r["memory"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        rows[..5],
+        [
+            "weights",
+            "gradients",
+            "optimizer state",
+            "saved activations",
+            "workspace"
+        ]
+    );
+    assert!(r["memory"]["total_bytes"].as_u64().unwrap() > 0);
+    // An inference graph's report is as it was: no memory section.
+    let inference = report(Path::new(&llama()), &["--input-shape", "input_ids=1x8"]);
+    assert!(inference.get("memory").is_none(), "{inference}");
+}
