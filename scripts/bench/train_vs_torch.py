@@ -4,7 +4,7 @@
 
 Usage (needs torch: the export venv; export the model first):
 
-  PY=$(scripts/export-env.sh)
+  PY=$(scripts/env/export-env.sh)
   $PY scripts/fixtures/make_llama_bench.py
   $PY scripts/bench/train_vs_torch.py target/release/fp8c [--sizes 4x512,1x2048,1x4096,1x16384]
         [--rounds 2] [--threads 2] [--fp8c-flags "--no-fuse-attention"] [--skip-torch]
