@@ -222,7 +222,7 @@ simd_fn!(
 fn scale_mask_any<T: Real>(row: &mut [T], vis: usize, scale: T, mask: Option<MaskRow<'_, T>>) {
     let (seen, hidden) = row.split_at_mut(vis.min(row.len()));
     match mask {
-        None => seen.iter_mut().for_each(|x| *x = *x * scale),
+        None => seen.iter_mut().for_each(|x| *x *= scale),
         Some(m) if m.step == 0 => {
             let add = m.at(0);
             seen.iter_mut().for_each(|x| *x = *x * scale + add);
