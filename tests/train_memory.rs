@@ -481,3 +481,22 @@ fn compile_reports_the_memory_of_a_training_graph_only() {
     let inference = report(Path::new(&llama()), &["--input-shape", "input_ids=1x8"]);
     assert!(inference.get("memory").is_none(), "{inference}");
 }
+
+#[test]
+fn sharded_optimizer_with_narrow_moments_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fp8c()
+        .args(["train", &llama(), "--text", &text()])
+        .args(["--seq-len", "32", "--steps", "1", "--quiet"])
+        .args(["--shard", "optimizer", "--optimizer-state", "bf16"])
+        .arg("--out")
+        .arg(dir.path().join("out.onnx"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--shard optimizer") && err.contains("--optimizer-state bf16"),
+        "{err}"
+    );
+}
