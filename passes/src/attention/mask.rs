@@ -79,8 +79,8 @@ pub(super) fn as_hide(g: &Graph, c: &Consts<'_>, m: Value) -> Option<Hide> {
     let (va, vb) = (scalar_f64(c.value(g, a)), scalar_f64(c.value(g, b)));
     let hidden = |v: Option<f64>| v.filter(|x| *x <= HIDDEN_BELOW);
     let (visible_if, neg) = match (va, hidden(vb), hidden(va), vb) {
-        (Some(z), Some(neg), _, _) if z == 0.0 => (true, neg),
-        (_, _, Some(neg), Some(z)) if z == 0.0 => (false, neg),
+        (Some(0.0), Some(neg), _, _) => (true, neg),
+        (_, _, Some(neg), Some(0.0)) => (false, neg),
         _ => return None,
     };
     Some(Hide {

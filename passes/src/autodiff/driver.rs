@@ -31,6 +31,9 @@ pub(crate) fn adjoint_dtype(d: DType) -> DType {
     if d.is_fp8() { DType::F32 } else { d }
 }
 
+/// Each target's gradient (None where the loss does not depend on it) and every adjoint.
+type Backprop = (Vec<Option<Value>>, HashMap<Value, Value>);
+
 /// Backpropagates `seed` (the adjoint of `loss`) to every target; returns each target's
 /// gradient, or None when the loss does not depend on it, and the adjoint of every value that
 /// got one (what the memory options wait on).
@@ -40,7 +43,7 @@ pub(crate) fn backprop(
     seed: Value,
     targets: &[Value],
     quant: &mut GradQuantizer,
-) -> R<(Vec<Option<Value>>, HashMap<Value, Value>)> {
+) -> R<Backprop> {
     let order = g.topo_order()?;
     let target_nodes: HashSet<NodeId> = targets.iter().map(|v| v.node).collect();
 
