@@ -19,7 +19,7 @@
 //! of the last 50 steps.
 
 use fp8c_ir::{DType, GeluApprox, Graph, Op, Tensor, TensorType, Value};
-use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec};
+use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, StateDtype, TrainSpec};
 use fp8c_session::{CompileOptions, Device, Model, PrecisionMode, Recipe, Trainer, plot};
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -325,6 +325,7 @@ fn main() -> Res<()> {
         },
         decay_vectors: false,
         clip_grad_norm: None,
+        state: StateDtype::F32,
     });
 
     let mut finals = Vec::new();

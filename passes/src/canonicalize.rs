@@ -42,7 +42,7 @@ impl Pass for Canonicalize {
     }
 
     fn about(&self) -> &'static str {
-        "shape inference, constant folding of shape subgraphs, no-op removal, dead-code elimination"
+        "shape inference, constant folding of shape subgraphs, no-op removal, attention fusion, dead-code elimination"
     }
 
     fn run(&self, g: &mut Graph, cx: &mut PassCx) -> Result<bool, IrError> {
@@ -51,11 +51,17 @@ impl Pass for Canonicalize {
         resolve_equal_splits(g)?;
         let bypassed = bypass_noops(g)?;
         let fp8 = fp8_dequantize_linear(g)?;
+        let attention = fuse_attention(g, cx)?;
         let removed = g.dce();
         let promoted = promote_weight_constants(g)?;
         if fp8 > 0 {
             cx.notes.push(format!(
                 "canonicalize: {fp8} FP8 DequantizeLinear node(s) of the model read as fp8c dequantize (its own scales)"
+            ));
+        }
+        if attention > 0 {
+            cx.notes.push(format!(
+                "canonicalize: {attention} attention chain(s) fused into `attention` (--no-fuse-attention keeps them)"
             ));
         }
         if folded + bypassed + removed + promoted + fp8 > 0 {
@@ -64,8 +70,24 @@ impl Pass for Canonicalize {
                  promoted {promoted} float constant(s) to params"
             ));
         }
-        Ok(folded + bypassed + removed + promoted + fp8 > 0)
+        Ok(folded + bypassed + removed + promoted + fp8 + attention > 0)
     }
+}
+
+/// Fuses the attention chains (`crate::attention`) unless the options say not to:
+/// `--no-fuse-attention`, or `--fp8-attention` (the fused op has no FP8 path yet).
+fn fuse_attention(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> {
+    if cx.options.no_fuse_attention {
+        return Ok(0);
+    }
+    if cx.options.policy.fp8_attention {
+        cx.notes.push(
+            "canonicalize: attention left unfused: --fp8-attention puts its GEMMs in FP8, which the fused op does not do yet"
+                .to_string(),
+        );
+        return Ok(0);
+    }
+    crate::attention::fuse(g, cx)
 }
 
 /// Re-infers types in topological order and folds constant nodes. Returns the fold count.

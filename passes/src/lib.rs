@@ -5,6 +5,7 @@
 //! builds and tests, or when asked), records IR dumps for `--print-after`, stops early for
 //! `--stop-after`, and on failure reports the pass name with the last IR that verified.
 
+pub mod attention;
 pub mod autodiff;
 mod block_scaling;
 pub mod canonicalize;

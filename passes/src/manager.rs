@@ -29,6 +29,8 @@ pub struct PassOptions {
     pub recipe: fp8c_core::Recipe,
     /// Skip the fusion pass (`--no-fuse`).
     pub no_fuse: bool,
+    /// Leave attention chains unfused (`--no-fuse-attention`; see `crate::attention`).
+    pub no_fuse_attention: bool,
     /// Keep inference weights in f32 and quantize them at run time (skips `freeze-weights`;
     /// `fp8c run --stats` measures every quantization, the weights' included).
     pub keep_weights: bool,

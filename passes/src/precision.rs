@@ -394,6 +394,13 @@ pub fn gemm_dims(g: &Graph, id: NodeId) -> GemmDims {
                 batch: Some(1),
             }
         }
+        // Fused attention: its Q·Kᵀ per head (P·V has the same FLOPs when Dv = D).
+        Op::Attention { .. } if ins.len() >= 2 => GemmDims {
+            m: dim(ins[0], 2),
+            n: dim(ins[1], 2),
+            k: dim(ins[0], 3),
+            batch: prod(ins[0], 0..2),
+        },
         _ => GemmDims::default(),
     }
 }
@@ -598,10 +605,10 @@ pub fn decide(
             compile_globs("--granularity", std::slice::from_ref(glob)).map(|set| (set, *gran))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let gemms: Vec<NodeId> = g
-        .topo_order()
-        .map_err(|e| e.to_string())?
-        .into_iter()
+    let order = g.topo_order().map_err(|e| e.to_string())?;
+    let gemms: Vec<NodeId> = order
+        .iter()
+        .copied()
         .filter(|&id| g.node(id).op.is_gemm_like())
         .collect();
     let high = match o.mode {
@@ -775,6 +782,37 @@ pub fn decide(
             dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
         });
     }
+    // Fused attention's two products stay high like the unfused ones: `--fp8-attention`
+    // leaves attention unfused (canonicalize), so a fused one never goes to FP8. Its row
+    // takes its place in topological order.
+    let attention: Vec<Decision> = order
+        .iter()
+        .filter(|&&id| matches!(g.node(id).op, Op::Attention { .. }))
+        .map(|&id| {
+            let n = g.node(id);
+            let dims = gemm_dims(g, id);
+            Decision {
+                name: n.name.clone(),
+                op: n.op.name().to_string(),
+                flops: dims.flops(),
+                dims,
+                precision: high,
+                rule: Rule::Attention,
+                pad: false,
+                reason: "attention (use --fp8-attention)".to_string(),
+                dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
+            }
+        })
+        .collect();
+    if !attention.is_empty() {
+        let pos: std::collections::HashMap<&str, usize> = order
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| (g.node(id).name.as_str(), i))
+            .collect();
+        out.extend(attention);
+        out.sort_by_key(|d| pos.get(d.name.as_str()).copied());
+    }
     Ok(out)
 }
 
@@ -848,7 +886,10 @@ pub fn other_nodes(g: &Graph, o: &PolicyOptions) -> Vec<Decision> {
         .into_iter()
         .filter_map(|id| {
             let n = g.node(id);
-            if n.op.is_interface() || n.op.is_gemm_like() || matches!(n.op, Op::Constant { .. }) {
+            if n.op.is_interface()
+                || n.op.is_gemm_like()
+                || matches!(n.op, Op::Constant { .. } | Op::Attention { .. })
+            {
                 return None;
             }
             let reason = match &n.op {

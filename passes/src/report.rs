@@ -1,5 +1,7 @@
 //! The explain report (`fp8c compile --report`): one row per GEMM-like node with its GEMM
-//! dims, decision and reason, then totals. `--report=json` prints the same with stable keys.
+//! dims, decision and reason, then totals, and for a training step what its planned memory
+//! peak holds (filled in by the session, which lowers the graph: [`Memory`]).
+//! `--report=json` prints the same with stable keys.
 
 use crate::PassCx;
 use crate::precision::{Decision, Precision};
@@ -69,6 +71,34 @@ pub struct Totals {
     pub act_quant_bytes_per_element_floor: f64,
 }
 
+/// Bytes of one role at the planned memory peak.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemoryRow {
+    /// The role (`weights`, `gradients`, `optimizer state`, `saved activations`,
+    /// `workspace`, `other`).
+    pub role: String,
+    /// Bytes.
+    pub bytes: u64,
+    /// What it counts.
+    pub what: String,
+}
+
+/// What a training step's planned memory peak holds, by role (`fp8c_runtime`'s memory
+/// breakdown).
+#[derive(Clone, Debug, Serialize)]
+pub struct Memory {
+    /// The step at which the planned arena peaks.
+    pub peak_step: usize,
+    /// The node that step runs.
+    pub peak_node: String,
+    /// Steps of the program.
+    pub steps: usize,
+    /// Resident bytes plus the arena bytes live at the peak.
+    pub total_bytes: u64,
+    /// By role.
+    pub rows: Vec<MemoryRow>,
+}
+
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -76,6 +106,9 @@ pub struct Report {
     pub nodes: Vec<Row>,
     /// Totals.
     pub totals: Totals,
+    /// A training step's memory at its planned peak (None for inference graphs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Memory>,
 }
 
 fn row(d: &Decision) -> Row {
@@ -177,6 +210,45 @@ pub fn build(g: &Graph, cx: &PassCx, all: bool) -> Report {
                 fuse_after.act_quant_elements,
             ),
         },
+        memory: None,
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps it ≥ 1.
+pub fn human_bytes(bytes: u64) -> String {
+    const K: f64 = 1024.0;
+    let f = bytes as f64;
+    if f >= K * K * K {
+        format!("{:.2} GiB", f / (K * K * K))
+    } else if f >= K * K {
+        format!("{:.1} MiB", f / (K * K))
+    } else if f >= K {
+        format!("{:.1} KiB", f / K)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "memory at the planned peak (step {} of {}, \"{}\"): {}",
+            self.peak_step,
+            self.steps,
+            self.peak_node,
+            human_bytes(self.total_bytes)
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "  {:<18} {:>10}  ({})",
+                r.role,
+                human_bytes(r.bytes),
+                r.what
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -282,6 +354,9 @@ impl Report {
                 ),
                 t.act_quant_bytes_per_element_floor
             );
+        }
+        if let Some(m) = &self.memory {
+            let _ = write!(s, "\n{m}");
         }
         s
     }

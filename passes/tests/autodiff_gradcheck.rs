@@ -261,6 +261,83 @@ fn softmax_and_log_softmax() {
     }
 }
 
+/// `attention`'s rule (one `attention_grad`: the FlashAttention-2 backward, probabilities
+/// recomputed from q, k and the log-sum-exp): plain, causal with as many queries as keys and
+/// with fewer (the keys' offset), grouped KV heads, an additive mask broadcast over heads and
+/// queries, and a value head size unlike q's.
+#[test]
+fn attention_dq_dk_dv() {
+    struct Case {
+        q: [u64; 4],
+        kv_heads: u64,
+        kv_len: u64,
+        v_dim: u64,
+        causal: bool,
+        mask: Option<Vec<u64>>,
+    }
+    let cases = [
+        Case {
+            q: [1, 2, 4, 3],
+            kv_heads: 2,
+            kv_len: 4,
+            v_dim: 3,
+            causal: false,
+            mask: None,
+        },
+        Case {
+            q: [2, 2, 5, 3],
+            kv_heads: 2,
+            kv_len: 5,
+            v_dim: 2,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [1, 1, 3, 2],
+            kv_heads: 1,
+            kv_len: 5,
+            v_dim: 2,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [1, 4, 3, 2],
+            kv_heads: 2,
+            kv_len: 4,
+            v_dim: 3,
+            causal: true,
+            mask: None,
+        },
+        Case {
+            q: [2, 2, 3, 2],
+            kv_heads: 1,
+            kv_len: 4,
+            v_dim: 2,
+            causal: false,
+            mask: Some(vec![2, 1, 1, 4]),
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        let mut f = Fwd::new(150 + i as u64);
+        let [b, _, _, d] = c.q;
+        let q = f.param("q", &c.q, -1.5, 1.5);
+        let k = f.param("k", &[b, c.kv_heads, c.kv_len, d], -1.5, 1.5);
+        let v = f.param("v", &[b, c.kv_heads, c.kv_len, c.v_dim], -1.5, 1.5);
+        let mut ins = vec![q, k, v];
+        if let Some(m) = &c.mask {
+            let t = f.rng.tensor(m, -2.0, 0.5);
+            ins.push(f.constant(t));
+        }
+        let op = Op::Attention {
+            scale: 0.7,
+            causal: c.causal,
+        };
+        let o = f.ops(op, &ins)[0];
+        let g = f.finish(&[o]);
+        assert!(check(&g) <= 1.0, "attention case {i}");
+    }
+}
+
 #[test]
 fn batch_norm_inference_mode() {
     let mut f = Fwd::new(130);

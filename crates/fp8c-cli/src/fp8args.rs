@@ -87,6 +87,10 @@ pub struct Fp8Args {
     /// Do not run the fusion pass (every amax/scale/quantize node stays its own kernel).
     #[arg(long = "no-fuse")]
     pub no_fuse: bool,
+    /// Keep attention as the model spells it (matmul, softmax, matmul: a T×T score tensor
+    /// per head) instead of one fused `attention` op, to compare the two.
+    #[arg(long = "no-fuse-attention")]
+    pub no_fuse_attention: bool,
     /// GEMMs with fewer FLOPs (2·M·N·K) stay high; 0 puts every eligible GEMM in FP8.
     /// Replaces the default size rules: convolutions and attention below 2^24 FLOPs stay
     /// high; in training, linear layers follow torchao's H100 filter for the recipe
@@ -131,6 +135,7 @@ impl Fp8Args {
             fp8_attention: self.fp8_attention,
             pad_to_16: self.pad_to_16,
             no_fuse: self.no_fuse,
+            no_fuse_attention: self.no_fuse_attention,
             min_fp8_flops: self.min_fp8_flops,
             hopper_accum: self.hopper_accum,
             input_shapes: self.input_shape.clone(),

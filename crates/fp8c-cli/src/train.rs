@@ -151,6 +151,9 @@ fn train_one(config: &TrainConfig, a: &TrainArgs, silent: bool) -> Result<Fit> {
             }
         );
     }
+    for note in trainer.memory_notes() {
+        eprintln!("  note: {note}");
+    }
     a.report.print(|all| trainer.report(all))?;
     if info.start_step >= info.steps {
         eprintln!(
@@ -186,6 +189,13 @@ fn train_one(config: &TrainConfig, a: &TrainArgs, silent: bool) -> Result<Fit> {
     }
     if let Some(p) = run.trainer().profile() {
         eprint!("{}", p.report(a.profile_nodes));
+        eprint!("{}", run.trainer().memory());
+        if let Some(rss) = crate::malloc::peak_rss() {
+            eprintln!(
+                "  process peak RSS: {} (the plan counts views as buffers; the CPU shares their storage)",
+                fp8c_session::human_bytes(rss)
+            );
+        }
         if let Some(c) = run.trainer().collective().filter(|c| c.size() > 1) {
             let sent = c.bytes_sent() as f64;
             eprintln!(

@@ -37,6 +37,41 @@ pub enum ScheduleArg {
     Cosine,
 }
 
+/// How activations kept for backward are stored.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ActivationsArg {
+    /// An FP8 GEMM's input as its FP8 codes and scale (TransformerEngine's), the rest as
+    /// computed.
+    Fp8,
+    /// Every saved value as computed: an FP8 GEMM's input in high precision, quantized again
+    /// in backward to the same codes (TransformerEngine's save_original_input).
+    High,
+    /// As fp8, and every other saved f32 activation in bf16 (with --precision bf16 or fp8).
+    Bf16,
+}
+
+/// What backward computes again instead of keeping.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum RecomputeArg {
+    /// Keep every saved value.
+    None,
+    /// Each attention's scores and probabilities, from Q, K, V and the mask.
+    Attention,
+    /// Each layer (by the layer number in its weights' names), from its input.
+    Layer,
+}
+
+/// How optimizer moments are stored.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum OptimizerStateArg {
+    /// f32.
+    F32,
+    /// bf16 (rounded to nearest even after each update).
+    Bf16,
+    /// First moment as E4M3 codes with a per-tensor scale, second in bf16 (MS-AMP O2).
+    Fp8,
+}
+
 /// `fp8c train`.
 #[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
@@ -113,6 +148,18 @@ pub struct TrainArgs {
     /// (torchao's name) is `--recipe rowwise` with this flag.
     #[arg(long = "wgrad-high-precision")]
     pub wgrad_high_precision: bool,
+    /// How the activations the backward pass reads are kept between forward and backward
+    /// [default: fp8].
+    #[arg(long, value_enum)]
+    pub activations: Option<ActivationsArg>,
+    /// Compute these regions again in backward instead of keeping their activations; the
+    /// losses stay the same bit for bit [default: none].
+    #[arg(long, value_enum)]
+    pub recompute: Option<RecomputeArg>,
+    /// How the optimizer moments are stored between steps; the master weights and the update
+    /// stay f32, checkpoints keep each moment in its own dtype [default: f32].
+    #[arg(long = "optimizer-state", value_enum)]
+    pub optimizer_state: Option<OptimizerStateArg>,
     /// SGD momentum [default: 0.9].
     #[arg(long, allow_negative_numbers = true, value_parser = crate::args::f32_in_range)]
     pub momentum: Option<f32>,
@@ -257,6 +304,9 @@ impl TrainArgs {
             freeze: (!self.freeze.is_empty()).then(|| self.freeze.clone()),
             shard: self.shard.map(word),
             fp8_all_gather: self.fp8_all_gather.then_some(true),
+            activations: self.activations.map(word),
+            recompute: self.recompute.map(word),
+            optimizer_state: self.optimizer_state.map(word),
         }
     }
 

@@ -40,6 +40,7 @@
 //! interface `input` / `param` / `state`, whose values the caller feeds).
 
 // The op families (`fp8c_ir::Family`), one module each.
+mod attention;
 mod block;
 mod conv;
 mod elementwise;
@@ -120,6 +121,7 @@ pub fn support(op: &Op) -> Support {
         OpView::Loss(o) => loss::support(o),
         OpView::Optim(o) => optim::support(o),
         OpView::Fused(o) => fused::support(o),
+        OpView::Attention(o) => attention::support(o),
     }
 }
 
@@ -138,5 +140,6 @@ fn dispatch(op: &Op, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
         OpView::Loss(o) => loss::eval(o, inputs),
         OpView::Optim(o) => optim::eval(o, inputs),
         OpView::Fused(o) => fused::eval(o, inputs),
+        OpView::Attention(o) => attention::eval(o, inputs),
     }
 }

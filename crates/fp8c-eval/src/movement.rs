@@ -97,6 +97,11 @@ pub(crate) fn eval(op: MovementOp<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor
             let [x, indices, updates] = args(inputs)?;
             indexed::scatter_nd(x, indices, updates, *reduction)?
         }
+        // The same storage: an ordering edge costs nothing here.
+        MovementOp::After => {
+            let [x, _dep] = args(inputs)?;
+            x.clone()
+        }
         MovementOp::__Lifetime(never, _) => match never {},
     };
     Ok(vec![out])
@@ -125,7 +130,8 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         | MovementOp::GatherElements { .. }
         | MovementOp::GatherGrad { .. }
         | MovementOp::ScatterElements { .. }
-        | MovementOp::ScatterNd { .. } => Support::Yes,
+        | MovementOp::ScatterNd { .. }
+        | MovementOp::After => Support::Yes,
         MovementOp::__Lifetime(never, _) => match never {},
     }
 }

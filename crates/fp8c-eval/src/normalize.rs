@@ -408,6 +408,31 @@ fn softmax_grad(y: &Tensor, dy: &Tensor, axis: i64, log: bool) -> KResult<Tensor
     let dims = dims_of(y);
     let ax = norm_axis(axis, dims.len())?;
     let (d, inner) = (dims[ax], dims[ax + 1..].iter().product::<usize>());
+    if y.dtype() == DType::F32
+        && inner == 1
+        && let (Ok(ys), Ok(ds)) = (y.as_slice::<f32>(), dy.as_slice::<f32>())
+    {
+        // The last axis of f32 tensors, read in place (no f64 copies of y and dy, which at
+        // an attention's T×T probabilities were most of a training step's peak): the f64
+        // formula below, row by row, the same operations in the same order.
+        let mut out = vec![0f32; ys.len()];
+        rows_mut(&mut out, d, |r, o| {
+            let (yr, dr) = (&ys[r * d..][..d], &ds[r * d..][..d]);
+            let (y, g) = (|j: usize| f64::from(yr[j]), |j: usize| f64::from(dr[j]));
+            if log {
+                let s: f64 = (0..d).map(g).sum();
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = (g(j) - y(j).exp() * s) as f32;
+                }
+            } else {
+                let s: f64 = (0..d).map(|j| g(j) * y(j)).sum();
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = (y(j) * (g(j) - s)) as f32;
+                }
+            }
+        });
+        return f32_tensor(y.shape(), out);
+    }
     let yv = values_f64(y, "y")?;
     let dv = values_f64(dy, "dy")?;
     let mut out = vec![0f64; yv.len()];
@@ -437,6 +462,48 @@ fn softmax_grad(y: &Tensor, dy: &Tensor, axis: i64, log: bool) -> KResult<Tensor
 #[cfg(test)]
 mod tests {
     use super::exp_shifted;
+    use fp8c_ir::Tensor;
+
+    /// The in-place f32 path of `softmax_grad` gives the bits of the f64 path rounded once.
+    #[test]
+    fn softmax_grad_in_place_matches_the_f64_path() {
+        let n = 3 * 37;
+        let y: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 101) as f32 + 0.5) / 101.0)
+            .collect();
+        let dy: Vec<f32> = (0..n)
+            .map(|i| ((i * 104729 % 97) as f32 - 48.0) / 13.0)
+            .collect();
+        let wide = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+        for log in [false, true] {
+            let fast = super::softmax_grad(
+                &Tensor::from_f32(vec![3, 37], &y),
+                &Tensor::from_f32(vec![3, 37], &dy),
+                -1,
+                log,
+            )
+            .unwrap();
+            let slow = super::softmax_grad(
+                &Tensor::from_f64(vec![3, 37], &wide(&y)),
+                &Tensor::from_f64(vec![3, 37], &wide(&dy)),
+                -1,
+                log,
+            )
+            .unwrap();
+            let fast = fast.to_f32_vec().unwrap();
+            let slow: Vec<f32> = slow
+                .to_f64_vec()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f32)
+                .collect();
+            assert_eq!(
+                fast.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                slow.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "log={log}"
+            );
+        }
+    }
 
     #[test]
     fn the_shifted_exp_is_the_library_exp() {

@@ -133,6 +133,16 @@ pub fn exp_f32(x: f32) -> f32 {
     ((1.0 + expm1_small(r)) * scale) as f32
 }
 
+/// `e^(a − b)` rounded once to f32, the difference taken in f64 (exact for all but extreme
+/// exponent gaps): a softmax's `exp(x − max)` without the rounding of an f32 subtraction
+/// (the attention kernels' online softmax). `a = −∞` gives 0; NaN stays NaN.
+#[inline(always)]
+pub fn exp_diff_f32(a: f32, b: f32) -> f32 {
+    let y = (f64::from(a) - f64::from(b)).clamp(EXP_RANGE.0, EXP_RANGE.1);
+    let (_, scale, r) = reduce(y);
+    ((1.0 + expm1_small(r)) * scale) as f32
+}
+
 /// `tanh(x)` rounded once to f32: `u / (u + 2)` with `u = e^(2|x|) − 1`, the sign restored.
 #[inline(always)]
 pub fn tanh_f32(x: f32) -> f32 {

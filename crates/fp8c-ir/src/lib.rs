@@ -5,6 +5,7 @@
 //! outputs. State is threaded functionally: `state` nodes read it at the start of a step and
 //! `state_updates` say what it becomes at the end, so every pass is a pure graph rewrite.
 
+pub mod attention;
 mod attr;
 mod dtype;
 pub mod elementwise;
@@ -30,9 +31,9 @@ pub use error::{IrError, Result};
 pub use fused::{EwArg, EwExpr, EwInst};
 pub use graph::{Graph, GraphDef, Node, NodeDef, NodeId, Output, Value, ValueRef, interface_name};
 pub use op::{
-    AmaxSource, AutoPad, BlockScaling, ConvOp, E8m0Round, ElementwiseOp, Family, Fp8Op, FusedOp,
-    GeluApprox, InterfaceOp, LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView, OptimOp,
-    PadMode, PoolOp, Props, ReduceOp, Support,
+    AmaxSource, AttentionOp, AutoPad, BlockScaling, ConvOp, E8m0Round, ElementwiseOp, Family,
+    Fp8Op, FusedOp, GeluApprox, InterfaceOp, LinalgOp, LossOp, MovementOp, NormalizeOp, Op, OpView,
+    OptimOp, PadMode, PoolOp, Props, ReduceOp, Support,
 };
 pub use op::{IGNORE_INDEX, ScatterReduction};
 pub use shape::{Dim, Shape, TensorType, shape_of};

@@ -221,6 +221,9 @@ macro_rules! family_name {
     (Fused) => {
         "fused"
     };
+    (Attention) => {
+        "attention"
+    };
 }
 
 define_ops! {
@@ -424,6 +427,12 @@ define_ops! {
         /// updates (`indices.shape[..q-1] ++ data.shape[k..]`); a copy of data where each index
         /// tuple's slice receives its update, combined per `reduction`, in row-major order.
         ScatterNd { reduction: ScatterReduction } => "scatter_nd",
+        /// Input 0 itself, computed only once input 1 exists: an ordering edge the autodiff
+        /// pass adds where a value is recomputed in backward, or kept for backward in another
+        /// dtype (`passes/src/autodiff/memory/`), so that neither the step order nor fusion's
+        /// sharing of equal expressions moves that work back into the forward pass. Input 1
+        /// is only waited for, never read. A view: the CPU shares input 0's storage.
+        After => "after" [view],
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
     family Fp8(Fp8Op) {
@@ -526,6 +535,23 @@ define_ops! {
         /// `amax_history_update` then `compute_scale` with these attributes.
         BatchedScaleUpdate { fmt: DType, margin: f32, source: AmaxSource, epsilon: f32, power_2: bool } => "batched_scale_update" [scaling],
     }
+    /// Fused scaled dot-product attention and its gradient (canonicalize recognises it in
+    /// exports; `fp8c_ir::attention` states the shapes and the semantics both share).
+    family Attention(AttentionOp) {
+        /// `softmax(scale·Q·Kᵀ + mask)·V` per head, never materialising the scores: inputs q
+        /// `[B, H, Tq, D]`, k `[B, Hkv, Tk, D]`, v `[B, Hkv, Tk, Dv]` (H a multiple of Hkv;
+        /// query head h reads KV head `h / (H/Hkv)`) and an optional additive float mask
+        /// broadcasting to `[B, H, Tq, Tk]`. `causal` hides key j from query i when
+        /// `j > i + Tk − Tq`. Outputs o `[B, H, Tq, Dv]` and the row log-sum-exp
+        /// `[B, H, Tq]` (f32; f64 for f64 inputs). A row with every key hidden (by `causal`
+        /// or by −∞ in the mask) gives o = 0 and lse = −∞.
+        Attention { scale: f64, causal: bool } => "attention",
+        /// Gradient of `attention { scale, causal }` (FlashAttention-2's backward, the
+        /// probabilities recomputed from q, k and lse): inputs q, k, v, o, lse, do and the
+        /// forward's mask if it had one; outputs dq, dk, dv (dk and dv summed over each KV
+        /// head's query heads). The mask gets no gradient.
+        AttentionGrad { scale: f64, causal: bool } => "attention_grad" [training],
+    }
 }
 
 /// The label `softmax_cross_entropy` skips (a padding position): PyTorch's `ignore_index`
@@ -596,6 +622,7 @@ mod tests {
                 OpView::Loss(_) => Family::Loss,
                 OpView::Optim(_) => Family::Optim,
                 OpView::Fused(_) => Family::Fused,
+                OpView::Attention(_) => Family::Attention,
             };
             assert_eq!(op.family(), fam, "{name}");
             // Text form round trip of the example.

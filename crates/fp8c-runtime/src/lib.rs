@@ -11,15 +11,18 @@ mod cpu_backend;
 pub mod cuda;
 mod dynamic_shape;
 mod lower;
+mod memory;
 mod plan;
 pub mod profile;
 mod program;
+mod schedule;
 pub mod stats;
 
 pub use backend::{Backend, Executable, Observer, RuntimeError};
 pub use cpu_backend::{CpuBackend, CpuExecutable};
 pub use cuda::{CudaBackend, CudaOptions, EmuFaults};
 pub use lower::lower;
+pub use memory::{MemoryBreakdown, breakdown as memory_breakdown};
 pub use profile::Profile;
 pub use program::{
     ARENA_ALIGN, BufId, Buffer, BufferKind, MemoryPlan, Program, StateBinding, Step, describe_plan,

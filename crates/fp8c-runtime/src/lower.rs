@@ -1,27 +1,27 @@
 //! Lowering: a static [`Graph`] becomes a [`Program`].
 //!
-//! Nodes are taken in the graph's deterministic topological order. Interface nodes become
+//! Nodes are taken in the order `schedule.rs` chooses (the graph's deterministic topological
+//! order, or for a training step a memory-aware one when its peak is lower). Interface nodes become
 //! buffers fed from outside (inputs by the caller, params by `prepare`, state by the
 //! executable), `constant` nodes become pre-filled buffers, and every other node becomes one
 //! [`Step`] writing one buffer per output slot. Liveness then gives each arena buffer the
 //! range of steps it must survive: from the step that writes it (step 0 for inputs) to its
 //! last reader, or to the end for graph outputs and state updates. A result nobody reads
 //! (the unused half of a `split`) lives only during its own step. `plan.rs` turns the ranges
-//! into offsets.
+//! into offsets. `after(x, dep)` becomes no step: its readers read `x`'s buffer, so `x` lives
+//! until they have run.
 //!
 //! Lowering needs every type to be static: give input shapes before compiling, so that
 //! canonicalize infers them everywhere.
 
 use crate::program::{BufId, Buffer, BufferKind, Program, StateBinding, Step};
-use crate::{RuntimeError, plan};
+use crate::{RuntimeError, plan, schedule};
 use fp8c_ir::{Graph, Op, Value, interface_name};
 use std::collections::HashMap;
 
 /// Lowers `g` to a program with a validated memory plan.
 pub fn lower(g: &Graph) -> Result<Program, RuntimeError> {
-    let order = g
-        .topo_order()
-        .map_err(|e| RuntimeError::Other(format!("cannot order the graph: {e}")))?;
+    let order = schedule::order(g)?;
     let mut buffers: Vec<Buffer> = Vec::new();
     let mut of_value: HashMap<Value, BufId> = HashMap::new();
     let mut steps: Vec<Step> = Vec::new();
@@ -32,6 +32,13 @@ pub fn lower(g: &Graph) -> Result<Program, RuntimeError> {
 
     for id in order {
         let node = g.node(id);
+        if let Op::After = node.op {
+            let x = of_value.get(&node.inputs()[0]).copied().ok_or_else(|| {
+                RuntimeError::node(&node.name, node.op.name(), "reads a value defined later")
+            })?;
+            of_value.insert(Value::new(id, 0), x);
+            continue;
+        }
         let mut outs = Vec::with_capacity(node.outputs.len());
         for (slot, ty) in node.outputs.iter().enumerate() {
             let dims = ty.known_dims().ok_or_else(|| {

@@ -99,9 +99,17 @@ impl Compiled {
         Output::check("-o", path, &inputs)?.write_bytes(text.as_bytes())
     }
 
-    /// The explain report: one row per GEMM (every node with `all`), then totals.
+    /// The explain report: one row per GEMM (every node with `all`), then totals; for a
+    /// training step (a graph with training ops and static shapes) also what its planned
+    /// memory peak holds.
     pub fn report(&self, all: bool) -> fp8c_passes::report::Report {
-        fp8c_passes::report::build(&self.graph, &self.passes, all)
+        let mut r = fp8c_passes::report::build(&self.graph, &self.passes, all);
+        if crate::memory::is_training(&self.graph)
+            && let Ok(p) = fp8c_runtime::lower(&self.graph)
+        {
+            r.memory = Some(crate::memory::memory_report(&p));
+        }
+        r
     }
 
     /// Lowers the graph to a program and loads it on `device` with its weights. A host device

@@ -49,6 +49,7 @@ mod config;
 mod error;
 pub mod export;
 pub mod files;
+mod memory;
 mod model;
 pub mod npy;
 mod onnx_out;
@@ -65,6 +66,7 @@ pub mod train;
 pub use compiled::{Compiled, weights_path};
 pub use config::{ConfigFile, parse_recipe_config};
 pub use error::{Context, Error, PassFailure, Result};
+pub use memory::memory_report;
 pub use model::{LoadOptions, Model, ModelInput};
 pub use onnx_out::{EmittedOnnx, emit_fp8_onnx};
 pub use options::{
@@ -89,7 +91,7 @@ pub mod bench {
     pub use fp8c_runtime::cuda::bench::*;
 }
 pub use fp8c_passes::pass_names;
-pub use fp8c_passes::report::Report;
+pub use fp8c_passes::report::{Memory, Report, human_bytes};
 pub use fp8c_runtime::profile::ProfileRow;
 pub use fp8c_runtime::stats::what_if_tilings;
 pub use fp8c_runtime::{Comparison, Fp8TensorStats, Profile, describe_plan};

@@ -36,6 +36,8 @@ pub struct CompileOptions {
     pub recipe: Recipe,
     /// Skip the fusion pass.
     pub no_fuse: bool,
+    /// Leave attention chains unfused (`fp8c_passes::attention`): the graph as exported.
+    pub no_fuse_attention: bool,
     /// Keep the weights in f32 and quantize them at every run instead of once at compile
     /// time (same results; for measuring every quantization, as `fp8c run --stats` does).
     pub keep_weights: bool,
@@ -96,6 +98,7 @@ impl CompileOptions {
             },
             recipe: default_recipe(Purpose::Inference { calibrated: false }),
             no_fuse: false,
+            no_fuse_attention: false,
             keep_weights: false,
             verify: true,
             print_after: Vec::new(),
@@ -189,6 +192,12 @@ impl CompileOptions {
         self
     }
 
+    /// Leaves (`true`) attention chains unfused, or fuses them into `attention` (the default).
+    pub fn no_fuse_attention(mut self, no_fuse_attention: bool) -> Self {
+        self.no_fuse_attention = no_fuse_attention;
+        self
+    }
+
     /// Runs (`true`, the default) or skips the verifier after each pass.
     pub fn verify(mut self, verify: bool) -> Self {
         self.verify = verify;
@@ -227,6 +236,7 @@ impl CompileOptions {
             policy: self.policy.clone(),
             recipe: self.recipe,
             no_fuse: self.no_fuse,
+            no_fuse_attention: self.no_fuse_attention,
             keep_weights: self.keep_weights,
             train: None,
         }

@@ -99,13 +99,17 @@ pub enum HostAccum {
 
 impl HostAccum {
     /// The graph `device` runs for `graph`: unchanged on a CUDA device or with
-    /// [`HostAccum::Hopper`], else with every GEMM's `fast_accum` cleared.
+    /// [`HostAccum::Hopper`], else with every GEMM's `fast_accum` cleared; and on a device
+    /// without attention kernels, with each `attention` node spelled out in the unfused ops
+    /// (`fp8c_passes::attention::decompose`).
     pub fn graph_for(self, graph: &Graph, device: Device) -> std::borrow::Cow<'_, Graph> {
-        if !self.clears(device) || !has_fast_accum(graph) {
+        let clear = self.clears(device) && has_fast_accum(graph);
+        let unfuse = needs_decomposed_attention(graph, device);
+        if !clear && !unfuse {
             return std::borrow::Cow::Borrowed(graph);
         }
         let mut g = graph.clone();
-        clear_fast_accum(&mut g);
+        self.apply(&mut g, device);
         std::borrow::Cow::Owned(g)
     }
 
@@ -114,12 +118,35 @@ impl HostAccum {
         if self.clears(device) {
             clear_fast_accum(graph);
         }
+        if needs_decomposed_attention(graph, device) {
+            // A graph it cannot spell out (symbolic dims) keeps its attention nodes: the
+            // backend then refuses them, naming each.
+            let mut g = graph.clone();
+            if fp8c_passes::attention::decompose(&mut g).is_ok() {
+                *graph = g;
+            }
+        }
     }
 
     /// Whether `device` sums fast-accumulation GEMMs in f32 under this choice.
     fn clears(self, device: Device) -> bool {
         self == HostAccum::F32 && device != Device::Cuda
     }
+}
+
+/// Whether `graph` has attention nodes `device` has no kernel for.
+fn needs_decomposed_attention(graph: &Graph, device: Device) -> bool {
+    let runs = |op: &Op| match device {
+        Device::Cpu => true,
+        Device::Cuda | Device::CudaEmulated => {
+            fp8c_runtime::cuda::support(op) == fp8c_ir::Support::Yes
+        }
+        Device::Mlir => false,
+    };
+    graph.node_ids().into_iter().any(|id| {
+        let op = &graph.node(id).op;
+        matches!(op, Op::Attention { .. } | Op::AttentionGrad { .. }) && !runs(op)
+    })
 }
 
 /// Whether any node of `graph` asks for fast accumulation.

@@ -40,6 +40,8 @@ pub struct CompileSettings {
     pub pad_to_16: bool,
     /// `--no-fuse`.
     pub no_fuse: bool,
+    /// `--no-fuse-attention`.
+    pub no_fuse_attention: bool,
     /// `--min-fp8-flops N`.
     pub min_fp8_flops: Option<u64>,
     /// `--hopper-accum`.
@@ -67,6 +69,7 @@ impl Default for CompileSettings {
             fp8_attention: false,
             pad_to_16: false,
             no_fuse: false,
+            no_fuse_attention: false,
             min_fp8_flops: None,
             hopper_accum: false,
             input_shapes: Vec::new(),
@@ -147,6 +150,7 @@ impl CompileSettings {
             .policy(policy)
             .recipe(recipe)
             .no_fuse(self.no_fuse)
+            .no_fuse_attention(self.no_fuse_attention)
             .host_accum(if self.hopper_accum {
                 HostAccum::Hopper
             } else {

@@ -31,15 +31,19 @@ pub(crate) fn adjoint_dtype(d: DType) -> DType {
     if d.is_fp8() { DType::F32 } else { d }
 }
 
+/// Each target's gradient (None where the loss does not depend on it) and every adjoint.
+type Backprop = (Vec<Option<Value>>, HashMap<Value, Value>);
+
 /// Backpropagates `seed` (the adjoint of `loss`) to every target; returns each target's
-/// gradient, or None when the loss does not depend on it.
+/// gradient, or None when the loss does not depend on it, and the adjoint of every value that
+/// got one (what the memory options wait on).
 pub(crate) fn backprop(
     g: &mut Graph,
     loss: Value,
     seed: Value,
     targets: &[Value],
     quant: &mut GradQuantizer,
-) -> R<Vec<Option<Value>>> {
+) -> R<Backprop> {
     let order = g.topo_order()?;
     let target_nodes: HashSet<NodeId> = targets.iter().map(|v| v.node).collect();
 
@@ -140,5 +144,6 @@ pub(crate) fn backprop(
             missing.into_iter().collect::<Vec<_>>().join(", ")
         )));
     }
-    Ok(targets.iter().map(|t| adj.get(t).copied()).collect())
+    let grads = targets.iter().map(|t| adj.get(t).copied()).collect();
+    Ok((grads, adj))
 }

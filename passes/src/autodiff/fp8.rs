@@ -12,7 +12,12 @@
 //! ```
 //!
 //! reading the very FP8 tensors the forward GEMM read (transposed views of them): no tensor
-//! is quantized twice in a step. With `wgrad_high_precision` (torchao's `rowwise_with_gw_hp`)
+//! is quantized twice in a step, and what the forward keeps for the wgrad is the
+//! activation's FP8 codes (one byte an element) and scale, as TransformerEngine keeps it.
+//! With `save_original_input` (TE's option of that name, `--activations high`) the wgrad
+//! instead quantizes the activation as it was before the forward's quantize again, with the
+//! forward's scale (the same codes), reading it through `after(x, dY)` so that this runs in
+//! backward: the high-precision activation is what stays alive. With `wgrad_high_precision` (torchao's `rowwise_with_gw_hp`)
 //! wgrad is instead the f32 `matmul` of the activation before its quantization and the f32
 //! dY. A gradient that feeds several FP8 GEMMs is quantized once
 //! (the first GEMM names its state).
@@ -41,6 +46,9 @@ pub(crate) struct GradQuantizer {
     pub quantized: Vec<String>,
     /// wgrad in f32 from the unquantized activation and dY (see the module docs).
     pub wgrad_high_precision: bool,
+    /// Keep each FP8 GEMM's activation for backward as it was before its quantization and
+    /// quantize it again for the wgrad (see the module docs).
+    pub save_original_input: bool,
 }
 
 impl GradQuantizer {
@@ -51,6 +59,7 @@ impl GradQuantizer {
             cache: HashMap::new(),
             quantized: Vec::new(),
             wgrad_high_precision: false,
+            save_original_input: false,
         }
     }
 
@@ -160,6 +169,14 @@ fn scaled_matmul(e: &mut Emit<'_>, quant: &mut GradQuantizer, at: &At<'_>) -> R<
         };
         out[1] = Some(d);
     } else if at.want(1) {
+        let qa = match &e.g.node(qa.node).op {
+            Op::Quantize { .. } if quant.save_original_input => {
+                let q = e.g.node(qa.node).clone();
+                let x = e.op(&at.n("wgrad.x.saved"), Op::After, &[q.inputs()[0], dy32])?;
+                e.op(&at.n("wgrad.x.q"), q.op.clone(), &[x, q.inputs()[1]])?
+            }
+            _ => qa,
+        };
         let d = if bd.len() == 2 {
             // Aᵀ [K, rows] · dY [rows, N], every batch row in one GEMM.
             let mut full_a = batch.clone();

@@ -29,10 +29,11 @@
 
 pub mod accumulate;
 mod driver;
-mod emit;
+pub(crate) mod emit;
 mod fp8;
 mod guard;
 mod loss;
+pub mod memory;
 mod optim;
 mod params;
 mod rules;
@@ -40,13 +41,15 @@ pub mod split;
 
 pub use accumulate::APPLY_INPUT;
 pub use loss::Loss;
-pub use optim::{LrSchedule, Optimizer, OptimizerSpec};
+pub use memory::{Recompute, SavedActivations};
+pub use optim::{LrSchedule, Optimizer, OptimizerSpec, StateDtype};
 pub use rules::differentiability;
 
 use crate::{Pass, PassCx};
 use emit::Emit;
 use fp8c_core::Recipe;
-use fp8c_ir::{DType, Graph, IrError, TensorType, Value};
+use fp8c_ir::{DType, Graph, IrError, NodeId, TensorType, Value};
+use std::collections::HashSet;
 
 /// State entry counting the steps run (skipped ones included).
 pub const STEP_STATE: &str = "train.step";
@@ -96,6 +99,10 @@ pub struct TrainSpec {
     /// quantizing the f32 weight ([`split::fp8_weight_inputs`]): the owners of a sharded
     /// update quantize and all-gather the codes (`--fp8-all-gather`).
     pub fp8_weights: bool,
+    /// How the activations backward reads are kept ([`memory`](self::memory)).
+    pub activations: SavedActivations,
+    /// What backward computes again instead of keeping ([`memory`](self::memory)).
+    pub recompute: Recompute,
 }
 
 impl TrainSpec {
@@ -122,6 +129,8 @@ impl TrainSpec {
             accumulate: 1,
             split: false,
             fp8_weights: false,
+            activations: SavedActivations::Fp8,
+            recompute: Recompute::None,
         }
     }
 }
@@ -141,6 +150,14 @@ pub struct TrainInfo {
     pub guarded_updates: usize,
     /// The weights the micro-batch part reads as FP8 codes (`TrainSpec::fp8_weights`).
     pub fp8_weights: Vec<split::Fp8Weight>,
+    /// Regions recomputed in backward (`TrainSpec::recompute`).
+    pub recomputed_regions: usize,
+    /// Forward nodes copied into backward for them.
+    pub recomputed_nodes: usize,
+    /// Saved activations kept in bf16 (`SavedActivations::Bf16`).
+    pub bf16_saved: usize,
+    /// Remarks for the user about the memory options.
+    pub notes: Vec<String>,
 }
 
 /// The training step of `forward` (see the module docs).
@@ -198,8 +215,17 @@ pub fn build_training_graph_with_info(
     }
     let mut quant = fp8::GradQuantizer::new(spec.recipe);
     quant.wgrad_high_precision = spec.wgrad_high_precision;
-    let grads = driver::backprop(e.g, loss, seed, &targets, &mut quant)?;
+    quant.save_original_input = spec.activations == SavedActivations::High;
+    let forward: HashSet<NodeId> = e.g.node_ids().into_iter().collect();
+    let (grads, adjoints) = driver::backprop(e.g, loss, seed, &targets, &mut quant)?;
     info.fp8_gradients = quant.quantized.clone();
+    let backward = memory::Backward {
+        forward: &forward,
+        adjoints: &adjoints,
+        seed,
+        loss,
+    };
+    memory::apply(e.g, &backward, spec.recompute, spec.activations, &mut info)?;
 
     let mut pairs: Vec<(String, Value, Value)> = Vec::new();
     for ((name, &p), gr) in trained.iter().zip(&targets).zip(grads) {
@@ -356,6 +382,7 @@ impl Pass for AutodiffPass {
             info.fp8_gradients.len(),
             info.guarded_updates
         ));
+        cx.notes.extend(info.notes.iter().cloned());
         cx.train = Some(info);
         Ok(true)
     }

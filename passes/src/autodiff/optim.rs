@@ -12,6 +12,14 @@
 //!
 //! Weight decay applies to parameters of rank ≥ 2 (matrices, kernels, embedding tables) and
 //! not to biases and norm scales, as in GPT-2/nanoGPT, unless `decay_vectors` is set.
+//!
+//! Moments are stored in [`StateDtype`] between steps; the update always computes in f32 on
+//! the f32 master weights. A narrower moment is widened right before its update (read
+//! through `after(moment, grad)`, so the widened copy exists only once the gradient does) and
+//! rounded back after it: bf16 rounds to nearest even; `fp8` (MS-AMP's O2: FP8 first moment,
+//! 16-bit second) keeps the first moment as E4M3 codes with a per-tensor scale from its own
+//! amax (state `{param}.m.scale_inv`) and the second in bf16. The state entries hold the
+//! stored dtype, so checkpoints keep each moment in its own.
 
 use super::emit::Emit;
 use fp8c_ir::{DType, IrError, Op, TensorType, Value};
@@ -75,6 +83,19 @@ pub enum LrSchedule {
     },
 }
 
+/// How optimizer moments are stored between steps (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StateDtype {
+    /// f32, as the master weights.
+    #[default]
+    F32,
+    /// bf16 (round to nearest even after each update).
+    Bf16,
+    /// AdamW's first moment as E4M3 codes with a per-tensor scale, the second in bf16
+    /// (MS-AMP O2); SGD's momentum as the first moment.
+    Fp8,
+}
+
 /// An optimizer with its hyper-parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OptimizerSpec {
@@ -91,6 +112,8 @@ pub struct OptimizerSpec {
     /// Clip the gradients to this global L2 norm before the update (PyTorch's
     /// `clip_grad_norm_(max_norm)`); None: no clipping.
     pub clip_grad_norm: Option<f32>,
+    /// How the moments are stored between steps.
+    pub state: StateDtype,
 }
 
 impl OptimizerSpec {
@@ -103,6 +126,7 @@ impl OptimizerSpec {
             schedule: LrSchedule::Constant,
             decay_vectors: false,
             clip_grad_norm: None,
+            state: StateDtype::F32,
         }
     }
 
@@ -115,6 +139,7 @@ impl OptimizerSpec {
             schedule: LrSchedule::Constant,
             decay_vectors: false,
             clip_grad_norm: None,
+            state: StateDtype::F32,
         }
     }
 }
@@ -226,9 +251,19 @@ pub(crate) fn update(
     } else {
         0.0
     };
-    Ok(match spec.kind {
+    let first = match spec.state {
+        StateDtype::F32 => Stored::Wide,
+        StateDtype::Bf16 => Stored::Bf16,
+        StateDtype::Fp8 => Stored::Fp8,
+    };
+    let second = match spec.state {
+        StateDtype::F32 => Stored::Wide,
+        StateDtype::Bf16 | StateDtype::Fp8 => Stored::Bf16,
+    };
+    let mut updates = Vec::new();
+    match spec.kind {
         Optimizer::Sgd { momentum, nesterov } => {
-            let buf = e.g.add_state(&format!("{name}.momentum"), ty, 0.0)?;
+            let buf = Moment::add(e, &format!("{name}.momentum"), &ty, first, grad)?;
             let out = e.ops(
                 &format!("{name}.sgd"),
                 Op::SgdUpdate {
@@ -236,20 +271,18 @@ pub(crate) fn update(
                     weight_decay: wd,
                     nesterov,
                 },
-                &[param, grad, buf, lr],
+                &[param, grad, buf.wide, lr],
             )?;
-            vec![
-                (name.to_string(), out[0]),
-                (format!("{name}.momentum"), out[1]),
-            ]
+            updates.push((name.to_string(), out[0]));
+            buf.store(e, out[1], &mut updates)?;
         }
         Optimizer::AdamW {
             beta1,
             beta2,
             epsilon,
         } => {
-            let m = e.g.add_state(&format!("{name}.m"), ty.clone(), 0.0)?;
-            let v = e.g.add_state(&format!("{name}.v"), ty, 0.0)?;
+            let m = Moment::add(e, &format!("{name}.m"), &ty, first, grad)?;
+            let v = Moment::add(e, &format!("{name}.v"), &ty, second, grad)?;
             let out = e.ops(
                 &format!("{name}.adamw"),
                 Op::AdamwUpdate {
@@ -258,13 +291,109 @@ pub(crate) fn update(
                     epsilon,
                     weight_decay: wd,
                 },
-                &[param, grad, m, v, lr, t],
+                &[param, grad, m.wide, v.wide, lr, t],
             )?;
-            vec![
-                (name.to_string(), out[0]),
-                (format!("{name}.m"), out[1]),
-                (format!("{name}.v"), out[2]),
-            ]
+            updates.push((name.to_string(), out[0]));
+            m.store(e, out[1], &mut updates)?;
+            v.store(e, out[2], &mut updates)?;
         }
-    })
+    }
+    Ok(updates)
+}
+
+/// How one moment is stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stored {
+    /// In the parameter's dtype.
+    Wide,
+    /// bf16.
+    Bf16,
+    /// E4M3 codes and a per-tensor scale.
+    Fp8,
+}
+
+/// A moment's state and its value in the parameter's dtype for this step's update.
+struct Moment {
+    name: String,
+    stored: Stored,
+    /// The moment as the update reads it.
+    wide: Value,
+}
+
+impl Moment {
+    /// Adds the moment's state (starting at 0) and its widened value, which waits for `grad`.
+    fn add(e: &mut Emit<'_>, name: &str, ty: &TensorType, stored: Stored, grad: Value) -> R<Self> {
+        let narrow = |dtype| TensorType {
+            dtype,
+            ..ty.clone()
+        };
+        let wide = match stored {
+            Stored::Wide => e.g.add_state(name, ty.clone(), 0.0)?,
+            Stored::Bf16 => {
+                let s = e.g.add_state(name, narrow(DType::BF16), 0.0)?;
+                let s = e.op(&format!("{name}.after"), Op::After, &[s, grad])?;
+                e.cast(&format!("{name}.wide"), s, ty.dtype)?
+            }
+            Stored::Fp8 => {
+                let s = e.g.add_state(name, narrow(DType::F8E4M3), 0.0)?;
+                let inv = e.g.add_state(
+                    &format!("{name}.scale_inv"),
+                    TensorType::scalar(DType::F32),
+                    1.0,
+                )?;
+                let s = e.op(&format!("{name}.after"), Op::After, &[s, grad])?;
+                let d = e.op(
+                    &format!("{name}.wide"),
+                    Op::Dequantize { to: DType::F32 },
+                    &[s, inv],
+                )?;
+                e.cast(&format!("{name}.wide.cast"), d, ty.dtype)?
+            }
+        };
+        Ok(Moment {
+            name: name.to_string(),
+            stored,
+            wide,
+        })
+    }
+
+    /// Installs `new` (the update's result) as the moment's next value, in its stored dtype.
+    fn store(&self, e: &mut Emit<'_>, new: Value, updates: &mut Vec<(String, Value)>) -> R<()> {
+        let name = &self.name;
+        match self.stored {
+            Stored::Wide => updates.push((name.clone(), new)),
+            Stored::Bf16 => updates.push((
+                name.clone(),
+                e.cast(&format!("{name}.narrow"), new, DType::BF16)?,
+            )),
+            Stored::Fp8 => {
+                // Current scaling: the scale from this update's amax (E4M3's max over it).
+                let new32 = e.cast(&format!("{name}.narrow.f32"), new, DType::F32)?;
+                let a = e.op(&format!("{name}.amax"), Op::Amax, &[new32])?;
+                let one = e.scalar(&format!("{name}.scale_init"), DType::F32, 1.0)?;
+                let s = e.ops(
+                    &format!("{name}.compute_scale"),
+                    Op::ComputeScale {
+                        fmt: DType::F8E4M3,
+                        margin: 0.0,
+                        source: fp8c_ir::AmaxSource::Current,
+                        epsilon: 0.0,
+                        power_2: false,
+                    },
+                    &[a, one],
+                )?;
+                let q = e.op(
+                    &format!("{name}.narrow"),
+                    Op::Quantize {
+                        to: DType::F8E4M3,
+                        saturate: true,
+                    },
+                    &[new32, s[0]],
+                )?;
+                updates.push((name.clone(), q));
+                updates.push((format!("{name}.scale_inv"), s[1]));
+            }
+        }
+        Ok(())
+    }
 }

@@ -76,7 +76,8 @@ pub fn kernel_class(op: &Op) -> KernelClass {
         | OpView::Reduce(_)
         | OpView::Movement(_)
         | OpView::Loss(_)
-        | OpView::Optim(_) => KernelClass::Kernel,
+        | OpView::Optim(_)
+        | OpView::Attention(_) => KernelClass::Kernel,
     }
 }
 

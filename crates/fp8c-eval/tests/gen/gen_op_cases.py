@@ -435,6 +435,25 @@ add("amax_f32", op("amax"), [amx], [np.array(np.max(np.abs(amx)), np.float32)], 
 amx16 = f32(9, lo=-9, hi=9).astype(BF16)
 add("amax_bf16", op("amax"), [amx16], [np.array(np.max(np.abs(amx16.astype(np.float32))), np.float32)], source="numpy max(abs(x))")
 
+# ------------------------------------------------------------------ fused attention
+# onnxruntime's opset-23 Attention on 4-D [B, heads, T, D] inputs is fp8c's `attention` (its
+# first output): the default scale 1/sqrt(D), is_causal with as many queries as keys, grouped
+# KV heads (the query heads of each KV head consecutive), an additive float mask.
+def attention_case(name, q, k, v, mask=None, scale=None, causal=False):
+    attrs = {"is_causal": int(causal)}
+    if scale is not None:
+        attrs["scale"] = float(scale)
+    ir = op("attention", scale=float(np.float32(scale)) if scale is not None else 1.0 / np.sqrt(q.shape[-1]),
+            causal=causal)
+    ins = [q, k, v] + ([mask] if mask is not None else [])
+    onnx_case(name, "Attention", ins, ir, attrs=attrs, atol=1e-6, rtol=1e-5, opset=23)
+
+
+attention_case("attention_plain", f32(2, 2, 5, 4), f32(2, 2, 7, 4), f32(2, 2, 7, 4))
+attention_case("attention_causal", f32(1, 2, 6, 4), f32(1, 2, 6, 4), f32(1, 2, 6, 3), scale=0.3, causal=True)
+attention_case("attention_grouped_masked", f32(1, 4, 3, 8), f32(1, 2, 5, 8), f32(1, 2, 5, 8),
+               mask=f32(1, 1, 3, 5, lo=-4.0, hi=0.0))
+
 OUT.parent.mkdir(parents=True, exist_ok=True)
 text = json.dumps({"generator": "tests/gen/gen_op_cases.py", "numpy": np.__version__, "onnx": onnx.__version__,
                    "onnxruntime": ort.__version__, "cases": cases}, indent=None, separators=(",", ":"))

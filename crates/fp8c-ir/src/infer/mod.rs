@@ -29,6 +29,7 @@
 //! family exhaustively; `common` holds the input checks, dtype predicates, axis helpers,
 //! broadcasting and the symbolic window sizes shared by several families.
 
+mod attention;
 mod common;
 mod conv;
 mod elementwise;
@@ -97,5 +98,6 @@ pub fn infer(op: &Op, inputs: &[InferInput<'_>]) -> Result<Vec<TensorType>, Stri
         OpView::Loss(o) => loss::infer(o, inputs),
         OpView::Optim(o) => optim::infer(o, inputs),
         OpView::Fused(o) => fused::infer(o, inputs),
+        OpView::Attention(o) => attention::infer(o, inputs),
     }
 }

@@ -88,6 +88,10 @@ pub(super) fn infer(op: MovementOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<Te
             one(indexed::scatter_elements(inputs, *axis, *reduction)?)
         }
         MovementOp::ScatterNd { reduction } => one(indexed::scatter_nd(inputs, *reduction)?),
+        MovementOp::After => {
+            let [x, _dep] = args(inputs, ["x", "dep"])?;
+            one(x.ty.clone())
+        }
         MovementOp::__Lifetime(never, _) => match never {},
     })
 }

@@ -377,6 +377,8 @@ impl<'c> Emitter<'c, '_> {
                 vec![self.gemm(block, node, &ins, out_ty, &out_dims, loc)?]
             }
             Op::Transpose { perm } => vec![self.transpose(block, ins[0], perm, out_ty, loc)],
+            // An ordering edge: the step order of the emitted function already follows it.
+            Op::After => vec![ins[0]],
             Op::Reshape { .. } | Op::Unsqueeze { .. } | Op::Squeeze { .. } | Op::Flatten { .. } => {
                 vec![self.reshape(block, ins[0], out_ty, &out_dims, loc)?]
             }

@@ -329,6 +329,7 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
         .into_iter()
         .filter(|(k, _)| have.contains_key(k))
         .collect();
+    let state = convert_moments(state, &have, &d.to_string())?;
     trainer
         .set_state(&state)
         .with_context(|| format!("--resume {d}"))?;
@@ -342,6 +343,46 @@ pub fn load(dir: &Path, trainer: &mut Trainer, expect: &Meta) -> Result<u64> {
     }
     trainer.rescale_on_next_step(rescale);
     Ok(meta.step)
+}
+
+/// The checkpoint's `state` with every entry saved in another float dtype than the trainer
+/// keeps it in (optimizer moments of a run with another `--optimizer-state`) converted: bf16
+/// widens to f32 exactly, f32 rounds to bf16 to nearest even. An FP8 moment has no such
+/// conversion (its scale is its own state): an error naming the entry.
+fn convert_moments(
+    state: BTreeMap<String, fp8c_ir::Tensor>,
+    have: &BTreeMap<String, fp8c_ir::Tensor>,
+    dir: &str,
+) -> Result<BTreeMap<String, fp8c_ir::Tensor>> {
+    let mut out = BTreeMap::new();
+    let mut converted = Vec::new();
+    for (k, v) in state {
+        let want = &have[&k];
+        let (from, to) = (v.dtype(), want.dtype());
+        if from == to || v.shape() != want.shape() {
+            out.insert(k, v);
+            continue;
+        }
+        let plain = |d: fp8c_ir::DType| d.is_float() && !d.is_fp8();
+        if !plain(from) || !plain(to) {
+            bail!(
+                "--resume {dir}: the checkpoint keeps \"{k}\" as {from}, this run as {to}; resume with the --optimizer-state the checkpoint was made with"
+            );
+        }
+        let t = v
+            .to_f64_vec()
+            .and_then(|x| fp8c_ir::Tensor::from_f64_as(to, v.shape().to_vec(), &x))
+            .map_err(|e| Error::Invalid(format!("--resume {dir}: \"{k}\": {e}")))?;
+        converted.push(k.clone());
+        out.insert(k, t);
+    }
+    if let Some(first) = converted.first() {
+        tracing::warn!(
+            "--resume {dir}: {} state entries (e.g. \"{first}\") were saved in another dtype and converted (another --optimizer-state)",
+            converted.len()
+        );
+    }
+    Ok(out)
 }
 
 /// The checkpoint's `state` with the delayed-scaling entries of `tensors` made usable by a

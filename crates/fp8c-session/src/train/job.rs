@@ -238,6 +238,25 @@ impl TrainRun {
         options.validate()?;
         let comm: Arc<dyn Collective> = config.comm.clone().unwrap_or_else(|| Arc::new(Single));
         let writer = comm.rank() == 0;
+        if options.activations == fp8c_passes::autodiff::SavedActivations::Bf16
+            && opts.policy.mode == fp8c_passes::precision::PrecisionMode::F32
+        {
+            bail!(
+                "--activations bf16 keeps saved activations in bf16, but --precision f32 keeps every value in f32: train with --precision bf16 or fp8, or keep --activations fp8"
+            );
+        }
+        if options.shard_optimizer
+            && options.optimizer_state != fp8c_passes::autodiff::StateDtype::F32
+        {
+            // The shards are slices of the f32 moments the optimizer step reads directly.
+            bail!(
+                "--shard optimizer splits f32 optimizer moments, but --optimizer-state {} stores them narrow: use one or the other",
+                match options.optimizer_state {
+                    fp8c_passes::autodiff::StateDtype::Bf16 => "bf16",
+                    _ => "fp8",
+                }
+            );
+        }
         // Every output target is checked before any step runs: a bad one must not cost the
         // run. Rank 0 writes them.
         let outputs = if writer {

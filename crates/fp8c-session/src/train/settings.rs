@@ -28,11 +28,14 @@
 //! seed = 0
 //! loss = "ce"                   # or "mse"
 //! freeze = ["embed*"]
+//! activations = "fp8"           # "high", "bf16"
+//! recompute = "none"            # "attention", "layer"
+//! optimizer_state = "f32"       # "bf16", "fp8"
 //! ```
 
 use super::spec::{OptimizerKind, ScheduleKind, TrainOptions};
 use crate::error::Result;
-use fp8c_passes::autodiff::Loss;
+use fp8c_passes::autodiff::{Loss, Recompute, SavedActivations, StateDtype};
 use serde::Deserialize;
 
 /// Training settings; `None` = not given (the other source's value, else the default).
@@ -83,6 +86,12 @@ pub struct TrainSettings {
     pub shard: Option<String>,
     /// `--fp8-all-gather` [default: false].
     pub fp8_all_gather: Option<bool>,
+    /// `--activations`: "fp8" (default), "high" or "bf16".
+    pub activations: Option<String>,
+    /// `--recompute`: "none" (default), "attention" or "layer".
+    pub recompute: Option<String>,
+    /// `--optimizer-state`: "f32" (default), "bf16" or "fp8".
+    pub optimizer_state: Option<String>,
 }
 
 /// Samples per step when nothing says otherwise.
@@ -129,6 +138,9 @@ impl TrainSettings {
             freeze: self.freeze.or(u.freeze),
             shard: self.shard.or(u.shard),
             fp8_all_gather: self.fp8_all_gather.or(u.fp8_all_gather),
+            activations: self.activations.or(u.activations),
+            recompute: self.recompute.or(u.recompute),
+            optimizer_state: self.optimizer_state.or(u.optimizer_state),
         }
     }
 
@@ -162,6 +174,30 @@ impl TrainSettings {
                 "ce" => Loss::CrossEntropy,
                 "mse" => Loss::Mse,
                 _ => return Err(word("loss", v, &["ce", "mse"])),
+            };
+        }
+        if let Some(v) = &self.activations {
+            o.activations = match v.to_ascii_lowercase().as_str() {
+                "fp8" => SavedActivations::Fp8,
+                "high" => SavedActivations::High,
+                "bf16" => SavedActivations::Bf16,
+                _ => return Err(word("activations", v, &["fp8", "high", "bf16"])),
+            };
+        }
+        if let Some(v) = &self.recompute {
+            o.recompute = match v.to_ascii_lowercase().as_str() {
+                "none" => Recompute::None,
+                "attention" => Recompute::Attention,
+                "layer" => Recompute::Layer,
+                _ => return Err(word("recompute", v, &["none", "attention", "layer"])),
+            };
+        }
+        if let Some(v) = &self.optimizer_state {
+            o.optimizer_state = match v.to_ascii_lowercase().as_str() {
+                "f32" => StateDtype::F32,
+                "bf16" => StateDtype::Bf16,
+                "fp8" => StateDtype::Fp8,
+                _ => return Err(word("optimizer_state", v, &["f32", "bf16", "fp8"])),
             };
         }
         macro_rules! set {

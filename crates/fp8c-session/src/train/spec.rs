@@ -3,7 +3,9 @@
 
 use crate::error::{Result, bail};
 use crate::model::Model;
-use fp8c_passes::autodiff::{Loss, LrSchedule, Optimizer, OptimizerSpec, TrainSpec};
+use fp8c_passes::autodiff::{
+    Loss, LrSchedule, Optimizer, OptimizerSpec, Recompute, SavedActivations, StateDtype, TrainSpec,
+};
 
 /// The optimizer rule.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +68,12 @@ pub struct TrainOptions {
     /// With `shard_optimizer`: all-gather the FP8 GEMM weights as FP8 codes
     /// (`--fp8-all-gather`); results identical.
     pub fp8_all_gather: bool,
+    /// How the activations backward reads are kept (`--activations`).
+    pub activations: SavedActivations,
+    /// What backward computes again instead of keeping (`--recompute`).
+    pub recompute: Recompute,
+    /// How the optimizer moments are stored between steps (`--optimizer-state`).
+    pub optimizer_state: StateDtype,
 }
 
 impl TrainOptions {
@@ -89,6 +97,9 @@ impl TrainOptions {
             poison: false,
             shard_optimizer: false,
             fp8_all_gather: false,
+            activations: SavedActivations::Fp8,
+            recompute: Recompute::None,
+            optimizer_state: StateDtype::F32,
         }
     }
 
@@ -167,12 +178,15 @@ impl TrainOptions {
             schedule,
             decay_vectors: false,
             clip_grad_norm: self.clip_grad_norm,
+            state: self.optimizer_state,
         });
         spec.freeze = self.freeze.clone();
         spec.poison_input = self.poison;
         spec.keep_output = self.loss == Loss::CrossEntropy;
         spec.wgrad_high_precision = self.wgrad_high_precision;
         spec.accumulate = self.accumulate;
+        spec.activations = self.activations;
+        spec.recompute = self.recompute;
         spec
     }
 }

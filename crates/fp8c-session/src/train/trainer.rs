@@ -717,7 +717,21 @@ impl Trainer {
     /// The explain report of the training graph: one row per GEMM (every node with `all`),
     /// then totals.
     pub fn report(&self, all: bool) -> fp8c_passes::report::Report {
-        fp8c_passes::report::build(&self.graph, &self.passes, all)
+        let mut r = fp8c_passes::report::build(&self.graph, &self.passes, all);
+        r.memory = Some(self.memory());
+        r
+    }
+
+    /// What the training step's planned memory peak holds, by role (weights, gradients,
+    /// optimizer state, saved activations, workspace).
+    pub fn memory(&self) -> fp8c_passes::report::Memory {
+        crate::memory::memory_report(&self.program)
+    }
+
+    /// What the memory options did (`--recompute` found nothing to do, or left fused
+    /// attention alone), for the user.
+    pub fn memory_notes(&self) -> &[String] {
+        &self.info.notes
     }
 
     /// The GEMMs that stay in high precision although FP8 was asked for, one line per reason

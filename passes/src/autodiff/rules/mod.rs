@@ -12,6 +12,7 @@
 //! `vjp`, and a gradient check in `passes/tests/autodiff_gradcheck.rs`. Integer and bool
 //! values carry no adjoint, so rules never see them.
 
+mod attention;
 mod conv;
 mod elementwise;
 mod fp8;
@@ -101,6 +102,7 @@ pub fn differentiability(op: &Op) -> Support {
         OpView::Loss(o) => loss::support(o),
         OpView::Optim(o) => optim::support(o),
         OpView::Fused(o) => fused::support(o),
+        OpView::Attention(o) => attention::support(o),
     }
 }
 
@@ -123,6 +125,7 @@ pub(crate) fn vjp(e: &mut Emit<'_>, q: &mut GradQuantizer, at: &At<'_>) -> R<Opt
         OpView::Reduce(_) => reduce::vjp(e, at),
         OpView::Movement(_) => movement::vjp(e, at),
         OpView::Loss(_) => loss::vjp(e, at),
+        OpView::Attention(_) => attention::vjp(e, at),
         OpView::Optim(_) | OpView::Fused(_) => Ok(None),
     }
 }

@@ -31,7 +31,8 @@ pub(super) fn support(o: MovementOp<'_>) -> Support {
         | MovementOp::Tile
         | MovementOp::Shape { .. }
         | MovementOp::ConstantOfShape { .. }
-        | MovementOp::Range => Support::Yes,
+        | MovementOp::Range
+        | MovementOp::After => Support::Yes,
         MovementOp::GatherNd { batch_dims: 0 } => Support::Yes,
         MovementOp::GatherNd { .. } => {
             Support::No("gather_nd with batch_dims > 0 has no gradient rule yet")
@@ -67,6 +68,8 @@ pub(super) fn vjp(e: &mut Emit<'_>, at: &At<'_>) -> R<Option<Grads>> {
         v
     };
     Ok(Some(match at.op {
+        // The value passes through; the ordering input carries no gradient.
+        Op::After => rest(at.dy()?),
         Op::Reshape { .. } | Op::Flatten { .. } | Op::Squeeze { .. } | Op::Unsqueeze { .. } => {
             let x = x.expect("one input");
             let d = e.reshape(&at.n("d0"), at.dy()?, &e.dims(x)?)?;

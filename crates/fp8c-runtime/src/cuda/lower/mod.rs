@@ -16,6 +16,7 @@
 //! exhaustively and answering [`support`] for it. An op without a lowering has an explicit arm
 //! returning [`not_supported`] with the reason its family's `support` states.
 
+mod attention;
 mod block;
 mod conv;
 mod elementwise;
@@ -107,6 +108,7 @@ pub fn support(op: &Op) -> Support {
         OpView::Loss(l) => loss::support(l),
         OpView::Optim(o) => optim::support(o),
         OpView::Fused(f) => fused::support(f),
+        OpView::Attention(a) => attention::support(a),
     }
 }
 
@@ -461,6 +463,7 @@ impl Lowerer<'_> {
             OpView::Loss(l) => self.lower_loss(l, step, flag),
             OpView::Optim(o) => self.lower_optim(o, step),
             OpView::Fused(f) => self.lower_fused(f, step),
+            OpView::Attention(a) => self.lower_attention(a, step),
         }
     }
 }

@@ -31,7 +31,8 @@ pub(crate) fn support(op: MovementOp<'_>) -> Support {
         MovementOp::GatherNd { .. } => Support::Yes,
         MovementOp::GatherElements { .. }
         | MovementOp::ScatterElements { .. }
-        | MovementOp::ScatterNd { .. } => Support::Yes,
+        | MovementOp::ScatterNd { .. }
+        | MovementOp::After => Support::Yes,
         MovementOp::Pad { .. } => Support::Yes,
         MovementOp::Shape { .. }
         | MovementOp::Reshape { .. }
@@ -106,7 +107,8 @@ impl Lowerer<'_> {
             MovementOp::Reshape { .. }
             | MovementOp::Squeeze { .. }
             | MovementOp::Unsqueeze { .. }
-            | MovementOp::Flatten { .. } => {
+            | MovementOp::Flatten { .. }
+            | MovementOp::After => {
                 let (x, y) = (ins[0], outs[0]);
                 Ok(vec![Action::Copy {
                     dst: self.ptr(y),
