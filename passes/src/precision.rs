@@ -800,6 +800,7 @@ pub fn decide(
                 rule: Rule::Attention,
                 pad: false,
                 reason: "attention (use --fp8-attention)".to_string(),
+                scaling_fallback: None,
                 dtype: n.outputs.first().map_or(DType::F32, |t| t.dtype),
             }
         })

@@ -194,6 +194,9 @@ pub fn train_settings(kw: &mut Kwargs<'_>) -> PyResult<TrainSettings> {
         // A Python process is one rank: `shard` is checked as the CLI checks it (a no-op).
         shard: kw.take("shard")?,
         fp8_all_gather: kw.take("fp8_all_gather")?,
+        activations: kw.take("activations")?,
+        recompute: kw.take("recompute")?,
+        optimizer_state: kw.take("optimizer_state")?,
     })
 }
 
