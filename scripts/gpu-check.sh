@@ -28,9 +28,15 @@
 #      - FP8 training steps of three example models on `--device cpu` and `--device cuda`, the
 #        losses compared (FP8C_TRAIN_ARGS adds one run of its own);
 #      - `fp8c bench` (tables);
+#      - quantbw: issue #48's bandwidth goal, the bf16-input quantize(+amax, +transpose) kernels
+#        at >= 85% of a device copy (`fp8c bench --json` at 2^26 and 2^28 elements, read by
+#        scripts/bench/quant_bw_check.py, which says what the figures count);
+#      - attention: issue #48's slot for fused attention forward + backward next to PyTorch SDPA
+#        (scripts/bench/attention_vs_sdpa.py; it says so and times nothing while this fp8c
+#        has no fused attention op);
 #      - scripts/bench/fp8_accum_probe.py: cuBLASLt's FP8 accumulation measured through PyTorch.
 #    FP8C_GPU_PARTS (e.g. "models,probe") runs only the parts named: tests nvrtc models train
-#    bench probe. Each step runs under a time limit (FP8C_GPU_STEP_TIMEOUT, 150 s). Everything is written
+#    bench quantbw attention probe. The quantbw and attention logs are appended to bench.txt. Each step runs under a time limit (FP8C_GPU_STEP_TIMEOUT, 150 s). Everything is written
 #    to .gpu-check-logs/; when $OUT is set (the device tool brings back at most 8 files from
 #    it) the script copies there after every step: summary.txt, cuda_vs_cpu.log, golden.log,
 #    run_models.log, train.log, bench.txt, fp8_accum.npz and logs.tar.gz (every log,
@@ -91,7 +97,7 @@ publish() {
 # in one part must not eat the device lease of the others.
 step_timeout=${FP8C_GPU_STEP_TIMEOUT:-150}
 # FP8C_GPU_PARTS picks parts for a rerun inside one lease (default: all of them):
-# tests nvrtc models train bench probe.
+# tests nvrtc models train bench quantbw attention probe.
 want() { [ -z "${FP8C_GPU_PARTS:-}" ] || [[ " ${FP8C_GPU_PARTS//,/ } " == *" $1 "* ]]; }
 step() { # name logfile command...
   local name=$1 log=$2 t0 rc
@@ -121,29 +127,8 @@ step() { # name logfile command...
 fp8c="$carry/fp8c"
 
 # ---------------------------------------------------------------- libraries
-libdirs=()
-for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && libdirs+=("$d")
-done
-py=$(command -v python3 || true)
-if [ -n "$py" ]; then
-  while IFS= read -r d; do libdirs+=("$d"); done < <("$py" - <<'PY' 2>/dev/null
-import glob, os, site, sys
-roots = set(site.getsitepackages() + [site.getusersitepackages()])
-for r in sorted(roots):
-    for lib in glob.glob(os.path.join(r, "nvidia", "*", "lib")) + glob.glob(os.path.join(r, "nvidia", "*", "*", "lib")):
-        if glob.glob(os.path.join(lib, "libnvrtc.so*")) or glob.glob(os.path.join(lib, "libcublasLt.so*")):
-            print(lib)
-PY
-)
-fi
-FP8C_CUDA_LIB_DIRS=$(IFS=:; echo "${libdirs[*]:-}")
-export FP8C_CUDA_LIB_DIRS
-export LD_LIBRARY_PATH="${FP8C_CUDA_LIB_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvrtc_dir=""
-for d in "${libdirs[@]:-}"; do
-  if [ -n "$d" ] && ls "$d"/libnvrtc.so.13* >/dev/null 2>&1 && ls "$d"/libnvrtc-builtins.so.13* >/dev/null 2>&1; then nvrtc_dir=$d; break; fi
-done
+# shellcheck source=bench/cuda_env.sh
+source "$root/scripts/bench/cuda_env.sh"
 {
   echo "date: $(date -u)"; nvidia-smi -L 2>&1; nvidia-smi --query-gpu=driver_version,memory.total --format=csv 2>&1
   echo "FP8C_CUDA_LIB_DIRS=$FP8C_CUDA_LIB_DIRS"; echo "NVRTC folder: ${nvrtc_dir:-none found}"
@@ -284,6 +269,33 @@ fi
 
 # ---------------------------------------------------------------- benchmarks
 want bench && step "fp8c bench" bench.txt "$fp8c" bench
+
+# ---------------------------------------------------------------- issue #48's GPU must-show lines
+# quantbw: the bf16-input quantize kernels against a device copy, at two sizes.
+quant_bw() {
+  "$fp8c" bench --json --sizes 2048 --layer 2048,2048 --elements 67108864 >"$logs/bench_2e26.json" &&
+    "$fp8c" bench --json --sizes 2048 --layer 2048,2048 --elements 268435456 >"$logs/bench_2e28.json" &&
+    python3 "$root/scripts/bench/quant_bw_check.py" "$logs/bench_2e26.json" "$logs/bench_2e28.json"
+}
+export -f quant_bw
+export root
+if want quantbw; then
+  step "quantize from bf16 vs device copy (goal >= 85%)" quantbw.log quant_bw
+  { echo; echo "== quantbw"; cat "$logs/quantbw.log"; } >>"$logs/bench.txt"
+  publish
+fi
+# attention: fused attention forward + backward next to PyTorch SDPA, once fp8c has the op.
+if ! want attention; then
+  :
+elif [ -n "$py" ] && "$py" -c "import torch, transformers, onnxscript; assert torch.cuda.is_available()" 2>/dev/null; then
+  # Its models stay out of logs/ (and so out of logs.tar.gz); its JSON is copied in.
+  step "fused attention vs PyTorch SDPA" attention.log "$py" scripts/bench/attention_vs_sdpa.py "$fp8c" "$root/.gpu-e2e/attention"
+  cp "$root/.gpu-e2e/attention/attention.json" "$logs/" 2>/dev/null
+  { echo; echo "== attention"; cat "$logs/attention.log"; } >>"$logs/bench.txt"
+  publish
+else
+  record "fused attention vs PyTorch SDPA" "SKIP (no python3 with CUDA PyTorch, transformers and onnxscript)"
+fi
 
 # ---------------------------------------------------------------- FP8 accumulation probe
 # cuBLASLt's FP8 GEMM through PyTorch, with and without fast accumulation, against the exact

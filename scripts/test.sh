@@ -5,8 +5,10 @@
 # packages, through scripts/env/mlir-env.sh), the distributed suite with `--features mpi`
 # (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh; 1, 2 and 4 ranks under
 # mpirun), and the Python package's pytest suite in a fresh venv (scripts/test-python.sh,
-# reusing the release build). Every part runs even when an earlier one failed;
-# the exit code says whether all passed.
+# reusing the release build); then the CPU dry run of the GPU end-to-end benchmark
+# (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained by fp8c on the
+# emulated CUDA device; no torch, about a minute on two cores). Every part runs even when an
+# earlier one failed; the exit code says whether all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -17,4 +19,6 @@ echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2
 scripts/env/mpi-env.sh cargo test --release -p fp8c --features mpi --test distributed --no-fail-fast || status=1
 echo "== the Python package (crates/fp8c-py): pip install in a fresh venv, then its pytest suite"
 scripts/test-python.sh || status=1
+echo "== the GPU end-to-end benchmark's CPU dry run (scripts/gpu-e2e.sh --dry-run, without torch)"
+{ cargo build --release -p fp8c && FP8C_E2E_TORCH_PY=none scripts/gpu-e2e.sh --dry-run; } || status=1
 exit $status

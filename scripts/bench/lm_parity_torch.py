@@ -3,7 +3,7 @@
 GPT-2-style export's own initial weights in PyTorch, in f32, in bf16 autocast (bf16 compute,
 f32 master weights) and with simulated FP8 GEMMs, on
 the same byte windows in the same order as `fp8c train --text FILE --seq-len T --batch B
---seed S` (fp8c's xorshift shuffle, ported below), with fp8c's optimizer (AdamW 0.9/0.999/1e-8,
+--seed S` (fp8c's xorshift shuffle, ported in fp8c_data_order.py), with fp8c's optimizer (AdamW 0.9/0.999/1e-8,
 decay 0.01 on rank >= 2 params, constant lr) and precision policy (the eight transformer-block
 GEMMs in FP8; attention products, LM head, norms and embeddings in f32).
 
@@ -29,9 +29,10 @@ import torch
 import transformers as tf
 from onnx import numpy_helper
 
+from fp8c_data_order import batch_rows  # fp8c's xorshift shuffle, ported
+
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 FMAX = {E4: 448.0, E5: 57344.0}
-M64 = (1 << 64) - 1
 
 
 def quantize(t, dt):
@@ -65,38 +66,6 @@ def use_fp8(model):
                 y = Fp8Gemm.apply(x.reshape(-1, x.shape[-1]), m.weight, m.bias)
                 return y.reshape(x.shape[:-1] + (m.nf,))
             m.forward = forward
-
-
-def splitmix64(x):
-    z = (x + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def permutation(n, seed, epoch):
-    """fp8c_session::train::permutation: Fisher-Yates from a seeded xorshift."""
-    s = splitmix64((splitmix64(seed) + epoch) & M64) | 1
-    p = list(range(n))
-    for i in range(n - 1, 0, -1):
-        s ^= (s << 13) & M64
-        s ^= s >> 7
-        s ^= (s << 17) & M64
-        j = s % (i + 1)
-        p[i], p[j] = p[j], p[i]
-    return p
-
-
-def batch_rows(rows, batch, seed, step, cache={}):
-    out = []
-    for k in range(batch):
-        pos = step * batch + k
-        epoch, at = divmod(pos, rows)
-        key = (rows, seed, epoch)
-        if key not in cache:
-            cache[key] = permutation(rows, seed, epoch)
-        out.append(cache[key][at])
-    return out
 
 
 def model_from_export(path):
