@@ -52,6 +52,7 @@ if [ "${1:-}" = "--build" ]; then
   mkdir -p "$carry"
   cargo build --release -p fp8c
   cp target/release/fp8c "$carry/fp8c"
+  git rev-parse --short HEAD >"$carry/commit.txt" 2>/dev/null || true  # read by gpu-e2e.sh
   for pt in fp8c-runtime:cuda_vs_cpu fp8c-runtime:nvrtc_kernels fp8c-runtime:golden_backends fp8c:llm_exports; do
     p=${pt%%:*} t=${pt#*:}
     exe=$(cargo test --release -p "$p" --test "$t" --no-run --message-format=json 2>/dev/null |
@@ -66,6 +67,7 @@ for line in sys.stdin:
   # One file at a time: a failure on one must not leave the others (the 100+ MiB fp8c binary
   # among them) unstripped and the carry over the device tool's 64 MiB.
   for f in "$carry"/*; do
+    [ "${f%.txt}" = "$f" ] || continue
     strip --strip-debug "$f" || echo "gpu-check: could not strip $f" >&2
   done
   du -ch "$carry"/* | tail -1

@@ -51,6 +51,8 @@ case "${1:-}" in
     cargo build --release -p fp8c
     cp target/release/fp8c "$carry/fp8c"
     strip --strip-debug "$carry/fp8c"
+    # The GPU machine's copy of the tree has no git: the tables name the binary's commit.
+    git rev-parse --short HEAD >"$carry/commit.txt" 2>/dev/null || true
     du -h "$carry/fp8c"
     echo "carry .gpu-carry and run: scripts/gpu-e2e.sh"
     exit 0 ;;
@@ -80,6 +82,7 @@ else
   [ -x "$fp8c" ] || { echo "gpu-e2e: $fp8c is missing; run scripts/gpu-e2e.sh --build on a machine with cargo first" >&2; exit 1; }
   # shellcheck source=bench/cuda_env.sh
   source "$root/scripts/bench/cuda_env.sh"
+  [ -f "$carry/commit.txt" ] && FP8C_E2E_COMMIT=$(cat "$carry/commit.txt") && export FP8C_E2E_COMMIT
   tpy=${FP8C_E2E_TORCH_PY:-$(command -v python3 || echo none)}
   if compgen -G "$root/.whl/torchao-*.whl" >/dev/null; then
     "$tpy" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

@@ -52,7 +52,7 @@ def size_table(name, s):
              f"(first {plan.get('warm')} left out of the rates)", ""]
     if exp.get("config"):
         c = exp["config"]
-        lines += [f"Config: hidden {c['hidden']}, {c['layers']} layers, {c['heads']} heads "
+        lines += [f"Config: hidden {c['hidden']}, layers {c['layers']}, heads {c['heads']} "
                   f"({c['kv_heads']} KV), FFN {c['ffn']}; {fmt(exp.get('flops_per_token'), ',d')} "
                   f"FLOPs per token; export {fmt(exp.get('export_s'))} s"
                   f"{'; ' + exp['source'] if exp.get('source') else ''}.", ""]

@@ -266,7 +266,7 @@ class Driver:
             r["setup_s"] = float(m.group(2))
         r["policy"] = [ln.strip() for ln in out.splitlines() if re.match(r"\s+\d+ GEMMs? stays? ", ln)]
         if st != "ok":
-            r["reason"] = f"{st} (exit {rc}); {last_line(out)}"
+            r["reason"] = (f"exit {rc}" if st == "failed" else f"killed at its {limit:.0f} s limit") + f"; {last_line(out)}"
         r.update(read_csv(csv))
         return r
 
@@ -277,11 +277,11 @@ class Driver:
                model["torch_dir"], "--mode", settings["mode"], "--text", self.text,
                "--batch", str(plan["batch"]), "--seq", str(plan["seq"]),
                "--steps", str(plan["steps"]), "--log", csv, "--summary", summary,
-               "--device", "cpu" if self.dry else "cuda"]
+               "--device", "cpu" if self.dry else "cuda"] + (["--fp8-all"] if self.dry else [])
         st, rc, wall, peak, out = self.run(f"{size}.{name}", cmd, limit, mem=True)
         r = {"status": st, "wall_s": round(wall, 1), "peak_mem_bytes": peak, "command": cmd_text(cmd)}
         if st != "ok":
-            r["reason"] = f"{st} (exit {rc}); {last_line(out)}"
+            r["reason"] = (f"exit {rc}" if st == "failed" else f"killed at its {limit:.0f} s limit") + f"; {last_line(out)}"
             if settings["mode"] == "torchao" and "No module named 'torchao'" in out:
                 r["status"], r["reason"] = "skipped", "torchao is not installed (carry its wheel: see scripts/gpu-e2e.sh)"
         if os.path.exists(summary):
@@ -322,7 +322,7 @@ class Driver:
         cmd = [self.a.fp8c, "train", model, "--text", self.text, "--seq-len", str(plan["seq"]),
                "--batch", str(plan["batch"]), "--steps", "3" if not self.dry else "2",
                "--device", "cuda-emulated" if self.dry else "cuda", "--precision", "fp8",
-               "--profile", "--profile-nodes", "20", "--quiet"]
+               "--profile", "--profile-nodes", "20", "--quiet"] + (["--min-fp8-flops", "0"] if self.dry else [])
         st, rc, wall, _, out = self.run("profile", cmd, end - time.time())
         p = {"status": st, "what": f"fp8c train --precision fp8 (delayed), {size}, "
                                    f"{cmd[cmd.index('--steps') + 1]} steps, --profile",
@@ -566,6 +566,10 @@ def torch_ok(py):
 
 
 def git_commit():
+    """The commit of the fp8c binary (FP8C_E2E_COMMIT: gpu-e2e.sh --build records it beside
+    the carried binary, since the GPU machine's copy of the tree has no git), else HEAD."""
+    if os.environ.get("FP8C_E2E_COMMIT"):
+        return os.environ["FP8C_E2E_COMMIT"]
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10).stdout.strip() or os.environ.get("FP8C_E2E_COMMIT", "?")
@@ -578,7 +582,7 @@ def cmd_text(cmd):
 
 
 def last_line(out):
-    lines = [ln for ln in out.splitlines() if ln.strip()]
+    lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("$ ")]
     return lines[-1][:300] if lines else "no output"
 
 

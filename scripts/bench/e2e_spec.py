@@ -71,7 +71,7 @@ GPU_PLAN = {
 DRY_PLAN = {
     "125m": dict(batch=2, seq=16, steps=4, warm=1),
     "350m": dict(batch=2, seq=16, steps=3, warm=1),
-    "1.3b": dict(batch=2, seq=16, steps=3, warm=1),
+    "1.3b": dict(batch=2, seq=16, steps=2, warm=1),
 }
 
 

@@ -124,16 +124,20 @@ def load_model(model_dir, device):
     return model.float().train(), info
 
 
-def torchao_filter(mod, fqn):
+def torchao_filter(every):
     """The Linear layers fp8c's default training policy puts in FP8 (torchao's H100 filter for
-    tensorwise scaling: high precision when K <= 4096 and N <= 1024), never the LM head."""
-    if not isinstance(mod, torch.nn.Linear) or fqn.endswith("lm_head"):
-        return False
-    k, n = mod.in_features, mod.out_features
-    return not (k <= 4096 and n <= 1024) and k % 16 == 0 and n % 16 == 0
+    tensorwise scaling: high precision when K <= 4096 and N <= 1024; with `every`, as fp8c's
+    --min-fp8-flops 0, all of them), never the LM head."""
+
+    def keep(mod, fqn):
+        if not isinstance(mod, torch.nn.Linear) or fqn.endswith("lm_head"):
+            return False
+        k, n = mod.in_features, mod.out_features
+        return (every or not (k <= 4096 and n <= 1024)) and k % 16 == 0 and n % 16 == 0
+    return keep
 
 
-def prepare(model, mode, device):
+def prepare(model, mode, fp8_all):
     """The contender's model: eager, per-layer compiled, or torchao float8 + compiled."""
     fp8 = []
     if mode == "torchao":
@@ -141,7 +145,7 @@ def prepare(model, mode, device):
 
         before = {n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
         convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
-                                   module_filter_fn=torchao_filter)
+                                   module_filter_fn=torchao_filter(fp8_all))
         fp8 = sorted(n for n, m in model.named_modules()
                      if n in before and not type(m) is torch.nn.Linear)
     if mode in ("compile", "torchao"):
@@ -158,7 +162,7 @@ def train(a):
         torch.cuda.reset_peak_memory_stats()
     t0 = time.time()
     model, info = load_model(a.model_dir, device)
-    model, fp8_layers = prepare(model, a.mode, device)
+    model, fp8_layers = prepare(model, a.mode, a.fp8_all)
     data = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8)
     n, x, y = text_windows(data, a.seq)
     x = x.to(torch.int64).reshape(n, a.seq).to(device)
@@ -289,6 +293,8 @@ def main(argv):
     t.add_argument("--summary", required=True)
     t.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's)")
+    t.add_argument("--fp8-all", action="store_true",
+                   help="torchao: every Linear but the LM head in FP8 (the dry run's tiny models)")
     c = sub.add_parser("ceilings")
     c.add_argument("--out", required=True)
     s = sub.add_parser("sdpa")
