@@ -29,16 +29,19 @@
 #                                   the committed examples/models/llama-tiny.onnx and fp8c only.
 #                                   It checks that the script works, not speed.
 #
-# Results: .gpu-e2e/ (dry run: .gpu-e2e-dry/): e2e.json, e2e.md (the table) and logs.tar.gz
-# (every command's output and per-step CSV), rewritten after every run and copied to $OUT when
-# it is set (the device tool brings back at most 8 files). The parts run in order of need,
-# each under its own budget, the whole under FP8C_E2E_BUDGET seconds (540 on the GPU: the
-# device tool's 10-minute command limit less the start); FP8C_E2E_PARTS (e.g. "350m") runs
-# only those parts: env text 1.3b 125m profile ncu attention 350m same-start (the last, in
-# the dry run by default: fp8c and PyTorch f32 losses equal over 3 steps). One call of 540 s
-# fills with the first five; a second call right after it (the machine is still warm) with
-# FP8C_E2E_PARTS=350m FP8C_E2E_BUDGET=170 does the rest. Exit code 0 when
-# every run that ran finished; 1 when one failed (its row says why).
+# Results: .gpu-e2e/ (dry run: .gpu-e2e-dry/, or FP8C_E2E_WORK): e2e.json, e2e.md (the
+# table) and logs.tar.gz (every command's output and per-step CSV), rewritten after every
+# run and copied to $OUT when it is set (the device tool brings back at most 8 files). The
+# parts run in order of need, each under its own budget, the whole under FP8C_E2E_BUDGET
+# seconds (540 on the GPU: the device tool's 10-minute command limit less the start);
+# FP8C_E2E_PARTS (e.g. "350m") runs only those parts: env text 1.3b 125m profile ncu
+# attention 350m same-start (the last, in the dry run by default: fp8c and PyTorch f32 losses
+# equal over 3 steps). One call of 540 s fills with the first five; a second call right after
+# it (the machine still warm, device time permitting) with FP8C_E2E_PARTS=350m
+# FP8C_E2E_BUDGET=170 does the rest. Exit code 0 when every run that ran finished and the
+# results are whole (scripts/bench/e2e_check.py: every finished run's fields and table row,
+# the copies in $OUT); 1 when a run failed (its row says why) or the check found a problem
+# (printed last).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -71,7 +74,7 @@ if [ "$mode" = dry ]; then
   fi
   tpy=${FP8C_E2E_TORCH_PY:-$root/.venv-export/bin/python}
   [ "$tpy" = none ] || [ -x "$tpy" ] || tpy=none
-  work=$root/.gpu-e2e-dry
+  work=${FP8C_E2E_WORK:-$root/.gpu-e2e-dry}
   budget=${FP8C_E2E_BUDGET:-3000}
   # The dry run leaves out ncu (it needs the GPU) and adds same-start: fp8c and PyTorch in
   # f32 on the CPU, 3 steps, equal losses (the proof of same init, same data order).

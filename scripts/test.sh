@@ -5,20 +5,27 @@
 # packages, through scripts/env/mlir-env.sh), the distributed suite with `--features mpi`
 # (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh; 1, 2 and 4 ranks under
 # mpirun), and the Python package's pytest suite in a fresh venv (scripts/test-python.sh,
-# reusing the release build); then the CPU dry run of the GPU end-to-end benchmark
-# (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained by fp8c on the
-# emulated CUDA device; no torch, about a minute on two cores). Every part runs even when an
-# earlier one failed; the exit code says whether all passed.
+# reusing the release build); and, after the workspace's tests, the CPU dry run of the GPU
+# end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained
+# by fp8c on the emulated CUDA device; no torch; 25-50 s of CPU time). Every part runs even
+# when an earlier one failed; the exit code says whether all passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
 cargo test --workspace --release --no-fail-fast || status=1
+echo "== the GPU end-to-end benchmark's CPU dry run (scripts/gpu-e2e.sh --dry-run, without torch)"
+# Right after the workspace's tests, whose build of fp8c it uses (the mpi suite's build links
+# OpenMPI). It fails when a run fails or its results are incomplete (scripts/bench/e2e_check.py,
+# which also checks the copies in $OUT); the self-test then plants faults in copies of those
+# results and fails unless the check finds every one.
+e2e_out=$(mktemp -d)
+{ cargo build --release -p fp8c && OUT=$e2e_out FP8C_E2E_TORCH_PY=none scripts/gpu-e2e.sh --dry-run &&
+  python3 scripts/bench/e2e_check.py --self-test .gpu-e2e-dry; } || status=1
+rm -rf "$e2e_out"
 echo "== the mlir feature's suite (fp8c-mlir: MLIR emission, MLIR's JIT against the CPU reference)"
 scripts/env/mlir-env.sh cargo test --release -p fp8c-mlir --features mlir --no-fail-fast || status=1
 echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2 and 4 ranks, sharding, faults)"
 scripts/env/mpi-env.sh cargo test --release -p fp8c --features mpi --test distributed --no-fail-fast || status=1
 echo "== the Python package (crates/fp8c-py): pip install in a fresh venv, then its pytest suite"
 scripts/test-python.sh || status=1
-echo "== the GPU end-to-end benchmark's CPU dry run (scripts/gpu-e2e.sh --dry-run, without torch)"
-{ cargo build --release -p fp8c && FP8C_E2E_TORCH_PY=none scripts/gpu-e2e.sh --dry-run; } || status=1
 exit $status

@@ -2,7 +2,8 @@
 """The driver of scripts/gpu-e2e.sh (issue #48): runs its parts in order under time budgets,
 and after every run rewrites e2e.json and e2e.md (and logs.tar.gz) in the work folder and
 copies them to $OUT, so a call cut off at its limit still brings back the parts done.
-Standard library only (torch runs in e2e_torch.py subprocesses).
+Last, e2e_check.py checks what was written (exit 1 on a problem). Standard library only
+(torch runs in e2e_torch.py subprocesses).
 
 Usage (scripts/gpu-e2e.sh sets it up; run that instead):
   e2e_run.py --fp8c BIN --work DIR [--dry-run] [--torch-python PY] [--parts a,b]
@@ -35,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
+import e2e_check  # noqa: E402
 import e2e_report  # noqa: E402
 import e2e_spec as spec  # noqa: E402
 
@@ -169,8 +171,11 @@ class Driver:
                     self.doc["ceilings"] = json.load(open(path))
                 else:
                     return ("failed", "the ceilings (torch matmul and copy) failed; see logs/ceilings.log")
-        else:
+        elif self.dry:
             m["gpu"] = "none (dry run: fp8c on --device cuda-emulated, PyTorch on the CPU)"
+        else:
+            m["gpu"] = None
+            return ("failed", "no nvidia-smi here: not a GPU machine (on the CPU, use --dry-run)")
         return None
 
     def part_text(self, end):
@@ -625,16 +630,21 @@ def main(argv):
               "same-start": d.part_same_start}.get(p)
         d.part(p, fn or (lambda end, p=p: d.part_size(p, end)))
     print(open(os.path.join(d.work, "e2e.md")).read())
-    # One closing line in the form test runners end with: every run and every part beyond
-    # the setup, by outcome.
+    # One closing line in the form test runners end with: every run and every part that is
+    # not a size (its runs are counted), by outcome.
     done = [r["status"] for s in d.doc["sizes"].values() for r in s.get("runs", {}).values()]
-    done += [p["status"] for p in d.doc["parts"] if p["name"] not in ("env", "text") and p["name"] not in spec.SIZES]
+    done += [p["status"] for p in d.doc["parts"] if p["name"] not in spec.SIZES]
     ok = sum(st == "ok" for st in done)
     # On the GPU a run cut at its time limit keeps the steps it logged; in the dry run a
     # timeout is a failure.
     skipped = sum(st == "skipped" or (st == "timeout" and not d.dry) for st in done)
-    print(f"gpu-e2e: {ok} passed, {len(done) - ok - skipped} failed, {skipped} skipped")
-    return 1 if d.failed else 0
+    # What was written must be whole: every finished run's fields, its table row, $OUT's copies.
+    problems = e2e_check.check_dir(d.work, d.a.out or os.environ.get("OUT"))
+    for x in problems:
+        print(f"gpu-e2e: incomplete result: {x}")
+    print(f"gpu-e2e: {ok} passed, {len(done) - ok - skipped} failed, {skipped} skipped"
+          + (f"; {len(problems)} problem(s) in e2e.json/e2e.md" if problems else ""))
+    return 1 if d.failed or problems else 0
 
 
 if __name__ == "__main__":
