@@ -42,6 +42,8 @@
 #    run_models.log, train.log, bench.txt, fp8_accum.npz and logs.tar.gz (every log,
 #    environment.txt, llm_exports.log and probe.log among them).
 #    The last lines are a PASS/FAIL table; the exit code is the number of failed parts.
+#    The end-to-end training benchmark against PyTorch is a call of its own (it fills the
+#    10-minute limit): run(command="scripts/gpu-e2e.sh", carry=[".gpu-carry"], timeout_s=600).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
