@@ -324,7 +324,15 @@ fn decoder_and_encoder_exports_run_in_onnxruntime_like_fp8c() {
             .map(|(k, t)| (k.as_str(), t))
             .collect();
         fp8c_session::npy::write_npz(&inputs, &ints).unwrap();
-        let e = export_and_run(&model, &inputs, &dir, &["--min-fp8-flops", "0"]);
+        // The export spells attention in ONNX ops; `fp8c run` computes the same graph unfused
+        // (fused attention sums in another f32 order, and a flipped FP8 code downstream is a
+        // larger difference than this comparison's summation-order bound).
+        let e = export_and_run(
+            &model,
+            &inputs,
+            &dir,
+            &["--min-fp8-flops", "0", "--no-fuse-attention"],
+        );
         assert!(
             e.info["initializers"]["FLOAT8E4M3FN"].as_i64().unwrap_or(0) >= 12,
             "{name}: {}",

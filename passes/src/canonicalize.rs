@@ -114,11 +114,21 @@ pub fn infer_and_fold(g: &mut Graph, cx: &mut PassCx) -> Result<usize, IrError> 
             folded += 1;
             continue;
         }
+        // A scalar param folds like a constant, but not as a scale of a quantization: an FP8
+        // model's `dequantize(codes, scale)` stays, so its GEMMs keep the model's own scales.
+        let scalars = !training
+            && !matches!(
+                op,
+                Op::Dequantize { .. }
+                    | Op::DequantizeLinear { .. }
+                    | Op::Quantize { .. }
+                    | Op::QuantizeLinear { .. }
+            );
         let consts: Option<Vec<&Tensor>> = inputs
             .iter()
             .map(|&v| {
                 g.constant_value(v)
-                    .or_else(|| (!training).then(|| scalar_param(g, v)).flatten())
+                    .or_else(|| scalars.then(|| scalar_param(g, v)).flatten())
             })
             .collect();
         let Some(consts) = consts else { continue };
