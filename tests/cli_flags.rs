@@ -60,8 +60,15 @@ fn sample_value(flag: &str, cal: &Path, cfg: &Path, rows: u64) -> Option<String>
         "--granularity" => "*=tensorwise",
         "--force-fp8" => "fc1*",
         "--min-fp8-flops" => "0",
-        "--no-verify" | "--report-all" | "--power-2-scale" | "--hopper-accum"
-        | "--keep-first-last" | "--fp8-attention" | "--pad-to-16" | "--no-fuse" => return None,
+        "--no-verify"
+        | "--report-all"
+        | "--power-2-scale"
+        | "--hopper-accum"
+        | "--keep-first-last"
+        | "--fp8-attention"
+        | "--pad-to-16"
+        | "--no-fuse"
+        | "--no-fuse-attention" => return None,
         other => panic!("compile flag {other} has no sample value in tests/cli_flags.rs"),
     };
     Some(v.to_string())

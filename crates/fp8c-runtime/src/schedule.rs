@@ -288,7 +288,17 @@ mod tests {
                 &[x],
             )
             .unwrap()[0];
-        let late = g.add_node("late", Op::Add, &[y, y]).unwrap()[0];
+        // A small value at the end (a sum), so the end is not the peak of either order.
+        let late = g
+            .add_node(
+                "late",
+                Op::ReduceSum {
+                    axes: None,
+                    keepdims: true,
+                },
+                &[y],
+            )
+            .unwrap()[0];
         let c32 = g
             .add_node(
                 "x.f32",

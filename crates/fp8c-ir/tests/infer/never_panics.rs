@@ -389,13 +389,22 @@ fn make_op(kind: usize, ints: &[i64], flag: bool, dtype: DType) -> Op {
             amax_epsilon: i(2) as f32,
         },
         116 => Op::Round,
+        117 => Op::After,
+        118 => Op::Attention {
+            scale: i(0) as f64 / 8.0,
+            causal: flag,
+        },
+        119 => Op::AttentionGrad {
+            scale: i(1) as f64 / 8.0,
+            causal: !flag,
+        },
         _ => Op::Constant {
             value: Tensor::scalar_f32(1.0),
         },
     }
 }
 
-const OP_KINDS: usize = 117;
+const OP_KINDS: usize = 120;
 
 /// One of the per-tile scale rules, picked by `k`.
 fn scaling_of(k: i64) -> fp8c_ir::BlockScaling {

@@ -520,7 +520,15 @@ mod tests {
 
     /// The ops CUDA has no lowering for (with the examples' attributes); a new lowering moves
     /// its op out of this list.
-    const NOT_ON_CUDA: &[&str] = &["cum_sum", "arg_max", "arg_min", "top_k", "cast_e8m0"];
+    const NOT_ON_CUDA: &[&str] = &[
+        "cum_sum",
+        "arg_max",
+        "arg_min",
+        "top_k",
+        "cast_e8m0",
+        "attention",
+        "attention_grad",
+    ];
 
     #[test]
     fn every_op_gets_an_answer_and_every_no_a_reason() {
