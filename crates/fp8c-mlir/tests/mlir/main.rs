@@ -494,7 +494,11 @@ mod with_mlir {
         for (name, opts) in options {
             let compiled = Model::load(&path)
                 .unwrap()
-                .compile(&opts.input_shape("input_ids", &shape))
+                .compile(
+                    &opts
+                        .input_shape("input_ids", &shape)
+                        .no_fuse_attention(true),
+                )
                 .unwrap();
             let text = fp8c_mlir::emit(&compiled.graph).unwrap();
             let dir = tempfile::tempdir().unwrap();
@@ -794,7 +798,9 @@ mod with_mlir {
         .unwrap();
         let forward = data.forward_model(&model, 2, &out).unwrap();
         let spec = options.spec();
-        let opts = CompileOptions::fp8().recipe(fp8c_session::Recipe::Delayed(Default::default()));
+        let opts = CompileOptions::fp8()
+            .recipe(fp8c_session::Recipe::Delayed(Default::default()))
+            .no_fuse_attention(true);
         let mut cpu = Trainer::for_model(&forward, &spec, &opts, Device::Cpu).unwrap();
         let mut jit = Trainer::for_model(&forward, &spec, &opts, Device::Mlir).unwrap();
         let g = jit.graph();
