@@ -25,19 +25,30 @@ fn fp8c_bin() -> PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_fp8c").into())
 }
 
-/// `mpirun -np N fp8c ARGS` as a user on this machine types it (root in a container, more
-/// ranks than cores).
-fn mpirun(np: usize, args: &[String]) -> Command {
+/// `mpirun` as a user on this machine types it (root in a container, more ranks than cores),
+/// with a session directory of its own: OpenMPI 4 keeps each launch's files under
+/// `$TMPDIR/ompi.HOST.UID/pid.N` and the last launch to end removes the shared parent, so two
+/// launches that start and end at once (this suite's tests run in parallel) can race on it
+/// ("A call to mkdir was unable to create the desired directory").
+fn launcher() -> Command {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Short: OpenMPI puts a Unix socket under it (at most 107 bytes of path).
+    let session = std::env::temp_dir().join(format!("fp8c-ompi.{}.{n}", std::process::id()));
+    std::fs::create_dir_all(&session).unwrap();
     let mut c = Command::new("mpirun");
-    c.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-np",
-        &np.to_string(),
-    ])
-    .arg(fp8c_bin())
-    .args(args)
-    .stdin(Stdio::null());
+    c.args(["--allow-run-as-root", "--oversubscribe"])
+        .arg("--mca")
+        .arg("orte_tmpdir_base")
+        .arg(&session)
+        .stdin(Stdio::null());
+    c
+}
+
+/// `mpirun -np N fp8c ARGS`.
+fn mpirun(np: usize, args: &[String]) -> Command {
+    let mut c = launcher();
+    c.args(["-np", &np.to_string()]).arg(fp8c_bin()).args(args);
     c
 }
 
@@ -350,15 +361,14 @@ fn ranks_started_with_other_flags_are_refused_with_one_message() {
     let a = train_args(case, "f32", 1, 2, &work);
     let mut b = a.clone();
     b.extend(["--lr".into(), "0.002".into()]);
-    let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "1"])
+    let mut c = launcher();
+    c.args(["-np", "1"])
         .arg(fp8c_bin())
         .args(&a)
         .arg(":")
         .args(["-np", "1"])
         .arg(fp8c_bin())
-        .args(&b)
-        .stdin(Stdio::null());
+        .args(&b);
     let r = run(c);
     assert!(!r.ok);
     assert_eq!(
@@ -485,10 +495,9 @@ fn a_rank_whose_write_fails_ends_every_rank_with_its_message() {
             .join(" ")
     );
     let t = Instant::now();
-    let out = Command::new("mpirun")
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+    let out = launcher()
+        .args(["-np", "2"])
         .args(["sh", "-c", &rank])
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(t.elapsed() < Duration::from_secs(120), "{:?}", t.elapsed());
