@@ -5,6 +5,7 @@
 Usage:
   PY=$(scripts/env/python-env.sh)
   $PY scripts/bench/train_memory.py FP8C [--only NAME,...] [--rounds N] [--threads N]
+        [--model M.onnx] [--seq-len T]
 
 Experiments (--only picks some; default all):
   fp8-saved        FP8 training (delayed scaling, HYBRID, every eligible GEMM in FP8:
@@ -105,9 +106,9 @@ def table_pair(name, labels, res, cmd):
           f"({len(res[0][0][1])} steps, last loss {res[0][0][1][-1]})")
 
 
-def fp8_saved(fp8c, rounds, threads, work):
-    model = os.path.join(ROOT, "examples", "models", "llama-tiny.onnx")
-    base = [model, "--text", TEXT, "--seq-len", "2048", "--batch", "1", "--steps", "3",
+def fp8_saved(fp8c, rounds, threads, work, model=None, seq=2048):
+    model = model or os.path.join(ROOT, "examples", "models", "llama-tiny.onnx")
+    base = [model, "--text", TEXT, "--seq-len", str(seq), "--batch", "1", "--steps", "3",
             "--precision", "fp8", "--recipe", "delayed", "--format", "hybrid",
             "--min-fp8-flops", "0", "--recompute", "attention"]
     res = pair(fp8c, base, ["--activations", "fp8"], ["--activations", "high"], rounds,
@@ -117,8 +118,8 @@ def fp8_saved(fp8c, rounds, threads, work):
                                         for x in base) + " --activations fp8|high")
 
 
-def recompute(fp8c, rounds, threads, work):
-    model = os.path.join(ROOT, ".cache", "models", "llama-long.onnx")
+def recompute(fp8c, rounds, threads, work, model=None):
+    model = model or os.path.join(ROOT, ".cache", "models", "llama-long.onnx")
     if not os.path.exists(model):
         sys.exit(f"{model} is missing: PY=$(scripts/env/export-env.sh); "
                  "$PY scripts/fixtures/export_llms.py llama-long")
@@ -176,14 +177,18 @@ def main(argv):
     ap.add_argument("--only", default="fp8-saved,recompute,optimizer-state")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", help="the model of fp8-saved and recompute (default: "
+                    "llama-tiny and llama-long), e.g. .cache/models/llama-bench-23m.onnx")
+    ap.add_argument("--seq-len", type=int, default=2048, help="fp8-saved's sequence length")
     a = ap.parse_args(argv)
+    model = os.path.abspath(a.model) if a.model else None
     fp8c = os.path.abspath(a.fp8c)
     with tempfile.TemporaryDirectory() as work:
         for name in a.only.split(","):
             if name == "fp8-saved":
-                fp8_saved(fp8c, a.rounds, a.threads, work)
+                fp8_saved(fp8c, a.rounds, a.threads, work, model, a.seq_len)
             elif name == "recompute":
-                recompute(fp8c, a.rounds, a.threads, work)
+                recompute(fp8c, a.rounds, a.threads, work, model)
             elif name == "optimizer-state":
                 optimizer_state(fp8c, a.threads, work)
             else:

@@ -5,14 +5,18 @@
 //!
 //! Regions:
 //! - **layer**: the forward pass is cut at the values every path from the tokens to the loss
-//!   goes through (the post-dominators of the graph input with the longest such chain: the
-//!   residual stream after each attention and each MLP, then the head). The nodes between
+//!   goes through (the post-dominators of the node with the longest such chain, the token
+//!   embedding for a language model: the residual stream after each attention and each MLP,
+//!   then the head). The nodes between
 //!   two cuts that read parameters named with the same layer number
 //!   (`model.layers.3.input_layernorm.weight` → `model.layers.3`; dynamo exports keep the
 //!   norms' names) make one region with the cuts between them, so a layer is recomputed from
 //!   the residual value it starts from (the one value per layer that stays saved, with the
 //!   values every layer reads: the mask, the rotary tables). Stretches without such a name
-//!   (the embedding, the head) stay; a model with no layer names gets one region per stretch.
+//!   (the embedding, the head) stay. A model whose names do not tell two layers apart (none,
+//!   or one shared by all: exporters fold equal initializers, so every norm weight can be
+//!   `model.layers.0.input_layernorm.weight`) gets one region per stretch: each attention
+//!   block and each MLP block.
 //! - **attention**: from the `matmul` of the scaled Q·Kᵀ through the mask, `softmax` and the
 //!   exporters' NaN guard to the `matmul` with V: the tensors that grow with the square of
 //!   the sequence. A fused `attention` op already recomputes its probabilities from the
@@ -163,8 +167,6 @@ fn layers(g: &Graph, order: &[NodeId], loss: NodeId) -> Vec<Vec<NodeId>> {
         }
         ipdom.insert(n, d);
     }
-    // The chain of cuts from the graph input with the longest one (the tokens, for a
-    // language model): the residual stream, then the head.
     let chain_of = |s: NodeId| {
         let mut c = vec![s];
         while let Some(&d) = ipdom.get(c.last().expect("not empty")) {
@@ -172,19 +174,51 @@ fn layers(g: &Graph, order: &[NodeId], loss: NodeId) -> Vec<Vec<NodeId>> {
         }
         c
     };
-    let Some(chain) = g
+    // Two candidate chains of cuts (the residual stream, then the head): from the graph input
+    // with the longest one (the tokens), and from the node with the most post-dominators.
+    // The second matters where an input also feeds every layer by a side path (the token
+    // ids' shape giving the rotary tables' positions): that input is post-dominated by the
+    // last layer only. Chain lengths by one pass from the loss back (a node's immediate
+    // post-dominator comes later in the order); ties go to the earliest node. The candidate
+    // giving more regions wins, then the one recomputing more nodes.
+    let mut depth: HashMap<NodeId, usize> = HashMap::new();
+    for &n in live.iter().rev() {
+        let d = ipdom
+            .get(&n)
+            .map_or(0, |p| depth.get(p).copied().unwrap_or(0) + 1);
+        depth.insert(n, d);
+    }
+    let mut candidates: Vec<Vec<NodeId>> = Vec::new();
+    if let Some(c) = g
         .inputs()
         .iter()
         .filter(|n| inside.contains(n))
         .map(|&s| chain_of(s))
         .max_by_key(Vec::len)
-    else {
-        return Vec::new();
-    };
+    {
+        candidates.push(c);
+    }
+    if let Some(s) = live.iter().copied().rev().max_by_key(|n| depth[n]) {
+        candidates.push(chain_of(s));
+    }
+    candidates
+        .iter()
+        .map(|chain| regions_along(g, &live, &pos, chain))
+        .max_by_key(|r| (r.len(), r.iter().map(Vec::len).sum::<usize>()))
+        .unwrap_or_default()
+}
+
+/// The regions between the cuts of `chain` (see the module docs).
+fn regions_along(
+    g: &Graph,
+    live: &[NodeId],
+    pos: &HashMap<NodeId, usize>,
+    chain: &[NodeId],
+) -> Vec<Vec<NodeId>> {
     let cut: HashMap<NodeId, usize> = chain.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     // Segment k: the nodes after cut k and before cut k + 1.
     let mut seg: HashMap<NodeId, usize> = HashMap::new();
-    for &n in &live {
+    for &n in live {
         if let Some(&k) = cut.get(&n) {
             seg.insert(n, k);
             continue;
@@ -200,7 +234,7 @@ fn layers(g: &Graph, order: &[NodeId], loss: NodeId) -> Vec<Vec<NodeId>> {
         }
     }
     let mut segments: Vec<Vec<NodeId>> = vec![Vec::new(); chain.len()];
-    for &n in &live {
+    for &n in live {
         if let Some(&k) = seg.get(&n)
             && !cut.contains_key(&n)
         {
@@ -222,8 +256,14 @@ fn layers(g: &Graph, order: &[NodeId], loss: NodeId) -> Vec<Vec<NodeId>> {
         })
         .collect();
     let mut out: Vec<Vec<NodeId>> = Vec::new();
-    if tags.iter().all(BTreeSet::is_empty) {
-        // No layer names: every stretch between two cuts is a region.
+    // The names tell layers apart only if at least two stretches carry different ones: an
+    // exporter that folds equal initializers into one (the norms' weights, all ones at
+    // initialisation, become `model.layers.0.input_layernorm.weight` for every layer) and
+    // names the rest `val_N` leaves one layer name on every stretch, and merging by it
+    // would make the whole stack one region, recomputed at once.
+    let distinct: BTreeSet<&BTreeSet<String>> = tags.iter().filter(|t| !t.is_empty()).collect();
+    if distinct.len() < 2 {
+        // No layer names to go by: every stretch between two cuts is a region.
         out.extend(segments.into_iter().filter(|s| s.len() > 1));
     } else {
         // Consecutive segments of the same layer make one region, the cuts between them
