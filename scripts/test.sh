@@ -19,13 +19,19 @@ echo "== the GPU end-to-end benchmark's CPU dry run (scripts/gpu-e2e.sh --dry-ru
 # which also checks the copies in $OUT); the self-test then plants faults in copies of those
 # results and fails unless the check finds every one.
 e2e_out=$(mktemp -d)
-{ cargo build --release -p fp8c && OUT=$e2e_out FP8C_E2E_TORCH_PY=none scripts/gpu-e2e.sh --dry-run &&
+# Built by the workspace's tests; `cargo build -p fp8c` would resolve features for that package
+# alone and rebuild most dependencies.
+{ { [ -x target/release/fp8c ] || cargo build --release -p fp8c; } &&
+  OUT=$e2e_out FP8C_E2E_TORCH_PY=none scripts/gpu-e2e.sh --dry-run &&
   python3 scripts/bench/e2e_check.py --self-test .gpu-e2e-dry; } || status=1
 rm -rf "$e2e_out"
 echo "== the mlir feature's suite (fp8c-mlir: MLIR emission, MLIR's JIT against the CPU reference)"
 scripts/env/mlir-env.sh cargo test --release -p fp8c-mlir --features mlir --no-fail-fast || status=1
 echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2 and 4 ranks, sharding, faults)"
-scripts/env/mpi-env.sh cargo test --release -p fp8c --features mpi --test distributed --no-fail-fast || status=1
+# `--workspace` keeps the workspace's feature resolution (plus `mpi`), so the dependencies built
+# for the workspace's tests are reused; only the crates the feature touches are built again.
+scripts/env/mpi-env.sh cargo test --release --workspace --features fp8c/mpi --test distributed \
+  --no-fail-fast || status=1
 echo "== the Python package (crates/fp8c-py): pip install in a fresh venv, then its pytest suite"
 scripts/test-python.sh || status=1
 exit $status
