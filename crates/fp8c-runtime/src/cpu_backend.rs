@@ -19,6 +19,7 @@
 
 use crate::backend::{Backend, Executable, Observer, RuntimeError};
 use crate::conv_epilogue::{self, Chain};
+use crate::cpu_moves;
 use crate::program::{BufId, BufferKind, Program, Step};
 use fp8c_ir::Tensor;
 use std::borrow::Cow;
@@ -221,10 +222,11 @@ impl CpuExecutable {
 
     /// Runs every step of the program on the calling thread (see `run_pooled`). Without an
     /// observer, a conv and the elementwise steps after it run as one where prepare found
-    /// such a chain (`conv_epilogue.rs`), and an elementwise step whose input dies at that
-    /// step writes its result over that input where `fp8c_eval::eval_in_place` handles it
-    /// (same bits, no fresh buffer); an observer sees every step's inputs as they were, so
-    /// then each step runs alone and writes anew.
+    /// such a chain (`conv_epilogue.rs`), a `where` on one bool hands over the operand it
+    /// selects (`cpu_moves.rs`), and an elementwise step whose input dies at that step writes
+    /// its result over that input where `fp8c_eval::eval_in_place` handles it (same bits, no
+    /// fresh buffer); an observer sees every step's inputs as they were, so then each step
+    /// runs alone and writes anew. The results leave their slots without a copy.
     fn run_steps(
         &mut self,
         inputs: &BTreeMap<String, Tensor>,
@@ -295,6 +297,15 @@ impl CpuExecutable {
                 continue;
             }
             if obs.is_none()
+                && let Some(t) = cpu_moves::select_whole(p, i, &mut slots)
+            {
+                slots[step.outputs[0].index()] = Some(Cow::Owned(t));
+                for &b in p.frees_after(i) {
+                    slots[b.index()] = None;
+                }
+                continue;
+            }
+            if obs.is_none()
                 && let Some(t) = in_place(p, i, &mut slots)?
             {
                 slots[step.outputs[0].index()] = Some(Cow::Owned(t));
@@ -330,22 +341,7 @@ impl CpuExecutable {
                 slots[b.index()] = None;
             }
         }
-        let take = |b: BufId| -> Result<Tensor, RuntimeError> {
-            slots[b.index()]
-                .as_deref()
-                .cloned()
-                .ok_or_else(|| RuntimeError::Other(format!("internal: result {b} was freed")))
-        };
-        let mut out = BTreeMap::new();
-        for (name, b) in p.outputs() {
-            out.insert(name.clone(), take(*b)?);
-        }
-        let mut updates = Vec::new();
-        for s in p.state() {
-            if let Some(u) = s.update {
-                updates.push((s.buf, take(u)?));
-            }
-        }
+        let (out, updates) = cpu_moves::take_results(p, &mut slots)?;
         drop(slots);
         for (buf, t) in updates {
             self.state.insert(buf, t);

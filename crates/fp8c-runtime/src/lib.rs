@@ -8,6 +8,7 @@
 mod backend;
 mod conv_epilogue;
 mod cpu_backend;
+mod cpu_moves;
 pub mod cuda;
 mod dynamic_shape;
 mod lower;

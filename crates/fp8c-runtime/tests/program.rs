@@ -578,3 +578,47 @@ fn convs_take_their_elementwise_steps_as_epilogues_with_the_same_bits() {
     assert_eq!(got["y"].bytes(), one_by_one["y"].bytes());
     assert!(values(&got["y"]).iter().any(|&v| v > 0.0));
 }
+
+/// A training step's guard, `where(ok, updated, old)` on one bool, hands over the operand it
+/// selects (`cpu_moves.rs`): the state takes the update only when `ok` is true, an output that
+/// is also the state's update is returned too, and the select of two computed operands gives
+/// the chosen one's values either way.
+#[test]
+fn guarded_state_updates_select_the_whole_operand() {
+    let mut g = Graph::new("guard");
+    let x = g.add_input("x", f32t(&[4])).unwrap();
+    let ok = g.add_input("ok", TensorType::scalar(DType::Bool)).unwrap();
+    let w = g.add_state("w", f32t(&[4]), 0.0).unwrap();
+    let new = g.add_node("w.new", Op::Add, &[w, x]).unwrap()[0];
+    let next = g.add_node("w.next", Op::Where, &[ok, new, w]).unwrap()[0];
+    g.set_state_update("w", next).unwrap();
+    g.set_output("w_next", next).unwrap();
+    let a = g.add_node("a", Op::Neg, &[x]).unwrap()[0];
+    let b = g.add_node("b", Op::Exp, &[x]).unwrap()[0];
+    let y = g.add_node("pick", Op::Where, &[ok, a, b]).unwrap()[0];
+    g.set_output("y", y).unwrap();
+    let mut exe = prepare(&g);
+    let xs = Tensor::from_f32(vec![4], &[1., 2., 3., 4.]);
+    let step = |exe: &mut Box<dyn Executable>, flag: bool| {
+        exe.run(&inputs(&[
+            ("x", xs.clone()),
+            ("ok", Tensor::from_bool(vec![], &[flag])),
+        ]))
+        .unwrap()
+    };
+    let out = step(&mut exe, true);
+    assert_eq!(values(&out["w_next"]), [1., 2., 3., 4.]);
+    assert_eq!(values(&out["y"]), [-1., -2., -3., -4.]);
+    assert_eq!(values(&exe.state()["w"]), [1., 2., 3., 4.]);
+    let out = step(&mut exe, false);
+    assert_eq!(
+        values(&out["w_next"]),
+        [1., 2., 3., 4.],
+        "a skipped step keeps the old state"
+    );
+    let exp: Vec<f32> = [1f32, 2., 3., 4.].iter().map(|v| v.exp()).collect();
+    assert_eq!(values(&out["y"]), exp);
+    assert_eq!(values(&exe.state()["w"]), [1., 2., 3., 4.]);
+    step(&mut exe, true);
+    assert_eq!(values(&exe.state()["w"]), [2., 4., 6., 8.]);
+}
