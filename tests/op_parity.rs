@@ -314,7 +314,9 @@ fn cast_to_e8m0_with_every_round_mode() {
 // Vision ops imported by decomposition (scripts/fixtures/make_vision_op_models.py): instance and
 // group normalisation as reductions and elementwise ops, DepthToSpace/SpaceToDepth as reshape,
 // transpose, reshape, Resize/Upsample as gathers of constant positions (and a weighted add
-// for `linear`), one model per mode and attribute combination the importer accepts.
+// for `linear`; a weighted sum of taps for cubic, antialias and crops), MaxPool's Indices as
+// a gather of window taps and an arg_max, one model per mode and attribute combination the
+// importer accepts.
 op_tests! {
     instance_norm_2d: "instance_norm_2d";
     instance_norm_1d_epsilon: "instance_norm_1d_epsilon";
@@ -350,4 +352,15 @@ op_tests! {
     upsample_opset9_nearest: "upsample9_nearest";
     upsample_opset9_linear: "upsample9_linear";
     upsample_opset7_nearest: "upsample7_nearest";
+    resize_cubic_half_pixel_up: "resize_cubic_half_pixel_up";
+    resize_cubic_align_corners_up: "resize_cubic_align_corners_up";
+    resize_cubic_coefficient_exclude_outside_down: "resize_cubic_exclude_outside_down";
+    resize_cubic_antialias_down: "resize_cubic_antialias_down";
+    resize_linear_antialias_down: "resize_linear_antialias_down";
+    resize_tf_crop_and_resize_extrapolated: "resize_crop_linear_extrapolated";
+    resize_nearest_keep_aspect_not_smaller: "resize_nearest_not_smaller";
+    resize_linear_keep_aspect_not_larger: "resize_linear_not_larger";
+    max_pool_indices_dilated_ceil_column_major: "max_pool_indices_dilated_ceil_col_major";
+    max_pool_indices_3d_same_upper: "max_pool_indices_3d_same_upper";
+    max_pool_indices_1d: "max_pool_indices_1d";
 }

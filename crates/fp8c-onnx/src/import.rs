@@ -3,7 +3,9 @@
 //! The import runs in checked stages, each on the proto, so that a model is rejected with a
 //! complete message before any IR is built:
 //! 1. opset: the ai.onnx opset must be in [`MIN_OPSET`]..=[`MAX_OPSET`] (13–21 fully,
-//!    7–12 where the older op forms are cheap, 22–27 where nothing changed that matters);
+//!    7–12 where the older op forms are cheap, 1–6 where an op's form is its opset-7 one
+//!    (`ops::old_forms` refuses the rest by attribute), 22–27 where nothing changed that
+//!    matters);
 //! 2. definitions: every value has one producer (node output, graph input or initializer);
 //! 3. pruning: only nodes that feed a selected output are kept, so an unsupported op in an
 //!    unused branch does not fail the import;
@@ -24,8 +26,9 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::ops::RangeInclusive;
 use std::path::Path;
 
-/// Oldest ai.onnx opset the importer accepts (older op forms are mapped where cheap).
-pub const MIN_OPSET: i64 = 7;
+/// Oldest ai.onnx opset the importer accepts (older op forms are mapped where cheap; before
+/// opset 7, `ops::old_forms` checks each node).
+pub const MIN_OPSET: i64 = 1;
 /// Newest ai.onnx opset the importer accepts. Opsets 22–25 changed the mapped ops only by
 /// adding element types and the attributes Cast/CastLike `round_mode` (FLOAT8E8M0 only:
 /// `cast_e8m0`), QuantizeLinear `precision` and DequantizeLinear `output_dtype`, which the
@@ -735,6 +738,7 @@ pub(crate) fn map_node(
         for w in crate::ops::schema::check_attrs(op_type, opset, &node.attribute).map_err(err)? {
             warnings.push(format!("node \"{name}\" ({op_type}): {w}"));
         }
+        crate::ops::old_forms::check(op_type, opset, &node.attribute).map_err(err)?;
     }
     let given = node
         .input

@@ -1,7 +1,9 @@
 //! Which graph inputs are shapes in disguise: integer inputs whose *values* decide the shape
 //! of a tensor (a Reshape's target shape, Slice bounds, reduction axes, Range limits, ...),
 //! directly or through integer arithmetic on them, float scalars that do (a float Range's
-//! start, limit and delta), and Resize's and Upsample's float `scales` given as inputs.
+//! start, limit and delta), Resize's and Upsample's float `scales` given as inputs, a
+//! `tf_crop_and_resize` Resize's `roi`, and Dropout's `ratio` and `training_mode` (which
+//! decide whether the node is the identity).
 //!
 //! A program is compiled for static shapes, so such an input is treated like an input shape:
 //! the session specialises the model on the value it is given (the import turns the input
@@ -31,6 +33,7 @@ fn shape_positions(op_type: &str) -> &'static [usize] {
         "ConstantOfShape" | "BlackmanWindow" | "HannWindow" | "HammingWindow" => &[0],
         "Range" => &[0, 1, 2],
         "If" => &[0],
+        "Dropout" => &[1, 2],
         "Slice" => &[1, 2, 3, 4],
         "Pad" => &[1, 3],
         "Resize" => &[2, 3],
@@ -67,16 +70,18 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
                 stack.push(v);
             }
         }
+        stack.extend(crop_roi(n).filter(|v| !v.is_empty()).map(String::as_str));
     }
     // Resize's and Upsample's float `scales`, given straight from a graph input, decide the
-    // output shape as much as `sizes` do.
+    // output shape as much as `sizes` do; so does a crop's `roi`, and Dropout's ratio.
     let scales: HashSet<&str> = nodes
         .iter()
         .filter_map(|n| match n.op_type() {
             "Resize" => n.input.get(2),
-            "Upsample" => n.input.get(1),
+            "Upsample" | "Dropout" => n.input.get(1),
             _ => None,
         })
+        .chain(nodes.iter().filter_map(|n| crop_roi(n)))
         .map(String::as_str)
         .collect();
     while let Some(v) = stack.pop() {
@@ -97,6 +102,18 @@ pub fn shape_inputs(graph: &GraphProto) -> Vec<String> {
         .filter(|i| is_shape_like_input(i) || scales.contains(i.name()))
         .map(|i| i.name().to_string())
         .collect()
+}
+
+/// A cropping Resize's `roi` input: it decides which input positions the resize reads (the
+/// plan is built at import).
+fn crop_roi(n: &NodeProto) -> Option<&String> {
+    let crop = n.attribute.iter().any(|a| {
+        a.name() == "coordinate_transformation_mode"
+            && a.s.as_deref() == Some(b"tf_crop_and_resize".as_slice())
+    });
+    (n.op_type() == "Resize" && crop)
+        .then(|| n.input.get(1))
+        .flatten()
 }
 
 /// True for a graph input declared with an integer (or bool) element type, or a float one

@@ -192,16 +192,69 @@ fn unknown_output_in_options() {
 fn opset_out_of_range_or_absent() {
     assert_eq!(
         import_err(relu_model().opset(28)),
-        "opset: ai.onnx opset 28 is not supported (supported: 7 to 27)"
+        "opset: ai.onnx opset 28 is not supported (supported: 1 to 27)"
     );
     assert_eq!(
-        import_err(relu_model().opset(6)),
-        "opset: ai.onnx opset 6 is not supported (supported: 7 to 27)"
+        import_err(relu_model().opset(0)),
+        "opset: ai.onnx opset 0 is not supported (supported: 1 to 27)"
     );
     assert_eq!(
         import_err(relu_model().clear_opsets()),
         "opset: the model imports no ai.onnx opset"
     );
+}
+
+#[test]
+fn old_opset_forms_that_change_values_are_refused() {
+    // BatchNormalization-6 without is_test is training mode (is_test defaults to 0).
+    let bn = |is_test: Option<i64>| {
+        let mut b = ModelBuilder::new()
+            .input("x", DType::F32, &[1.into(), 2.into(), 3.into()])
+            .initializer_f32("s", &[2], &[1.0, 1.0])
+            .initializer_f32("b", &[2], &[0.0, 0.0])
+            .initializer_f32("m", &[2], &[0.0, 0.0])
+            .initializer_f32("v", &[2], &[1.0, 1.0])
+            .node("BatchNormalization", &["x", "s", "b", "m", "v"], &["y"])
+            .name("bn");
+        if let Some(t) = is_test {
+            b = b.attr_int("is_test", t);
+        }
+        b.output_untyped("y").opset(6)
+    };
+    assert_eq!(
+        import_err(bn(None)),
+        "node \"bn\" (BatchNormalization): attribute `is_test` = 0 (training mode) of \
+         BatchNormalization before opset 7 is not supported: give is_test = 1"
+    );
+    import_with(bn(Some(1)), &ImportOptions::default()).unwrap();
+    // Reshape-1's `shape` attribute (an input from opset 5 on).
+    let reshape = ModelBuilder::new()
+        .input("x", DType::F32, &[2.into(), 3.into()])
+        .node("Reshape", &["x"], &["y"])
+        .name("r")
+        .attr_ints("shape", &[3, 2])
+        .output_untyped("y")
+        .opset(4);
+    assert_eq!(
+        import_err(reshape),
+        "node \"r\" (Reshape): attribute `shape` of Reshape before opset 7 (opset 4) is not supported"
+    );
+}
+
+#[test]
+fn old_opset_broadcast_with_axis_aligns_b_from_axis() {
+    // Add-6, broadcast = 1, axis = 1: B of shape [3] lines up with A's axis 1.
+    let b = ModelBuilder::new()
+        .input("a", DType::F32, &[2.into(), 3.into(), 4.into()])
+        .input("b", DType::F32, &[3.into()])
+        .node("Add", &["a", "b"], &["y"])
+        .attr_int("broadcast", 1)
+        .attr_int("axis", 1)
+        .output_untyped("y")
+        .opset(6);
+    let imp = import_with(b, &ImportOptions::default()).unwrap();
+    let y = imp.graph.outputs()[0].value;
+    assert_eq!(imp.graph.value_type(y).to_string(), "f32[2,3,4]");
 }
 
 // ------------------------------------------------------------------ inputs
@@ -523,7 +576,7 @@ fn unsupported_extra_outputs_when_used() {
         .output_untyped("rm");
     assert_eq!(
         import_err(bn),
-        r#"node "bn" (BatchNormalization): output 1 ("rm") is used, but training outputs (running mean/var, saved statistics) are not supported"#
+        r#"node "bn" (BatchNormalization): output 1 ("rm") is used, but the running and saved statistics are outputs of training mode only (opset 14's training_mode = 1)"#
     );
     // Dropout's mask at inference is all true: supported.
     let drop = b
@@ -541,10 +594,10 @@ fn unsupported_extra_outputs_when_used() {
         .name("p")
         .attr_ints("kernel_shape", &[2, 2])
         .output_untyped("idx");
-    assert_eq!(
-        import_err(pool),
-        r#"node "p" (MaxPool): output 1 ("idx") is used, but MaxPool indices are not supported"#
-    );
+    // MaxPool's Indices: planned at import (ops/pool_indices.rs).
+    let g = common::import(pool).graph;
+    let idx = g.outputs().iter().find(|o| o.name == "idx").unwrap();
+    assert_eq!(g.value_type(idx.value).to_string(), "i64[1,2,3,3]");
 }
 
 #[test]

@@ -53,37 +53,42 @@ fn unchanged_axes_may_be_symbolic_and_same_size_is_identity() {
 }
 
 #[test]
-fn resize_refuses_cubic_naming_the_attribute() {
+fn resize_cubic_is_a_weighted_sum_of_four_taps_per_axis() {
     let b = resize_scales(4.into(), &[1.0, 1.0, 2.0, 2.0]).attr_str("mode", "cubic");
+    let imp = import(b);
+    let per_axis = ["gather", "mul", "reduce_sum"];
+    assert_eq!(op_names(&imp.graph), [per_axis, per_axis].concat());
+    assert_eq!(common::output_ty(&imp, "y"), "f32[1,2,8,10]");
+}
+
+#[test]
+fn antialias_widens_the_taps_and_exclude_outside_keeps_two() {
+    // Halving with antialias: 4 taps per output position; exclude_outside alone: 2.
+    let b = resize_scales(4.into(), &[1.0, 1.0, 0.5, 0.5])
+        .attr_str("mode", "linear")
+        .attr_int("antialias", 1);
+    let imp = import(b);
+    let per_axis = ["gather", "mul", "reduce_sum"];
+    assert_eq!(op_names(&imp.graph), [per_axis, per_axis].concat());
+    assert_eq!(common::output_ty(&imp, "y"), "f32[1,2,2,2]");
+    let b = resize_scales(4.into(), &[1.0, 1.0, 0.5, 0.5])
+        .attr_str("mode", "cubic")
+        .attr_int("exclude_outside", 1);
+    assert_eq!(common::output_ty(&import(b), "y"), "f32[1,2,2,2]");
+    let b = resize_scales(4.into(), &[1.0, 1.0, 0.5, 0.5]).attr_int("antialias", 1);
     assert_eq!(
         import_err(b),
-        r#"node "rs" (Resize): attribute `mode` = "cubic" is not supported (nearest and linear are)"#
+        r#"node "rs" (Resize): attribute `antialias` = 1 needs mode linear or cubic"#
     );
 }
 
 #[test]
-fn resize_refuses_antialias_and_exclude_outside() {
-    for attr in ["antialias", "exclude_outside"] {
-        let b = resize_scales(4.into(), &[1.0, 1.0, 0.5, 0.5])
-            .attr_str("mode", "linear")
-            .attr_int(attr, 1);
-        assert_eq!(
-            import_err(b),
-            format!(r#"node "rs" (Resize): attribute `{attr}` = 1 is not supported (only 0)"#)
-        );
-    }
-}
-
-#[test]
-fn resize_refuses_tf_crop_and_resize() {
+fn tf_crop_and_resize_needs_its_roi() {
     let b = resize_scales(4.into(), &[1.0, 1.0, 2.0, 2.0])
         .attr_str("coordinate_transformation_mode", "tf_crop_and_resize");
-    let msg = import_err(b);
-    assert!(
-        msg.starts_with(
-            r#"node "rs" (Resize): attribute `coordinate_transformation_mode` = "tf_crop_and_resize" is not supported"#
-        ),
-        "{msg}"
+    assert_eq!(
+        import_err(b),
+        r#"node "rs" (Resize): input 1 (`roi`) is required by tf_crop_and_resize"#
     );
 }
 
@@ -115,18 +120,28 @@ fn resize_refuses_a_symbolic_resized_axis() {
 }
 
 #[test]
-fn resize_refuses_keep_aspect_ratio_policies_other_than_stretch() {
-    let b = ModelBuilder::new()
-        .opset(19)
-        .input("x", DType::F32, &[1.into(), 2.into(), 4.into(), 5.into()])
-        .initializer_i64("sizes", &[4], &[1, 2, 8, 8])
-        .node("Resize", &["x", "", "", "sizes"], &["y"])
-        .name("rs")
-        .attr_str("keep_aspect_ratio_policy", "not_larger")
-        .output_untyped("y");
+fn keep_aspect_ratio_policies_scale_every_resized_axis_alike() {
+    // sizes [1, 2, 8, 8] of [1, 2, 4, 5]: ratios 1, 1, 2, 1.6 over every axis.
+    let b = |policy: &str| {
+        ModelBuilder::new()
+            .opset(19)
+            .input("x", DType::F32, &[1.into(), 2.into(), 4.into(), 5.into()])
+            .initializer_i64("sizes", &[4], &[1, 2, 8, 8])
+            .node("Resize", &["x", "", "", "sizes"], &["y"])
+            .name("rs")
+            .attr_str("keep_aspect_ratio_policy", policy)
+            .output_untyped("y")
+    };
+    // not_larger takes the smallest ratio (1): nothing changes.
+    assert_eq!(op_names(&import(b("not_larger")).graph), ["identity"]);
+    // not_smaller the largest (2), on every axis: round(2 · dim).
     assert_eq!(
-        import_err(b),
-        r#"node "rs" (Resize): attribute `keep_aspect_ratio_policy` = "not_larger" is not supported (only "stretch")"#
+        common::output_ty(&import(b("not_smaller")), "y"),
+        "f32[2,4,8,10]"
+    );
+    assert_eq!(
+        import_err(b("wider")),
+        r#"node "rs" (Resize): attribute `keep_aspect_ratio_policy`: unknown value "wider" (stretch, not_larger and not_smaller are ONNX's)"#
     );
 }
 

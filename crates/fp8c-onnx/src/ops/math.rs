@@ -11,9 +11,29 @@ pub(super) fn unary(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError
     Ok(vec![cx.add(op, &[x])?])
 }
 
-/// Two inputs, one IR op.
+/// Two inputs, one IR op. Before opset 7, `broadcast` = 1 with `axis` aligns B's dims with
+/// A's from `axis` on: B gets trailing 1s so that numpy's broadcasting does the same.
 pub(super) fn binary(cx: &mut NodeCx<'_>, op: Op) -> Result<Vec<Value>, OnnxError> {
-    let (a, b) = (cx.input(0)?, cx.input(1)?);
+    let (a, mut b) = (cx.input(0)?, cx.input(1)?);
+    let legacy_axis = if cx.opset < 7 && cx.attr_bool("broadcast", false)? {
+        cx.attr_int_opt("axis")?
+    } else {
+        None
+    };
+    if let Some(axis) = legacy_axis {
+        let (ra, rb) = (cx.ty(a).rank(), cx.ty(b).rank());
+        let start = super::normalize_axis(axis, ra)
+            .filter(|s| s + rb <= ra)
+            .ok_or_else(|| {
+                cx.err(format!(
+                    "attribute `axis` = {axis}: B of rank {rb} does not fit A of rank {ra} there"
+                ))
+            })?;
+        let trailing = (rb..ra - start).map(|d| d as i64).collect::<Vec<_>>();
+        if !trailing.is_empty() {
+            b = cx.add_helper("legacy_broadcast", Op::Unsqueeze { axes: trailing }, &[b])?;
+        }
+    }
     Ok(vec![cx.add(op, &[a, b])?])
 }
 

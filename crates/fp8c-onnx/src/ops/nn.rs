@@ -224,20 +224,33 @@ fn pool_window(cx: &NodeCx<'_>) -> Result<Window, OnnxError> {
     window(cx, kernel_shape)
 }
 
+/// MaxPool; its Indices output, when read, is planned by `pool_indices.rs`.
 pub(super) fn max_pool(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    cx.reject_used_outputs(1, "MaxPool indices are not supported")?;
     let x = cx.input(0)?;
     let win = pool_window(cx)?;
     let ceil_mode = cx.attr_bool("ceil_mode", false)?;
+    let storage_order = cx.attr_bool("storage_order", false)?;
     let op = Op::MaxPool {
-        kernel_shape: win.kernel_shape,
-        strides: win.strides,
-        pads: win.pads,
-        dilations: win.dilations,
+        kernel_shape: win.kernel_shape.clone(),
+        strides: win.strides.clone(),
+        pads: win.pads.clone(),
+        dilations: win.dilations.clone(),
         ceil_mode,
         auto_pad: win.auto_pad,
     };
-    Ok(vec![cx.add(op, &[x])?])
+    let y = cx.add(op, &[x])?;
+    if !cx.output_used(1) {
+        return Ok(vec![y]);
+    }
+    let geometry = super::pool_indices::PoolGeometry {
+        kernel: &win.kernel_shape,
+        strides: &win.strides,
+        pads: &win.pads,
+        dilations: &win.dilations,
+        auto_pad: win.auto_pad,
+    };
+    let indices = super::pool_indices::max_pool_indices(cx, x, y, &geometry, storage_order)?;
+    Ok(vec![y, indices])
 }
 
 pub(super) fn average_pool(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
@@ -262,21 +275,66 @@ pub(super) fn average_pool_op(cx: &NodeCx<'_>) -> Result<Op, OnnxError> {
     Ok(op)
 }
 
-/// Inference-mode batch norm; training mode and its extra outputs are errors.
+/// BatchNormalization. Inference (the default): the IR's `batch_normalization` with the given
+/// statistics. `training_mode` = 1 (opset 14+), as ONNX's function and reference define it:
+/// the batch's mean and population variance over every axis but 1 normalise X, and outputs 1
+/// and 2 are the running statistics `input · momentum + batch · (1 − momentum)`. The saved
+/// statistics of opsets 9–13 (outputs 1–4 there) are errors.
 pub(super) fn batch_norm(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
     if cx.opset < 9 && !cx.attr_bool("spatial", true)? {
         return Err(cx.err("attribute `spatial` = 0 (per-activation statistics) is not supported"));
     }
-    if cx.attr_bool("training_mode", false)? {
-        return Err(cx.err("training_mode = 1 is not supported (inference only)"));
-    }
-    cx.reject_used_outputs(
-        1,
-        "training outputs (running mean/var, saved statistics) are not supported",
-    )?;
     let epsilon = cx.attr_float("epsilon", 1e-5)?;
     let inputs = cx.all_inputs()?;
-    Ok(vec![cx.add(Op::BatchNormalization { epsilon }, &inputs)?])
+    if cx.opset < 14 || !cx.attr_bool("training_mode", false)? {
+        cx.reject_used_outputs(
+            1,
+            "the running and saved statistics are outputs of training mode only (opset 14's \
+             training_mode = 1)",
+        )?;
+        return Ok(vec![cx.add(Op::BatchNormalization { epsilon }, &inputs)?]);
+    }
+    let momentum = f64::from(cx.attr_float("momentum", 0.9)?);
+    let x = inputs[0];
+    let (dtype, rank) = (cx.ty(x).dtype, cx.ty(x).rank());
+    if rank < 2 {
+        return Err(cx.err(format!("X has type {}; expected rank 2 or more", cx.ty(x))));
+    }
+    let axes: Vec<i64> = (0..rank as i64).filter(|&a| a != 1).collect();
+    let mean_op = |keepdims| Op::ReduceMean {
+        axes: Some(axes.clone()),
+        keepdims,
+    };
+    let mean_kept = cx.add_helper("batch_mean_kept", mean_op(true), &[x])?;
+    let mean = cx.add_helper("batch_mean", mean_op(false), &[x])?;
+    let d = cx.add_helper("centered", Op::Sub, &[x, mean_kept])?;
+    let dd = cx.add_helper("squared", Op::Mul, &[d, d])?;
+    let var = cx.add_helper("batch_var", mean_op(false), &[dd])?;
+    let stats = [inputs[0], inputs[1], inputs[2], mean, var];
+    let y = cx.add(Op::BatchNormalization { epsilon }, &stats)?;
+    let mut outs = vec![y];
+    if !cx.output_used(1) && !cx.output_used(2) {
+        return Ok(outs);
+    }
+    for (slot, (batch, what)) in [(mean, "mean"), (var, "var")].into_iter().enumerate() {
+        let running = inputs[3 + slot];
+        let rdt = cx.ty(running).dtype;
+        let batch = if rdt == dtype {
+            batch
+        } else {
+            let cast = Op::Cast {
+                to: rdt,
+                saturate: true,
+            };
+            cx.add_helper(&format!("batch_{what}_cast"), cast, &[batch])?
+        };
+        let m = cx.scalar(&format!("{what}.momentum"), rdt, momentum)?;
+        let m1 = cx.scalar(&format!("{what}.one_minus_momentum"), rdt, 1.0 - momentum)?;
+        let kept = cx.add_helper(&format!("running_{what}.kept"), Op::Mul, &[running, m])?;
+        let new = cx.add_helper(&format!("running_{what}.new"), Op::Mul, &[batch, m1])?;
+        outs.push(cx.add_helper(&format!("running_{what}"), Op::Add, &[kept, new])?);
+    }
+    Ok(outs)
 }
 
 /// LayerNormalization. Y is the IR's `layer_norm`; the optional Mean and InvStdDev outputs
@@ -370,17 +428,35 @@ pub(super) fn softmax(cx: &mut NodeCx<'_>, make: fn(i64) -> Op) -> Result<Vec<Va
     Ok(vec![cx.add(Op::Reshape { allowzero: false }, &[y, shape])?])
 }
 
-/// Dropout is the identity at inference; its mask output and training mode are errors.
-/// Dropout at inference (`training_mode` absent or a constant false): the identity, and a mask
-/// of all `true` shaped like the input when output 1 is read.
+/// Dropout. At inference (`training_mode` absent or a constant false), and in training mode
+/// with a constant `ratio` of 0, the identity, and a mask of all `true` shaped like the input
+/// when output 1 is read. Training mode with a ratio above 0 is an error: it draws a random
+/// mask, from a generator ONNX leaves to the runtime (its reference uses numpy's
+/// `RandomState(seed)`, which no output of fp8c's could match), and fp8c's importer builds
+/// inference graphs (`fp8c train` has no dropout).
 pub(super) fn dropout(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
+    let ratio = match cx.opt_input(1) {
+        None if cx.opset >= 12 => 0.5,
+        None => f64::from(cx.attr_float("ratio", 0.5)?),
+        Some(r) => {
+            let v = cx.constant_of(r).and_then(|t| t.to_f64_vec().ok());
+            match v.as_deref() {
+                Some([r]) => *r,
+                _ => return Err(cx.err("input 1 (`ratio`) must be a constant scalar")),
+            }
+        }
+    };
     if let Some(mode) = cx.opt_input(2) {
-        let off = cx
-            .constant_of(mode)
-            .and_then(|t| t.to_i64_vec().ok())
-            .is_some_and(|v| v.iter().all(|&b| b == 0));
-        if !off {
-            return Err(cx.err("input 2 (`training_mode`) must be a constant false"));
+        let values = cx.constant_of(mode).and_then(|t| t.to_i64_vec().ok());
+        let Some(values) = values else {
+            return Err(cx.err("input 2 (`training_mode`) must be a constant"));
+        };
+        if values.iter().any(|&b| b != 0) && ratio != 0.0 {
+            return Err(cx.err(format!(
+                "training_mode = true with ratio {ratio} drops a random mask: fp8c imports \
+                 Dropout at inference (or with ratio 0) only; ONNX leaves the random generator \
+                 to the runtime"
+            )));
         }
     }
     let x = cx.input(0)?;

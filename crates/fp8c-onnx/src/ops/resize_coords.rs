@@ -38,7 +38,7 @@ impl Coord {
 
     /// The input coordinate of output position `x` on an axis resized from `len_in` to
     /// `len_out` by `scale`.
-    fn original(self, x: f64, scale: f64, len_in: u64, len_out: u64) -> f64 {
+    pub(super) fn original(self, x: f64, scale: f64, len_in: u64, len_out: u64) -> f64 {
         let (n_in, n_out) = (len_in as f64, len_out as f64);
         match self {
             Coord::HalfPixel => (x + 0.5) / scale - 0.5,

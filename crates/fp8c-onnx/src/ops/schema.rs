@@ -108,7 +108,7 @@ pub(crate) struct Schema {
 }
 
 /// The schema of `op` that applies at `opset`, and every version of the op.
-fn versions(op: &str) -> &'static [Schema] {
+pub(super) fn versions(op: &str) -> &'static [Schema] {
     let start = SCHEMAS.partition_point(|s| s.op < op);
     let end = SCHEMAS.partition_point(|s| s.op <= op);
     &SCHEMAS[start..end]
