@@ -2,12 +2,13 @@
 //! `where`, `clip`, `cast` (kernel in `cast.rs`) and the GELU gradient `gelu_grad` (which,
 //! like the reductions, computes in f64 and rounds once).
 //!
-//! The scalar functions come from the IR's elementwise table (`fp8c_ir::elementwise`, one row
-//! per op, shared with the CUDA code generator and autodiff): this file decides which dtypes
-//! an op accepts, loads, broadcasts and stores, and hands a kernel to the table's `dispatch_*`
-//! functions, which call it back with the op's closure (so every loop is monomorphised). It
-//! keeps its own code only where the table has no function: integer `div` / `mod` / `erf`,
-//! `pow`, `not`, `where`, `clip`, `cast` and `gelu_grad`.
+//! Everything comes from the op's row in the IR's elementwise table (`fp8c_ir::elementwise`,
+//! shared with type inference, the CUDA code generator and autodiff): its kind picks the path
+//! (unary, predicate, broadcasting binary, comparison, logic), its types and flags the integer
+//! handling, and its closures the scalar functions — a kernel here is handed to the table's
+//! `dispatch_*` functions, which call it back with the op's closure (so every loop is
+//! monomorphised). Own code exists only for the `Own` ops (`not`, `pow`, `mod`, `where`,
+//! `clip`, `cast`, `gelu_grad`) and the f32 fast paths of `erf` and `gelu`.
 //!
 //! Floats compute in f32 (f16/bf16 widened exactly, rounded once on store) and f64 in f64.
 //! Integers use wrapping two's-complement arithmetic (numpy's behaviour on overflow); integer
@@ -20,134 +21,96 @@ use crate::cast;
 use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
-    self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, PredicateKernel, Real,
-    SQRT_2_OVER_PI, UnaryKernel,
+    self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, Own, PredicateKernel,
+    Real, SQRT_2_OVER_PI, Types, UnaryKernel,
 };
 use fp8c_ir::{DType, ElementwiseOp as E, GeluApprox, Support, Tensor};
 use std::borrow::Cow;
 
-/// Evaluates an op of the elementwise family.
+/// Evaluates an op of the elementwise family, by its row's kind.
 pub(crate) fn eval(op: E<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
-    let out = match op {
-        E::Identity => {
+    let row = table::row(op);
+    let out = match row.kind {
+        Kind::Unary => {
             let [x] = args(inputs)?;
-            x.clone()
+            unary(op, row.types, x)?
         }
-        E::Neg | E::Relu => {
-            let [x] = args(inputs)?;
-            unary(op, x, Ints::Signed)?
-        }
-        // |x| of a u8 is x.
-        E::Abs => {
-            let [x] = args(inputs)?;
-            unary(op, x, Ints::SignedAndU8)?
-        }
-        E::Sqrt
-        | E::Reciprocal
-        | E::Exp
-        | E::Log
-        | E::Tanh
-        | E::Sigmoid
-        | E::Floor
-        | E::Sign
-        | E::Ceil
-        | E::Round
-        | E::Sin
-        | E::Cos
-        | E::Gelu { .. }
-        | E::LeakyRelu { .. } => {
-            let [x] = args(inputs)?;
-            unary(op, x, Ints::None)?
-        }
-        E::Erf => {
-            let [x] = args(inputs)?;
-            erf(op, x)?
-        }
-        E::Not => {
-            let [x] = args(inputs)?;
-            not(x)?
-        }
-        E::IsNaN | E::IsInf { .. } => {
+        Kind::Predicate => {
             let [x] = args(inputs)?;
             classify(op, x)?
         }
-        E::Add | E::Sub | E::Mul | E::Max | E::Min => {
-            binary(op, Binary::Arith(Arith::Table), inputs)?
-        }
-        E::Div => binary(op, Binary::Arith(Arith::DivTrunc), inputs)?,
-        E::Mod { fmod } => binary(op, Binary::Arith(Arith::Mod { fmod: *fmod }), inputs)?,
-        E::Pow => {
-            let [a, b] = inputs else {
-                return Fail::arity("2", inputs.len());
-            };
-            pow(a, b)?
-        }
-        E::Equal | E::Less | E::LessOrEqual | E::Greater | E::GreaterOrEqual => {
-            binary(op, Binary::Compare, inputs)?
-        }
-        E::And | E::Or | E::Xor => binary(op, Binary::Logic, inputs)?,
-        E::Where => where_(inputs)?,
-        E::Clip => clip(inputs)?,
-        E::Cast { to, saturate } => {
-            let [x] = args(inputs)?;
-            cast::cast(x, *to, *saturate)?
-        }
-        E::GeluGrad { approximate } => {
-            let [x, dy] = args(inputs)?;
-            gelu_grad(x, dy, *approximate)?
-        }
-        E::__Lifetime(never, _) => match never {},
+        Kind::Binary | Kind::Variadic => binary(op, Binary::Arith(Arith::Table), inputs)?,
+        Kind::Compare => binary(op, Binary::Compare, inputs)?,
+        Kind::Logic => binary(op, Binary::Logic, inputs)?,
+        Kind::Own(own) => match own {
+            Own::Not => {
+                let [x] = args(inputs)?;
+                not(x)?
+            }
+            Own::Mod { fmod } => binary(op, Binary::Arith(Arith::Mod { fmod }), inputs)?,
+            Own::Pow => {
+                let [a, b] = inputs else {
+                    return Fail::arity("2", inputs.len());
+                };
+                pow(a, b)?
+            }
+            Own::Where => where_(inputs)?,
+            Own::Clip => clip(inputs)?,
+            Own::Cast { to, saturate } => {
+                let [x] = args(inputs)?;
+                cast::cast(x, to, saturate)?
+            }
+            Own::GeluGrad { approximate } => {
+                let [x, dy] = args(inputs)?;
+                gelu_grad(x, dy, approximate)?
+            }
+        },
     };
     Ok(vec![out])
 }
 
-/// Every op of the family is evaluated (each has a row in `fp8c_ir::elementwise`).
+/// Whether the evaluator computes `op`: the `Own` ops have their code here; the other kinds
+/// need the row's function of their kind (a row without one is an internal error).
 pub(crate) fn support(op: E<'_>) -> Support {
-    match op {
-        E::Identity
-        | E::Neg
-        | E::Abs
-        | E::Sqrt
-        | E::Reciprocal
-        | E::Exp
-        | E::Log
-        | E::Erf
-        | E::Tanh
-        | E::Sigmoid
-        | E::Relu
-        | E::Floor
-        | E::Sign
-        | E::Ceil
-        | E::Round
-        | E::Sin
-        | E::Cos
-        | E::Gelu { .. }
-        | E::LeakyRelu { .. }
-        | E::Not
-        | E::IsNaN
-        | E::IsInf { .. }
-        | E::Add
-        | E::Sub
-        | E::Mul
-        | E::Div
-        | E::Pow
-        | E::Max
-        | E::Min
-        | E::Mod { .. }
-        | E::Equal
-        | E::Less
-        | E::LessOrEqual
-        | E::Greater
-        | E::GreaterOrEqual
-        | E::And
-        | E::Or
-        | E::Xor
-        | E::Where
-        | E::Clip
-        | E::Cast { .. }
-        | E::GeluGrad { .. } => Support::Yes,
-        E::__Lifetime(never, _) => match never {},
+    let row = table::row(op);
+    let has = match row.kind {
+        Kind::Unary => {
+            row.types == Types::Any || table::dispatch_unary::<f32, _>(op, Probe).is_some()
+        }
+        Kind::Predicate => table::dispatch_predicate::<f32, _>(op, Probe).is_some(),
+        Kind::Binary | Kind::Variadic => table::dispatch_binary::<f32, _>(op, Probe).is_some(),
+        Kind::Compare => table::dispatch_compare::<f32, _>(op, Probe).is_some(),
+        Kind::Logic => table::dispatch_logic(op, Probe).is_some(),
+        Kind::Own(_) => true,
+    };
+    if has {
+        Support::Yes
+    } else {
+        Support::No("internal: the elementwise row has no function of its kind")
     }
+}
+
+/// A kernel that runs nothing: asks the table whether it has a function.
+struct Probe;
+
+impl<T> UnaryKernel<T> for Probe {
+    type Out = ();
+    fn run(self, _: impl Fn(T) -> T + Send + Sync + Copy) {}
+}
+
+impl<T> BinaryKernel<T> for Probe {
+    type Out = ();
+    fn run(self, _: impl Fn(T, T) -> T + Send + Sync + Copy) {}
+}
+
+impl<T> CompareKernel<T> for Probe {
+    type Out = ();
+    fn run(self, _: impl Fn(T, T) -> bool + Send + Sync + Copy) {}
+}
+
+impl<T> PredicateKernel<T> for Probe {
+    type Out = ();
+    fn run(self, _: impl Fn(T) -> bool + Send + Sync + Copy) {}
 }
 
 /// The table has no function of the kind the evaluator asked for: the two disagree about
@@ -212,8 +175,28 @@ enum Ints {
     SignedAndU8,
 }
 
+/// A unary op by its row's types: [`Types::Any`] is the identity (x itself, its storage
+/// shared); floats run the float closure; integers the integer closure (signed ones for a
+/// [`Types::Signed`] row, signed ones and u8 for a numeric one: u16, u32 and u64 are refused
+/// here) or, for a numeric row without one, the f64 function truncated toward zero.
+fn unary(op: E<'_>, types: Types, x: &Tensor) -> KResult<Tensor> {
+    if types == Types::Any {
+        return Ok(x.clone());
+    }
+    let ints = match (
+        table::dispatch_unary_int::<i64, _>(op, Probe).is_some(),
+        types,
+    ) {
+        (false, Types::Numeric) => return truncated(op, x),
+        (false, _) => Ints::None,
+        (true, Types::Signed) => Ints::Signed,
+        (true, _) => Ints::SignedAndU8,
+    };
+    unary_table(op, x, ints)
+}
+
 /// A unary op whose functions are the table's (`float`, and `int` where `ints` allows).
-fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
+fn unary_table(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
     fn float<F: Real>(op: E<'_>, v: &[F]) -> KResult<Vec<F>> {
         table::dispatch_unary(op, Map(v)).ok_or_else(|| no_row(op, "unary float"))
     }
@@ -264,13 +247,25 @@ fn unary(op: E<'_>, x: &Tensor, ints: Ints) -> KResult<Tensor> {
     out.store(x.dtype(), x.shape().to_vec())
 }
 
-/// `erf`: floats by the table; ONNX Erf takes integers too: erf of the value, truncated
-/// (0 or ±1).
-fn erf(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
+/// A numeric unary op without an integer closure (ONNX Erf): floats by the table; integers
+/// as the row's f64 function of the value, truncated toward zero (erf: 0 or ±1).
+fn truncated(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
     if x.dtype().is_float() && !x.dtype().is_fp8() {
-        return unary(op, x, Ints::None);
+        return unary_table(op, x, Ints::None);
     }
-    int_unary(Data::load(x)?, libm::erf)?.store(x.dtype(), x.shape().to_vec())
+    table::dispatch_unary::<f64, _>(op, Truncated(Data::load(x)?))
+        .ok_or_else(|| no_row(op, "unary f64"))??
+        .store(x.dtype(), x.shape().to_vec())
+}
+
+/// Integer data mapped through an f64 function, truncated back ([`truncated`]).
+struct Truncated<'a>(Data<'a>);
+
+impl<'a> UnaryKernel<f64> for Truncated<'a> {
+    type Out = KResult<Data<'a>>;
+    fn run(self, f: impl Fn(f64) -> f64 + Send + Sync + Copy) -> KResult<Data<'a>> {
+        int_unary(self.0, f)
+    }
 }
 
 /// `not`: bool to bool.
@@ -307,8 +302,6 @@ enum Binary {
 enum Arith {
     /// The table, for floats and integers.
     Table,
-    /// Floats from the table; integers truncate toward zero, a zero divisor is an error.
-    DivTrunc,
     /// C's fmod on floats (Rust's `%`: the sign of the dividend, `fmod` must be set); on
     /// integers C's remainder (`fmod`) or Python's (the sign of the divisor).
     Mod { fmod: bool },
@@ -358,7 +351,7 @@ fn binary_pair(op: E<'_>, how: Binary, a: &Tensor, b: &Tensor) -> KResult<Tensor
             {
                 return dtype_err!("float inputs need fmod=1 (ONNX: fmod=0 is for integers)");
             }
-            if let Arith::DivTrunc | Arith::Mod { .. } = rule {
+            if table::row(op).flags.zero_divisor {
                 check_no_int_zero(&db)?;
             }
             return arith(op, rule, &plan, da, db)?.store(dtype, out_shape);
@@ -398,7 +391,7 @@ fn arith(
         b: &[F],
     ) -> KResult<Vec<F>> {
         match rule {
-            Arith::Table | Arith::DivTrunc => table::dispatch_binary(op, Zip { plan, a, b })
+            Arith::Table => table::dispatch_binary(op, Zip { plan, a, b })
                 .ok_or_else(|| no_row(op, "binary float")),
             Arith::Mod { .. } => Ok(plan.map2(a, b, |x, y| x % y)),
         }
@@ -413,7 +406,6 @@ fn arith(
         match rule {
             Arith::Table => table::dispatch_binary_int(op, Zip { plan, a, b })
                 .ok_or_else(|| no_row(op, "binary integer")),
-            Arith::DivTrunc => Ok(plan.map2(a, b, IntOps::div_trunc)),
             Arith::Mod { fmod: true } => Ok(plan.map2(a, b, IntOps::rem_c)),
             Arith::Mod { fmod: false } => Ok(plan.map2(a, b, IntOps::rem_floor)),
         }
@@ -467,8 +459,6 @@ fn compare(op: E<'_>, plan: &Plan, da: Data, db: Data) -> KResult<Vec<bool>> {
 
 /// Integer arithmetic with ONNX semantics, for every integer element type.
 pub(crate) trait IntOps: Elem + Ord {
-    /// Truncating division (C semantics); the caller rules out a zero divisor.
-    fn div_trunc(self, rhs: Self) -> Self;
     /// Remainder with the sign of the dividend (C `%`, ONNX `fmod=1`).
     fn rem_c(self, rhs: Self) -> Self;
     /// Remainder with the sign of the divisor (Python `%`, ONNX `fmod=0`).
@@ -484,7 +474,6 @@ pub(crate) trait IntOps: Elem + Ord {
 macro_rules! impl_int_ops {
     (signed: $($t:ty),*) => {$(
         impl IntOps for $t {
-            fn div_trunc(self, rhs: Self) -> Self { self.wrapping_div(rhs) }
             fn rem_c(self, rhs: Self) -> Self { self.wrapping_rem(rhs) }
             fn rem_floor(self, rhs: Self) -> Self {
                 let r = self.wrapping_rem(rhs);
@@ -502,7 +491,6 @@ macro_rules! impl_int_ops {
     )*};
     (unsigned: $($t:ty),*) => {$(
         impl IntOps for $t {
-            fn div_trunc(self, rhs: Self) -> Self { self / rhs }
             fn rem_c(self, rhs: Self) -> Self { self % rhs }
             fn rem_floor(self, rhs: Self) -> Self { self % rhs }
             fn pow_int(self, e: i64) -> Self {

@@ -3,7 +3,10 @@
 //!
 //! A row gives:
 //! - its **kind** (how operands combine: unary or binary math, comparison, logic, predicate,
-//!   or one of the ops with a kernel of their own: `pow`, `where`, `clip`, `cast`);
+//!   or [`Kind::Own`] for the ops each backend computes with code of its own: `not`, `pow`,
+//!   `mod`, `where`, `clip`, `cast`, `gelu_grad`);
+//! - its **types** ([`Types`]: the element types its inputs may have; type inference checks
+//!   them, comparisons and predicates give bool) and **flags** ([`Flags`]);
 //! - its **CUDA** expression, a template over the operands `{a0}`, `{a1}`, ... and the op's
 //!   attributes `{alpha}` (device functions of `kernels/elementwise.cu`), or `None` with the
 //!   reason it has no CUDA form;
@@ -14,18 +17,22 @@
 //!   `b`, `c`, the output `y`, the incoming gradient `dy` and the op's attributes), or why it
 //!   has none.
 //!
-//! The CPU evaluator runs the closures through [`dispatch_unary`] / [`dispatch_binary`] (the
-//! caller's kernel receives the concrete closure, so the per-element loop is monomorphised and
+//! Type inference, the CPU evaluator and the CUDA lowering dispatch on the row (its kind and
+//! types), never on the op: an op of a kind other than `Own` needs nothing but its row. The CPU
+//! evaluator runs the closures through [`dispatch_unary`] / [`dispatch_binary`] (the caller's
+//! kernel receives the concrete closure, so the per-element loop is monomorphised and
 //! inlined); the CUDA code generator renders the templates; autodiff instantiates the formulas.
 //! Every generated `match` is exhaustive over [`ElementwiseOp`], so an op added to the family
 //! without a row here does not compile.
 
 use crate::op::ElementwiseOp;
+use crate::{DType, GeluApprox};
 
 /// How an elementwise op combines its operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// `f(x)` on one numeric input, same type out.
+    /// `f(x)` on one input, same type out (the float closure, and the integer one where the
+    /// row has it; a row of [`Types::Any`] moves elements unread: the identity).
     Unary,
     /// `f(a, b)` on two same-typed numeric inputs (numpy broadcasting), same type out.
     Binary,
@@ -37,8 +44,90 @@ pub enum Kind {
     Logic,
     /// A test on one float input, bool out.
     Predicate,
-    /// An op with its own kernel (`pow`, `where`, `clip`, `cast`, `not`, `gelu_grad`).
-    Special,
+    /// An op each backend computes with code of its own (see [`Own`]).
+    Own(Own),
+}
+
+/// The ops of [`Kind::Own`], with the attributes their code needs: mixed operand types, a
+/// selection, a conversion, a bool input or a two-input gradient. Backends match this
+/// exhaustively, so a new one fails to compile where it is not handled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Own {
+    /// `not`: bool to bool.
+    Not,
+    /// `pow`: the exponent may have another numeric type; the result has the base's.
+    Pow,
+    /// `mod`: C's remainder (`fmod`) or Python's (integers only).
+    Mod { fmod: bool },
+    /// `where(cond, a, b)`: any type for the branches.
+    Where,
+    /// `clip(x, min, max)`, scalar bounds of x's type.
+    Clip,
+    /// Element type conversion.
+    Cast { to: DType, saturate: bool },
+    /// The gradient of `gelu`: inputs x and dy.
+    GeluGrad { approximate: GeluApprox },
+}
+
+/// The element types an op's inputs may have (for `Own` ops: the data input's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Types {
+    /// Any type.
+    Any,
+    /// Floats other than FP8 (FP8 is storage only).
+    Float,
+    /// Floats other than FP8, and signed integers.
+    Signed,
+    /// Floats other than FP8, and integers. A unary row with no integer closure computes
+    /// integers as its f64 function truncated toward zero (ONNX Erf).
+    Numeric,
+    /// Numeric types and bool.
+    NumericOrBool,
+    /// Bool.
+    Bool,
+}
+
+impl Types {
+    /// Whether `d` is one of these types.
+    pub fn admits(self, d: DType) -> bool {
+        let float = d.is_float() && !d.is_fp8();
+        let signed = matches!(d, DType::I64 | DType::I32 | DType::I16 | DType::I8);
+        match self {
+            Types::Any => true,
+            Types::Float => float,
+            Types::Signed => float || signed,
+            Types::Numeric => float || d.is_int(),
+            Types::NumericOrBool => float || d.is_int() || d == DType::Bool,
+            Types::Bool => d == DType::Bool,
+        }
+    }
+
+    /// What an error says was expected.
+    pub fn expected(self) -> &'static str {
+        match self {
+            Types::Any => "any type",
+            Types::Float => "a float type other than FP8",
+            Types::Signed => "a float (not FP8) or signed integer type",
+            Types::Numeric => "a numeric type (float other than FP8, or integer)",
+            Types::NumericOrBool => "a numeric type or bool",
+            Types::Bool => "bool",
+        }
+    }
+}
+
+/// Yes/no facts of a row (the table's `[...]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// On integers a zero divisor (input 1) is an error: the CPU evaluator fails, the CUDA
+    /// program raises its error flag (`div`, `mod`).
+    pub zero_divisor: bool,
+}
+
+impl Flags {
+    /// No flag.
+    pub const NONE: Flags = Flags {
+        zero_divisor: false,
+    };
 }
 
 /// The derivative of an elementwise op.
@@ -60,6 +149,10 @@ pub enum Grad {
 pub struct Row {
     /// How operands combine.
     pub kind: Kind,
+    /// The element types the inputs may have.
+    pub types: Types,
+    /// Yes/no facts.
+    pub flags: Flags,
     /// The CUDA expression template, or why there is none.
     pub cuda: Result<&'static str, &'static str>,
     /// The derivative.
@@ -215,6 +308,9 @@ pub trait Int: Copy + Ord + Send + Sync {
     fn wrapping_sub(self, o: Self) -> Self;
     /// Wrapping product.
     fn wrapping_mul(self, o: Self) -> Self;
+    /// Quotient truncated toward zero, wrapping (`MIN / -1` is MIN); the caller rules out a
+    /// zero divisor ([`Flags::zero_divisor`]).
+    fn wrapping_div(self, o: Self) -> Self;
 }
 
 macro_rules! impl_int {
@@ -226,6 +322,7 @@ macro_rules! impl_int {
             fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
             fn wrapping_sub(self, o: Self) -> Self { <$t>::wrapping_sub(self, o) }
             fn wrapping_mul(self, o: Self) -> Self { <$t>::wrapping_mul(self, o) }
+            fn wrapping_div(self, o: Self) -> Self { <$t>::wrapping_div(self, o) }
         }
     )*};
     (unsigned: $($t:ty),*) => {$(
@@ -236,6 +333,7 @@ macro_rules! impl_int {
             fn wrapping_add(self, o: Self) -> Self { <$t>::wrapping_add(self, o) }
             fn wrapping_sub(self, o: Self) -> Self { <$t>::wrapping_sub(self, o) }
             fn wrapping_mul(self, o: Self) -> Self { <$t>::wrapping_mul(self, o) }
+            fn wrapping_div(self, o: Self) -> Self { <$t>::wrapping_div(self, o) }
         }
     )*};
 }
@@ -304,7 +402,8 @@ fn fmin_nan<T: PartialOrd + Copy>(x: T, y: T) -> T {
 
 macro_rules! elementwise_table {
     ($(
-        $variant:ident $({ $($attr:ident),* })? => $kind:ident, cuda $cuda:expr
+        $variant:ident $({ $($attr:ident),* })? => $kind:ident $(($own:ident $($own_attrs:tt)*))? $types:ident
+            $([$($flag:ident),*])?, cuda $cuda:expr
             $(, float |$($fx:ident),+| $fbody:expr)?
             $(, int |$($ix:ident),+| $ibody:expr)?
             $(, cmp |$cx:ident, $cy:ident| $cbody:expr)?
@@ -315,7 +414,13 @@ macro_rules! elementwise_table {
         #[allow(unused_variables)]
         pub fn row(op: ElementwiseOp<'_>) -> Row {
             match op {
-                $( ElementwiseOp::$variant $({ $($attr),* })? => Row { kind: Kind::$kind, cuda: $cuda, grad: $grad }, )*
+                $( ElementwiseOp::$variant $({ $($attr),* })? => Row {
+                    kind: Kind::$kind $((Own::$own $($own_attrs)*))?,
+                    types: Types::$types,
+                    flags: Flags { $($($flag: true,)*)? ..Flags::NONE },
+                    cuda: $cuda,
+                    grad: $grad,
+                }, )*
             }
         }
 
@@ -406,88 +511,87 @@ macro_rules! elementwise_table {
 // `crate::formula`.
 elementwise_table! {
     // ---- unary math ----
-    Identity => Unary, cuda Ok("ew_identity({a0})"), float |x| x, int |x| x, grad Grad::Formulas(&["dy"]);
-    Neg => Unary, cuda Ok("ew_neg({a0})"), float |x| -x, int |x| x.wrapping_neg(), grad Grad::Formulas(&["-dy"]);
-    Abs => Unary, cuda Ok("ew_abs({a0})"), float |x| x.abs(), int |x| x.wrapping_abs(),
+    Identity => Unary Any, cuda Ok("ew_identity({a0})"), float |x| x, int |x| x, grad Grad::Formulas(&["dy"]);
+    Neg => Unary Signed, cuda Ok("ew_neg({a0})"), float |x| -x, int |x| x.wrapping_neg(), grad Grad::Formulas(&["-dy"]);
+    Abs => Unary Numeric, cuda Ok("ew_abs({a0})"), float |x| x.abs(), int |x| x.wrapping_abs(),
         grad Grad::Formulas(&["where(x > 0, dy, where(x < 0, -dy, 0))"]);
-    Sqrt => Unary, cuda Ok("ew_sqrt({a0})"), float |x| x.sqrt(), grad Grad::Formulas(&["dy / y * 0.5"]);
-    Reciprocal => Unary, cuda Ok("ew_reciprocal({a0})"), float |x| F::ONE / x, grad Grad::Formulas(&["-(dy * (y * y))"]);
-    Exp => Unary, cuda Ok("ew_exp({a0})"), float |x| x.exp(), grad Grad::Formulas(&["dy * y"]);
-    Log => Unary, cuda Ok("ew_log({a0})"), float |x| x.ln(), grad Grad::Formulas(&["dy / x"]);
-    // ONNX Erf takes integers too; the evaluator computes erf in f64 and truncates (Special
-    // integer handling there), floats use the closure.
-    Erf => Unary, cuda Ok("ew_erf({a0})"), float |x| x.erf(), grad Grad::Formulas(&["dy * exp(-(x * x)) * 1.1283791670955126"]);
-    Tanh => Unary, cuda Ok("ew_tanh({a0})"), float |x| x.tanh(), grad Grad::Formulas(&["dy * (1 - y * y)"]);
+    Sqrt => Unary Float, cuda Ok("ew_sqrt({a0})"), float |x| x.sqrt(), grad Grad::Formulas(&["dy / y * 0.5"]);
+    Reciprocal => Unary Float, cuda Ok("ew_reciprocal({a0})"), float |x| F::ONE / x, grad Grad::Formulas(&["-(dy * (y * y))"]);
+    Exp => Unary Float, cuda Ok("ew_exp({a0})"), float |x| x.exp(), grad Grad::Formulas(&["dy * y"]);
+    Log => Unary Float, cuda Ok("ew_log({a0})"), float |x| x.ln(), grad Grad::Formulas(&["dy / x"]);
+    // ONNX Erf takes integers too: no integer closure, so they compute as the f64 function
+    // truncated toward zero (see `Types::Numeric`).
+    Erf => Unary Numeric, cuda Ok("ew_erf({a0})"), float |x| x.erf(), grad Grad::Formulas(&["dy * exp(-(x * x)) * 1.1283791670955126"]);
+    Tanh => Unary Float, cuda Ok("ew_tanh({a0})"), float |x| x.tanh(), grad Grad::Formulas(&["dy * (1 - y * y)"]);
     // Two branches so that exp never overflows (1/(1 + e^-x) for x ≥ 0, e^x/(1 + e^x) below),
     // sharing one e^(-|x|) so that the choice is a select and the loop vectorises.
-    Sigmoid => Unary, cuda Ok("ew_sigmoid({a0})"),
+    Sigmoid => Unary Float, cuda Ok("ew_sigmoid({a0})"),
         float |x| { let e = (-x.abs()).exp(); if x >= F::ZERO { F::ONE / (F::ONE + e) } else { e / (F::ONE + e) } },
         grad Grad::Formulas(&["dy * (y * (1 - y))"]);
     // `x < 0` keeps NaN (and -0.0) as they are.
-    Relu => Unary, cuda Ok("ew_relu({a0})"), float |x| if x < F::ZERO { F::ZERO } else { x },
+    Relu => Unary Signed, cuda Ok("ew_relu({a0})"), float |x| if x < F::ZERO { F::ZERO } else { x },
         int |x| if x < I::ZERO { I::ZERO } else { x }, grad Grad::Formulas(&["where(x > 0, dy, 0)"]);
-    Floor => Unary, cuda Ok("ew_floor({a0})"), float |x| x.floor(), grad Grad::Zero("floor is piecewise constant");
-    Sign => Unary, cuda Ok("ew_sign({a0})"),
+    Floor => Unary Float, cuda Ok("ew_floor({a0})"), float |x| x.floor(), grad Grad::Zero("floor is piecewise constant");
+    Sign => Unary Float, cuda Ok("ew_sign({a0})"),
         float |x| if x > F::ZERO { F::ONE } else if x < F::ZERO { -F::ONE } else { x },
         grad Grad::Zero("sign is piecewise constant");
-    Ceil => Unary, cuda Ok("ew_ceil({a0})"), float |x| x.ceil(), grad Grad::Zero("ceil is piecewise constant");
+    Ceil => Unary Float, cuda Ok("ew_ceil({a0})"), float |x| x.ceil(), grad Grad::Zero("ceil is piecewise constant");
     // ONNX Round: to the nearest integer, halves to even.
-    Round => Unary, cuda Ok("ew_round({a0})"), float |x| x.round_even(), grad Grad::Zero("round is piecewise constant");
-    Sin => Unary, cuda Ok("ew_sin({a0})"), float |x| x.sin(), grad Grad::Formulas(&["dy * cos(x)"]);
-    Cos => Unary, cuda Ok("ew_cos({a0})"), float |x| x.cos(), grad Grad::Formulas(&["-(dy * sin(x))"]);
+    Round => Unary Float, cuda Ok("ew_round({a0})"), float |x| x.round_even(), grad Grad::Zero("round is piecewise constant");
+    Sin => Unary Float, cuda Ok("ew_sin({a0})"), float |x| x.sin(), grad Grad::Formulas(&["dy * cos(x)"]);
+    Cos => Unary Float, cuda Ok("ew_cos({a0})"), float |x| x.cos(), grad Grad::Formulas(&["-(dy * sin(x))"]);
     // 0.5·x·(1 + erf(x/√2)) with x/√2 computed as x·(1/√2), as onnxruntime does; or
     // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-    Gelu { approximate } => Unary, cuda Ok("ew_gelu_{approximate}({a0})"),
+    Gelu { approximate } => Unary Float, cuda Ok("ew_gelu_{approximate}({a0})"),
         float |x| match approximate {
             crate::GeluApprox::None => F::from_f64(0.5) * x * (F::ONE + (x * F::from_f64(std::f64::consts::FRAC_1_SQRT_2)).erf()),
             crate::GeluApprox::Tanh => gelu_tanh(x),
         },
         grad Grad::Formulas(&["gelu_grad(x, dy)"]);
-    LeakyRelu { alpha } => Unary, cuda Ok("ew_leaky_relu({a0}, {alpha})"),
+    LeakyRelu { alpha } => Unary Float, cuda Ok("ew_leaky_relu({a0}, {alpha})"),
         float |x| if x < F::ZERO { F::from_f32(*alpha) * x } else { x },
         grad Grad::Formulas(&["where(x > 0, dy, dy * alpha)"]);
-    Not => Special, cuda Ok("ew_not({a0})"), grad Grad::NotDifferentiable("not is a boolean op");
-    IsNaN => Predicate, cuda Ok("ew_is_nan({a0})"), float |x| x.is_nan(), grad Grad::NotDifferentiable("is_nan has a bool output");
-    IsInf { detect_negative, detect_positive } => Predicate, cuda Ok("ew_is_inf({a0}, {detect_negative}, {detect_positive})"),
+    Not => Own(Not) Bool, cuda Ok("ew_not({a0})"), grad Grad::NotDifferentiable("not is a boolean op");
+    IsNaN => Predicate Float, cuda Ok("ew_is_nan({a0})"), float |x| x.is_nan(), grad Grad::NotDifferentiable("is_nan has a bool output");
+    IsInf { detect_negative, detect_positive } => Predicate Float, cuda Ok("ew_is_inf({a0}, {detect_negative}, {detect_positive})"),
         float |x| x.is_infinite() && ((x > F::ZERO && *detect_positive) || (x < F::ZERO && *detect_negative)),
         grad Grad::NotDifferentiable("is_inf has a bool output");
 
     // ---- binary arithmetic (numpy broadcasting) ----
-    Add => Binary, cuda Ok("ew_add({a0}, {a1})"), float |x, y| x + y, int |x, y| x.wrapping_add(y), grad Grad::Formulas(&["dy", "dy"]);
-    Sub => Binary, cuda Ok("ew_sub({a0}, {a1})"), float |x, y| x - y, int |x, y| x.wrapping_sub(y), grad Grad::Formulas(&["dy", "-dy"]);
-    Mul => Binary, cuda Ok("ew_mul({a0}, {a1})"), float |x, y| x * y, int |x, y| x.wrapping_mul(y), grad Grad::Formulas(&["dy * b", "dy * a"]);
-    // Integer division truncates toward zero and fails on a zero divisor: a Special case in
-    // the evaluator; floats use the closure.
-    Div => Binary, cuda Ok("ew_div({a0}, {a1})"), float |x, y| x / y, grad Grad::Formulas(&["dy / b", "-(dy * y / b)"]);
+    Add => Binary Numeric, cuda Ok("ew_add({a0}, {a1})"), float |x, y| x + y, int |x, y| x.wrapping_add(y), grad Grad::Formulas(&["dy", "dy"]);
+    Sub => Binary Numeric, cuda Ok("ew_sub({a0}, {a1})"), float |x, y| x - y, int |x, y| x.wrapping_sub(y), grad Grad::Formulas(&["dy", "-dy"]);
+    Mul => Binary Numeric, cuda Ok("ew_mul({a0}, {a1})"), float |x, y| x * y, int |x, y| x.wrapping_mul(y), grad Grad::Formulas(&["dy * b", "dy * a"]);
+    // Integer division truncates toward zero (C, as ONNX) and fails on a zero divisor.
+    Div => Binary Numeric [zero_divisor], cuda Ok("ew_div({a0}, {a1})"), float |x, y| x / y, int |x, y| x.wrapping_div(y), grad Grad::Formulas(&["dy / b", "-(dy * y / b)"]);
     // Mixed base and exponent types: a kernel of its own.
-    Pow => Special, cuda Ok("ew_pow({a0}, {a1})"),
+    Pow => Own(Pow) Numeric, cuda Ok("ew_pow({a0}, {a1})"),
         grad Grad::Formulas(&["dy * (pow(a, cast(b, a) - 1) * cast(b, a))", "cast(dy * (y * log(a)), b)"]);
-    Max => Variadic, cuda Ok("ew_max({a0}, {a1})"), float |x, y| fmax_nan(x, y), int |x, y| x.max(y),
+    Max => Variadic Numeric, cuda Ok("ew_max({a0}, {a1})"), float |x, y| fmax_nan(x, y), int |x, y| x.max(y),
         grad Grad::Formulas(&["where(a >= b, dy, 0)", "where(a >= b, 0, dy)"]);
-    Min => Variadic, cuda Ok("ew_min({a0}, {a1})"), float |x, y| fmin_nan(x, y), int |x, y| x.min(y),
+    Min => Variadic Numeric, cuda Ok("ew_min({a0}, {a1})"), float |x, y| fmin_nan(x, y), int |x, y| x.min(y),
         grad Grad::Formulas(&["where(a <= b, dy, 0)", "where(a <= b, 0, dy)"]);
     // fmod=1: C's fmod (sign of the dividend; Rust's float `%`); fmod=0: Python's `%` on
-    // integers. Integer forms and the zero-divisor check are Special in the evaluator.
-    Mod { fmod } => Special, cuda if *fmod { Ok("ew_fmod({a0}, {a1})") } else { Ok("ew_mod({a0}, {a1})") },
+    // integers. Each backend has its own kernels (fmod=0 on floats is an error).
+    Mod { fmod } => Own(Mod { fmod: *fmod }) Numeric [zero_divisor], cuda if *fmod { Ok("ew_fmod({a0}, {a1})") } else { Ok("ew_mod({a0}, {a1})") },
         grad Grad::NotDifferentiable("mod is not differentiated (no rule)");
 
     // ---- comparisons and logic ----
-    Equal => Compare, cuda Ok("ew_equal({a0}, {a1})"), cmp |x, y| x == y, grad Grad::NotDifferentiable("comparisons have a bool output");
-    Less => Compare, cuda Ok("ew_less({a0}, {a1})"), cmp |x, y| x < y, grad Grad::NotDifferentiable("comparisons have a bool output");
-    LessOrEqual => Compare, cuda Ok("ew_less_or_equal({a0}, {a1})"), cmp |x, y| x <= y, grad Grad::NotDifferentiable("comparisons have a bool output");
-    Greater => Compare, cuda Ok("ew_greater({a0}, {a1})"), cmp |x, y| x > y, grad Grad::NotDifferentiable("comparisons have a bool output");
-    GreaterOrEqual => Compare, cuda Ok("ew_greater_or_equal({a0}, {a1})"), cmp |x, y| x >= y, grad Grad::NotDifferentiable("comparisons have a bool output");
-    And => Logic, cuda Ok("ew_and({a0}, {a1})"), logic |x, y| x & y, grad Grad::NotDifferentiable("logic ops have a bool output");
-    Or => Logic, cuda Ok("ew_or({a0}, {a1})"), logic |x, y| x | y, grad Grad::NotDifferentiable("logic ops have a bool output");
-    Xor => Logic, cuda Ok("ew_xor({a0}, {a1})"), logic |x, y| x ^ y, grad Grad::NotDifferentiable("logic ops have a bool output");
+    Equal => Compare NumericOrBool, cuda Ok("ew_equal({a0}, {a1})"), cmp |x, y| x == y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    Less => Compare Numeric, cuda Ok("ew_less({a0}, {a1})"), cmp |x, y| x < y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    LessOrEqual => Compare Numeric, cuda Ok("ew_less_or_equal({a0}, {a1})"), cmp |x, y| x <= y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    Greater => Compare Numeric, cuda Ok("ew_greater({a0}, {a1})"), cmp |x, y| x > y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    GreaterOrEqual => Compare Numeric, cuda Ok("ew_greater_or_equal({a0}, {a1})"), cmp |x, y| x >= y, grad Grad::NotDifferentiable("comparisons have a bool output");
+    And => Logic Bool, cuda Ok("ew_and({a0}, {a1})"), logic |x, y| x & y, grad Grad::NotDifferentiable("logic ops have a bool output");
+    Or => Logic Bool, cuda Ok("ew_or({a0}, {a1})"), logic |x, y| x | y, grad Grad::NotDifferentiable("logic ops have a bool output");
+    Xor => Logic Bool, cuda Ok("ew_xor({a0}, {a1})"), logic |x, y| x ^ y, grad Grad::NotDifferentiable("logic ops have a bool output");
 
     // ---- selection, clipping, conversion ----
-    Where => Special, cuda Ok("ew_where({a0}, {a1}, {a2})"), grad Grad::Formulas(&["", "where(a, dy, 0)", "where(a, 0, dy)"]);
+    Where => Own(Where) Any, cuda Ok("ew_where({a0}, {a1}, {a2})"), grad Grad::Formulas(&["", "where(a, dy, 0)", "where(a, 0, dy)"]);
     // The gradient passes where min ≤ x ≤ max (PyTorch's rule at the bounds); the bounds get none.
-    Clip => Special, cuda Ok("ew_clip({a0}, {a1}, {a2})"), grad Grad::Formulas(&["where(x >= b, where(x <= c, dy, 0), 0)", "", ""]);
-    Cast { to, saturate } => Special, cuda Err("cast has a kernel of its own (cast.cu)"), grad Grad::Formulas(&["cast(dy, x)"]);
+    Clip => Own(Clip) Numeric, cuda Ok("ew_clip({a0}, {a1}, {a2})"), grad Grad::Formulas(&["where(x >= b, where(x <= c, dy, 0), 0)", "", ""]);
+    Cast { to, saturate } => Own(Cast { to: *to, saturate: *saturate }) Any, cuda Err("cast has a kernel of its own (cast.cu)"), grad Grad::Formulas(&["cast(dy, x)"]);
     // The gradient of gelu: inputs x and dy.
-    GeluGrad { approximate } => Special, cuda Ok("ew_gelu_grad_{approximate}({a0}, {a1})"),
+    GeluGrad { approximate } => Own(GeluGrad { approximate: *approximate }) Float, cuda Ok("ew_gelu_grad_{approximate}({a0}, {a1})"),
         grad Grad::NotDifferentiable("second-order gradients are not supported");
 }
 

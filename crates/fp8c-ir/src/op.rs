@@ -84,7 +84,7 @@ impl Props {
 }
 
 macro_rules! define_ops {
-    ($( $(#[$fdoc:meta])* family $fam:ident($famty:ident) {
+    ($( $(#[$fdoc:meta])* family $fam:ident($famty:ident) $fname:literal {
         $( $(#[$doc:meta])* $variant:ident $({ $($field:ident : $fty:ty),* $(,)? })? => $text:literal $([$($prop:ident),*])?, )*
     } )*) => {
         /// An IR operation with its attributes.
@@ -107,7 +107,7 @@ macro_rules! define_ops {
 
             /// The family's module name (`elementwise`, `linalg`, ...).
             pub fn name(self) -> &'static str {
-                match self { $( Family::$fam => family_name!($fam), )* }
+                match self { $( Family::$fam => $fname, )* }
             }
         }
 
@@ -183,52 +183,9 @@ macro_rules! define_ops {
     };
 }
 
-/// The module name of a family (its identifier in snake case).
-macro_rules! family_name {
-    (Interface) => {
-        "interface"
-    };
-    (Elementwise) => {
-        "elementwise"
-    };
-    (Linalg) => {
-        "linalg"
-    };
-    (Conv) => {
-        "conv"
-    };
-    (Pool) => {
-        "pool"
-    };
-    (Normalize) => {
-        "normalize"
-    };
-    (Reduce) => {
-        "reduce"
-    };
-    (Movement) => {
-        "movement"
-    };
-    (Fp8) => {
-        "fp8"
-    };
-    (Loss) => {
-        "loss"
-    };
-    (Optim) => {
-        "optim"
-    };
-    (Fused) => {
-        "fused"
-    };
-    (Attention) => {
-        "attention"
-    };
-}
-
 define_ops! {
     /// The graph interface (no inputs): values fed by the caller or held by the graph.
-    family Interface(InterfaceOp) {
+    family Interface(InterfaceOp) "interface" {
         /// A graph input, fed by the caller.
         Input { name: String } => "input",
         /// A parameter (an FP32 master weight or other initializer); data lives in `Graph::weights`.
@@ -239,7 +196,7 @@ define_ops! {
         Constant { value: Tensor } => "constant",
     }
     /// Elementwise ops: unary math, broadcasting binary arithmetic, comparisons and logic, `where`, `clip`, `cast`, and the GELU gradient (one row each in `elementwise.rs`).
-    family Elementwise(ElementwiseOp) {
+    family Elementwise(ElementwiseOp) "elementwise" {
         /// Returns its input unchanged.
         Identity => "identity" [view],
         Neg => "neg",
@@ -292,7 +249,7 @@ define_ops! {
         GeluGrad { approximate: GeluApprox } => "gelu_grad",
     }
     /// Matrix products: numpy matmul, ONNX Gemm, and the FP8 GEMM.
-    family Linalg(LinalgOp) {
+    family Linalg(LinalgOp) "linalg" {
         /// numpy matmul semantics (batched, broadcasting).
         MatMul => "matmul" [gemm],
         /// `alpha * op(A) * op(B) + beta * C` with 2 or 3 inputs.
@@ -311,7 +268,7 @@ define_ops! {
         BlockScaledMatMul { out: DType, k_block: i64, a_rows: i64, b_cols: i64 } => "block_scaled_matmul" [scaling],
     }
     /// Convolutions and their gradients (window geometry in `window.rs`).
-    family Conv(ConvOp) {
+    family Conv(ConvOp) "conv" {
         /// N-d convolution, NCHW; inputs x, w and an optional bias.
         Conv { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv" [gemm],
         /// Gradient of `conv` w.r.t. x (dgrad, a transposed convolution): inputs dy and w; the
@@ -321,7 +278,7 @@ define_ops! {
         ConvGradWeight { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, group: i64, auto_pad: AutoPad } => "conv_grad_weight" [training],
     }
     /// Pooling and its gradients.
-    family Pool(PoolOp) {
+    family Pool(PoolOp) "pool" {
         MaxPool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, auto_pad: AutoPad } => "max_pool",
         AveragePool { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool",
         GlobalAveragePool => "global_average_pool",
@@ -332,7 +289,7 @@ define_ops! {
         AveragePoolGrad { kernel_shape: Vec<i64>, strides: Vec<i64>, pads: Vec<i64>, dilations: Vec<i64>, ceil_mode: bool, count_include_pad: bool, auto_pad: AutoPad } => "average_pool_grad" [training],
     }
     /// Normalisations and softmax, and their gradients.
-    family Normalize(NormalizeOp) {
+    family Normalize(NormalizeOp) "normalize" {
         /// Inference-mode batch norm; inputs x, scale, bias, mean, var.
         BatchNormalization { epsilon: f32 } => "batch_norm",
         /// Inputs x, scale and an optional bias; normalises over axes `axis..rank`.
@@ -350,7 +307,7 @@ define_ops! {
         RmsNormalization { axis: i64, epsilon: f32 } => "rms_norm",
     }
     /// Reductions (axes None = all axes, as ONNX) and the finiteness check.
-    family Reduce(ReduceOp) {
+    family Reduce(ReduceOp) "reduce" {
         ReduceMean { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_mean",
         ReduceSum { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_sum",
         ReduceMax { axes: Option<Vec<i64>>, keepdims: bool } => "reduce_max",
@@ -376,7 +333,7 @@ define_ops! {
         TopK { axis: i64, largest: bool, sorted: bool } => "top_k",
     }
     /// Shape arithmetic and data movement.
-    family Movement(MovementOp) {
+    family Movement(MovementOp) "movement" {
         /// The shape of its input as i64[rank], sliced to `start..end`.
         Shape { start: i64, end: Option<i64> } => "shape",
         /// Inputs data and a shape tensor (i64[n]); 0 copies the input dim unless allowzero.
@@ -435,7 +392,7 @@ define_ops! {
         After => "after" [view],
     }
     /// Quantization: ONNX's Q/DQ and fp8c's FP8 scaling ops (inserted by the scaling pass).
-    family Fp8(Fp8Op) {
+    family Fp8(Fp8Op) "fp8" {
         /// ONNX QuantizeLinear: inputs x, y_scale, y_zero_point; `to` is the quantized type.
         /// `block_size` 0: a per-tensor or per-axis scale; > 0 (opset 21's blocked form): the
         /// scale has x's rank, `ceil(dim / block_size)` entries along `axis`, x's dims elsewhere.
@@ -476,7 +433,7 @@ define_ops! {
         BlockDequantize { to: DType, rows: i64, cols: i64 } => "block_dequantize" [scaling],
     }
     /// Losses and their gradients (the autodiff pass emits them).
-    family Loss(LossOp) {
+    family Loss(LossOp) "loss" {
         /// Mean softmax cross-entropy over the last axis with integer labels: inputs logits
         /// `[.., C]` and labels (i64/i32) `[..]`; outputs the loss (a scalar of the logits' type,
         /// the mean over the labels that count) and the log-probabilities. A label equal to
@@ -489,7 +446,7 @@ define_ops! {
         SoftmaxCrossEntropyGrad => "softmax_cross_entropy_grad" [training],
     }
     /// Optimizer steps on FP32 master weights (the autodiff pass emits them).
-    family Optim(OptimOp) {
+    family Optim(OptimOp) "optim" {
         /// PyTorch's SGD step: inputs param, grad, momentum buffer, lr (f32[]); outputs the new
         /// param and buffer. `g = grad + wd·param; buf = momentum·buf + g; param −= lr·(nesterov ?
         /// g + momentum·buf : buf)` (with momentum 0 the buffer is g).
@@ -501,7 +458,7 @@ define_ops! {
         AdamwUpdate { beta1: f32, beta2: f32, epsilon: f32, weight_decay: f32 } => "adamw_update" [training],
     }
     /// Fused ops (the fusion pass makes them). Each computes bit for bit what the unfused ops it replaces compute (its doc says which); an output nobody reads is not written. `expr` is an elementwise program (`fused.rs`).
-    family Fused(FusedOp) {
+    family Fused(FusedOp) "fused" {
         /// `quantize(x, scale)` and `amax(x)` in one read of x: inputs x, scale; outputs q, amax.
         QuantizeAmax { to: DType, saturate: bool } => "quantize_amax",
         /// TE's cast+transpose: inputs x, scale; outputs `q = quantize(x, scale)`,
@@ -537,7 +494,7 @@ define_ops! {
     }
     /// Fused scaled dot-product attention and its gradient (canonicalize recognises it in
     /// exports; `fp8c_ir::attention` states the shapes and the semantics both share).
-    family Attention(AttentionOp) {
+    family Attention(AttentionOp) "attention" {
         /// `softmax(scale·Q·Kᵀ + mask)·V` per head, never materialising the scores: inputs q
         /// `[B, H, Tq, D]`, k `[B, Hkv, Tk, D]`, v `[B, Hkv, Tk, Dv]` (H a multiple of Hkv;
         /// query head h reads KV head `h / (H/Hkv)`) and an optional additive float mask
@@ -577,19 +534,24 @@ impl Op {
 
     /// True for elementwise ops with one input and one output of the same shape.
     pub fn is_elementwise_unary(&self) -> bool {
-        crate::elementwise::row_of(self).is_some_and(|r| r.kind == crate::elementwise::Kind::Unary)
-            || matches!(self, Op::Not | Op::IsNaN | Op::IsInf { .. })
+        use crate::elementwise::{Kind, Own};
+        crate::elementwise::row_of(self)
+            .is_some_and(|r| matches!(r.kind, Kind::Unary | Kind::Predicate | Kind::Own(Own::Not)))
     }
 
     /// True for broadcasting binary elementwise ops (arithmetic, comparisons, logic).
     pub fn is_elementwise_binary(&self) -> bool {
-        use crate::elementwise::Kind;
+        use crate::elementwise::{Kind, Own};
         crate::elementwise::row_of(self).is_some_and(|r| {
             matches!(
                 r.kind,
-                Kind::Binary | Kind::Variadic | Kind::Compare | Kind::Logic
+                Kind::Binary
+                    | Kind::Variadic
+                    | Kind::Compare
+                    | Kind::Logic
+                    | Kind::Own(Own::Pow | Own::Mod { .. })
             )
-        }) || matches!(self, Op::Pow | Op::Mod { .. })
+        })
     }
 
     /// True for GEMM-like ops the precision policy may put in FP8 (the table's `gemm` flag).

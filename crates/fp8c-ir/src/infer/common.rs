@@ -331,9 +331,7 @@ pub(super) fn expect_attr(ok: bool, name: &str, got: impl fmt::Display, expected
     }
 }
 
-pub(super) const ANY: &str = "any type";
 pub(super) const NUMERIC: &str = "a numeric type (float other than FP8, or integer)";
-pub(super) const SIGNED: &str = "a float (not FP8) or signed integer type";
 pub(super) const MATH_FLOAT: &str = "a float type other than FP8";
 
 /// Floats that arithmetic accepts: FP8 is storage only.
@@ -343,10 +341,6 @@ pub(super) fn is_math_float(d: DType) -> bool {
 
 pub(super) fn is_numeric(d: DType) -> bool {
     is_math_float(d) || d.is_int()
-}
-
-pub(super) fn is_signed(d: DType) -> bool {
-    is_math_float(d) || matches!(d, DType::I64 | DType::I32 | DType::I16 | DType::I8)
 }
 
 pub(super) fn is_index(d: DType) -> bool {

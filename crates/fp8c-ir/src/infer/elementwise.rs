@@ -1,88 +1,48 @@
-//! Inference for the elementwise family: unary math (dtype checked, shape kept), numpy
-//! broadcasting binary arithmetic, comparisons and logic, `where`, `clip`, `cast`, and the
-//! GELU gradient.
+//! Inference for the elementwise family, read from each op's row (`crate::elementwise`): its
+//! kind says how operands combine (unary and predicates keep the shape, binary ops broadcast,
+//! comparisons and predicates give bool) and its types which element types the inputs may
+//! have; only the `Own` ops (`not`, `pow`, `mod`, `where`, `clip`, `cast`, `gelu_grad`) have
+//! rules of their own here.
 
 use super::InferInput;
-use super::common::{
-    ANY, MATH_FLOAT, NUMERIC, Res, SIGNED, args, broadcast, is_math_float, is_numeric, is_signed,
-    same_as,
-};
+use super::common::{Res, args, broadcast, same_as};
+use crate::elementwise::{Kind, Own, Types, row};
 use crate::{DType, ElementwiseOp, TensorType};
 
 /// The output types of an elementwise op.
 pub(super) fn infer(op: ElementwiseOp<'_>, inputs: &[InferInput<'_>]) -> Res<Vec<TensorType>> {
     use DType::Bool;
-    let one = |t: TensorType| vec![t];
-    Ok(match op {
-        // ---- elementwise unary
-        ElementwiseOp::Identity => one(unary(inputs, |_| true, ANY, None)?),
-        ElementwiseOp::Neg | ElementwiseOp::Relu => one(unary(inputs, is_signed, SIGNED, None)?),
-        ElementwiseOp::Abs | ElementwiseOp::Erf => one(unary(inputs, is_numeric, NUMERIC, None)?),
-        ElementwiseOp::Sqrt
-        | ElementwiseOp::Reciprocal
-        | ElementwiseOp::Exp
-        | ElementwiseOp::Log
-        | ElementwiseOp::Tanh
-        | ElementwiseOp::Sigmoid
-        | ElementwiseOp::Floor
-        | ElementwiseOp::Sign
-        | ElementwiseOp::Ceil
-        | ElementwiseOp::Round
-        | ElementwiseOp::Sin
-        | ElementwiseOp::Cos
-        | ElementwiseOp::Gelu { .. }
-        | ElementwiseOp::LeakyRelu { .. } => one(unary(inputs, is_math_float, MATH_FLOAT, None)?),
-        ElementwiseOp::Not => one(unary(inputs, |d| d == Bool, "bool", None)?),
-        ElementwiseOp::IsNaN | ElementwiseOp::IsInf { .. } => {
-            one(unary(inputs, is_math_float, MATH_FLOAT, Some(Bool))?)
-        }
-
-        // ---- elementwise binary
-        ElementwiseOp::Add
-        | ElementwiseOp::Sub
-        | ElementwiseOp::Mul
-        | ElementwiseOp::Div
-        | ElementwiseOp::Max
-        | ElementwiseOp::Min => one(binary(inputs, is_numeric, NUMERIC, None)?),
-        ElementwiseOp::Mod { fmod } => one(modulo(inputs, *fmod)?),
-        ElementwiseOp::Pow => one(pow(inputs)?),
-        ElementwiseOp::Equal => one(binary(
-            inputs,
-            |d| is_numeric(d) || d == Bool,
-            "a numeric type or bool",
-            Some(Bool),
-        )?),
-        ElementwiseOp::Less
-        | ElementwiseOp::LessOrEqual
-        | ElementwiseOp::Greater
-        | ElementwiseOp::GreaterOrEqual => one(binary(inputs, is_numeric, NUMERIC, Some(Bool))?),
-        ElementwiseOp::And | ElementwiseOp::Or | ElementwiseOp::Xor => {
-            one(binary(inputs, |d| d == Bool, "bool", None)?)
-        }
-        ElementwiseOp::Where => one(where_(inputs)?),
-        ElementwiseOp::Clip => one(clip(inputs)?),
-        ElementwiseOp::Cast { to, .. } => {
-            let [x] = args(inputs, ["input"])?;
-            one(TensorType::new(*to, x.ty.shape.clone()))
-        }
-        ElementwiseOp::GeluGrad { .. } => {
-            let [x, dy] = args(inputs, ["x", "dy"])?;
-            x.expect(is_math_float(x.dtype()), MATH_FLOAT)?;
-            same_as(&dy, &x)?;
-            vec![x.ty.clone()]
-        }
-        ElementwiseOp::__Lifetime(never, _) => match never {},
-    })
+    let row = row(op);
+    let types = row.types;
+    Ok(vec![match row.kind {
+        Kind::Unary => unary(inputs, types, None)?,
+        Kind::Predicate => unary(inputs, types, Some(Bool))?,
+        // A variadic op (`max`, `min`) is inferred with two inputs, as the importer gives it.
+        Kind::Binary | Kind::Variadic | Kind::Logic => binary(inputs, types, None)?,
+        Kind::Compare => binary(inputs, types, Some(Bool))?,
+        Kind::Own(own) => match own {
+            Own::Not => unary(inputs, types, None)?,
+            Own::Mod { fmod } => modulo(inputs, types, fmod)?,
+            Own::Pow => pow(inputs, types)?,
+            Own::Where => where_(inputs)?,
+            Own::Clip => clip(inputs, types)?,
+            Own::Cast { to, .. } => {
+                let [x] = args(inputs, ["input"])?;
+                TensorType::new(to, x.ty.shape.clone())
+            }
+            Own::GeluGrad { .. } => {
+                let [x, dy] = args(inputs, ["x", "dy"])?;
+                x.expect(types.admits(x.dtype()), types.expected())?;
+                same_as(&dy, &x)?;
+                x.ty.clone()
+            }
+        },
+    }])
 }
 
-fn unary(
-    inputs: &[InferInput<'_>],
-    ok: fn(DType) -> bool,
-    expected: &str,
-    out: Option<DType>,
-) -> Res<TensorType> {
+fn unary(inputs: &[InferInput<'_>], types: Types, out: Option<DType>) -> Res<TensorType> {
     let [x] = args(inputs, ["X"])?;
-    x.expect(ok(x.dtype()), expected)?;
+    x.expect(types.admits(x.dtype()), types.expected())?;
     Ok(TensorType::new(
         out.unwrap_or(x.dtype()),
         x.ty.shape.clone(),
@@ -90,14 +50,9 @@ fn unary(
 }
 
 /// Same-dtype broadcasting binary op; `out` overrides the result dtype (comparisons).
-fn binary(
-    inputs: &[InferInput<'_>],
-    ok: fn(DType) -> bool,
-    expected: &str,
-    out: Option<DType>,
-) -> Res<TensorType> {
+fn binary(inputs: &[InferInput<'_>], types: Types, out: Option<DType>) -> Res<TensorType> {
     let [a, b] = args(inputs, ["A", "B"])?;
-    a.expect(ok(a.dtype()), expected)?;
+    a.expect(types.admits(a.dtype()), types.expected())?;
     b.expect_same_dtype(&a)?;
     Ok(TensorType::new(
         out.unwrap_or(a.dtype()),
@@ -105,8 +60,8 @@ fn binary(
     ))
 }
 
-fn modulo(inputs: &[InferInput<'_>], fmod: bool) -> Res<TensorType> {
-    let t = binary(inputs, is_numeric, NUMERIC, None)?;
+fn modulo(inputs: &[InferInput<'_>], types: Types, fmod: bool) -> Res<TensorType> {
+    let t = binary(inputs, types, None)?;
     if t.dtype.is_float() && !fmod {
         return Err(format!(
             "float inputs ({}) need fmod=true (ONNX Mod)",
@@ -117,10 +72,10 @@ fn modulo(inputs: &[InferInput<'_>], fmod: bool) -> Res<TensorType> {
 }
 
 /// The exponent may have another numeric dtype; the result has the base's.
-fn pow(inputs: &[InferInput<'_>]) -> Res<TensorType> {
+fn pow(inputs: &[InferInput<'_>], types: Types) -> Res<TensorType> {
     let [x, y] = args(inputs, ["X", "Y"])?;
-    x.expect(is_numeric(x.dtype()), NUMERIC)?;
-    y.expect(is_numeric(y.dtype()), NUMERIC)?;
+    x.expect(types.admits(x.dtype()), types.expected())?;
+    y.expect(types.admits(y.dtype()), types.expected())?;
     Ok(TensorType::new(x.dtype(), broadcast(&[x, y])?))
 }
 
@@ -131,9 +86,9 @@ fn where_(inputs: &[InferInput<'_>]) -> Res<TensorType> {
     Ok(TensorType::new(x.dtype(), broadcast(&[cond, x, y])?))
 }
 
-fn clip(inputs: &[InferInput<'_>]) -> Res<TensorType> {
+fn clip(inputs: &[InferInput<'_>], types: Types) -> Res<TensorType> {
     let [x, lo, hi] = args(inputs, ["input", "min", "max"])?;
-    x.expect(is_numeric(x.dtype()), NUMERIC)?;
+    x.expect(types.admits(x.dtype()), types.expected())?;
     for bound in [lo, hi] {
         bound.expect_same_dtype(&x)?;
         bound.expect_scalar_like()?;

@@ -323,25 +323,24 @@ impl elementwise::BinaryKernel<i64> for IntProbe {
     fn run(self, _: impl Fn(i64, i64) -> i64 + Send + Sync + Copy) {}
 }
 
-/// Whether the CPU reference computes `op` on integers: the table's integer forms, the
-/// comparisons, and the special ops with integer rules (truncating `div`, both `mod`s,
+/// Whether the CPU reference computes `op` on integers: the table's integer forms (truncating
+/// `div` among them), the comparisons, and the `Own` ops with integer rules (both `mod`s,
 /// `pow` with an integer exponent, `where`, `clip`). An integer program admits only these:
 /// any other op would silently compute in float through C++'s conversions.
 fn has_int_form(op: &Op) -> bool {
-    use fp8c_ir::ElementwiseOp as E;
+    use elementwise::Own;
     let OpView::Elementwise(e) = op.view() else {
         return false;
     };
-    match e {
-        E::Div | E::Mod { .. } | E::Pow | E::Where | E::Clip => true,
-        _ => match elementwise::row(e).kind {
-            Kind::Unary => elementwise::dispatch_unary_int::<i64, _>(e, IntProbe).is_some(),
-            Kind::Binary | Kind::Variadic => {
-                elementwise::dispatch_binary_int::<i64, _>(e, IntProbe).is_some()
-            }
-            Kind::Compare => true,
-            _ => false,
-        },
+    match elementwise::row(e).kind {
+        Kind::Unary => elementwise::dispatch_unary_int::<i64, _>(e, IntProbe).is_some(),
+        Kind::Binary | Kind::Variadic => {
+            elementwise::dispatch_binary_int::<i64, _>(e, IntProbe).is_some()
+        }
+        Kind::Compare | Kind::Own(Own::Mod { .. } | Own::Pow | Own::Where | Own::Clip) => true,
+        Kind::Logic
+        | Kind::Predicate
+        | Kind::Own(Own::Not | Own::Cast { .. } | Own::GeluGrad { .. }) => false,
     }
 }
 
@@ -365,12 +364,11 @@ fn int_exponent_kind(d: DType) -> Option<&'static str> {
 
 /// Whether an integer program can fail (a zero divisor): it needs an error flag.
 pub fn can_fail(spec: &EwSpec) -> bool {
-    use fp8c_ir::ElementwiseOp as E;
     is_int_program(spec)
         && spec
             .program
             .iter()
-            .any(|i| matches!(i.op.view(), OpView::Elementwise(E::Div | E::Mod { .. })))
+            .any(|i| elementwise::row_of(&i.op).is_some_and(|r| r.flags.zero_divisor))
 }
 
 /// A `constexpr` function of the input index: `k == 0 ? v0 : k == 1 ? v1 : … : default`.

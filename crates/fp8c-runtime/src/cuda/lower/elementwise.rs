@@ -1,13 +1,14 @@
-//! The elementwise family on CUDA: `identity` is a copy, `cast` has kernels of its own
-//! (`quantize.cu`), every other op is one instruction of a generated elementwise program
-//! ([`codegen`]), whose CUDA expression comes from the op's row of
-//! `fp8c_ir::elementwise` (an op whose row has no CUDA form is refused with the row's reason).
+//! The elementwise family on CUDA, read from each op's row of `fp8c_ir::elementwise`:
+//! `identity` is a copy, `cast` has kernels of its own (`quantize.cu`), every other op is one
+//! instruction of a generated elementwise program ([`codegen`]) whose CUDA expression is the
+//! row's template (an op whose row has none is refused with the row's reason).
 
 use super::{Action, BLOCK, Lowerer, R, not_supported, numel, word};
 use crate::cuda::codegen::{self, Access, EwParams, EwSpec};
 use crate::cuda::device::{KernelArgs, KernelRef, Launch};
 use crate::cuda::kernels::{self, is_kernel_float};
 use crate::program::{BufId, Step};
+use fp8c_ir::elementwise::{self, Kind, Own, Types};
 use fp8c_ir::{DType, ElementwiseOp, EwInst, Op, Support};
 
 /// How an elementwise op runs on CUDA.
@@ -20,56 +21,15 @@ enum Path {
     Generated(Result<&'static str, &'static str>),
 }
 
-/// The one exhaustive list of how each elementwise op runs (support and lowering share it).
+/// How each elementwise op runs, from its row (support and lowering share it): a unary row of
+/// every type is the identity, `cast` has kernels of its own, every other row runs its CUDA
+/// template (or is refused with its reason).
 fn path(op: ElementwiseOp<'_>) -> Path {
-    use ElementwiseOp as E;
-    match op {
-        E::Identity => Path::Copy,
-        E::Cast { to, saturate } => Path::Cast {
-            to: *to,
-            saturate: *saturate,
-        },
-        E::Neg
-        | E::Abs
-        | E::Sqrt
-        | E::Reciprocal
-        | E::Exp
-        | E::Log
-        | E::Erf
-        | E::Tanh
-        | E::Sigmoid
-        | E::Relu
-        | E::Floor
-        | E::Sign
-        | E::Ceil
-        | E::Round
-        | E::Sin
-        | E::Cos
-        | E::Gelu { .. }
-        | E::LeakyRelu { .. }
-        | E::Not
-        | E::IsNaN
-        | E::IsInf { .. }
-        | E::Add
-        | E::Sub
-        | E::Mul
-        | E::Div
-        | E::Pow
-        | E::Max
-        | E::Min
-        | E::Mod { .. }
-        | E::Equal
-        | E::Less
-        | E::LessOrEqual
-        | E::Greater
-        | E::GreaterOrEqual
-        | E::And
-        | E::Or
-        | E::Xor
-        | E::Where
-        | E::Clip
-        | E::GeluGrad { .. } => Path::Generated(fp8c_ir::elementwise::row(op).cuda),
-        E::__Lifetime(never, _) => match never {},
+    let row = elementwise::row(op);
+    match row.kind {
+        Kind::Unary if row.types == Types::Any => Path::Copy,
+        Kind::Own(Own::Cast { to, saturate }) => Path::Cast { to, saturate },
+        _ => Path::Generated(row.cuda),
     }
 }
 
@@ -118,7 +78,7 @@ impl Lowerer<'_> {
                 let int = ins
                     .iter()
                     .any(|&b| self.buf(b).ty.dtype.is_int() && self.buf(b).ty.dtype != DType::Bool);
-                let err = if int && matches!(e, ElementwiseOp::Div | ElementwiseOp::Mod { .. }) {
+                let err = if int && elementwise::row(e).flags.zero_divisor {
                     let (i, ptr) = self.next_flag();
                     *flag = Some(i);
                     ptr
