@@ -242,6 +242,31 @@ fn old_opset_forms_that_change_values_are_refused() {
 }
 
 #[test]
+fn dropout_in_training_mode_is_the_identity_only_at_ratio_zero() {
+    // ratio a float initializer (a param), training_mode a bool initializer (a constant).
+    let drop = |ratio: f32, training: bool| {
+        ModelBuilder::new()
+            .opset(13)
+            .input("x", DType::F32, &[2.into(), 3.into()])
+            .initializer_f32("r", &[], &[ratio])
+            .initializer("t", &Tensor::from_bool(vec![], &[training]))
+            .node("Dropout", &["x", "r", "t"], &["y"])
+            .name("d")
+            .output_untyped("y")
+    };
+    for (ratio, training) in [(0.5, false), (0.0, true)] {
+        let g = common::import(drop(ratio, training)).graph;
+        assert_eq!(common::op_names(&g), ["identity"], "{ratio} {training}");
+    }
+    assert_eq!(
+        import_err(drop(0.5, true)),
+        "node \"d\" (Dropout): training_mode = true with ratio 0.5 drops a random mask: fp8c \
+         imports Dropout at inference (or with ratio 0) only; ONNX leaves the random generator \
+         to the runtime"
+    );
+}
+
+#[test]
 fn old_opset_broadcast_with_axis_aligns_b_from_axis() {
     // Add-6, broadcast = 1, axis = 1: B of shape [3] lines up with A's axis 1.
     let b = ModelBuilder::new()

@@ -435,28 +435,35 @@ pub(super) fn softmax(cx: &mut NodeCx<'_>, make: fn(i64) -> Op) -> Result<Vec<Va
 /// `RandomState(seed)`, which no output of fp8c's could match), and fp8c's importer builds
 /// inference graphs (`fp8c train` has no dropout).
 pub(super) fn dropout(cx: &mut NodeCx<'_>) -> Result<Vec<Value>, OnnxError> {
-    let ratio = match cx.opt_input(1) {
-        None if cx.opset >= 12 => 0.5,
-        None => f64::from(cx.attr_float("ratio", 0.5)?),
-        Some(r) => {
-            let v = cx.constant_of(r).and_then(|t| t.to_f64_vec().ok());
-            match v.as_deref() {
-                Some([r]) => *r,
-                _ => return Err(cx.err("input 1 (`ratio`) must be a constant scalar")),
-            }
-        }
-    };
     if let Some(mode) = cx.opt_input(2) {
         let values = cx.constant_of(mode).and_then(|t| t.to_i64_vec().ok());
         let Some(values) = values else {
             return Err(cx.err("input 2 (`training_mode`) must be a constant"));
         };
-        if values.iter().any(|&b| b != 0) && ratio != 0.0 {
-            return Err(cx.err(format!(
-                "training_mode = true with ratio {ratio} drops a random mask: fp8c imports \
-                 Dropout at inference (or with ratio 0) only; ONNX leaves the random generator \
-                 to the runtime"
-            )));
+        // The ratio matters in training mode only (default 0.5).
+        let ratio = match cx.opt_input(1) {
+            None => Some(0.5),
+            Some(r) => cx
+                .known_value(r)
+                .and_then(|t| t.to_f64_vec().ok())
+                .and_then(|v| (v.len() == 1).then(|| v[0])),
+        };
+        if values.iter().any(|&b| b != 0) {
+            match ratio {
+                Some(0.0) => {}
+                Some(ratio) => {
+                    return Err(cx.err(format!(
+                        "training_mode = true with ratio {ratio} drops a random mask: fp8c \
+                         imports Dropout at inference (or with ratio 0) only; ONNX leaves the \
+                         random generator to the runtime"
+                    )));
+                }
+                None => {
+                    return Err(cx.err(
+                        "input 1 (`ratio`) must be a constant scalar when training_mode is true",
+                    ));
+                }
+            }
         }
     }
     let x = cx.input(0)?;
