@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command; CI's `.ci/run` calls it): the workspace's
 # tests in the default build (no LLVM, no GPU), then the optional features' suites, each
-# installing what it needs: fp8c-mlir with `--features mlir` (LLVM/MLIR 22 from Debian's
-# packages, through scripts/env/mlir-env.sh), the distributed suite with `--features mpi`
-# (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh; 1, 2 and 4 ranks under
-# mpirun), and the Python package's pytest suite in a fresh venv (scripts/test-python.sh,
-# reusing the release build); and, after the workspace's tests, the CPU dry run of the GPU
+# installing what it needs: fp8c-mlir with `--features mlir` and the golden cases on MLIR's
+# JIT (LLVM/MLIR 22 from Debian's packages, through scripts/env/mlir-env.sh), the distributed
+# suite with `--features mpi` (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh;
+# 1, 2 and 4 ranks under mpirun), and the Python package's pytest suite in a fresh venv
+# (scripts/test-python.sh, reusing the release build); and, after the workspace's tests, the CPU dry run of the GPU
 # end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained
 # by fp8c on the emulated CUDA device; no torch; 25-50 s of CPU time). Every part runs even
 # when an earlier one failed; the exit code says whether all passed.
@@ -27,6 +27,9 @@ e2e_out=$(mktemp -d)
 rm -rf "$e2e_out"
 echo "== the mlir feature's suite (fp8c-mlir: MLIR emission, MLIR's JIT against the CPU reference)"
 scripts/env/mlir-env.sh cargo test --release -p fp8c-mlir --features mlir --no-fail-fast || status=1
+echo "== the golden cases on MLIR's JIT (the one driver of every device, fp8c-session's tests/golden/)"
+scripts/env/mlir-env.sh cargo test --release -p fp8c-session --features mlir --test golden \
+  --no-fail-fast || status=1
 echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2 and 4 ranks, sharding, faults)"
 # `--workspace` keeps the workspace's feature resolution (plus `mpi`), so the dependencies built
 # for the workspace's tests are reused; only the crates the feature touches are built again.
