@@ -10,7 +10,8 @@
 #      fp8c           cargo build --release -p fp8c
 #      cuda_vs_cpu    the CPU-vs-CUDA backend tests   (cargo test --release -p fp8c-runtime --test cuda_vs_cpu --no-run)
 #      nvrtc_kernels  the NVRTC compile test          (cargo test --release -p fp8c-runtime --test nvrtc_kernels --no-run)
-#      golden_backends  the golden op cases (onnxruntime / onnx reference / ml_dtypes) on CUDA
+#      golden         the golden cases on every device (cargo test --release -p fp8c-session --test golden --no-run;
+#                     its `op_cases_on_a_gpu` runs there)
 #      llm_exports    the PyTorch-export tests (`test_backends!`; their `cuda` variants run there)
 #
 # 2. On the GPU machine (it has no Rust toolchain), from the repository root, e.g. with the
@@ -55,7 +56,7 @@ if [ "${1:-}" = "--build" ]; then
   cargo build --release -p fp8c
   cp target/release/fp8c "$carry/fp8c"
   git rev-parse --short HEAD >"$carry/commit.txt" 2>/dev/null || true  # read by gpu-e2e.sh
-  for pt in fp8c-runtime:cuda_vs_cpu fp8c-runtime:nvrtc_kernels fp8c-runtime:golden_backends fp8c:llm_exports; do
+  for pt in fp8c-runtime:cuda_vs_cpu fp8c-runtime:nvrtc_kernels fp8c-session:golden fp8c:llm_exports; do
     p=${pt%%:*} t=${pt#*:}
     exe=$(cargo test --release -p "$p" --test "$t" --no-run --message-format=json 2>/dev/null |
       python3 -c 'import json,sys
@@ -141,7 +142,7 @@ source "$root/scripts/bench/cuda_env.sh"
 # ---------------------------------------------------------------- tests
 export FP8C_REQUIRE_GPU=1 FP8C_REPO_ROOT="$root" FP8C_KERNEL_CACHE="$root/.gpu-check-kernel-cache"
 want tests && step "CPU-vs-CUDA backend tests" cuda_vs_cpu.log "$carry/cuda_vs_cpu" --test-threads="${FP8C_GPU_TEST_THREADS:-4}" --nocapture
-want tests && step "Golden op cases on CUDA" golden.log "$carry/golden_backends" --nocapture
+want tests && step "Golden op cases on CUDA" golden.log "$carry/golden" op_cases_on_a_gpu --exact --nocapture
 want tests && step "PyTorch exports on CUDA (llm_exports)" llm_exports.log env FP8C_BIN="$fp8c" \
   "$carry/llm_exports" ::cuda --skip cuda_emulated --test-threads=4 --nocapture
 if ! want nvrtc; then

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command; CI's `.ci/run` calls it): the workspace's
 # tests in the default build (no LLVM, no GPU), then the optional features' suites, each
-# installing what it needs: fp8c-mlir with `--features mlir` (LLVM/MLIR 22 from Debian's
-# packages, through scripts/env/mlir-env.sh), the distributed suite with `--features mpi`
-# (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh; 1, 2 and 4 ranks under
-# mpirun), and the Python package's pytest suite in a fresh venv (scripts/test-python.sh,
-# reusing the release build); and, after the workspace's tests, the CPU dry run of the GPU
-# end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained
+# installing what it needs: fp8c-mlir with `--features mlir` and the golden cases on MLIR's
+# JIT (LLVM/MLIR 22 from Debian's packages, through scripts/env/mlir-env.sh), the distributed
+# suite with `--features mpi` (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh;
+# 1, 2 and 4 ranks under mpirun), and the Python package's pytest suite in a fresh venv
+# (scripts/test-python.sh, reusing the release build); and, after the workspace's tests, the
+# CPU dry run of the GPU end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained
 # by fp8c on the emulated CUDA device; no torch; 25-50 s of CPU time). Every part runs even
 # when an earlier one failed; the exit code says whether all passed.
 set -uo pipefail
@@ -39,9 +39,11 @@ rm -rf "$e2e_out"
 echo "== the mlir feature's suite (fp8c-mlir: MLIR emission, MLIR's JIT against the CPU reference)"
 # `--workspace` keeps the workspace's feature resolution (plus `mlir`), as the mpi suite below
 # does: `-p fp8c-mlir` would resolve features for that package alone and rebuild most
-# dependencies. `--lib` also runs the unit tests of the crates the feature rebuilds (the JIT's).
-scripts/env/mlir-env.sh cargo test --release --workspace --features fp8c-mlir/mlir --lib --test mlir \
-  --no-fail-fast
+# dependencies. `--lib` also runs the unit tests of the crates the feature rebuilds (the JIT's);
+# `--test golden` is the golden cases' one driver (fp8c-session's tests/golden/) with its MLIR
+# JIT variants.
+scripts/env/mlir-env.sh cargo test --release --workspace --features fp8c-session/mlir --lib \
+  --test mlir --test golden --no-fail-fast
 part $? "the mlir feature's suite"
 echo "== the mpi feature's suite (fp8c train under mpirun: bit identity for 1, 2 and 4 ranks, sharding, faults)"
 # `--workspace` keeps the workspace's feature resolution (plus `mpi`), so the dependencies built

@@ -1,7 +1,8 @@
-//! The golden op cases (`tests/golden/op_cases.json`, made by `tests/gen/gen_op_cases.py` from
-//! onnxruntime, onnx's reference evaluator and numpy/ml_dtypes): the case file's format and the
-//! comparison, shared by the evaluator's own test and the backends' (`fp8c-runtime`'s
-//! `golden_backends.rs` runs the same cases on the CUDA backend), so each case is written once.
+//! The golden cases (`tests/golden/op_cases.json`, made by `tests/gen/gen_op_cases.py` from
+//! onnxruntime, onnx's reference evaluator and numpy/ml_dtypes; `tests/golden/block_cases.json`,
+//! made by `tests/gen/gen_block_cases.py` with numpy and ml_dtypes): the case file's format and
+//! the comparison. One driver runs them on every device (`crates/fp8c-session/tests/golden/`),
+//! so each case is written once.
 
 use fp8c_ir::{Attr, AttrMap, DType, Op, Tensor};
 use half::{bf16, f16};
@@ -10,6 +11,9 @@ use std::collections::BTreeMap;
 
 /// The case file's text, embedded.
 pub const CASES_JSON: &str = include_str!("../tests/golden/op_cases.json");
+
+/// The block-scaling case file's text, embedded (every case bit for bit).
+pub const BLOCK_CASES_JSON: &str = include_str!("../tests/golden/block_cases.json");
 
 /// Every case of a case file's text.
 pub fn cases(text: &str) -> Result<Vec<Case>, String> {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Generates tests/golden/op_cases.json: input tensors, an fp8c op and the expected outputs,
-for the CPU evaluator's golden test (tests/golden.rs).
+for the golden cases every device runs (crates/fp8c-session/tests/golden/).
 
 Expected values come from implementations fp8c did not write:
   * onnxruntime (CPU) running a one-node ONNX model, checked against the ONNX project's own

@@ -3,7 +3,9 @@
 //! (`Device::Mlir`) against the CPU reference. `scripts/test.sh` runs this suite with
 //! `--features mlir` (LLVM/MLIR 22 installed by scripts/env/mlir-env.sh); the default build runs
 //! the one test that says how to get it. The third-party models' ops (bit for bit against
-//! their CPU kernels) are in `mlir/third_party_ops.rs`, a module of this file.
+//! their CPU kernels) are in `mlir/third_party_ops.rs`, a module of this file. The golden op
+//! and block-scaling cases run on the JIT through the driver every device shares
+//! (`crates/fp8c-session/tests/golden/`).
 
 use fp8c_session::{CompileOptions, Model};
 use std::path::PathBuf;
@@ -625,119 +627,6 @@ mod with_mlir {
                 let rel = rel_l2(&cpu_runs[1][k], t);
                 assert!(rel > 1e-3, "\"{k}\": FP8 equals f32 (rel L2 {rel})");
             }
-        }
-    }
-
-    /// The evaluator's golden op cases (`fp8c_eval::golden`: onnxruntime, onnx's reference
-    /// evaluator and ml_dtypes outputs) on MLIR's JIT, each a one-node program, within the
-    /// case's own tolerance (bit for bit for the casts and quantizers). Ops the emitter does
-    /// not take are counted with its error, not failed; every FP8 cast, quantize and
-    /// dequantize case must run.
-    /// The block-scaling golden cases (numpy + ml_dtypes, `crates/fp8c-eval/tests/gen/
-    /// gen_block_cases.py`: tile amaxes and scales, TE's power-of-two scales, OCP MX's E8M0
-    /// rule with subnormal and clamped amaxes, DeepSeek-V3's per-block promotion) on the JIT:
-    /// every case emitted, every element as the reference (any NaN matching any NaN).
-    #[test]
-    fn block_scaling_golden_cases_run_on_mlirs_jit_bit_for_bit() {
-        use fp8c_eval::golden::{self, mismatch};
-        let cases = golden::cases(include_str!(
-            "../../../fp8c-eval/tests/golden/block_cases.json"
-        ))
-        .unwrap();
-        assert!(cases.len() >= 20, "{} cases", cases.len());
-        let mut failures = Vec::new();
-        for case in &cases {
-            let (g, feed) = case.program().unwrap();
-            let mut exe = fp8c_mlir::prepare(&g, g.weights())
-                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-            let got = exe.run(&feed).unwrap();
-            for (k, want) in case.outputs().iter().enumerate() {
-                if let Some(why) = mismatch(&got[&format!("out{k}")], want, case.atol, case.rtol) {
-                    failures.push(format!("{} (output {k}): {why}", case.name));
-                }
-            }
-        }
-        eprintln!("{} block-scaling golden cases on MLIR's JIT", cases.len());
-        assert!(failures.is_empty(), "{}", failures.join("\n"));
-    }
-
-    #[test]
-    fn golden_op_cases_run_on_mlirs_jit_like_the_references() {
-        use fp8c_eval::golden::{self, mismatch};
-        let cases = golden::cases(golden::CASES_JSON).unwrap();
-        let (mut ran, mut failures) = (Vec::new(), Vec::new());
-        let mut skipped: BTreeMap<String, usize> = BTreeMap::new();
-        for case in &cases {
-            let (g, feed) = match case.program() {
-                Ok(p) => p,
-                Err(e) => {
-                    failures.push(format!("{}: {e}", case.name));
-                    continue;
-                }
-            };
-            let mut exe = match fp8c_mlir::prepare(&g, g.weights()) {
-                Ok(exe) => exe,
-                Err(e) => {
-                    let op = g.node(g.find_node("op").unwrap()).op.name().to_string();
-                    let why = e.to_string();
-                    let why = why.rsplit(": ").next().unwrap_or(&why).to_string();
-                    *skipped.entry(format!("{op}: {why}")).or_default() += 1;
-                    continue;
-                }
-            };
-            let got = match exe.run(&feed) {
-                Ok(r) => r,
-                Err(e) => {
-                    failures.push(format!("{}: {e}", case.name));
-                    continue;
-                }
-            };
-            ran.push(case.name.clone());
-            for (k, want) in case.outputs().iter().enumerate() {
-                match got.get(&format!("out{k}")) {
-                    None => failures.push(format!("{}: no output {k}", case.name)),
-                    Some(got) => {
-                        if let Some(why) = mismatch(got, want, case.atol, case.rtol) {
-                            failures.push(format!(
-                                "{} (output {k}, from {}): {why}",
-                                case.name, case.source
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        eprintln!(
-            "{} of {} golden cases ran on MLIR's JIT; skipped (not emitted):",
-            ran.len(),
-            cases.len()
-        );
-        for (why, n) in &skipped {
-            eprintln!("  {n} x {why}");
-            // An op the emitter takes must make a valid module; refusing is for ops it does not.
-            assert!(!why.contains("does not verify"), "{n} x {why}");
-        }
-        assert!(
-            failures.is_empty(),
-            "{} cases differ:\n{}",
-            failures.len(),
-            failures.join("\n")
-        );
-        for name in [
-            "cast_f32_f8e4m3_sat1",
-            "cast_f32_f8e4m3_sat0",
-            "cast_f8e4m3_f32",
-            "cast_f32_f8e5m2_sat1",
-            "cast_f32_f8e5m2_sat0",
-            "cast_f8e5m2_f32",
-            "quantize_f8e4m3_sat1",
-            "quantize_f8e4m3_sat0",
-            "dequantize_f8e4m3_f32",
-            "quantize_f8e5m2_sat1",
-            "quantize_f8e5m2_sat0",
-            "dequantize_f8e5m2_f32",
-        ] {
-            assert!(ran.iter().any(|r| r == name), "{name} did not run on MLIR");
         }
     }
 
