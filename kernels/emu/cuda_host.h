@@ -272,6 +272,8 @@ inline float __fdiv_rn(float a, float b) { return fp8c_emu_canonical(a / b); }
 inline float __fmul_rn(float a, float b) { return fp8c_emu_canonical(a * b); }
 inline float __fadd_rn(float a, float b) { return fp8c_emu_canonical(a + b); }
 inline float __fsqrt_rn(float a) { return fp8c_emu_canonical(std::sqrt(a)); }
+// One rounding of a·b + c, as the device's fma.rn.f32.
+inline float __fmaf_rn(float a, float b, float c) { return fp8c_emu_canonical(std::fma(a, b, c)); }
 inline float __double2float_rn(double a) { return (float)a; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __ll2float_rn(long long a) { return (float)a; }

@@ -99,9 +99,9 @@ pub enum HostAccum {
 
 impl HostAccum {
     /// The graph `device` runs for `graph`: unchanged on a CUDA device or with
-    /// [`HostAccum::Hopper`], else with every GEMM's `fast_accum` cleared; and on a device
-    /// without attention kernels, with each `attention` node spelled out in the unfused ops
-    /// (`fp8c_passes::attention::decompose`).
+    /// [`HostAccum::Hopper`], else with every GEMM's `fast_accum` cleared; and with each
+    /// `attention` node the device has no kernel for spelled out in the unfused ops
+    /// (`fp8c_passes::attention::decompose_if`).
     pub fn graph_for(self, graph: &Graph, device: Device) -> std::borrow::Cow<'_, Graph> {
         let clear = self.clears(device) && has_fast_accum(graph);
         let unfuse = needs_decomposed_attention(graph, device);
@@ -122,7 +122,9 @@ impl HostAccum {
             // A graph it cannot spell out (symbolic dims) keeps its attention nodes: the
             // backend then refuses them, naming each.
             let mut g = graph.clone();
-            if fp8c_passes::attention::decompose(&mut g).is_ok() {
+            if fp8c_passes::attention::decompose_if(&mut g, |g, n| !runs_attention(g, n, device))
+                .is_ok()
+            {
                 *graph = g;
             }
         }
@@ -136,17 +138,27 @@ impl HostAccum {
 
 /// Whether `graph` has attention nodes `device` has no kernel for.
 fn needs_decomposed_attention(graph: &Graph, device: Device) -> bool {
-    let runs = |op: &Op| match device {
+    graph.node_ids().into_iter().any(|id| {
+        let n = graph.node(id);
+        matches!(n.op, Op::Attention { .. } | Op::AttentionGrad { .. })
+            && !runs_attention(graph, n, device)
+    })
+}
+
+/// Whether `device` runs attention node `n` of `graph` with its own kernel: the CPU always,
+/// MLIR never, CUDA for the dtypes and head sizes its kernels take
+/// (`fp8c_runtime::cuda::attention_fits`).
+fn runs_attention(graph: &Graph, n: &fp8c_ir::Node, device: Device) -> bool {
+    match device {
         Device::Cpu => true,
         Device::Cuda | Device::CudaEmulated => {
-            fp8c_runtime::cuda::support(op) == fp8c_ir::Support::Yes
+            let types: Vec<&fp8c_ir::TensorType> =
+                n.inputs().iter().map(|&v| graph.value_type(v)).collect();
+            fp8c_runtime::cuda::support(&n.op) == fp8c_ir::Support::Yes
+                && fp8c_runtime::cuda::attention_fits(&types) == fp8c_ir::Support::Yes
         }
         Device::Mlir => false,
-    };
-    graph.node_ids().into_iter().any(|id| {
-        let op = &graph.node(id).op;
-        matches!(op, Op::Attention { .. } | Op::AttentionGrad { .. }) && !runs(op)
-    })
+    }
 }
 
 /// Whether any node of `graph` asks for fast accumulation.

@@ -17,16 +17,25 @@
 
 use crate::autodiff::emit::Emit;
 use fp8c_ir::attention::AttnDims;
-use fp8c_ir::{DType, Graph, IrError, Op, Value};
+use fp8c_ir::{DType, Graph, IrError, Node, Op, Value};
 
 type R<T> = Result<T, IrError>;
 
 /// Replaces every `attention` and `attention_grad` node of `g` by the unfused ops; returns how
 /// many it replaced.
 pub fn decompose(g: &mut Graph) -> R<usize> {
+    decompose_if(g, |_, _| true)
+}
+
+/// [`decompose`] of the attention nodes `pick(g, node)` chooses (a backend whose kernels take
+/// some of them: the others are spelled out).
+pub fn decompose_if(g: &mut Graph, pick: impl Fn(&Graph, &Node) -> bool) -> R<usize> {
     let mut count = 0;
     for id in g.topo_order()? {
         let n = g.node(id);
+        if !pick(g, n) {
+            continue;
+        }
         let (scale, causal, grad) = match n.op {
             Op::Attention { scale, causal } => (scale, causal, false),
             Op::AttentionGrad { scale, causal } => (scale, causal, true),

@@ -24,7 +24,7 @@ use fp8c_ir::{Graph, IrError, Op, Tensor, Value};
 use mask::MaskPlan;
 use std::collections::HashMap;
 
-pub use decompose::decompose;
+pub use decompose::{decompose, decompose_if};
 pub use mask::HIDDEN_BELOW;
 
 /// Replaces every recognised attention chain of `g` by one `attention` node; returns how many.

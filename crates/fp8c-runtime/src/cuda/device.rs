@@ -195,6 +195,12 @@ impl KernelArgs {
         self.push(v)
     }
 
+    /// Appends every argument of `other`, in order.
+    pub fn extend(&mut self, other: &KernelArgs) -> &mut Self {
+        self.slots.extend(other.slots.iter().cloned());
+        self
+    }
+
     /// The `kernelParams` array; valid while `self` is neither moved nor changed.
     fn pointers(&mut self) -> Vec<*mut c_void> {
         self.slots

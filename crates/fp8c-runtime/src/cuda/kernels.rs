@@ -57,6 +57,8 @@ pub const OPTIMIZER: KernelFile = kernel_file!("optimizer.cu");
 pub const CONV: KernelFile = kernel_file!("conv.cu");
 /// Fine-grained FP8 scaling: per-tile quantize and dequantize, the exact block-scaled GEMM.
 pub const BLOCK_SCALING: KernelFile = kernel_file!("block_scaling.cu");
+/// Fused attention (FlashAttention-2): forward, and the backward's dot pre-pass, dq and dk/dv.
+pub const ATTENTION: KernelFile = kernel_file!("attention.cu");
 
 /// Every kernel file.
 pub const FILES: &[KernelFile] = &[
@@ -73,6 +75,7 @@ pub const FILES: &[KernelFile] = &[
     OPTIMIZER,
     CONV,
     BLOCK_SCALING,
+    ATTENTION,
 ];
 
 /// The headers NVRTC gets for a fixed (not generated) kernel file.

@@ -40,7 +40,7 @@ pub use device::{
     DeviceInfo, EmuFaults, MIN_COMPUTE_CAPABILITY, MIN_DRIVER_VERSION, check_driver_version,
 };
 pub use exec::CudaExecutable;
-pub use lower::support;
+pub use lower::{MAX_ATTENTION_HEAD_DIM, attention_fits, support};
 
 use crate::backend::{Backend, Executable, RuntimeError};
 use crate::program::Program;
