@@ -6,9 +6,10 @@
 # suite with `--features mpi` (OpenMPI from Debian's packages, through scripts/env/mpi-env.sh;
 # 1, 2 and 4 ranks under mpirun), and the Python package's pytest suite in a fresh venv
 # (scripts/test-python.sh, reusing the release build); and, after the workspace's tests, the
-# CPU dry run of the GPU end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed tiny Llama export trained
-# by fp8c on the emulated CUDA device; no torch; 25-50 s of CPU time). Every part runs even
-# when an earlier one failed; the exit code says whether all passed.
+# CPU dry run of the GPU end-to-end benchmark (scripts/gpu-e2e.sh --dry-run: the committed
+# tiny Llama export trained by fp8c on the emulated CUDA device; no torch; 25-50 s of CPU
+# time). Every part runs even when an earlier one failed; the exit code says whether all
+# passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
