@@ -411,7 +411,8 @@ macro_rules! elementwise_table {
             , grad $grad:expr;
     )*) => {
         /// The row of an elementwise op.
-        #[allow(unused_variables)]
+        // `..Flags::NONE` is a no-op for a row that sets every flag, and needed by the others.
+        #[allow(unused_variables, clippy::needless_update)]
         pub fn row(op: ElementwiseOp<'_>) -> Row {
             match op {
                 $( ElementwiseOp::$variant $({ $($attr),* })? => Row {

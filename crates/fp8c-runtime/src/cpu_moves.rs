@@ -45,13 +45,13 @@ pub(crate) fn select_whole(p: &Program, i: usize, slots: &mut Slots<'_>) -> Opti
     slots[pick.index()].take().map(Cow::into_owned)
 }
 
+/// A run's graph outputs by name, and the new value of each updated state buffer.
+pub(crate) type Results = (BTreeMap<String, Tensor>, Vec<(BufId, Tensor)>);
+
 /// The run's graph outputs by name and its state updates, each buffer moved out of `slots`
 /// at its last use among them when this run made it, copied otherwise (a param, a constant,
 /// an input passed through, or a buffer wanted twice).
-pub(crate) fn take_results(
-    p: &Program,
-    slots: &mut Slots<'_>,
-) -> Result<(BTreeMap<String, Tensor>, Vec<(BufId, Tensor)>), RuntimeError> {
+pub(crate) fn take_results(p: &Program, slots: &mut Slots<'_>) -> Result<Results, RuntimeError> {
     let updates: Vec<(BufId, BufId)> = p
         .state()
         .iter()
