@@ -1,6 +1,6 @@
-//! Shared by the per-pass tests (`tests/<pass>/main.rs`): read a small `.fp8ir` next to the
-//! test, run the pass (after the passes whose results it reads from the context, which leave
-//! the IR as it is), and snapshot what the pass did: its output IR text, and what it records
+//! Shared by the per-pass tests (`tests/<pass>.rs`): read a small `.fp8ir` from `tests/<pass>/`,
+//! run the pass (after the passes whose results it reads from the context, which leave the IR
+//! as it is), and snapshot what the pass did: its output IR text, and what it records
 //! in the context. Running twice must give the same text (the passes are deterministic).
 //! Re-bless with `INSTA_UPDATE=always cargo test -p fp8c-passes --test <pass>`; review the
 //! `.snap` diff like code.

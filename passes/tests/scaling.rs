@@ -4,7 +4,6 @@
 //! it: delayed scaling's amax history and scale as graph state, updated at the end of the
 //! step, against current scaling's scale from this step's amax, with no state.
 
-#[path = "../pass_common/mod.rs"]
 mod pass_common;
 
 use fp8c_core::{CurrentScaling, DelayedScaling, Recipe};

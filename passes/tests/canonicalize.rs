@@ -1,7 +1,6 @@
 //! The canonicalize pass alone (`fp8c_passes::canonicalize`): each `.fp8ir` here is a graph
 //! as an import leaves it; the snapshot holds the IR after the pass and its notes.
 
-#[path = "../pass_common/mod.rs"]
 mod pass_common;
 
 use fp8c_core::Recipe;

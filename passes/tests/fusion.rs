@@ -3,7 +3,6 @@
 //! the pass's kernel and byte counts and the IR after it. Fused and unfused graphs compute
 //! the same bits (`tests/fusion_bits.rs`); these snapshots show which fusions fire.
 
-#[path = "../pass_common/mod.rs"]
 mod pass_common;
 
 use fp8c_core::Recipe;

@@ -4,7 +4,6 @@
 //! (unchanged in FP8 mode, where the scaling pass materialises the decisions; rewritten to
 //! compute in bf16 in bf16 mode).
 
-#[path = "../pass_common/mod.rs"]
 mod pass_common;
 
 use fp8c_core::Recipe;
