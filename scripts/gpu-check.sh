@@ -21,7 +21,7 @@
 #      - runs every CPU-vs-CUDA test, the golden op cases and the export tests' `cuda` variants
 #        with FP8C_REQUIRE_GPU=1 (a skip is a failure there): casts,
 #        quantization, amax and scaling updates bit-exact with the CPU reference; GEMMs, norms,
-#        softmax within the tolerances stated in crates/fp8c-runtime/tests/cuda_vs_cpu.rs;
+#        softmax within the tolerances stated in crates/fp8c-runtime/tests/cuda_vs_cpu/main.rs;
 #      - runs the NVRTC kernel test with the machine's NVRTC;
 #      - runs `fp8c run --device cuda` on every example model (f32 and fp8) and compares the
 #        outputs with `--device cpu --hopper-accum` (relative L2 error printed, 1e-3 / 5e-2

@@ -79,7 +79,7 @@ fn op_cases_on_the_emulated_cuda_device() {
 }
 
 /// Every block-scaling case, bit for bit, as on the CPU. Not run on a GPU here: cuBLASLt's
-/// block-scaled GEMMs may sum in another order there; `cuda_vs_cpu.rs`
+/// block-scaled GEMMs may sum in another order there; `cuda_vs_cpu/main.rs`
 /// (`block_scaled_gemms_match_the_cpu`) states the GPU's tolerances for them.
 #[test]
 fn block_scaling_cases_on_the_emulated_cuda_device() {

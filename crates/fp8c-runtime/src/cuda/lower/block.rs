@@ -11,7 +11,7 @@
 //! The scales are relaid from the IR's grids (`[ceil(M/a_rows), KB]`, `[KB, ceil(N/b_cols)]`)
 //! into cuBLASLt's layouts with the transpose kernels, and B's codes are transposed to
 //! `[N, K]` (cuBLASLt's TN). Its summation order is its own, so it agrees with the CPU within
-//! a tolerance (measured on an H100 by `cuda_vs_cpu.rs`); every other tiling (MXFP8's 1×32,
+//! a tolerance (measured on an H100 by `cuda_vs_cpu/main.rs`); every other tiling (MXFP8's 1×32,
 //! 128-row tiles of A, shapes cuBLASLt refuses) runs the exact kernel, which sums in the CPU's
 //! order and matches it bit for bit.
 

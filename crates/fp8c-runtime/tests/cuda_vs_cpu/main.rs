@@ -9,7 +9,6 @@
 //! `FP8C_REQUIRE_GPU=1`, which makes the emulated fallback a failure. One test checks that the
 //! real backend fails cleanly without a GPU.
 
-#[path = "cuda_vs_cpu/attention.rs"]
 mod attention;
 
 use fp8c_ir::{AmaxSource, BlockScaling, DType, EwExpr, Graph, Op, Tensor, TensorType, Value};
