@@ -13,6 +13,9 @@ Experiments (--only picks some; default all):
                    codes (--activations fp8) next to keeping it in high precision and
                    quantizing it again in backward (--activations high); llama-tiny, long
                    windows, small batch. The losses must agree bit for bit.
+  fp8-saved-mlp    the same pair on an activation-dominated configuration: the residual
+                   ReLU MLP of scripts/fixtures/make_wide_mlp.py (4 blocks, width 256, hidden
+                   1024; made into .cache/models/ when missing), batch 32768, 3 steps.
   recompute        --recompute layer next to --recompute none at seq 4096, batch 1, f32, on
                    .cache/models/llama-long.onnx (4 layers x 64; make it with
                    PY=$(scripts/env/export-env.sh); $PY scripts/fixtures/export_llms.py
@@ -118,6 +121,24 @@ def fp8_saved(fp8c, rounds, threads, work, model=None, seq=2048):
                                         for x in base) + " --activations fp8|high")
 
 
+def fp8_saved_mlp(fp8c, rounds, threads, work):
+    models = os.path.join(ROOT, ".cache", "models")
+    model = os.path.join(models, "wide_mlp.onnx")
+    data = os.path.join(models, "wide_mlp_data.npz")
+    if not (os.path.exists(model) and os.path.exists(data)):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "fixtures",
+                                                     "make_wide_mlp.py"), models], check=True)
+    base = [model, "--data", data, "--labels", "y", "--batch", "32768", "--steps", "3",
+            "--precision", "fp8", "--recipe", "delayed", "--format", "hybrid",
+            "--min-fp8-flops", "0"]
+    res = pair(fp8c, base, ["--activations", "fp8"], ["--activations", "high"], rounds,
+               threads, work, "fp8savedmlp")
+    table_pair("FP8 saved activations, activation-dominated MLP",
+               ["--activations fp8", "--activations high"], res,
+               "fp8c train " + " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x
+                                        for x in base) + " --activations fp8|high")
+
+
 def recompute(fp8c, rounds, threads, work, model=None):
     model = model or os.path.join(ROOT, ".cache", "models", "llama-long.onnx")
     if not os.path.exists(model):
@@ -174,7 +195,7 @@ def optimizer_state(fp8c, threads, work, steps=300, seeds=(0, 1, 2)):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("fp8c")
-    ap.add_argument("--only", default="fp8-saved,recompute,optimizer-state")
+    ap.add_argument("--only", default="fp8-saved,fp8-saved-mlp,recompute,optimizer-state")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--model", help="the model of fp8-saved and recompute (default: "
@@ -187,6 +208,8 @@ def main(argv):
         for name in a.only.split(","):
             if name == "fp8-saved":
                 fp8_saved(fp8c, a.rounds, a.threads, work, model, a.seq_len)
+            elif name == "fp8-saved-mlp":
+                fp8_saved_mlp(fp8c, a.rounds, a.threads, work)
             elif name == "recompute":
                 recompute(fp8c, a.rounds, a.threads, work, model)
             elif name == "optimizer-state":
