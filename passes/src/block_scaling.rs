@@ -186,7 +186,7 @@ pub(crate) fn rewrite(
         y = e.reshape(g, y, &full, "y")?;
     }
     if let Op::Gemm { alpha, beta, .. } = &n.op {
-        y = crate::scaling::gemm_tail(g, &n.name, y, (*alpha, *beta), ins.get(2).copied())?;
+        y = crate::gemm_tail::gemm_tail(g, &n.name, y, (*alpha, *beta), ins.get(2).copied())?;
     }
     Ok(Ok(y))
 }

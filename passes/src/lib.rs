@@ -12,6 +12,7 @@ pub mod canonicalize;
 pub mod fold_batch_norm;
 pub mod freeze;
 pub mod fusion;
+mod gemm_tail;
 mod manager;
 pub mod precision;
 pub mod report;

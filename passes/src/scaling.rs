@@ -263,7 +263,7 @@ impl Scaler {
                     &[qa, qb, sa, sb],
                 )?[0];
                 let y = crop_result(g, y, crop, nm)?;
-                gemm_tail(g, nm, y, (*alpha, *beta), ins.get(2).copied())?
+                crate::gemm_tail::gemm_tail(g, nm, y, (*alpha, *beta), ins.get(2).copied())?
             }
             Op::Conv { .. } => {
                 let dx = g.add_node(
@@ -428,43 +428,6 @@ fn finish(
     g.remove_node(id)?;
     g.rename_node(result.node, &n.name);
     Ok(())
-}
-
-/// ONNX Gemm's `alpha · y + beta · C` around an FP8 product `y` (either scaling).
-pub(crate) fn gemm_tail(
-    g: &mut Graph,
-    nm: &str,
-    mut y: Value,
-    (alpha, beta): (f32, f32),
-    c: Option<Value>,
-) -> Result<Value, IrError> {
-    let dt = g.value_type(y).dtype;
-    if alpha != 1.0 {
-        let a = g.add_node(
-            &format!("{nm}.alpha"),
-            Op::Constant {
-                value: scalar_of(dt, alpha as f64)?,
-            },
-            &[],
-        )?[0];
-        y = g.add_node(&format!("{nm}.scaled"), Op::Mul, &[y, a])?[0];
-    }
-    if let Some(c) = c {
-        let c = if beta != 1.0 {
-            let b = g.add_node(
-                &format!("{nm}.beta"),
-                Op::Constant {
-                    value: scalar_of(g.value_type(c).dtype, beta as f64)?,
-                },
-                &[],
-            )?[0];
-            g.add_node(&format!("{nm}.bias.scaled"), Op::Mul, &[c, b])?[0]
-        } else {
-            c
-        };
-        y = g.add_node(&format!("{nm}.bias"), Op::Add, &[y, c])?[0];
-    }
-    Ok(y)
 }
 
 /// Inserts the quantization of tensor `v` named `t` (`fc1.x`, `fc1.dy`) in FP8 type `fmt`

@@ -23,7 +23,7 @@
 
 use crate::data::dims_of;
 use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
-use crate::fp8::{codes_tensor, f32_values, format_of, store_f32};
+use crate::fp8_codes::{codes_tensor, f32_values, format_of, store_f32};
 use fp8c_core::Fp8Format;
 use fp8c_ir::{BlockScaling, DType, Tensor};
 use rayon::prelude::*;

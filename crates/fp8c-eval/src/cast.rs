@@ -15,7 +15,7 @@
 
 use crate::data::{Data, f64_to_bf16, f64_to_f16, tensor};
 use crate::error::KResult;
-use crate::fp8;
+use crate::fp8_codes as fp8;
 use fp8c_ir::{DType, Tensor};
 use std::borrow::Cow;
 
@@ -155,6 +155,11 @@ fn u64_to_f64_round_odd(x: u64) -> f64 {
     }
     let bits = f.to_bits();
     f64::from_bits(if back > exact { bits - 1 } else { bits + 1 })
+}
+
+/// Rounds f64 results once to `dtype` (the f64 kernels' store).
+pub(crate) fn store_f64(v: Vec<f64>, dtype: DType, shape: &[u64]) -> KResult<Tensor> {
+    cast(&Tensor::from_f64(shape.to_vec(), &v), dtype, false)
 }
 
 #[cfg(test)]

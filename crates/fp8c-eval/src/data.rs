@@ -237,11 +237,6 @@ pub(crate) fn float_scalar_f64(t: &Tensor, what: &str) -> KResult<f64> {
     }
 }
 
-/// Rounds f64 results once to `dtype` (the f64 kernels' store).
-pub(crate) fn store_f64(v: Vec<f64>, dtype: DType, shape: &[u64]) -> KResult<Tensor> {
-    crate::cast::cast(&Tensor::from_f64(shape.to_vec(), &v), dtype, false)
-}
-
 /// Errors unless `t` has `like`'s dtype and shape (a gradient and its primal, say).
 pub(crate) fn same_type(t: &Tensor, like: &Tensor, what: &str, like_what: &str) -> KResult<()> {
     if t.dtype() != like.dtype() || t.shape() != like.shape() {

@@ -18,7 +18,8 @@
 use crate::args;
 use crate::broadcast::{Plan, broadcast_shapes, zip2};
 use crate::cast;
-use crate::data::{Data, Elem, float_values_f64, par_map, same_type, store_f64};
+use crate::cast::store_f64;
+use crate::data::{Data, Elem, float_values_f64, par_map, same_type};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err, value_err};
 use fp8c_ir::elementwise::{
     self as table, BinaryKernel, CompareKernel, INV_SQRT_2PI, Int, Kind, Own, PredicateKernel,
@@ -279,7 +280,7 @@ fn not(x: &Tensor) -> KResult<Tensor> {
 
 /// `is_nan` and `is_inf`: float inputs (FP8 decoded) to bool, by the table's predicate.
 fn classify(op: E<'_>, x: &Tensor) -> KResult<Tensor> {
-    let v = crate::fp8::float_values_any(x, "input")?;
+    let v = crate::fp8_codes::float_values_any(x, "input")?;
     let out = table::dispatch_predicate(op, Map(&v)).ok_or_else(|| no_row(op, "predicate"))?;
     Data::Bool(Cow::from(out)).store(DType::Bool, x.shape().to_vec())
 }

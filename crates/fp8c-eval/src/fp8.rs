@@ -1,6 +1,6 @@
 //! The fp8 family: fp8c's FP8 ops (`amax`, `compute_scale`, `amax_history_update`,
 //! `quantize`, `dequantize`), ONNX's `quantize_linear` / `dequantize_linear` (kernels in
-//! `quantize.rs`), and the FP8 helpers other kernels share. Every rounding to or from FP8 is
+//! `quantize.rs`); the FP8 helpers other kernels share are `fp8_codes.rs`. Every rounding to or from FP8 is
 //! fp8c-core's, so this evaluator is bit-exact by construction.
 //!
 //! Non-finite inputs of the ONNX conversions (`quantize_linear`, `cast`) follow ONNX's Cast
@@ -25,15 +25,14 @@
 //!   fp8c-core's `roll_history(recorded)` (shift left by one, old slot 0 to the end, slot 0 = 0).
 
 use crate::args;
-use crate::data::{Data, PAR_MIN, float_scalar_f32, par_map, tensor};
-use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err};
+use crate::data::{PAR_MIN, float_scalar_f32, par_map, tensor};
+use crate::error::{Fail, KResult, attr_err, dtype_err, shape_err};
+use crate::fp8_codes::{codes_tensor, f32_values, float_values_any, format_of, store_f32};
 use crate::quantize;
 use fp8c_core::narrow::E8M0Rounding;
-use fp8c_core::{AmaxComputeAlgo, Fp8Format, NarrowFormat};
+use fp8c_core::{AmaxComputeAlgo, Fp8Format};
 use fp8c_ir::{AmaxSource, DType, E8m0Round, Fp8Op, Support, Tensor};
-use half::{bf16, f16};
 use rayon::prelude::*;
-use std::borrow::Cow;
 
 /// Evaluates an op of the fp8 family.
 pub(crate) fn eval(op: Fp8Op<'_>, inputs: &[&Tensor]) -> KResult<Vec<Tensor>> {
@@ -114,107 +113,6 @@ pub(crate) fn support(op: Fp8Op<'_>) -> Support {
         | Fp8Op::BlockDequantize { .. } => Support::Yes,
         Fp8Op::__Lifetime(never, _) => match never {},
     }
-}
-
-/// The FP8 format of a dtype, if it is one.
-pub(crate) fn format_of(d: DType) -> Option<Fp8Format> {
-    match d {
-        DType::F8E4M3 => Some(Fp8Format::E4M3),
-        DType::F8E5M2 => Some(Fp8Format::E5M2),
-        _ => None,
-    }
-}
-
-/// The storage-only narrow float format of a dtype (E4M3FNUZ, E5M2FNUZ, E8M0, FP4).
-pub(crate) fn narrow_of(d: DType) -> Option<NarrowFormat> {
-    match d {
-        DType::F8E4M3Fnuz => Some(NarrowFormat::E4M3Fnuz),
-        DType::F8E5M2Fnuz => Some(NarrowFormat::E5M2Fnuz),
-        DType::F8E8M0 => Some(NarrowFormat::E8M0),
-        DType::F4E2M1 => Some(NarrowFormat::E2M1),
-        _ => None,
-    }
-}
-
-/// Decodes FP8 codes to f32 (exact).
-pub(crate) fn decode(fmt: Fp8Format, codes: &[u8]) -> Vec<f32> {
-    let mut out = vec![0f32; codes.len()];
-    if codes.len() >= PAR_MIN {
-        out.par_chunks_mut(PAR_MIN)
-            .zip(codes.par_chunks(PAR_MIN))
-            .for_each(|(o, c)| fp8c_core::decode_slice(fmt, c, o));
-    } else {
-        fp8c_core::decode_slice(fmt, codes, &mut out);
-    }
-    out
-}
-
-/// Encodes f32 values to FP8 codes (round to nearest even, ONNX `saturate`).
-pub(crate) fn encode(fmt: Fp8Format, v: &[f32], saturate: bool) -> Vec<u8> {
-    let mut out = vec![0u8; v.len()];
-    if v.len() >= PAR_MIN {
-        out.par_chunks_mut(PAR_MIN)
-            .zip(v.par_chunks(PAR_MIN))
-            .for_each(|(o, s)| fp8c_core::encode_f32_slice(fmt, s, o, saturate));
-    } else {
-        fp8c_core::encode_f32_slice(fmt, v, &mut out, saturate);
-    }
-    out
-}
-
-/// Values of any tensor as f32: floats (FP8 decoded, f64 rounded), integers and bools
-/// converted with `as`. `what` names the input in messages.
-pub(crate) fn float_values_any(t: &Tensor, what: &str) -> KResult<Vec<f32>> {
-    if let Some(fmt) = format_of(t.dtype()) {
-        return Ok(decode(fmt, t.bytes()));
-    }
-    if let Some(fmt) = narrow_of(t.dtype()) {
-        return Ok(t
-            .bytes()
-            .iter()
-            .map(|&c| fp8c_core::narrow::decode(fmt, c))
-            .collect());
-    }
-    Ok(
-        match Data::load(t).map_err(|f| Fail::new(f.kind, format!("{what}: {}", f.message)))? {
-            Data::F32(v) => v.into_owned(),
-            Data::F64(v) => v.iter().copied().map(|x| x as f32).collect(),
-            Data::I64(v) => v.iter().copied().map(|x| x as f32).collect(),
-            Data::I32(v) => v.iter().copied().map(|x| x as f32).collect(),
-            Data::I16(v) => v.iter().copied().map(f32::from).collect(),
-            Data::I8(v) => v.iter().copied().map(f32::from).collect(),
-            Data::U8(v) => v.iter().copied().map(f32::from).collect(),
-            Data::U16(v) => v.iter().copied().map(f32::from).collect(),
-            Data::U32(v) => v.iter().copied().map(|x| x as f32).collect(),
-            Data::U64(v) => v.iter().copied().map(|x| x as f32).collect(),
-            Data::Bool(v) => v
-                .iter()
-                .copied()
-                .map(|b| if b { 1.0 } else { 0.0 })
-                .collect(),
-        },
-    )
-}
-
-/// Stores f32 results as `to` (f32, f16 or bf16: rounded once to nearest even; f64 exactly).
-pub(crate) fn store_f32(v: Vec<f32>, to: DType, shape: Vec<u64>) -> KResult<Tensor> {
-    let bytes = match to {
-        // The values' own buffer becomes the tensor's (no byte copy).
-        DType::F32 => return Data::F32(v.into()).store(to, shape),
-        DType::F64 => v.iter().flat_map(|&x| f64::from(x).to_le_bytes()).collect(),
-        DType::F16 => v
-            .iter()
-            .flat_map(|&x| f16::from_f32(x).to_le_bytes())
-            .collect(),
-        DType::BF16 => v
-            .iter()
-            .flat_map(|&x| bf16::from_f32(x).to_le_bytes())
-            .collect(),
-        other => {
-            return attr_err!("the output type must be a float type other than FP8, got {other}");
-        }
-    };
-    tensor(to, shape, bytes)
 }
 
 fn fp8_attr(to: DType, name: &str) -> KResult<Fp8Format> {
@@ -346,22 +244,6 @@ pub(crate) fn quantize(inputs: &[&Tensor], to: DType, saturate: bool) -> KResult
         fp8c_core::quantize_slice(fmt, &v, scale, &mut out, saturate);
     }
     codes_tensor(to, x.shape().to_vec(), out)
-}
-
-/// FP8 codes as a tensor of `dtype`: the vector becomes the tensor's storage (no copy).
-pub(crate) fn codes_tensor(dtype: DType, shape: Vec<u64>, codes: Vec<u8>) -> KResult<Tensor> {
-    Tensor::from_vec(dtype, shape, codes).map_err(|m| Fail::new(ErrorKind::TooLarge, m))
-}
-
-/// The values of a float tensor as f32: borrowed when it is f32 already (no copy), else
-/// converted as [`float_values_any`] does.
-pub(crate) fn f32_values<'a>(t: &'a Tensor, what: &str) -> KResult<Cow<'a, [f32]>> {
-    if t.dtype() == DType::F32
-        && let Data::F32(v) = Data::load(t)?
-    {
-        return Ok(v);
-    }
-    float_values_any(t, what).map(Cow::Owned)
 }
 
 /// `dequantize { to }(q, scale_inv)`: `f32(q) * scale_inv`, rounded once to `to`.

@@ -2,9 +2,10 @@
 //! `gather_elements`, `gather_grad` (the embedding gradient's scatter-add) and `trilu`
 //! (`movement.rs` dispatches to them; split out to keep each file under ~1,000 lines).
 
+use crate::cast::store_f64;
 use crate::data::{
-    dims_of, float_values_f64, int_values, norm_axis, numel, rows_mut, shape_u64, store_f64,
-    strides_of, tensor,
+    dims_of, float_values_f64, int_values, norm_axis, numel, rows_mut, shape_u64, strides_of,
+    tensor,
 };
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err, value_err};
 use crate::movement::gather_tensor;

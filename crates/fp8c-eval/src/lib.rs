@@ -48,6 +48,7 @@ mod epilogue;
 mod erf;
 mod fast_accum;
 mod fp8;
+mod fp8_codes;
 mod fp8_gemm;
 mod fused;
 mod gather;

@@ -17,7 +17,7 @@ use crate::broadcast::broadcast_shapes;
 use crate::cast::cast;
 use crate::data::{Data, numel};
 use crate::error::{ErrorKind, Fail, KResult, dtype_err, shape_err};
-use crate::fp8;
+use crate::fp8_codes as fp8;
 use fp8c_ir::{DType, LinalgOp, Support, Tensor};
 use rayon::prelude::*;
 use std::borrow::Cow;

@@ -4,9 +4,10 @@
 //! independent, and the mean sums them in index order.
 
 use crate::args;
+use crate::cast::store_f64 as store;
 use crate::data::{
     PAR_MIN, dims_of, float_scalar_f64 as scalar, float_values_f64 as values_f64, int_values,
-    rows_mut, store_f64 as store,
+    rows_mut,
 };
 use crate::error::{ErrorKind, Fail, KResult, shape_err, value_err};
 use fp8c_ir::{DType, IGNORE_INDEX, LossOp, Support, Tensor};

@@ -11,9 +11,10 @@
 
 use crate::args;
 use crate::broadcast::broadcast_shapes;
+use crate::cast::store_f64 as store;
 use crate::data::{
     PAR_MIN, dims_of, float_values_f64 as values_f64, map_into, max_keep_nan, norm_axis, rows_mut,
-    same_type, store_f64 as store,
+    same_type,
 };
 use crate::error::{Fail, KResult, dtype_err, shape_err};
 use crate::movement::broadcast_to;

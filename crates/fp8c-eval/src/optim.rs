@@ -9,10 +9,8 @@
 //! of a BERT training step). Other param types compute in f64 and round once.
 
 use crate::args;
-use crate::data::{
-    float_scalar_f64 as scalar, float_values_f64 as values_f64, par_map, same_type,
-    store_f64 as store,
-};
+use crate::cast::store_f64 as store;
+use crate::data::{float_scalar_f64 as scalar, float_values_f64 as values_f64, par_map, same_type};
 use crate::error::{KResult, dtype_err, value_err};
 use fp8c_ir::{DType, OptimOp, Support, Tensor};
 

@@ -14,9 +14,8 @@
 
 use crate::args;
 use crate::cast::cast;
-use crate::data::{
-    Data, dims_of, float_values_f64 as values_f64, numel, rows_mut, store_f64 as store,
-};
+use crate::cast::store_f64 as store;
+use crate::data::{Data, dims_of, float_values_f64 as values_f64, numel, rows_mut};
 use crate::error::{KResult, attr_err, dtype_err, shape_err};
 use crate::reduce::{self, Reduction};
 use crate::window::{self, Axis, Padded, Tap, WindowAttrs};

@@ -16,7 +16,7 @@
 use crate::cast::cast;
 use crate::data::{f64_to_bf16, f64_to_f16, norm_axis, tensor};
 use crate::error::{ErrorKind, Fail, KResult, attr_err, dtype_err, shape_err, value_err};
-use crate::fp8;
+use crate::fp8_codes as fp8;
 use fp8c_ir::{DType, Tensor};
 
 /// For each element of a tensor of `shape`, which scale entry applies.

@@ -23,7 +23,7 @@ impl UnsupportedOp {
         UnsupportedOp {
             node: name.to_string(),
             op_type: node.op_type().into(),
-            domain: if crate::import::is_default_domain(node.domain()) {
+            domain: if crate::value_info::is_default_domain(node.domain()) {
                 String::new()
             } else {
                 node.domain().into()

@@ -15,11 +15,11 @@
 //!    others -> constants), then each node through its builder (`ops/`), then the outputs.
 
 use crate::ops::{NodeCx, lookup_node};
-use crate::proto::tensor_shape_proto::dimension;
-use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto, type_proto};
-use crate::tensor::{dtype_from_onnx, tensor_from_proto, tensor_from_raw};
+use crate::proto::{GraphProto, ModelProto, NodeProto, TensorProto, ValueInfoProto};
+use crate::tensor::{check_regular, dtype_from_onnx, tensor_from_proto, tensor_from_raw};
+use crate::value_info::{is_default_domain, value_info_parts};
 use crate::{OnnxError, UnsupportedOp};
-use fp8c_ir::{DType, Dim, Graph, Op, Shape, Storage, Tensor, TensorType, Value, shape_of};
+use fp8c_ir::{DType, Graph, Op, Storage, Tensor, TensorType, Value, shape_of};
 use prost::Message;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
@@ -128,10 +128,6 @@ pub(crate) fn is_supported(node: &NodeProto) -> bool {
         || (is_default_domain(node.domain()) && matches!(node.op_type(), "Scan" | "If"))
 }
 
-pub(crate) fn is_default_domain(domain: &str) -> bool {
-    domain.is_empty() || domain == "ai.onnx"
-}
-
 /// Reads and imports an ONNX model file; external data is looked up next to it.
 /// Every error is prefixed with the file name.
 /// The initializers' data is read from the file straight into the tensors' storage
@@ -145,16 +141,6 @@ pub fn load_model(path: &Path, opts: &ImportOptions) -> Result<Imported, OnnxErr
         import_streamed(&s.model, &s.raw, path.parent(), opts)
     };
     run().map_err(|e| e.in_file(path))
-}
-
-/// Refuses anything but a regular file (`/dev/zero` would be read forever, a FIFO would block).
-pub(crate) fn check_regular(path: &Path) -> Result<(), OnnxError> {
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(OnnxError::Io(std::io::Error::other(
-            "not a regular file (a device, FIFO or directory)",
-        )));
-    }
-    Ok(())
 }
 
 /// The interface of a model that cannot be imported until some inputs are known: a graph
@@ -591,32 +577,6 @@ pub(crate) fn topo_order(
         }
         path.push(p);
         k = p;
-    }
-}
-
-fn dim_from_proto(d: &crate::proto::tensor_shape_proto::Dimension) -> Dim {
-    match &d.value {
-        Some(dimension::Value::DimValue(v)) if *v >= 0 => Dim::Known(*v as u64),
-        // "?" is how some exporters spell an unnamed dimension.
-        Some(dimension::Value::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
-        _ => Dim::Unknown,
-    }
-}
-
-/// The tensor element type and shape of a value info, if it has them.
-pub(crate) fn value_info_parts(vi: &ValueInfoProto) -> Result<(i32, Option<Shape>), &'static str> {
-    let tp = vi.r#type.as_ref().ok_or("has no type")?;
-    match &tp.value {
-        Some(type_proto::Value::TensorType(tt)) => Ok((
-            tt.elem_type(),
-            tt.shape
-                .as_ref()
-                .map(|s| s.dim.iter().map(dim_from_proto).collect()),
-        )),
-        Some(_) => {
-            Err("is not a tensor (sequence, map, optional and sparse values are not supported)")
-        }
-        None => Err("has no type"),
     }
 }
 

@@ -4,11 +4,12 @@
 //! nodes by the path the importer gives them (`{if}.then.{node}`, `{scan}.body.{node}`).
 
 use crate::OnnxError;
-use crate::import::{decode_model, is_default_domain, value_info_parts};
+use crate::import::decode_model;
 use crate::proto::tensor_proto::DataType;
 use crate::proto::{GraphProto, ModelProto, ValueInfoProto};
 use crate::subgraph::{bodies, local_name};
 use crate::tensor::{dtype_from_onnx, onnx_dtype_name, onnx_dtype_size, tensor_dims};
+use crate::value_info::{is_default_domain, value_info_parts};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
@@ -101,7 +102,7 @@ pub struct ModelInfo {
 /// Summarises the ONNX model file at `path`; errors are prefixed with the file name.
 pub fn inspect(path: &Path) -> Result<ModelInfo, OnnxError> {
     let run = || {
-        crate::import::check_regular(path)?;
+        crate::tensor::check_regular(path)?;
         let bytes = std::fs::read(path)?;
         inspect_bytes(&bytes)
     };

@@ -29,6 +29,7 @@ mod stream;
 mod strings;
 mod subgraph;
 mod tensor;
+mod value_info;
 
 /// The prost types generated from `proto/onnx.proto` (package `onnx`).
 #[allow(missing_docs, clippy::all, clippy::pedantic, rustdoc::all)]

@@ -119,7 +119,7 @@ fn crop_roi(n: &NodeProto) -> Option<&String> {
 /// True for a graph input declared with an integer (or bool) element type, or a float one
 /// declared with one element (a float tensor reaching a shape position is data, not a shape).
 fn is_shape_like_input(vi: &crate::proto::ValueInfoProto) -> bool {
-    let Ok((code, shape)) = crate::import::value_info_parts(vi) else {
+    let Ok((code, shape)) = crate::value_info::value_info_parts(vi) else {
         return false;
     };
     let Ok(d) = crate::tensor::dtype_from_onnx(code) else {

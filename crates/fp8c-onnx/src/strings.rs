@@ -45,7 +45,7 @@ pub(crate) fn input_vocabularies(
 ) -> HashMap<String, Vec<String>> {
     let mut out = HashMap::new();
     for vi in inputs {
-        let is_string = crate::import::value_info_parts(vi)
+        let is_string = crate::value_info::value_info_parts(vi)
             .is_ok_and(|(code, _)| code == crate::proto::tensor_proto::DataType::String as i32);
         if !is_string {
             continue;
@@ -85,7 +85,7 @@ pub(crate) fn input_type(
     vi: &ValueInfoProto,
     dims: Option<&Vec<u64>>,
 ) -> Result<TensorType, OnnxError> {
-    let (_, declared) = crate::import::value_info_parts(vi).map_err(|m| OnnxError::Value {
+    let (_, declared) = crate::value_info::value_info_parts(vi).map_err(|m| OnnxError::Value {
         kind: "graph input",
         name: vi.name().into(),
         msg: m.into(),

@@ -467,7 +467,7 @@ pub fn decode_tensor_pb(bytes: &[u8]) -> Result<Tensor, OnnxError> {
 /// Reads a serialized `TensorProto` file (see [`decode_tensor_pb`]).
 pub fn load_tensor_pb(path: &Path) -> Result<Tensor, OnnxError> {
     let run = || {
-        crate::import::check_regular(path)?;
+        check_regular(path)?;
         let bytes = std::fs::read(path)?;
         decode_tensor_pb(&bytes)
     };
@@ -497,4 +497,14 @@ pub fn string_tensor_pb_bytes(name: &str, shape: &[u64], strings: &[&str]) -> Ve
 pub fn save_tensor_pb(path: &Path, name: &str, tensor: &Tensor) -> Result<(), OnnxError> {
     std::fs::write(path, tensor_to_proto(name, tensor).encode_to_vec())
         .map_err(|e| OnnxError::Io(e).in_file(path))
+}
+
+/// Refuses anything but a regular file (`/dev/zero` would be read forever, a FIFO would block).
+pub(crate) fn check_regular(path: &Path) -> Result<(), OnnxError> {
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(OnnxError::Io(std::io::Error::other(
+            "not a regular file (a device, FIFO or directory)",
+        )));
+    }
+    Ok(())
 }

@@ -8,11 +8,10 @@
 //! deterministic (ties broken by definition step, then id) and usually within a few percent
 //! of the live peak, the lower bound any plan must reach.
 //!
-//! [`check_no_overlap`] is the independent check that two buffers live at the same time never
-//! share a byte; [`crate::Program::validate`] runs it, and the CUDA backend allocates from the
+//! `program.rs`'s `check_no_overlap` is the independent check that two buffers live at the
+//! same time never share a byte; [`crate::Program::validate`] runs it, and the CUDA backend allocates from the
 //! plan, so it must hold.
 
-use crate::RuntimeError;
 use crate::program::{ARENA_ALIGN, Buffer, MemoryPlan};
 
 fn aligned(bytes: u64) -> u64 {
@@ -156,74 +155,10 @@ impl LiveIndex {
     }
 }
 
-/// Checks that no two arena buffers live at the same step share a byte: a sweep over the
-/// steps, each buffer checked when its range starts against the buffers live then, kept by
-/// offset (pairwise disjoint while the plan is sound, so its neighbour below is the only one
-/// to look at): O(n log n), as a 10^6-step program needs.
-pub(crate) fn check_no_overlap(buffers: &[Buffer]) -> Result<(), RuntimeError> {
-    let arena: Vec<&Buffer> = buffers
-        .iter()
-        .filter(|b| b.live.is_some() && b.bytes > 0)
-        .collect();
-    let mut by_start: Vec<(usize, u64, &Buffer)> = Vec::with_capacity(arena.len());
-    for b in &arena {
-        let (Some(off), Some(live)) = (b.offset, b.live) else {
-            return Err(RuntimeError::Plan(format!("{} has no offset", b.id)));
-        };
-        by_start.push((live.0, off, b));
-    }
-    by_start.sort_by_key(|&(s, off, b)| (s, off, b.id));
-    let mut by_end: Vec<&Buffer> = arena.clone();
-    by_end.sort_by_key(|b| (b.live.map(|l| l.1), b.id));
-    // Live buffers by (offset, id).
-    let mut present: std::collections::BTreeMap<(u64, crate::program::BufId), &Buffer> =
-        std::collections::BTreeMap::new();
-    let mut gone = 0;
-    for &(start, off, b) in &by_start {
-        while gone < by_end.len() && by_end[gone].live.is_some_and(|l| l.1 < start) {
-            let x = by_end[gone];
-            present.remove(&(x.offset.unwrap_or(0), x.id));
-            gone += 1;
-        }
-        let end = off + b.bytes;
-        if let Some((_, &p)) = present.range(..(end, crate::program::BufId(0))).next_back()
-            && p.offset.unwrap_or(0) + p.bytes > off
-        {
-            return Err(overlap_error(p, b));
-        }
-        present.insert((off, b.id), b);
-    }
-    Ok(())
-}
-
-/// The message for two overlapping buffers, the one first by (offset, id) named first.
-fn overlap_error<'a>(x: &'a Buffer, y: &'a Buffer) -> RuntimeError {
-    let (a, b) = if (x.offset, x.id) <= (y.offset, y.id) {
-        (x, y)
-    } else {
-        (y, x)
-    };
-    let (a_off, b_off) = (a.offset.unwrap_or(0), b.offset.unwrap_or(0));
-    let (a_live, b_live) = (a.live.unwrap_or_default(), b.live.unwrap_or_default());
-    RuntimeError::Plan(format!(
-        "{} `{}` [{a_off}, {}) live {}..={} overlaps {} `{}` [{b_off}, {}) live {}..={}",
-        a.id,
-        a.name,
-        a_off + a.bytes,
-        a_live.0,
-        a_live.1,
-        b.id,
-        b.name,
-        b_off + b.bytes,
-        b_live.0,
-        b_live.1
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::program::{BufId, BufferKind};
+    use crate::program::{BufId, BufferKind, check_no_overlap};
     use fp8c_ir::{DType, TensorType};
 
     fn buf(id: u32, bytes: u64, live: (usize, usize)) -> Buffer {
